@@ -1,0 +1,32 @@
+# benchmaker: a folder of images -> a published image-retrieval benchmark.
+# The stages live in rules/<stage>.smk; helpers and validation in rules/common.smk.
+
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/preprocess.smk"
+include: "rules/vision.smk"
+include: "rules/plan.smk"
+include: "rules/judge.smk"
+include: "rules/similarity.smk"
+include: "rules/summary.smk"
+include: "rules/export.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        f"{RESULTS}/images.jsonl",
+        f"{RESULTS}/annotations.jsonl",
+        f"{RESULTS}/query_plan.jsonl",
+        f"{RESULTS}/qrels.jsonl",
+        f"{RESULTS}/qrels_with_score.jsonl",
+        f"{RESULTS}/summary",
+        f"{RESULTS}/hf_dataset",

@@ -1,0 +1,88 @@
+# Validation, shard list and input functions shared by every rule file. No rules here.
+import sys
+from pathlib import Path
+
+# the library is importable from an installed environment; the checkout's src/ wins so that the
+# workflow always runs the library version it ships with (shared file systems, k8s source archives)
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from snakemake.utils import validate
+
+from benchmaker.config import ConfigError, validate_config, results_dir
+from benchmaker.sharding import shard_names
+from benchmaker.versions import stage_version
+
+try:
+    _validated = validate_config(config)
+except ConfigError as exc:
+    raise WorkflowError(str(exc))
+config.clear()
+config.update(_validated)
+validate(config, schema="../config/schema.yaml")
+
+RESULTS = results_dir(config)
+LOGS = f"{RESULTS}/logs"
+BENCH = f"{RESULTS}/benchmarks"
+SHARDS = shard_names(config["n_shards"])
+COLUMNS = config["columns"]
+FACETS = config["facets"]
+IMAGE_ROOT = config["paths"]["image_root"]
+VISION_ADAPTER = config["vision"]["adapter"]
+JUDGE_ADAPTER = config["judge"]["adapter"]
+API_ADAPTERS = ("openai", "gemini")
+
+
+wildcard_constraints:
+    shard=r"\d{5}",
+
+
+def optional_path(path):
+    """An input that is used only when configured."""
+    return [path] if path else []
+
+
+def preprocess_inputs(wildcards):
+    out = {}
+    if config["paths"]["rights_map"]:
+        out["rights_map"] = config["paths"]["rights_map"]
+    if config["paths"]["metadata_jsonl"]:
+        out["metadata"] = config["paths"]["metadata_jsonl"]
+    return out
+
+
+def plan_inputs(wildcards):
+    out = {
+        "annotations": f"{RESULTS}/annotations.jsonl",
+        "images": f"{RESULTS}/images.jsonl",
+    }
+    if config["paths"]["seeds_file"]:
+        out["seeds_file"] = config["paths"]["seeds_file"]
+    return out
+
+
+def similarity_model_params():
+    """Only what changes image embeddings (never column names or the judge)."""
+    sim = config["similarity"]
+    return {k: sim[k] for k in ("model", "pretrained", "precision")}
+
+
+def loss_files(wildcards=None):
+    return {
+        "vision": f"{RESULTS}/losses/vision.jsonl",
+        "plan": f"{RESULTS}/losses/plan.jsonl",
+        "judge": f"{RESULTS}/losses/judge.jsonl",
+        "similarity": f"{RESULTS}/losses/similarity.jsonl",
+    }
+
+
+def public_config():
+    """The config as recorded in the dataset card: keys starting with '_' are private and dropped."""
+
+    def clean(obj):
+        if isinstance(obj, dict):
+            return {k: clean(v) for k, v in obj.items() if not str(k).startswith("_")}
+        if isinstance(obj, list):
+            return [clean(v) for v in obj]
+        return obj
+
+    return clean(config)

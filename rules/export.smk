@@ -1,0 +1,45 @@
+rule export:
+    input:
+        unpack(loss_files),
+        images=f"{RESULTS}/images.jsonl",
+        quarantine=f"{RESULTS}/quarantine.jsonl",
+        annotations=f"{RESULTS}/annotations.jsonl",
+        plan=f"{RESULTS}/query_plan.jsonl",
+        scored=f"{RESULTS}/qrels_with_score.jsonl",
+        summary=f"{RESULTS}/summary",
+    output:
+        dataset=directory(f"{RESULTS}/hf_dataset"),
+    log:
+        f"{LOGS}/export.log",
+    benchmark:
+        f"{BENCH}/export.tsv"
+    conda:
+        "../envs/benchmaker.yaml"
+    params:
+        settings=config["export"],
+        benchmark_meta=config["benchmark"],
+        facets=FACETS,
+        columns=COLUMNS,
+        image_root=IMAGE_ROOT,
+        similarity=similarity_model_params(),
+        public_config=public_config(),
+        version=stage_version("export"),
+    script:
+        "../scripts/export.py"
+
+
+# Explicit target, never part of `all`: snakemake upload (needs HF_TOKEN and export.repo_id).
+rule upload:
+    input:
+        dataset=f"{RESULTS}/hf_dataset",
+    output:
+        receipt=f"{RESULTS}/upload.json",
+    log:
+        f"{LOGS}/upload.log",
+    localrule: True
+    conda:
+        "../envs/benchmaker.yaml"
+    params:
+        settings=config["export"],
+    script:
+        "../scripts/upload.py"

@@ -1,0 +1,22 @@
+rule preprocess:
+    input:
+        unpack(preprocess_inputs),
+    output:
+        images=f"{RESULTS}/images.jsonl",
+        quarantine=f"{RESULTS}/quarantine.jsonl",
+        shards=expand(f"{RESULTS}/shards/images/{{shard}}.jsonl", shard=SHARDS),
+    log:
+        f"{LOGS}/preprocess.log",
+    benchmark:
+        f"{BENCH}/preprocess.tsv"
+    conda:
+        "../envs/benchmaker.yaml"
+    threads: 2
+    params:
+        image_root=IMAGE_ROOT,
+        settings=config["preprocess"],
+        n_shards=config["n_shards"],
+        columns=COLUMNS,
+        version=stage_version("preprocess"),
+    script:
+        "../scripts/preprocess.py"

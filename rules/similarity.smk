@@ -1,0 +1,73 @@
+rule embed_images:
+    input:
+        images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+    output:
+        embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
+        losses=f"{RESULTS}/losses/embed/{{shard}}.jsonl",
+    log:
+        f"{LOGS}/embed_images/{{shard}}.log",
+    benchmark:
+        f"{BENCH}/embed_images/{{shard}}.tsv"
+    conda:
+        "../envs/benchmaker.yaml"
+    threads: 4
+    resources:
+        gpu=1,
+        mem_mb=8000,
+    params:
+        model=similarity_model_params(),
+        runtime={
+            k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
+        },
+        cache_dir=config["similarity"]["cache_dir"]
+        or f"{config['paths']['results']}/.cache/embeddings",
+        image_root=IMAGE_ROOT,
+        columns=COLUMNS,
+        version=stage_version("embed"),
+    script:
+        "../scripts/embed_images.py"
+
+
+rule embed_queries:
+    input:
+        qrels=f"{RESULTS}/qrels.jsonl",
+    output:
+        embeddings=f"{RESULTS}/embeddings/queries.parquet",
+    log:
+        f"{LOGS}/embed_queries.log",
+    conda:
+        "../envs/benchmaker.yaml"
+    threads: 2
+    params:
+        model=similarity_model_params(),
+        runtime={k: config["similarity"][k] for k in ("device", "batch_size")},
+        columns=COLUMNS,
+        version=stage_version("embed"),
+    script:
+        "../scripts/embed_queries.py"
+
+
+rule score:
+    input:
+        qrels=f"{RESULTS}/qrels.jsonl",
+        query_embeddings=f"{RESULTS}/embeddings/queries.parquet",
+        image_embeddings=expand(
+            f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
+        ),
+        embed_losses=expand(f"{RESULTS}/losses/embed/{{shard}}.jsonl", shard=SHARDS),
+    output:
+        scored=f"{RESULTS}/qrels_with_score.jsonl",
+        losses=f"{RESULTS}/losses/similarity.jsonl",
+    log:
+        f"{LOGS}/score.log",
+    benchmark:
+        f"{BENCH}/score.tsv"
+    conda:
+        "../envs/benchmaker.yaml"
+    params:
+        logit_column=config["similarity"]["logit_column"],
+        rank_column=config["similarity"]["rank_column"],
+        columns=COLUMNS,
+        version=stage_version("score"),
+    script:
+        "../scripts/score.py"

@@ -1,0 +1,194 @@
+"""Configuration: load one YAML file, validate it against the JSON schema, fill defaults.
+
+The schema (``config/schema.yaml``, shipped in the package as ``schemas/config.schema.yaml``) is the one
+source of truth. Errors name the offending key by its path (``judge.rules.relevant_min_jaccard``).
+Secrets are never read from config: only the *name* of an environment variable is configurable.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import hashlib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from jsonschema import Draft202012Validator
+
+__all__ = [
+    "ConfigError",
+    "load_config",
+    "validate_config",
+    "load_schema",
+    "results_dir",
+    "section_digest",
+    "RESERVED_COLUMNS",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending key."""
+
+
+# Canonical column keys that facet names must not shadow (facets become columns of the dataset).
+RESERVED_COLUMNS = {
+    "image", "image_id", "image_url", "mime_type", "license", "doi", "original_dataset_name",
+    "query_id", "query_text", "relevance_label", "tags", "summary", "confidence", "seed_image_ids",
+    "candidate_image_ids", "clip_score", "clip_rank", "width", "height", "file_size", "sha256",
+    "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant",
+}
+
+
+def load_schema() -> dict:
+    text = resources.files("benchmaker").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _path(error) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "<top level>"
+
+
+def _format_error(error) -> str:
+    where = _path(error)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = ", ".join(sorted(error.schema.get("properties", {}))) or "(none)"
+        keys = ", ".join(f"{where + '.' if where != '<top level>' else ''}{k}" for k in extra)
+        return f"unknown key {keys} (allowed here: {allowed})"
+    if error.validator == "required":
+        return f"missing key at {where}: {error.message}"
+    return f"{where}: {error.message}"
+
+
+def _fill_defaults(cfg: dict, schema: dict) -> None:
+    """Fill defaults, resolving $ref to $defs (done by hand: simpler than a resolver and exact)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(s: dict) -> dict:
+        while "$ref" in s:
+            name = s["$ref"].split("/")[-1]
+            merged = dict(defs[name])
+            merged.update({k: v for k, v in s.items() if k != "$ref"})
+            s = merged
+        return s
+
+    def walk(instance: Any, s: dict) -> None:
+        s = resolve(s)
+        if not isinstance(instance, dict):
+            return
+        for prop, sub in s.get("properties", {}).items():
+            sub_r = resolve(sub)
+            if prop not in instance and "default" in sub_r:
+                instance[prop] = copy.deepcopy(sub_r["default"])
+            if prop in instance:
+                walk(instance[prop], sub_r)
+        addl = s.get("additionalProperties")
+        if isinstance(addl, dict):
+            for k, v in instance.items():
+                if k not in s.get("properties", {}):
+                    walk(v, addl)
+
+    walk(cfg, schema)
+
+
+def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = None) -> dict:
+    """Validate a config mapping, fill defaults, run cross-key checks. Returns a new dict."""
+    cfg = copy.deepcopy(dict(cfg))
+    schema = load_schema()
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _path(e)))
+    if errors:
+        msgs = "\n  - ".join(_format_error(e) for e in errors[:20])
+        raise ConfigError(f"invalid configuration:\n  - {msgs}")
+    _fill_defaults(cfg, schema)
+    # a second pass: defaults themselves must be valid (guards schema typos)
+    errors = list(validator.iter_errors(cfg))
+    if errors:
+        raise ConfigError("invalid configuration after filling defaults: " + _format_error(errors[0]))
+    _cross_checks(cfg)
+    if base_dir is not None:
+        cfg.setdefault("_base_dir", str(Path(base_dir).resolve()))
+    return cfg
+
+
+def _cross_checks(cfg: dict) -> None:
+    facets = cfg["facets"]
+    taxonomy = facets["taxonomy"]
+    booleans = facets.get("boolean", [])
+    problems: list[str] = []
+    for name in list(taxonomy) + list(booleans):
+        if name in RESERVED_COLUMNS or name in cfg["columns"].values():
+            problems.append(f"facets: facet name '{name}' collides with a built-in column name")
+    both = set(taxonomy) & set(booleans)
+    if both:
+        problems.append(f"facets.boolean: {sorted(both)} also listed in facets.taxonomy")
+    tags = facets["tags"]
+    if tags["min"] > tags["max"]:
+        problems.append(f"facets.tags.min ({tags['min']}) is greater than facets.tags.max ({tags['max']})")
+    vocab = tags["vocabulary"]
+    if vocab and tags["min"] > len(vocab):
+        problems.append(f"facets.tags.min ({tags['min']}) exceeds the vocabulary size ({len(vocab)})")
+    all_facets = set(taxonomy) | set(booleans)
+    plan = cfg["plan"]
+    for key in ("core_facets", "off_facets", "diversity_facets"):
+        for f in plan[key]:
+            if f not in all_facets:
+                problems.append(f"plan.{key}: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
+    if plan["neg_hard"] + plan["neg_nearmiss"] + plan["neg_easy"] != plan["neg_total"]:
+        problems.append(
+            "plan.neg_total: must equal neg_hard + neg_nearmiss + neg_easy "
+            f"({plan['neg_hard']} + {plan['neg_nearmiss']} + {plan['neg_easy']} != {plan['neg_total']})"
+        )
+    cols = cfg["columns"]
+    seen: dict[str, str] = {}
+    for key, name in cols.items():
+        if name in seen:
+            problems.append(f"columns.{key}: name '{name}' already used by columns.{seen[name]}")
+        seen[name] = key
+    for stage in ("vision", "judge"):
+        sec = cfg[stage]
+        if sec["adapter"] in ("openai", "gemini"):
+            llm = sec[sec["adapter"]]
+            if llm.get("image_transport") == "url" and not cfg["preprocess"]["image_base_url"] and stage == "vision":
+                problems.append(f"{stage}.{sec['adapter']}.image_transport: 'url' needs preprocess.image_base_url")
+    if problems:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> dict:
+    """Load a YAML config file, apply nested overrides, validate and fill defaults."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path}: top level must be a mapping")
+    if overrides:
+        raw = deep_merge(raw, overrides)
+    return validate_config(raw)
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
+    out = copy.deepcopy(dict(base))
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def results_dir(cfg: Mapping[str, Any]) -> str:
+    return f"{cfg['paths']['results']}/{cfg['benchmark']['name']}"
+
+
+def section_digest(obj: Any) -> str:
+    """A short stable digest of a JSON-able object (used for params and cache keys)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

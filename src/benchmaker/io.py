@@ -1,0 +1,104 @@
+"""Atomic file writing and streaming JSONL helpers (no heavy imports)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+__all__ = ["atomic_path", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent", "JsonlAppender"]
+
+
+def ensure_parent(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds."""
+    target = ensure_parent(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or ".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _default(o: Any):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_default)
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
+    """Atomically write rows as JSON lines; returns the number of rows."""
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(dumps(row))
+            fh.write("\n")
+            n += 1
+    return n
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
+    """Stream rows of a JSONL file; blank lines are skipped; a bad line raises with its number."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+
+
+class JsonlAppender:
+    """Append-only JSONL journal, flushed and fsynced per write: survives interrupts (used by caches/state)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = ensure_parent(path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, row: dict) -> None:
+        self._fh.write(dumps(row) + "\n")
+        self._fh.flush()
+
+    def sync(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self.sync()
+            self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,51 @@
+"""Bridge from a Snakemake ``script:`` to a library ``run(...)`` function, without importing Snakemake.
+
+``run_stage(snakemake, "benchmaker.plan:run")`` passes every *named* input, output and param of the
+rule as a keyword argument (file lists become lists of str), plus ``threads``; the stage's logging and
+any traceback go to the rule's ``log:`` file and to the terminal.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from .logs import stage_logging
+
+__all__ = ["run_stage", "named_items"]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, bytes, int, float, bool, dict)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def named_items(namedlist: Any) -> dict[str, Any]:
+    """The named entries of a Snakemake Namedlist (duck-typed: anything with ``_names``)."""
+    names = getattr(namedlist, "_names", None) or {}
+    return {name: _plain(getattr(namedlist, name)) for name in names}
+
+
+def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr or "run")
+
+
+def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
+    log = smk.log[0] if len(smk.log) else None
+    with stage_logging(log) as logger:
+        kwargs: dict[str, Any] = {}
+        for part in (smk.input, smk.output, smk.params):
+            for k, v in named_items(part).items():
+                if k in kwargs:
+                    raise TypeError(f"rule {smk.rule}: name '{k}' used twice among input/output/params")
+                kwargs[k] = v
+        kwargs["threads"] = int(getattr(smk, "threads", 1) or 1)
+        kwargs.update(extra)
+        logger.info("rule %s%s", smk.rule, f" ({dict(smk.wildcards)})" if len(smk.wildcards) else "")
+        return _resolve(target)(**kwargs)
