@@ -1,0 +1,133 @@
+"""Judge stage: write one query per planned query and label every planned candidate.
+
+Adapters (``judge.adapter``) implement :class:`benchmaker.judge.base.Judge`. Whatever the adapter,
+``finalize`` enforces the contract of qrels.jsonl: a query is kept only if its judgment covers exactly
+the planned candidates (otherwise it goes to the losses file), labels are in range, rows are ordered
+seed first then in plan order, ``is_seed`` and ``seed_not_relevant`` are set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import polars as pl
+
+from ..formats import FacetModel, read_table, write_table
+from ..logs import get_logger
+from ..losses import Losses
+from .base import get_judge
+
+__all__ = ["run", "finalize", "planned_pairs"]
+
+log = get_logger("judge")
+
+
+def planned_pairs(plan: pl.DataFrame) -> pl.DataFrame:
+    """(query_id, image_id, pool, position) for every planned candidate, seeds first as planned."""
+    return (
+        plan.select("query_id", "candidates")
+        .explode("candidates")
+        .with_columns(pl.int_range(pl.len()).over("query_id").alias("position"))
+        .unnest("candidates")
+        .select("query_id", "image_id", "pool", "position")
+    )
+
+
+def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_name: str,
+             graded: bool = False) -> pl.DataFrame:
+    max_label = 3 if graded else 1
+    pairs = planned_pairs(plan)
+    if "rationale" not in judged.columns:
+        judged = judged.with_columns(pl.lit(None, pl.String).alias("rationale"))
+    if "judge" not in judged.columns:
+        judged = judged.with_columns(pl.lit(judge_name).alias("judge"))
+    judged = judged.select(
+        pl.col("query_id").cast(pl.String), pl.col("query_text").cast(pl.String),
+        pl.col("image_id").cast(pl.String), pl.col("relevance_label").cast(pl.Int64),
+        pl.col("rationale").cast(pl.String), pl.col("judge").cast(pl.String),
+    ).unique(subset=["query_id", "image_id"], keep="first", maintain_order=True)
+
+    merged = pairs.join(judged, on=["query_id", "image_id"], how="left")
+    bad_q: dict[str, str] = {}
+    missing = merged.filter(pl.col("relevance_label").is_null()).group_by("query_id").len()
+    for qid, n in missing.iter_rows():
+        bad_q.setdefault(qid, f"judgment misses {n} planned candidate(s)")
+    out_of_range = merged.filter((pl.col("relevance_label") < 0) | (pl.col("relevance_label") > max_label))
+    for qid in out_of_range["query_id"].unique().to_list():
+        bad_q.setdefault(qid, f"relevance label outside 0..{max_label}")
+    no_text = merged.filter(pl.col("query_text").is_null() | (pl.col("query_text").str.strip_chars() == ""))
+    for qid in no_text["query_id"].unique().to_list():
+        bad_q.setdefault(qid, "no query text")
+    extra = judged.join(pairs, on=["query_id", "image_id"], how="anti")
+    if extra.height:
+        log.warning("judge returned %d unplanned (query, image) pairs; ignored", extra.height)
+    already_lost = {r["item_id"] for r in losses.rows if r["item_type"] == "query"}
+    judged_q = set(judged["query_id"].unique().to_list())
+    for qid in plan["query_id"].to_list():
+        if qid not in judged_q and qid not in already_lost:
+            bad_q.setdefault(qid, "no judgment returned")
+    for qid, reason in bad_q.items():
+        if qid not in already_lost:
+            losses.add("query", qid, "incomplete_judgment", reason)
+    kept = merged.filter(~pl.col("query_id").is_in(list(bad_q)))
+    # one text per query (the adapter's first)
+    texts = kept.group_by("query_id", maintain_order=True).agg(pl.col("query_text").first())
+    kept = kept.drop("query_text").join(texts, on="query_id", how="left")
+    kept = kept.with_columns((pl.col("pool") == "seed").alias("is_seed"))
+    seed_bad = (
+        kept.filter(pl.col("is_seed")).group_by("query_id")
+        .agg((pl.col("relevance_label") == 0).any().alias("seed_not_relevant"))
+    )
+    kept = kept.join(seed_bad, on="query_id", how="left").with_columns(pl.col("seed_not_relevant").fill_null(False))
+    order = plan.select("query_id").with_row_index("q_order")
+    kept = (
+        kept.join(order, on="query_id", how="left")
+        .sort(["q_order", "position"])
+        .select("query_id", "query_text", "image_id", "relevance_label", "pool", "is_seed",
+                "seed_not_relevant", "judge", "rationale")
+    )
+    dup_text = texts.filter(~pl.col("query_id").is_in(list(bad_q))).group_by("query_text").len().filter(pl.col("len") > 1)
+    if dup_text.height:
+        log.warning("%d query texts are shared by several queries (evaluators that dedupe by text "
+                    "will merge them): %s", dup_text.height, dup_text["query_text"].head(5).to_list())
+    n_flag = kept.filter(pl.col("is_seed") & pl.col("seed_not_relevant")).select("query_id").n_unique()
+    if n_flag:
+        log.warning("%d queries have a seed judged not relevant to its own query (a bad query signal)", n_flag)
+    return kept
+
+
+def run(
+    *,
+    plan: str,
+    annotations: str,
+    images: str,
+    qrels: str,
+    losses: str,
+    adapter: str,
+    settings: Mapping[str, Any],
+    facets: Mapping[str, Any],
+    image_root: str,
+    columns: Mapping[str, str],
+    cache_dir: str | None = None,
+    threads: int = 1,
+    version: str | None = None,
+    **_: Any,
+) -> None:
+    fm = FacetModel.from_config(facets)
+    plan_df = read_table("query_plan", plan, columns=columns)
+    ann = read_table("annotations", annotations, columns=columns, facets=fm)
+    imgs = read_table("images", images, columns=columns)
+    settings = dict(settings)
+    adapter_settings = dict(settings.pop("adapter_settings", {}) or {})
+    judge_settings = {**adapter_settings, **settings}
+    graded = settings.get("labels") == "graded"
+    loss = Losses("judge")
+    judge = get_judge(adapter, facets=fm, settings=judge_settings, image_root=image_root,
+                      cache_dir=cache_dir, threads=threads)
+    log.info("judge[%s]: %d planned queries", adapter, plan_df.height)
+    judged = judge.judge(plan_df, ann, imgs, loss)
+    out = finalize(plan_df, judged, loss, judge_name=getattr(judge, "name", adapter), graded=graded)
+    n = write_table(out, "qrels", qrels, columns=columns)
+    loss.write(losses)
+    log.info("judge[%s]: wrote %d qrels rows for %d queries; %d losses", adapter, n,
+             out["query_id"].n_unique(), len(loss))

@@ -1,0 +1,45 @@
+"""Vision stage: annotate every image of a shard with the configured facet model.
+
+Adapters (chosen by ``vision.adapter``) implement :class:`benchmaker.vision.base.VisionAnnotator`.
+``run`` is what the ``vision`` rule calls for one shard.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..formats import FacetModel, read_table, write_table
+from ..logs import get_logger
+from ..losses import Losses
+from .base import get_annotator
+
+__all__ = ["run"]
+
+log = get_logger("vision")
+
+
+def run(
+    *,
+    images: str,
+    annotations: str,
+    losses: str,
+    adapter: str,
+    settings: Mapping[str, Any],
+    facets: Mapping[str, Any],
+    image_root: str,
+    columns: Mapping[str, str],
+    cache_dir: str | None = None,
+    threads: int = 1,
+    version: str | None = None,
+    **_: Any,
+) -> None:
+    fm = FacetModel.from_config(facets)
+    imgs = read_table("images", images, columns=columns)
+    log.info("vision[%s]: %d images from %s", adapter, imgs.height, images)
+    loss = Losses("vision")
+    annotator = get_annotator(adapter, facets=fm, settings=dict(settings), image_root=image_root,
+                              cache_dir=cache_dir, threads=threads)
+    ann = annotator.annotate(imgs, loss)
+    n = write_table(ann, "annotations", annotations, columns=columns, facets=fm)
+    loss.write(losses)
+    log.info("vision[%s]: wrote %d annotations, %d losses", adapter, n, len(loss))

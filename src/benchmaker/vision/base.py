@@ -1,0 +1,43 @@
+"""The vision adapter interface and registry."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import polars as pl
+
+from ..formats import FacetModel
+from ..losses import Losses
+
+__all__ = ["VisionAnnotator", "ADAPTERS", "get_annotator"]
+
+
+class VisionAnnotator(Protocol):
+    """Turns image rows (canonical ``images`` columns) into ``annotations`` rows.
+
+    Must return exactly one row per image it could annotate, with ``image_id, summary, tags,
+    confidence, annotator`` and one column per facet; every image it could not annotate is added to
+    ``losses`` (item_type ``image``) with its reason.
+    """
+
+    name: str
+
+    def annotate(self, images: pl.DataFrame, losses: Losses) -> pl.DataFrame: ...
+
+
+# name -> "module:Class"; classes take (facets=, settings=, image_root=, cache_dir=, threads=)
+ADAPTERS: dict[str, str] = {
+    "clip": "benchmaker.vision.clip:ClipAnnotator",
+    "openai": "benchmaker.vision.openai:OpenAIAnnotator",
+    "gemini": "benchmaker.vision.gemini:GeminiAnnotator",
+}
+
+
+def get_annotator(name: str, *, facets: FacetModel, settings: dict[str, Any], image_root: str,
+                  cache_dir: str | None, threads: int = 1) -> VisionAnnotator:
+    if name not in ADAPTERS:
+        raise ValueError(f"vision.adapter: unknown adapter {name!r} (known: {', '.join(ADAPTERS)})")
+    module, _, cls = ADAPTERS[name].partition(":")
+    klass = getattr(importlib.import_module(module), cls)
+    return klass(facets=facets, settings=settings, image_root=image_root, cache_dir=cache_dir, threads=threads)

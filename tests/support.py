@@ -1,0 +1,171 @@
+"""Test support: tiny image corpora, tiny random open_clip checkpoints, configs. Imported by tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_CLIP_CFG = {
+    "embed_dim": 64,
+    "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "head_width": 32, "patch_size": 32},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
+}
+
+COLORS = {
+    "red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220), "yellow": (235, 210, 40),
+    "gray": (128, 128, 128),
+}
+SHAPES = ("circle", "square", "stripes")
+
+
+def make_tiny_clip(dest: Path, seed: int = 0) -> Path:
+    """Write a random tiny open_clip model as a ``local-dir:`` folder; returns the folder."""
+    from benchmaker import _tvshim
+
+    _tvshim.install()
+    import open_clip
+    import torch
+    from safetensors.torch import save_file
+
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "open_clip_config.json").write_text(json.dumps({
+        "model_cfg": TINY_CLIP_CFG,
+        "preprocess_cfg": {"mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]},
+    }))
+    torch.manual_seed(seed)
+    cfg_file = dest / "tiny-clip.json"
+    cfg_file.write_text(json.dumps(TINY_CLIP_CFG))
+    open_clip.add_model_config(str(cfg_file))
+    model = open_clip.create_model("tiny-clip", pretrained=None)
+    model.eval()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(dest / "open_clip_model.safetensors"))
+    return dest
+
+
+def draw_image(color: tuple[int, int, int], shape: str, size: int, seed: int):
+    from PIL import Image, ImageDraw
+
+    rnd = random.Random(seed)
+    bg = tuple(rnd.randint(200, 255) for _ in range(3))
+    img = Image.new("RGB", (size, int(size * rnd.uniform(0.7, 1.3))), bg)
+    d = ImageDraw.Draw(img)
+    w, h = img.size
+    if shape == "circle":
+        r = rnd.randint(size // 5, size // 3)
+        cx, cy = rnd.randint(r, w - r), rnd.randint(r, h - r)
+        d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=color)
+    elif shape == "square":
+        s = rnd.randint(size // 4, size // 2)
+        x, y = rnd.randint(0, w - s), rnd.randint(0, h - s)
+        d.rectangle([x, y, x + s, y + s], fill=color)
+    else:
+        step = rnd.randint(8, 16)
+        for x in range(0, w, step * 2):
+            d.rectangle([x, 0, x + step, h], fill=color)
+    for _ in range(30):  # texture so that hashes differ
+        x, y = rnd.randrange(w), rnd.randrange(h)
+        d.point((x, y), fill=tuple(rnd.randrange(256) for _ in range(3)))
+    return img
+
+
+def make_corpus(root: Path, n_per: int = 2, with_bad: bool = True) -> Path:
+    """A tiny corpus: <color>/<shape>_<i>.(jpg|png) plus, optionally, bad files under broken/."""
+    root.mkdir(parents=True, exist_ok=True)
+    k = 0
+    for color, rgb in COLORS.items():
+        for shape in SHAPES:
+            for i in range(n_per):
+                img = draw_image(rgb, shape, 96 + 16 * (k % 5), seed=k)
+                ext = "jpg" if k % 2 == 0 else "png"
+                p = root / color / f"{shape}_{i}.{ext}"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                img.save(p, quality=90) if ext == "jpg" else img.save(p)
+                k += 1
+    if with_bad:
+        bad = root / "broken"
+        bad.mkdir(exist_ok=True)
+        good = next(root.glob("red/*.jpg")).read_bytes()
+        (bad / "truncated.jpg").write_bytes(good[: len(good) // 2])
+        (bad / "not_an_image.jpg").write_text("this is text, not a JPEG\n")
+        (bad / "empty.png").write_bytes(b"")
+    return root
+
+
+def rights_map(path: Path) -> Path:
+    path.write_text(json.dumps({
+        "default": {"license": "CC0-1.0", "doi": None, "dataset_name": None},
+        "prefixes": [{"prefix": "red/", "license": "CC-BY-4.0", "doi": "10.0000/red", "dataset_name": "reds"}],
+        "files": {"blue/circle_0.jpg": {"license": "CC-BY-SA-4.0"}},
+    }, indent=2))
+    return path
+
+
+TINY_FACETS = {
+    "taxonomy": {
+        "color": ["red", "green", "blue", "yellow", "gray", "unknown"],
+        "shape": ["circle", "square", "stripes", "unknown"],
+    },
+    "boolean": ["is_bright"],
+    "tags": {
+        "min": 2,
+        "max": 4,
+        "vocabulary": ["red", "green", "blue", "yellow", "gray", "circle", "square", "stripes",
+                       "round", "angular", "pattern", "bright", "dark", "texture"],
+    },
+}
+
+
+def tiny_config(tmp: Path, corpus: Path, clip_dir: Path, **overrides) -> dict:
+    """A complete config for the tiny corpus and tiny CLIP (no network)."""
+    from benchmaker.config import deep_merge
+
+    cfg = {
+        "benchmark": {"name": "tiny", "description": "tiny test benchmark", "authors": [{"name": "tests"}]},
+        "paths": {"image_root": str(corpus), "results": str(tmp / "results"),
+                  "rights_map": str(rights_map(tmp / "rights_map.json"))},
+        "facets": TINY_FACETS,
+        "n_shards": 2,
+        "vision": {"adapter": "clip", "clip": {"model": f"local-dir:{clip_dir}", "pretrained": None,
+                                               "batch_size": 8}},
+        "plan": {"num_seeds": 4, "core_facets": ["color"], "off_facets": ["color", "shape"],
+                 "diversity_facets": [], "pos_total": 1, "neutral_total": 1, "neg_total": 3,
+                 "neg_hard": 1, "neg_nearmiss": 1, "neg_easy": 1, "max_image_reuse": 5},
+        "judge": {"adapter": "rules"},
+        "similarity": {"model": f"local-dir:{clip_dir}", "pretrained": None, "batch_size": 8,
+                       "num_workers": 0, "device": "cpu"},
+        "summary": {"sample_grid": 6, "scale_factor": 1.0},
+        "export": {"rows_per_file": 20},
+    }
+    return deep_merge(cfg, overrides)
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def snakemake(args: list[str], workdir: Path, config: Path, env: dict | None = None,
+              timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run the real workflow in a subprocess on a config file."""
+    e = dict(os.environ)
+    e.setdefault("HF_HUB_OFFLINE", "1")
+    e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
+    if env:
+        e.update(env)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
+           "--configfile", str(config), "--workflow-profile", "none", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
