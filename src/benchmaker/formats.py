@@ -148,6 +148,14 @@ KINDS: dict[str, Spec] = {
         optional={"rationale": Str},
         doc="qrels plus the CLIP cosine similarity and its rank within the query",
     ),
+    "costs": Spec(
+        required={
+            "stage": Str, "item_id": Str, "model": Str, "mode": Str, "input_tokens": Int,
+            "cached_input_tokens": Int, "output_tokens": Int, "reasoning_tokens": Int, "cost_usd": Float,
+        },
+        optional={"attempt": Int, "cached": Bool},
+        doc="one row per paid API request (actual usage x price table); cached=true rows cost nothing now",
+    ),
 }
 
 
