@@ -1,0 +1,129 @@
+"""Config loading: defaults, unknown keys named by path, cross-key checks, the example config."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmaker.config import ConfigError, load_config, validate_config, section_digest, results_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def minimal():
+    return {
+        "benchmark": {"name": "b1"},
+        "paths": {"image_root": "imgs"},
+        "facets": {"taxonomy": {"kind": ["a", "b"]}},
+        "plan": {"neg_total": 3, "neg_hard": 1, "neg_nearmiss": 1, "neg_easy": 1},
+    }
+
+
+def test_example_config_loads_and_fills_defaults():
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert cfg["vision"]["adapter"] == "clip"
+    assert cfg["judge"]["adapter"] == "rules"
+    assert cfg["columns"]["query_id"] == "query_id"
+    assert cfg["similarity"]["batch_size"] >= 1
+    assert results_dir(cfg).endswith(cfg["benchmark"]["name"])
+
+
+def test_defaults_filled_in_nested_refs():
+    cfg = validate_config(minimal())
+    assert cfg["vision"]["openai"]["mode"] == "batch"
+    assert cfg["vision"]["openai"]["api_key_env"] == "OPENAI_API_KEY"
+    assert cfg["judge"]["rules"]["relevant_min_jaccard"] == 0.25
+    assert cfg["n_shards"] == 1
+    assert cfg["columns"]["relevance_label"] == "relevance_label"
+
+
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda c: c["plan"].__setitem__("neg_totl", 3), "plan.neg_totl"),
+        (lambda c: c.__setitem__("visoin", {}), "visoin"),
+        (lambda c: c.setdefault("judge", {}).setdefault("rules", {}).__setitem__("thresh", 1),
+         "judge.rules.thresh"),
+        (lambda c: c.setdefault("vision", {}).setdefault("openai", {}).__setitem__("api_key", "sk-x"),
+         "vision.openai.api_key"),
+    ],
+)
+def test_unknown_keys_are_named_with_their_path(mutate, needle):
+    cfg = minimal()
+    mutate(cfg)
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg)
+    assert needle in str(exc.value)
+
+
+def test_type_errors_name_the_key():
+    cfg = minimal()
+    cfg["n_shards"] = "four"
+    with pytest.raises(ConfigError, match="n_shards"):
+        validate_config(cfg)
+
+
+def test_quota_sum_checked():
+    cfg = minimal()
+    cfg["plan"]["neg_total"] = 5
+    with pytest.raises(ConfigError, match="plan.neg_total"):
+        validate_config(cfg)
+
+
+def test_plan_facets_must_exist():
+    cfg = minimal()
+    cfg["plan"]["core_facets"] = ["nope"]
+    with pytest.raises(ConfigError, match="plan.core_facets: 'nope'"):
+        validate_config(cfg)
+
+
+def test_facet_name_may_not_shadow_a_column():
+    cfg = minimal()
+    cfg["facets"]["boolean"] = ["summary"]
+    with pytest.raises(ConfigError, match="summary"):
+        validate_config(cfg)
+
+
+def test_duplicate_column_names_rejected():
+    cfg = minimal()
+    cfg["columns"] = {"query_id": "qid", "image_id": "qid"}
+    with pytest.raises(ConfigError, match="columns.image_id"):
+        validate_config(cfg)
+
+
+def test_tags_min_max():
+    cfg = minimal()
+    cfg["facets"]["tags"] = {"min": 5, "max": 2, "vocabulary": ["a", "b", "c", "d", "e", "f"]}
+    with pytest.raises(ConfigError, match="facets.tags.min"):
+        validate_config(cfg)
+
+
+def test_validate_does_not_mutate_input_and_is_idempotent():
+    raw = minimal()
+    before = copy.deepcopy(raw)
+    once = validate_config(raw)
+    assert raw == before
+    assert validate_config(once) == once
+
+
+def test_section_digest_stable_under_key_order():
+    assert section_digest({"a": 1, "b": [1, 2]}) == section_digest({"b": [1, 2], "a": 1})
+    assert section_digest({"a": 1}) != section_digest({"a": 2})
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("benchmark: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_schema_file_is_the_packaged_one():
+    from benchmaker.config import load_schema
+
+    assert load_schema() == yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())

@@ -1,0 +1,177 @@
+"""The whole Snakefile on the tiny fixture corpus: dry run, lint, end-to-end contracts, rerun scope."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import support
+from benchmaker.config import validate_config
+from benchmaker.formats import FacetModel, read_table
+from benchmaker.losses import read_losses
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES_PER_RUN = {"preprocess", "vision", "merge_annotations", "plan", "judge", "embed_images",
+                 "embed_queries", "score", "summary", "export", "all"}
+
+
+def job_stats(output: str) -> dict[str, int]:
+    """Parse Snakemake's 'Job stats' table into {rule: count}."""
+    stats: dict[str, int] = {}
+    lines = output.splitlines()
+    try:
+        start = max(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
+    except ValueError:
+        return stats
+    for line in lines[start + 1:]:
+        m = re.match(r"^(\S+)\s+(\d+)\s*$", line.strip())
+        if m:
+            if m.group(1) == "total":
+                break
+            stats[m.group(1)] = int(m.group(2))
+        elif stats and not line.strip():
+            break
+    return stats
+
+
+def test_dry_run_lists_every_job(tmp_path, tiny_cfg):
+    cfg = support.write_config(tmp_path / "config.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    n = tiny_cfg["n_shards"]
+    assert stats == {
+        "all": 1, "preprocess": 1, "vision": n, "merge_annotations": 1, "plan": 1, "judge": 1,
+        "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
+    } | {k: v for k, v in stats.items() if k not in RULES_PER_RUN}
+
+
+def test_job_count_scales_with_shards_only(tmp_path, tiny_cfg):
+    tiny_cfg["n_shards"] = 64
+    cfg = support.write_config(tmp_path / "config.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1", "--quiet", "rules"], tmp_path, cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert stats["embed_images"] == 64 and stats["vision"] == 64
+    assert sum(stats.values()) < 64 * 4 + 20
+
+
+def test_bad_config_key_is_named(tmp_path, tiny_cfg):
+    tiny_cfg["plan"]["neg_hardd"] = 1
+    cfg = support.write_config(tmp_path / "config.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    assert r.returncode != 0
+    assert "plan.neg_hardd" in r.stdout + r.stderr
+
+
+def test_lint_is_clean():
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "-s", str(ROOT / "Snakefile"),
+                        "-d", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Lints for" not in r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, tiny_corpus, tiny_clip):
+    tmp = tmp_path_factory.mktemp("wf")
+    cfg = support.tiny_config(tmp, tiny_corpus, tiny_clip,
+                              columns={"query_id": "qid", "relevance_label": "relevant"})
+    cfg_path = support.write_config(tmp / "config.yaml", cfg)
+    r = support.snakemake(["-c2", "--show-failed-logs"], tmp, cfg_path, timeout=1500)
+    if r.returncode != 0:
+        pytest.fail("workflow failed:\n" + (r.stdout + r.stderr)[-6000:])
+    return tmp, validate_config(cfg), cfg_path
+
+
+@pytest.mark.slow
+def test_end_to_end_contracts(full_run):
+    tmp, cfg, _ = full_run
+    res = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"]
+    cols = cfg["columns"]
+    fm = FacetModel.from_config(cfg["facets"])
+    images = read_table("images", res / "images.jsonl", columns=cols)
+    quarantine = read_table("quarantine", res / "quarantine.jsonl")
+    # bad input: the three broken files are quarantined with reasons, everything else accepted
+    assert images.height == 30
+    assert quarantine.height == 3
+    assert set(quarantine["path"].to_list()) == {"broken/truncated.jpg", "broken/not_an_image.jpg", "broken/empty.png"}
+    assert quarantine["reason"].null_count() == 0
+    shard_rows = sum(read_table("images", p, columns=cols).height for p in (res / "shards" / "images").glob("*.jsonl"))
+    assert shard_rows == images.height
+    ann = read_table("annotations", res / "annotations.jsonl", columns=cols, facets=fm)
+    vision_losses = read_losses(res / "losses" / "vision.jsonl")
+    assert ann.height + vision_losses.height == images.height
+    plan = read_table("query_plan", res / "query_plan.jsonl", columns=cols)
+    assert plan.height >= 1
+    qrels = read_table("qrels", res / "qrels.jsonl", columns=cols)
+    judge_losses = read_losses(res / "losses" / "judge.jsonl")
+    assert qrels["query_id"].n_unique() + judge_losses.filter(pl.col("item_type") == "query").height == plan.height
+    # seed row first within each query
+    firsts = qrels.group_by("query_id", maintain_order=True).first()
+    assert firsts["is_seed"].all()
+    # configured names on disk
+    first_line = json.loads((res / "qrels.jsonl").read_text().splitlines()[0])
+    assert "qid" in first_line and "relevant" in first_line and "query_id" not in first_line
+    scored = read_table("qrels_with_score", res / "qrels_with_score.jsonl", columns=cols)
+    assert scored.height == qrels.height
+    assert scored["clip_score"].drop_nulls().is_between(-1.0001, 1.0001).all()
+    assert (res / "summary").is_dir() and any((res / "summary").glob("*.png"))
+    assert any((res / "summary").glob("*.csv"))
+    ds = res / "hf_dataset"
+    assert (ds / "README.md").exists()
+    assert list((ds / "data").glob("*.parquet"))
+
+
+@pytest.mark.slow
+def test_hf_dataset_loads_and_decodes(full_run):
+    datasets = pytest.importorskip("datasets")
+    tmp, cfg, _ = full_run
+    ds_dir = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"] / "hf_dataset"
+    files = sorted(str(p) for p in (ds_dir / "data").glob("*.parquet"))
+    ds = datasets.load_dataset("parquet", data_files={"test": files}, split="test")
+    row = ds[0]
+    assert row["image"].size[0] > 0
+    assert "qid" in ds.column_names and "relevant" in ds.column_names
+
+
+@pytest.mark.slow
+def test_second_run_has_nothing_to_do(full_run):
+    tmp, cfg, cfg_path = full_run
+    r = support.snakemake(["-n", "-c1"], tmp, cfg_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_judge_change_reruns_only_judge_and_downstream(full_run):
+    tmp, cfg, _ = full_run
+    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
+                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
+                              columns={"query_id": "qid", "relevance_label": "relevant"})
+    raw["judge"]["rules"] = {"relevant_min_jaccard": 0.6}
+    cfg2 = support.write_config(tmp / "config_judge.yaml", raw)
+    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all"}, stats
+
+
+@pytest.mark.slow
+def test_similarity_model_change_does_not_rerun_vision_or_judge(full_run):
+    tmp, cfg, _ = full_run
+    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
+                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
+                              columns={"query_id": "qid", "relevance_label": "relevant"})
+    raw["similarity"]["precision"] = "fp32"
+    cfg2 = support.write_config(tmp / "config_sim.yaml", raw)
+    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert "vision" not in stats and "judge" not in stats and "plan" not in stats
+    assert stats.get("embed_images") == cfg["n_shards"]
