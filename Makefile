@@ -1,0 +1,34 @@
+# Two commands do all set-up:  `make example` (build the example benchmark) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CORES ?= all
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+
+.PHONY: example example-offline test lint dryrun clean-example
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip >/dev/null
+	$(PY) -m pip install -e '.[test,slurm,k8s]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+## Build the example benchmark end to end (no API key; downloads CLIP weights on first use).
+example: $(STAMP)
+	$(VENV)/bin/snakemake --cores $(CORES)
+	@echo "Benchmark written to results/example-bench/ (open results/example-bench/summary/report.html)"
+
+## The same with a random tiny CLIP built locally: no download at all (a smoke test, not a benchmark).
+example-offline: $(STAMP)
+	$(PY) -m benchmaker.tinyclip .cache/tiny-clip
+	HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores $(CORES) --configfile config/config.yaml config/offline.yaml
+
+## Run the test suite (unit tests, workflow tests on a tiny corpus, fake OpenAI/Hub/S3 servers).
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/snakemake --lint
+	$(VENV)/bin/snakefmt --check Snakefile rules
+
+dryrun: $(STAMP)
+	$(VENV)/bin/snakemake -n --cores 2
