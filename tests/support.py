@@ -14,11 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY_CLIP_CFG = {
-    "embed_dim": 64,
-    "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "head_width": 32, "patch_size": 32},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
-}
+from benchmaker.tinyclip import TINY_CLIP_CFG  # noqa: E402,F401
 
 COLORS = {
     "red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 70, 220), "yellow": (235, 210, 40),
@@ -28,27 +24,10 @@ SHAPES = ("circle", "square", "stripes")
 
 
 def make_tiny_clip(dest: Path, seed: int = 0) -> Path:
-    """Write a random tiny open_clip model as a ``local-dir:`` folder; returns the folder."""
-    from benchmaker import _tvshim
+    """A random tiny open_clip model as a ``local-dir:`` folder (see benchmaker.tinyclip)."""
+    from benchmaker.tinyclip import make_tiny_clip as _make
 
-    _tvshim.install()
-    import open_clip
-    import torch
-    from safetensors.torch import save_file
-
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "open_clip_config.json").write_text(json.dumps({
-        "model_cfg": TINY_CLIP_CFG,
-        "preprocess_cfg": {"mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]},
-    }))
-    torch.manual_seed(seed)
-    cfg_file = dest / "tiny-clip.json"
-    cfg_file.write_text(json.dumps(TINY_CLIP_CFG))
-    open_clip.add_model_config(str(cfg_file))
-    model = open_clip.create_model("tiny-clip", pretrained=None)
-    model.eval()
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(dest / "open_clip_model.safetensors"))
-    return dest
+    return _make(dest, seed=seed)
 
 
 def draw_image(color: tuple[int, int, int], shape: str, size: int, seed: int):
