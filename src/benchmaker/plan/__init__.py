@@ -1,0 +1,153 @@
+"""Plan stage: seeds and candidate pools per query -> query_plan.jsonl (docs/planner.md).
+
+``run(...)`` reads annotations and images, picks seeds (stratified over core-facet combinations, or
+from a seeds file), and for each query draws positive / neutral / hard / near-miss / easy candidates
+(``benchmaker.plan.planner``). Queries that cannot be planned at all go to the losses file; pools that
+could not be filled are recorded per query in ``shortfall`` and logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any, Mapping
+
+import numpy as np
+import polars as pl
+
+from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, read_table, write_table
+from ..logs import get_logger, progress
+from ..losses import Losses
+from .index import Index, build_index
+from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
+from .seeds import SeedQuery, query_ids, read_seeds_file, sample_seeds
+
+__all__ = ["run", "plan_frames", "DEFAULTS", "SAMPLE_CAP"]
+
+log = get_logger("plan")
+
+DIFFICULTY = pl.Struct({p: pl.Int64 for p in POOLS})
+
+
+def _strata(index: Index, s: Mapping[str, Any]) -> list[int]:
+    facets = s["core_facets"] or s["diversity_facets"]
+    return [index.col(f) for f in facets]
+
+
+def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, settings: Mapping[str, Any],
+                benchmark_name: str, losses: Losses, seeds_file: str | None = None,
+                columns: Mapping[str, str] | None = None,
+                sample_cap: int = SAMPLE_CAP) -> pl.DataFrame:
+    """The query plan as a canonical ``query_plan`` frame (see module doc)."""
+    s = {**DEFAULTS, **dict(settings)}
+    if s["neg_hard"] + s["neg_nearmiss"] + s["neg_easy"] != s["neg_total"]:
+        raise ValueError("plan.neg_total must equal neg_hard + neg_nearmiss + neg_easy")
+    rng = np.random.default_rng(int(s["random_seed"]))
+    t0 = time.perf_counter()
+    index = build_index(ann, images, facets, rng)
+    n_fp = int((index.sha_code >= 0).sum())
+    if index.n and n_fp < index.n:
+        log.warning("%d annotated images have no sha256/phash in images.jsonl; duplicate checks skip them",
+                    index.n - n_fp)
+    log.info("indexed %d annotated images, %d distinct tags (%.1f s)", index.n, len(index.tag_vocab),
+             time.perf_counter() - t0)
+    if seeds_file:
+        queries = read_seeds_file(seeds_file, index, benchmark_name, losses, columns)
+        log.info("seeds file %s: %d queries", seeds_file, len(queries))
+    else:
+        queries, missing = sample_seeds(index, _strata(index, s), int(s["num_seeds"]),
+                                        int(s["seeds_per_query"]), benchmark_name, rng)
+        if missing:
+            ids = query_ids(benchmark_name, int(s["num_seeds"]))[len(queries):]
+            for qid in ids:
+                losses.add("query", qid, "no_seed_available",
+                           f"only {len(queries)} queries of {s['seeds_per_query']} unused seed image(s) "
+                           f"each could be drawn from {index.n} annotated images")
+            log.warning("asked for %d queries, only %d could get seeds", s["num_seeds"], len(queries))
+        strata = Counter(q.stratum for q in queries)
+        log.info("sampled %d queries over %d strata (%s)", len(queries), len(strata),
+                 ", ".join(f"{k}: {v}" for k, v in sorted(strata.items())[:10]) + (" ..." if len(strata) > 10 else ""))
+    planner = Planner(index, s, rng, sample_cap=sample_cap)
+    planner.reserve_seeds(queries)
+    planned: list[PlannedQuery] = []
+    with progress(total=len(queries), desc="plan", unit="query", logger=log) as bar:
+        for sq in queries:
+            planned.append(planner.plan(sq))
+            bar.update(1)
+    _report(planned)
+    return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]])
+
+
+def _report(planned: list[PlannedQuery]) -> None:
+    short = [(q.query_id, sf) for q in planned for sf in q.shortfall]
+    for i, (qid, sf) in enumerate(short):
+        line = "query %s: pool %s got %d of %d (%s)"
+        args = (qid, sf["pool"], sf["got"], sf["wanted"], sf["reason"])
+        (log.warning if i < 20 else log.debug)(line, *args)
+    if short:
+        per_pool = Counter(sf["pool"] for _, sf in short)
+        missing = Counter()
+        for _, sf in short:
+            missing[sf["pool"]] += sf["wanted"] - sf["got"]
+        log.warning("shortfall in %d of %d queries: %s", len({q for q, _ in short}), len(planned),
+                    ", ".join(f"{p}: {per_pool[p]} queries / {missing[p]} candidates" for p in POOLS if p in per_pool))
+    totals = Counter(p[1] for q in planned for p in q.picks)
+    log.info("planned %d queries; candidates per pool: %s", len(planned),
+             ", ".join(f"{p}={totals.get(p, 0)}" for p in POOLS[1:]))
+
+
+def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int]) -> pl.DataFrame:
+    ids = index.ids
+    rows = []
+    for q in planned:
+        seeds = [ids[i] for i in q.seeds]
+        cands = [{"image_id": s, "pool": "seed", "reason": "seed"} for s in seeds]
+        cands += [{"image_id": ids[i], "pool": pool, "reason": why} for i, pool, why in q.picks]
+        counts = Counter(c["pool"] for c in cands)
+        row = {
+            "query_id": q.query_id,
+            "seed_image_ids": seeds,
+            "candidate_image_ids": [c["image_id"] for c in cands],
+            "candidates": cands,
+            "difficulty": {p: counts.get(p, 0) for p in POOLS},
+            "shortfall": q.shortfall,
+        }
+        if core:
+            row["profile"] = q.profile
+        rows.append(row)
+    schema: dict[str, Any] = {
+        "query_id": pl.String, "seed_image_ids": pl.List(pl.String), "candidate_image_ids": pl.List(pl.String),
+        "candidates": pl.List(CANDIDATE), "difficulty": DIFFICULTY, "shortfall": pl.List(SHORTFALL),
+    }
+    if core:
+        schema["profile"] = pl.Struct({
+            index.facet_names[f]: (pl.Boolean if set(index.typed[f].values()) <= {True, False, None}
+                                   and any(isinstance(v, bool) for v in index.typed[f].values()) else pl.String)
+            for f in core
+        })
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def run(
+    *,
+    annotations: str,
+    images: str,
+    plan: str,
+    losses: str,
+    settings: Mapping[str, Any],
+    facets: Mapping[str, Any],
+    benchmark_name: str,
+    columns: Mapping[str, str],
+    version: str | None = None,
+    threads: int = 1,
+    seeds_file: str | None = None,
+    **_: Any,
+) -> None:
+    fm = FacetModel.from_config(facets)
+    ann = read_table("annotations", annotations, columns=columns, facets=fm)
+    imgs = read_table("images", images, columns=columns)
+    loss = Losses("plan")
+    df = plan_frames(ann, imgs, fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns)
+    n = write_table(df, "query_plan", plan, columns=columns)
+    loss.write(losses)
+    log.info("wrote %d planned queries to %s; %d losses", n, plan, len(loss))
