@@ -1,0 +1,202 @@
+"""Inspect one image file: size checks, content hash, decode, dimensions, perceptual hash.
+
+``inspect_file`` never raises for a bad file: it returns either an ``Accepted`` row or a ``Rejected``
+(reason code + detail). It holds at most one decoded, *reduced* image at a time and drops it before
+returning, so a worker's memory does not grow with the corpus.
+
+PIL's process-wide switches (``Image.MAX_IMAGE_PIXELS``, ``ImageFile.LOAD_TRUNCATED_IMAGES``) are set
+by ``pil_limits`` for the duration of a run and restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mimetypes
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Iterator
+
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+__all__ = ["Accepted", "Rejected", "InspectSettings", "inspect_file", "pil_limits", "REASONS"]
+
+# Stable quarantine reason codes (documented in docs/preprocess.md). Never rename one.
+REASONS = {
+    "empty": "the file has 0 bytes",
+    "too_large": "the file is larger than preprocess.max_bytes",
+    "not_an_image": "PIL does not recognise the content as an image",
+    "decompression_bomb": "width x height exceeds preprocess.max_pixels",
+    "truncated": "the image data ends early (found when decoding)",
+    "unreadable": "the file cannot be read or its image data is corrupt",
+    "symlink": "a symbolic link, and preprocess.follow_symlinks is false",
+    "symlink_escape": "a symbolic link that resolves outside image_root",
+    "broken_symlink": "a symbolic link whose target does not exist",
+    "invalid_filename": "the path is not valid UTF-8, so it cannot be an image_id",
+}
+
+# PIL format names whose MIME type PIL reports in a way browsers and datasets do not expect
+_MIME_OVERRIDES = {"MPO": "image/jpeg"}  # multi-picture JPEG from cameras: a plain JPEG to everyone else
+
+PHASH_DRAFT_SIZE = 128  # JPEG: decode at 1/2..1/8 scale, never below this; phash works on 32 x 32 anyway
+
+
+@dataclass(frozen=True)
+class InspectSettings:
+    max_bytes: int
+    max_pixels: int
+    verify_decode: bool = True
+
+
+@dataclass(frozen=True)
+class Accepted:
+    image_id: str
+    mime_type: str
+    width: int
+    height: int
+    file_size: int
+    sha256: str
+    phash: str | None
+    format_mismatch: bool = False  # extension says one format, content another (accepted, counted)
+    decode_error: str | None = None  # verify_decode=false: the decode for phash failed (accepted, counted)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    path: str
+    reason: str
+    detail: str | None = None
+
+
+@contextlib.contextmanager
+def pil_limits(max_pixels: int) -> Iterator[None]:
+    """Set PIL's decompression-bomb limit and strict truncation handling; restore them on exit.
+
+    PIL warns above ``MAX_IMAGE_PIXELS`` and raises ``DecompressionBombError`` above twice that; we
+    set the limit to ``max_pixels``, silence the warning (our own check quarantines those files) and
+    let the error catch the huge ones before any pixel buffer is allocated.
+    """
+    old_max, old_trunc = Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES
+    Image.MAX_IMAGE_PIXELS = int(max_pixels)
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            yield
+    finally:
+        Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = old_max, old_trunc
+
+
+def _mime(fmt: str | None, path: str) -> str:
+    if fmt:
+        if fmt in _MIME_OVERRIDES:
+            return _MIME_OVERRIDES[fmt]
+        mt = Image.MIME.get(fmt.upper())
+        if mt:
+            return mt
+    return mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+def _ext_mime(path: str) -> str | None:
+    return mimetypes.guess_type(path)[0]
+
+
+def _oriented_size(im: Image.Image) -> tuple[int, int]:
+    """Width and height as displayed (EXIF orientation 5-8 swaps them)."""
+    w, h = im.size
+    try:
+        orientation = im.getexif().get(0x0112, 1)
+    except Exception:  # a broken EXIF block must not reject an otherwise good image
+        orientation = 1
+    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+
+
+def _classify_decode_error(exc: BaseException) -> str:
+    msg = str(exc).lower()
+    if isinstance(exc, EOFError) or "truncated" in msg or "premature end" in msg or "end of file" in msg:
+        return "truncated"
+    return "unreadable"
+
+
+def _phash_of(im: Image.Image) -> str:
+    import imagehash
+
+    return str(imagehash.phash(im))
+
+
+def _detail(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def inspect_file(path: str, image_id: str, settings: InspectSettings) -> Accepted | Rejected:
+    """Inspect ``path`` (whose id is ``image_id``). Call inside ``pil_limits``."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        return Rejected(image_id, "unreadable", _detail(exc))
+    if size == 0:
+        return Rejected(image_id, "empty", "0 bytes")
+    if size > settings.max_bytes:
+        return Rejected(image_id, "too_large", f"{size} bytes > max_bytes {settings.max_bytes}")
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        return Rejected(image_id, "unreadable", _detail(exc))
+    with fh:
+        try:
+            sha256 = hashlib.file_digest(fh, "sha256").hexdigest()
+            fh.seek(0)
+        except OSError as exc:
+            return Rejected(image_id, "unreadable", _detail(exc))
+        try:
+            im = Image.open(fh)
+        except Image.DecompressionBombError as exc:
+            return Rejected(image_id, "decompression_bomb", _detail(exc))
+        except UnidentifiedImageError:
+            fh.seek(0)
+            head = fh.read(8)
+            return Rejected(image_id, "not_an_image", f"no image format recognised (first bytes {head!r})")
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            return Rejected(image_id, _classify_decode_error(exc), _detail(exc))
+        with im:
+            w0, h0 = im.size
+            if w0 * h0 > settings.max_pixels:
+                return Rejected(
+                    image_id, "decompression_bomb", f"{w0}x{h0} = {w0 * h0} pixels > max_pixels {settings.max_pixels}"
+                )
+            if w0 < 1 or h0 < 1:
+                return Rejected(image_id, "unreadable", f"image size {w0}x{h0}")
+            fmt = im.format
+            width, height = _oriented_size(im)
+            mime = _mime(fmt, path)
+            ext_mime = _ext_mime(path)
+            mismatch = bool(ext_mime and ext_mime != mime and not (fmt == "MPO" and ext_mime == "image/jpeg"))
+            phash: str | None = None
+            decode_error: str | None = None
+            try:
+                # JPEG: DCT-domain downscaling still reads every entropy-coded byte, so truncation is
+                # caught; other formats decode at full size. The reduced image is all we keep.
+                im.draft("RGB" if im.mode not in ("L", "1") else "L", (PHASH_DRAFT_SIZE, PHASH_DRAFT_SIZE))
+                im.load()
+                small = ImageOps.exif_transpose(im) if _has_orientation(im) else im
+                phash = _phash_of(small)
+                del small
+            except Image.DecompressionBombError as exc:
+                return Rejected(image_id, "decompression_bomb", _detail(exc))
+            except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
+                if settings.verify_decode:
+                    return Rejected(image_id, _classify_decode_error(exc), _detail(exc))
+                decode_error = _detail(exc)
+    return Accepted(
+        image_id=image_id, mime_type=mime, width=width, height=height, file_size=size, sha256=sha256,
+        phash=phash, format_mismatch=mismatch, decode_error=decode_error,
+    )
+
+
+def _has_orientation(im: Image.Image) -> bool:
+    try:
+        return im.getexif().get(0x0112, 1) not in (1, None)
+    except Exception:
+        return False

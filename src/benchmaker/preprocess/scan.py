@@ -1,0 +1,158 @@
+"""Recursive, read-only scan of the image folder.
+
+Yields ``Candidate`` (a file to inspect, by image_id) and ``Rejected`` (symlink problems, undecodable
+file names) in a deterministic order (names sorted at every level). Nothing is ever created, changed
+or deleted under the root; hidden files are skipped, not removed.
+
+Symlinks: with ``follow_symlinks`` a link (to a file or a directory) is used only when its target
+resolves inside ``image_root``; its image_id is the link's own path. A directory reached twice (two
+links, or a link loop) is scanned once. Without ``follow_symlinks`` every link is quarantined as
+``symlink``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .inspect import Rejected
+
+__all__ = ["Candidate", "ScanStats", "scan", "is_hidden"]
+
+_MAC_JUNK = {".DS_Store", "__MACOSX", "Thumbs.db", "desktop.ini"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    image_id: str
+
+
+@dataclass
+class ScanStats:
+    files_seen: int = 0
+    skipped_extension: int = 0
+    skipped_hidden: int = 0
+    skipped_excluded_dirs: int = 0
+    extensions_skipped: dict[str, int] = field(default_factory=dict)
+
+
+def is_hidden(name: str) -> bool:
+    """Dot files and folders (this includes macOS ``._*`` and ``.DS_Store``) and OS junk folders."""
+    return name.startswith(".") or name in _MAC_JUNK
+
+
+def _is_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _safe_id(rel: str) -> str | None:
+    """The POSIX image_id of a relative path, or None when the name is not valid UTF-8."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return rel.replace(os.sep, "/") if os.sep != "/" else rel
+
+
+def _printable(rel: str) -> str:
+    return rel.encode("utf-8", "backslashreplace").decode("utf-8").replace(os.sep, "/")
+
+
+def scan(
+    root: str | os.PathLike,
+    *,
+    extensions: Iterable[str],
+    follow_symlinks: bool = True,
+    skip_hidden: bool = True,
+    exclude_dirs: Iterable[str | os.PathLike] = (),
+    stats: ScanStats | None = None,
+) -> Iterator[Candidate | Rejected]:
+    """Walk ``root`` and yield what to inspect and what to quarantine."""
+    root_path = Path(root)
+    if not root_path.is_dir():
+        raise FileNotFoundError(f"image_root {root} is not a directory")
+    stats = stats if stats is not None else ScanStats()
+    exts = {e.lower() for e in extensions}
+    real_root = os.path.realpath(root_path)
+    excluded = {os.path.realpath(p) for p in exclude_dirs}
+    visited: set[str] = set()
+
+    def walk(dir_path: str, rel_dir: str) -> Iterator[Candidate | Rejected]:
+        real_dir = os.path.realpath(dir_path)
+        if real_dir in visited:
+            return
+        visited.add(real_dir)
+        try:
+            with os.scandir(dir_path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            yield Rejected(_printable(rel_dir) or ".", "unreadable", f"cannot list directory: {exc.strerror}")
+            return
+        for entry in entries:
+            name = entry.name
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if skip_hidden and is_hidden(name):
+                stats.skipped_hidden += 1
+                continue
+            try:
+                is_link = entry.is_symlink()
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError as exc:
+                yield Rejected(_printable(rel), "unreadable", exc.strerror)
+                continue
+            if not is_link and is_dir:
+                if os.path.realpath(entry.path) in excluded:
+                    stats.skipped_excluded_dirs += 1
+                    continue
+                yield from walk(entry.path, rel)
+                continue
+            if not is_link:
+                if not entry.is_file(follow_symlinks=False):
+                    continue  # sockets, fifos, devices: never images, never opened
+                stats.files_seen += 1
+                ext = os.path.splitext(name)[1].lower()
+                if ext not in exts:
+                    stats.skipped_extension += 1
+                    stats.extensions_skipped[ext or "<none>"] = stats.extensions_skipped.get(ext or "<none>", 0) + 1
+                    continue
+                image_id = _safe_id(rel)
+                if image_id is None:
+                    yield Rejected(_printable(rel), "invalid_filename", "file name is not valid UTF-8")
+                    continue
+                yield Candidate(image_id)
+                continue
+            # a symbolic link
+            target_is_dir = entry.is_dir(follow_symlinks=True) if os.path.exists(entry.path) else False
+            ext = os.path.splitext(name)[1].lower()
+            if not target_is_dir and ext not in exts:
+                stats.files_seen += 1
+                stats.skipped_extension += 1
+                continue  # a link to a non-image file name: ignored like any other such file
+            printable = _printable(rel)
+            if not follow_symlinks:
+                kind = "directory" if target_is_dir else "file"
+                yield Rejected(printable, "symlink", f"symbolic link to a {kind}; preprocess.follow_symlinks is false")
+                continue
+            if not os.path.exists(entry.path):
+                yield Rejected(printable, "broken_symlink", f"target {os.readlink(entry.path)!r} does not exist")
+                continue
+            real = os.path.realpath(entry.path)
+            if not _is_within(real, real_root):
+                yield Rejected(printable, "symlink_escape", "resolves outside image_root")
+                continue
+            if target_is_dir:
+                if real in excluded:
+                    stats.skipped_excluded_dirs += 1
+                    continue
+                yield from walk(entry.path, rel)
+                continue
+            stats.files_seen += 1
+            image_id = _safe_id(rel)
+            if image_id is None:
+                yield Rejected(printable, "invalid_filename", "file name is not valid UTF-8")
+                continue
+            yield Candidate(image_id)
+
+    yield from walk(str(root_path), "")

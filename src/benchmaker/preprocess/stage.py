@@ -1,0 +1,260 @@
+"""The preprocess stage: image folder -> images.jsonl, quarantine.jsonl and per-shard image manifests.
+
+Steps: scan (read-only, sorted) -> inspect every candidate in a thread pool (bounded queue of chunks;
+PIL, hashlib and the resize in imagehash release the GIL) -> one polars frame of accepted images ->
+rights map (vectorised) -> image_url -> metadata merge -> sort by image_id -> write.
+See docs/preprocess.md.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import quote
+
+import polars as pl
+
+from ..formats import KINDS, write_table
+from ..logs import get_logger, progress
+from ..sharding import shard_of
+from .inspect import REASONS, Accepted, InspectSettings, Rejected, inspect_file, pil_limits
+from .metadata import load_metadata, merge_metadata
+from .rights import load_rights_map
+from .scan import Candidate, ScanStats, scan
+
+__all__ = ["run", "inspect_corpus", "DEFAULTS"]
+
+log = get_logger("preprocess")
+
+DEFAULTS: dict[str, Any] = {
+    "extensions": [".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"],
+    "image_base_url": None,
+    "follow_symlinks": True,
+    "max_pixels": 178956970,
+    "max_bytes": 209715200,
+    "skip_hidden": True,
+    "verify_decode": True,
+    "workers": 2,
+}
+
+_ACCEPTED_SCHEMA = {
+    "image_id": pl.String, "mime_type": pl.String, "width": pl.Int64, "height": pl.Int64,
+    "file_size": pl.Int64, "sha256": pl.String, "phash": pl.String,
+}
+_BATCH_ROWS = 50_000  # accepted rows are moved from Python lists into a columnar frame this often
+_IMAGE_COLUMNS = list(KINDS["images"].required)
+
+
+def _inspect_chunk(root: str, ids: Sequence[str], settings: InspectSettings) -> list[Accepted | Rejected]:
+    return [inspect_file(os.path.join(root, i), i, settings) for i in ids]
+
+
+class _Collector:
+    """Accepted rows in columnar batches (memory ~ a few hundred bytes per image), rejects as rows."""
+
+    def __init__(self) -> None:
+        self.frames: list[pl.DataFrame] = []
+        self.cols: dict[str, list] = {k: [] for k in _ACCEPTED_SCHEMA}
+        self.rejected: list[dict[str, str | None]] = []
+        self.mismatch: list[str] = []
+        self.decode_errors: list[str] = []
+
+    def add(self, result: Accepted | Rejected) -> None:
+        if isinstance(result, Rejected):
+            self.rejected.append({"path": result.path, "reason": result.reason, "detail": result.detail})
+            return
+        for k in _ACCEPTED_SCHEMA:
+            self.cols[k].append(getattr(result, k))
+        if result.format_mismatch:
+            self.mismatch.append(result.image_id)
+        if result.decode_error:
+            self.decode_errors.append(result.image_id)
+        if len(self.cols["image_id"]) >= _BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.cols["image_id"]:
+            self.frames.append(pl.DataFrame(self.cols, schema=_ACCEPTED_SCHEMA))
+            self.cols = {k: [] for k in _ACCEPTED_SCHEMA}
+
+    def accepted(self) -> pl.DataFrame:
+        self._flush()
+        if not self.frames:
+            return pl.DataFrame(schema=_ACCEPTED_SCHEMA)
+        return pl.concat(self.frames, rechunk=True)
+
+
+def inspect_corpus(
+    image_root: str | os.PathLike,
+    settings: Mapping[str, Any],
+    *,
+    workers: int = 1,
+    exclude_dirs: Iterable[str | os.PathLike] = (),
+) -> tuple[pl.DataFrame, pl.DataFrame, ScanStats, dict[str, list[str]]]:
+    """Scan and inspect; returns (accepted frame, quarantine frame, scan stats, notes)."""
+    s = {**DEFAULTS, **dict(settings)}
+    stats = ScanStats()
+    col = _Collector()
+    ids: list[str] = []
+    t0 = time.perf_counter()
+    for item in scan(
+        image_root, extensions=s["extensions"], follow_symlinks=s["follow_symlinks"],
+        skip_hidden=s["skip_hidden"], exclude_dirs=exclude_dirs, stats=stats,
+    ):
+        if isinstance(item, Candidate):
+            ids.append(item.image_id)
+        else:
+            col.add(item)
+    log.info(
+        "scanned %s in %.1f s: %d candidate image(s), %d file(s) with other extensions %s, %d hidden entr%s skipped",
+        image_root, time.perf_counter() - t0, len(ids), stats.skipped_extension,
+        dict(sorted(stats.extensions_skipped.items(), key=lambda kv: -kv[1])[:8]), stats.skipped_hidden,
+        "y" if stats.skipped_hidden == 1 else "ies",
+    )
+    isettings = InspectSettings(
+        max_bytes=int(s["max_bytes"]), max_pixels=int(s["max_pixels"]), verify_decode=bool(s["verify_decode"])
+    )
+    root = str(image_root)
+    workers = max(1, int(workers))
+    chunk = max(1, min(64, len(ids) // (workers * 8) or 1))
+    t1 = time.perf_counter()
+    with pil_limits(isettings.max_pixels), progress(total=len(ids), desc="preprocess", unit="img", logger=log) as bar:
+        if workers == 1 or len(ids) <= chunk:
+            for start in range(0, len(ids), chunk):
+                for r in _inspect_chunk(root, ids[start:start + chunk], isettings):
+                    col.add(r)
+                bar.update(min(chunk, len(ids) - start))
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preprocess") as pool:
+                pending: set[Future] = set()
+                starts = iter(range(0, len(ids), chunk))
+                window = workers * 4
+                while True:
+                    for start in starts:
+                        pending.add(pool.submit(_inspect_chunk, root, ids[start:start + chunk], isettings))
+                        if len(pending) >= window:
+                            break
+                    if not pending:
+                        break
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        results = fut.result()
+                        for r in results:
+                            col.add(r)
+                        bar.update(len(results))
+    elapsed = time.perf_counter() - t1
+    if ids:
+        log.info("inspected %d file(s) in %.1f s (%.0f/s) with %d worker thread(s)", len(ids), elapsed,
+                 len(ids) / max(elapsed, 1e-9), workers)
+    del ids
+    accepted = col.accepted()
+    quarantine = pl.DataFrame(col.rejected, schema={"path": pl.String, "reason": pl.String, "detail": pl.String})
+    quarantine = quarantine.sort(["path", "reason"])
+    notes = {"format_mismatch": col.mismatch, "decode_errors": col.decode_errors}
+    return accepted, quarantine, stats, notes
+
+
+def _image_url(base: str | None) -> pl.Expr:
+    if not base:
+        return pl.lit(None, dtype=pl.String).alias("image_url")
+    prefix = base.rstrip("/") + "/"
+    return pl.col("image_id").map_elements(lambda i: prefix + quote(i, safe="/"), return_dtype=pl.String).alias(
+        "image_url"
+    )
+
+
+def _examples(values: Sequence[str], n: int = 5) -> list[str]:
+    return sorted(values)[:n]
+
+
+def run(
+    *,
+    images: str,
+    quarantine: str,
+    shards: Sequence[str] | str,
+    image_root: str,
+    settings: Mapping[str, Any] | None = None,
+    n_shards: int,
+    columns: Mapping[str, str] | None = None,
+    version: str | None = None,
+    threads: int = 1,
+    rights_map: str | None = None,
+    metadata: str | None = None,
+) -> dict[str, Any]:
+    """Build images.jsonl, quarantine.jsonl and the shard manifests. Returns a small summary dict."""
+    s = {**DEFAULTS, **dict(settings or {})}
+    shard_paths = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
+    if len(shard_paths) != int(n_shards):
+        raise ValueError(f"preprocess: got {len(shard_paths)} shard output path(s) for n_shards={n_shards}")
+    root = Path(image_root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"paths.image_root {image_root!r} is not a directory")
+    root_name = root.resolve().name or "images"
+    workers = max(1, min(int(threads or 1), int(s.get("workers") or 1)))
+    log.info("preprocess%s: image_root=%s, %d shard(s), %d worker(s)",
+             f" (stage version {version})" if version else "", image_root, n_shards, workers)
+
+    rights = load_rights_map(rights_map)  # validate before the (long) scan
+    meta = load_metadata(metadata, columns) if metadata else None
+
+    out_dirs = {Path(p).resolve().parent for p in [images, quarantine, *shard_paths]}
+    accepted, quar, _stats, notes = inspect_corpus(root, s, workers=workers, exclude_dirs=out_dirs)
+
+    accepted = accepted.sort("image_id")
+    df = rights.apply(accepted, root_name).with_columns(_image_url(s["image_base_url"]))
+    df = df.select(_IMAGE_COLUMNS)
+    report = None
+    if meta is not None:
+        df, report = merge_metadata(df, meta, columns)
+        report.log(log, str(metadata))
+
+    n_written = write_table(df, "images", images, columns=columns)
+    write_table(quar, "quarantine", quarantine)
+    shard_idx = pl.Series("__shard", [shard_of(i, int(n_shards)) for i in df["image_id"]], dtype=pl.Int64)
+    parts = df.with_columns(shard_idx).partition_by("__shard", as_dict=True, include_key=False, maintain_order=True)
+    shard_sizes = []
+    for i, path in enumerate(shard_paths):
+        part = parts.get((i,))
+        if part is None:
+            part = df.clear()
+        write_table(part, "images", path, columns=columns)
+        shard_sizes.append(part.height)
+
+    by_reason = dict(sorted(quar.group_by("reason").len().iter_rows(), key=lambda kv: (-kv[1], kv[0])))
+    log.info("accepted %d image(s); quarantined %d: %s", n_written, quar.height, by_reason or "none")
+    for reason, n in by_reason.items():
+        ex = quar.filter(pl.col("reason") == reason)["path"].head(3).to_list()
+        log.warning("quarantine %-18s %5d  (%s) e.g. %s", reason, n, REASONS.get(reason, ""), ex)
+    if notes["format_mismatch"]:
+        log.warning("%d image(s) have a file extension that does not match their content (accepted), e.g. %s",
+                    len(notes["format_mismatch"]), _examples(notes["format_mismatch"]))
+    if notes["decode_errors"]:
+        log.warning("%d image(s) could not be fully decoded; accepted without phash because verify_decode is "
+                    "false, e.g. %s", len(notes["decode_errors"]), _examples(notes["decode_errors"]))
+    unmatched_rights = rights.unmatched_files(df["image_id"])
+    if unmatched_rights:
+        log.warning("rights map: %d 'files' entr%s match no accepted image, e.g. %s", len(unmatched_rights),
+                    "y does" if len(unmatched_rights) == 1 else "ies do", unmatched_rights[:5])
+    dup = df.group_by("sha256").agg(pl.col("image_id").sort()).filter(pl.col("image_id").list.len() > 1)
+    if dup.height:
+        log.info("%d group(s) of byte-identical images (same sha256), e.g. %s", dup.height,
+                 dup.sort("image_id")["image_id"].head(3).to_list())
+    log.info("shard sizes: %s", shard_sizes if len(shard_sizes) <= 16 else f"min {min(shard_sizes)}, max {max(shard_sizes)}")
+    if n_written == 0:
+        raise ValueError(
+            f"preprocess: no usable image under {image_root} ({quar.height} quarantined, see {quarantine}; "
+            f"extensions {s['extensions']})"
+        )
+    return {
+        "accepted": n_written,
+        "quarantined": quar.height,
+        "quarantine_by_reason": by_reason,
+        "shard_sizes": shard_sizes,
+        "metadata": None if report is None else {
+            "rows": report.rows, "matched": report.matched, "unmatched": report.unmatched,
+            "ignored_columns": report.ignored_columns,
+        },
+    }
