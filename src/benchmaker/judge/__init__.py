@@ -108,6 +108,7 @@ def run(
     facets: Mapping[str, Any],
     image_root: str,
     columns: Mapping[str, str],
+    costs: str | None = None,
     cache_dir: str | None = None,
     threads: int = 1,
     version: str | None = None,
@@ -129,5 +130,9 @@ def run(
     out = finalize(plan_df, judged, loss, judge_name=getattr(judge, "name", adapter), graded=graded)
     n = write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
+    if costs:  # API adapters report one row per paid request; the others write an empty file
+        from ..vision.openai import write_costs
+
+        write_costs(list(getattr(judge, "costs", []) or []), costs)
     log.info("judge[%s]: wrote %d qrels rows for %d queries; %d losses", adapter, n,
              out["query_id"].n_unique(), len(loss))

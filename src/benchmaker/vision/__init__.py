@@ -28,6 +28,7 @@ def run(
     facets: Mapping[str, Any],
     image_root: str,
     columns: Mapping[str, str],
+    costs: str | None = None,
     cache_dir: str | None = None,
     threads: int = 1,
     version: str | None = None,
@@ -42,4 +43,8 @@ def run(
     ann = annotator.annotate(imgs, loss)
     n = write_table(ann, "annotations", annotations, columns=columns, facets=fm)
     loss.write(losses)
+    if costs:  # API adapters report one row per paid request; the others write an empty file
+        from .openai import write_costs
+
+        write_costs(list(getattr(annotator, "costs", []) or []), costs)
     log.info("vision[%s]: wrote %d annotations, %d losses", adapter, n, len(loss))

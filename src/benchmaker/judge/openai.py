@@ -1,0 +1,160 @@
+"""The ``openai`` judge adapter: one request per planned query writes the query text and labels
+every candidate (binary, or graded 0..3), optionally with a short rationale each.
+
+Candidates reach the model only as descriptions under opaque keys (see :mod:`.prompts`); the answer
+is validated to cover exactly the planned keys, and mapped back to image ids here. Sync mode runs in
+the plain ``judge`` rule (:class:`OpenAIJudge`); batch mode in ``judge_build`` → ``judge_submit`` →
+``judge_collect`` (:func:`build`, :func:`submit`, :func:`collect`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import polars as pl
+
+from ..formats import FacetModel, read_table, write_table
+from ..logs import get_logger
+from ..losses import Losses
+from ..providers import batch as pb
+from ..providers.engine import Item, Runner
+from ..providers.spec import ImageRef
+from .prompts import candidate_keys, check_answer, judge_spec
+
+__all__ = ["OpenAIJudge", "judge_items", "answers_to_frame", "build", "submit", "collect", "merged_settings"]
+
+log = get_logger("judge.openai")
+
+
+def merged_settings(settings: Mapping[str, Any]) -> dict:
+    """judge.<adapter> settings with the stage-wide ``labels`` / ``rationale`` on top."""
+    s = dict(settings)
+    adapter = dict(s.pop("adapter_settings", {}) or {})
+    return {**adapter, **s}
+
+
+def judge_items(plan: pl.DataFrame, annotations: pl.DataFrame, images: pl.DataFrame, fm: FacetModel,
+                settings: Mapping[str, Any], image_root: str, losses: Losses) -> Iterator[tuple[Item, dict]]:
+    """(item, keys) per judgeable planned query; queries missing annotations go to ``losses``."""
+    ann = {r["image_id"]: r for r in annotations.iter_rows(named=True)}
+    img = {r["image_id"]: r for r in images.iter_rows(named=True)}
+    thumbs = bool(settings.get("send_thumbnails"))
+    for q in plan.select("query_id", "seed_image_ids", "candidates").iter_rows(named=True):
+        qid = q["query_id"]
+        cand_ids = list(dict.fromkeys(c["image_id"] for c in q["candidates"]))
+        need = list(dict.fromkeys([*q["seed_image_ids"], *cand_ids]))
+        missing = [i for i in need if i not in ann]
+        if missing:
+            losses.add("query", qid, "missing_annotation", f"no annotation for {len(missing)} image(s)")
+            continue
+        keys = candidate_keys(qid, cand_ids)
+        thumbnails = None
+        if thumbs:
+            thumbnails = {}
+            for i in cand_ids:
+                r = img.get(i)
+                if r is not None:
+                    thumbnails[i] = ImageRef(sha256=r["sha256"], path=str(Path(image_root) / i),
+                                             url=r.get("image_url"), width=int(r.get("width") or 0),
+                                             height=int(r.get("height") or 0))
+        spec = judge_spec(query_id=qid, seed_rows=[ann[i] for i in q["seed_image_ids"]],
+                          candidates=[ann[i] for i in cand_ids], keys=keys,
+                          meta_row=img.get(q["seed_image_ids"][0], {}) if q["seed_image_ids"] else {},
+                          fm=fm, settings=settings, thumbnails=thumbnails)
+        yield Item(qid, spec, check_answer(list(keys.values()))), keys
+
+
+def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], judge_name: str,
+                     rationale: bool) -> pl.DataFrame:
+    rows = []
+    for qid, keys in keys_of.items():
+        a = answers.get(qid)
+        if a is None:
+            continue
+        text = str(a["query_text"]).strip()
+        for image_id, k in keys.items():
+            j = a["judgments"][k]
+            rows.append({"query_id": qid, "query_text": text, "image_id": image_id,
+                         "relevance_label": int(j["label"]),
+                         "rationale": (str(j.get("rationale") or "").strip() or None) if rationale else None,
+                         "judge": judge_name})
+    schema = {"query_id": pl.String, "query_text": pl.String, "image_id": pl.String, "relevance_label": pl.Int64,
+              "rationale": pl.String, "judge": pl.String}
+    return pl.DataFrame(rows, schema=schema)
+
+
+class OpenAIJudge:
+    """Sync mode (the plain ``judge`` rule)."""
+
+    def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
+                 threads: int = 1, client: Any = None):
+        self.facets, self.settings, self.image_root = facets, dict(settings), image_root
+        self.runner = Runner(stage="judge", item_type="query", settings=self.settings, cache_dir=cache_dir,
+                             client=client)
+        self.name = f"openai:{self.runner.llm.model}"
+
+    @property
+    def costs(self) -> list[dict]:
+        return self.runner.cost_rows
+
+    def judge(self, plan: pl.DataFrame, annotations: pl.DataFrame, images: pl.DataFrame,
+              losses: Losses) -> pl.DataFrame:
+        pairs = list(judge_items(plan, annotations, images, self.facets, self.settings, self.image_root, losses))
+        answers = self.runner.run_sync([it for it, _ in pairs], losses)
+        return answers_to_frame(answers, {it.item_id: k for it, k in pairs}, self.name,
+                                bool(self.settings.get("rationale")))
+
+
+# -- batch mode ---------------------------------------------------------------------------------------
+def _load(plan: str, annotations: str, images: str, columns, facets):
+    fm = FacetModel.from_config(facets)
+    return (fm, read_table("query_plan", plan, columns=columns),
+            read_table("annotations", annotations, columns=columns, facets=fm),
+            read_table("images", images, columns=columns))
+
+
+def _runner(settings, cache_dir) -> Runner:
+    return Runner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir)
+
+
+def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
+          facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str], cache_dir: str | None = None,
+          threads: int = 1, **_: Any) -> None:
+    s = merged_settings(settings)
+    fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
+    items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
+    pb.build_requests(_runner(s, cache_dir), items, requests=requests, manifest=manifest, threads=threads)
+
+
+def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
+           cache_dir: str | None = None, **_: Any) -> None:
+    from ..vision.openai import batch_metadata
+
+    pb.submit_requests(_runner(merged_settings(settings), cache_dir), requests=requests, submitted=submitted,
+                       state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
+
+
+def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str, losses: str,
+            costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
+            columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
+            **_: Any) -> None:
+    from ..vision.openai import batch_metadata, write_costs
+    from . import finalize
+
+    s = merged_settings(settings)
+    fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
+    runner = _runner(s, cache_dir)
+    loss = Losses("judge")
+    pairs = list(judge_items(plan_df, ann, imgs, fm, s, image_root, loss))
+    answers = pb.collect_results(runner, [it for it, _ in pairs], manifest=manifest, submitted=submitted,
+                                 state_dir=state_dir, losses=loss, metadata=batch_metadata(benchmark, "judge", "all"),
+                                 wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
+    name = f"openai:{runner.llm.model}"
+    judged = answers_to_frame(answers, {it.item_id: k for it, k in pairs}, name, bool(s.get("rationale")))
+    out = finalize(plan_df, judged, loss, judge_name=name, graded=s.get("labels") == "graded")
+    write_table(out, "qrels", qrels, columns=columns)
+    loss.write(losses)
+    write_costs(runner.cost_rows, costs)
+    log.info("judge collect: %d qrels rows for %d queries; %d losses", out.height, out["query_id"].n_unique(),
+             len(loss))

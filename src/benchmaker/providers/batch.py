@@ -1,0 +1,416 @@
+"""The Batch API lifecycle as three idempotent steps: build → submit → collect.
+
+* **build** streams the requests that the cache cannot answer into ``requests.jsonl`` (one Batch API
+  line each, ``custom_id = <stage>-<index>-a<attempt>``) and writes ``manifest.jsonl`` (index, item id,
+  content key, whether the cache answered it).
+* **submit** splits the requests into chunk files (at most ``max_requests_per_batch`` lines and
+  ``max_bytes_per_batch`` bytes; content-addressed by sha256, so a rerun produces the same chunks) and
+  creates one batch per chunk. Before any API call it appends its *intent* to a journal
+  (``<state_dir>/journal.jsonl``, fsynced); after each call it records the file / batch id. On a rerun
+  a chunk with a recorded batch is reused; a chunk with an intent but no batch id is first looked up
+  on the server by its metadata (``bm_chunk``) and its uploaded file by name, and only then created.
+  So interrupting at any moment never submits a request twice. The batch ids go to the rule's output.
+* **collect** polls until every batch is terminal (``wait: false``: checks once and stops with
+  :class:`BatchPending`; run again later), downloads output and error files into the state dir,
+  parses and validates every answer, and sends the failures (failed rows, incomplete answers,
+  invalid JSON, schema violations, requests of failed / expired batches) again as new retry batches,
+  round after round, up to ``max_attempts``. Terminal statuses: ``completed``; ``failed`` (all its
+  requests failed: retried); ``expired`` (the partial output is kept, the rest retried);
+  ``cancelled`` (the partial output is kept, the rest is lost with reason ``batch_cancelled``: a
+  person cancelled it). Everything downloaded stays in the state dir, so a rerun of collect re-reads
+  it instead of paying again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+from ..io import JsonlAppender, atomic_path, dumps, ensure_parent, iter_jsonl, write_jsonl
+from ..logs import get_logger
+from ..losses import Losses
+from . import openai as oai
+from .engine import Item, Runner
+from .parse import Outcome, RETRYABLE, parse_body
+
+__all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
+           "TERMINAL", "Journal", "ordered_map"]
+
+log = get_logger("providers.batch")
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+_CID = re.compile(r'^\{"custom_id":"([^"]+)"')
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class BatchPending(RuntimeError):
+    """Batches are still running and ``wait`` is false: run the workflow again later to collect."""
+
+
+def ordered_map(fn: Callable[[T], R], it: Iterable[T], threads: int, window: int = 256) -> Iterator[R]:
+    """``map`` over a thread pool that keeps order and holds at most ``window`` results in memory."""
+    if threads <= 1:
+        yield from map(fn, it)
+        return
+    from collections import deque
+
+    with ThreadPoolExecutor(max_workers=threads) as ex:
+        q: deque = deque()
+        for x in it:
+            q.append(ex.submit(fn, x))
+            if len(q) >= window:
+                yield q.popleft().result()
+        while q:
+            yield q.popleft().result()
+
+
+def custom_id(stage: str, idx: int, attempt: int) -> str:
+    return f"{stage}-{idx}-a{attempt}"
+
+
+def parse_custom_id(cid: str) -> tuple[int, int]:
+    _, idx, att = cid.rsplit("-", 2)
+    return int(idx), int(att[1:])
+
+
+def _request_line(runner: Runner, stage: str, idx: int, attempt: int, item: Item) -> str:
+    body = runner.render(item)
+    return dumps({"custom_id": custom_id(stage, idx, attempt), "method": "POST",
+                  "url": oai.ENDPOINTS[runner.llm.api], "body": body}) + "\n"
+
+
+# -- build --------------------------------------------------------------------------------------------
+def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, manifest: str, threads: int = 1) -> dict:
+    """Stream requests (cache misses only) and the manifest; returns counts."""
+    stage = runner.stage
+    n = n_cached = n_bad = 0
+    bad: list[tuple[str, str]] = []
+
+    def prep(arg: tuple[int, Item]) -> tuple[int, Item, bool, str | None, str | None]:
+        idx, it = arg
+        runner.keyed([it])
+        if runner.cache.contains(it.key):
+            return idx, it, True, None, None
+        try:
+            return idx, it, False, _request_line(runner, stage, idx, 1, it), None
+        except Exception as exc:  # unreadable image
+            return idx, it, False, None, f"{type(exc).__name__}: {exc}"
+
+    with atomic_path(requests) as req_tmp, atomic_path(manifest) as man_tmp, \
+            open(req_tmp, "w", encoding="utf-8") as req_fh, open(man_tmp, "w", encoding="utf-8") as man_fh:
+        for idx, it, cached, line, err in ordered_map(prep, enumerate(items), threads):
+            n += 1
+            if line is not None:
+                req_fh.write(line)
+            n_cached += cached
+            if err is not None:
+                n_bad += 1
+                bad.append((it.item_id, err))
+            man_fh.write(dumps({"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached,
+                                "error": err}) + "\n")
+    log.info("%s build: %d items, %d answered by the cache, %d to send, %d unreadable",
+             stage, n, n_cached, n - n_cached - n_bad, n_bad)
+    return {"items": n, "cached": n_cached, "requests": n - n_cached - n_bad, "bad": n_bad}
+
+
+# -- submit -------------------------------------------------------------------------------------------
+def split_requests(lines: Iterable[str], chunk_dir: Path, *, max_requests: int, max_bytes: int) -> list[dict]:
+    """Write request lines into content-addressed chunk files; returns [{path, digest, n, bytes}]."""
+    chunk_dir.mkdir(parents=True, exist_ok=True)
+    out: list[dict] = []
+    state: dict[str, Any] = {}
+
+    def start() -> None:
+        tmp = chunk_dir / f".part-{os.getpid()}-{len(out)}.tmp"
+        state.update(tmp=tmp, fh=open(tmp, "wb"), h=hashlib.sha256(), n=0, b=0)
+
+    def finish() -> None:
+        state["fh"].close()
+        if state["n"] == 0:
+            state["tmp"].unlink()
+            return
+        digest = state["h"].hexdigest()
+        final = chunk_dir / f"{digest}.jsonl"
+        os.replace(state["tmp"], final)
+        out.append({"path": str(final), "digest": digest, "n": state["n"], "bytes": state["b"]})
+
+    start()
+    for line in lines:
+        data = line.encode("utf-8")
+        if len(data) > max_bytes:
+            raise ValueError(f"one request is {len(data)} bytes, more than max_bytes_per_batch ({max_bytes}); "
+                             "lower image_max_side or use image_transport: url")
+        if state["n"] and (state["n"] >= max_requests or state["b"] + len(data) > max_bytes):
+            finish()
+            start()
+        state["fh"].write(data)
+        state["h"].update(data)
+        state["n"] += 1
+        state["b"] += len(data)
+    finish()
+    return out
+
+
+class Journal:
+    """Append-only, fsynced record of intents and ids: the memory that makes submit idempotent."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.records: list[dict] = list(iter_jsonl(self.path)) if self.path.exists() else []
+        self._app: JsonlAppender | None = None
+
+    def write(self, rec: dict) -> None:
+        if self._app is None:
+            self._app = JsonlAppender(self.path)
+        rec = {"t": round(time.time(), 3), **rec}
+        self._app.write(rec)
+        self._app.sync()
+        self.records.append(rec)
+
+    def chunk(self, digest: str) -> dict:
+        st: dict[str, Any] = {}
+        for r in self.records:
+            if r.get("digest") == digest:
+                st.update({k: v for k, v in r.items() if k not in ("t", "event")})
+                st.setdefault("events", []).append(r.get("event"))
+        return st
+
+    def round_digests(self, rnd: int) -> list[str] | None:
+        for r in self.records:
+            if r.get("event") == "round" and r.get("round") == rnd:
+                return list(r["digests"])
+        return None
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+
+
+def _ensure_batch(client, journal: Journal, chunk: dict, *, api: str, completion_window: str,
+                  metadata: Mapping[str, str]) -> dict:
+    digest = chunk["digest"]
+    st = journal.chunk(digest)
+    if st.get("batch_id"):
+        return {**chunk, "batch_id": st["batch_id"], "file_id": st.get("file_id"), "reused": True}
+    md = {**metadata, "bm_chunk": digest[:40]}
+    fname = f"bm-{digest[:40]}.jsonl"
+    file_id = st.get("file_id")
+    if "intent" in st.get("events", []):
+        # an earlier run stopped between intent and record: look before creating anything
+        found = oai.find_batch(client, {"bm_chunk": digest[:40], "benchmaker": md["benchmaker"]})
+        if found:
+            journal.write({"event": "batch", "digest": digest, "batch_id": found["id"],
+                           "file_id": found.get("input_file_id"), "found_by": "metadata"})
+            log.info("resume: found batch %s for chunk %s by its metadata", found["id"], digest[:12])
+            return {**chunk, "batch_id": found["id"], "file_id": found.get("input_file_id"), "reused": True}
+        file_id = file_id or oai.find_file(client, fname)
+    else:
+        journal.write({"event": "intent", "digest": digest, "n": chunk["n"], "bytes": chunk["bytes"]})
+    if not file_id:
+        file_id = oai.upload_batch_file(client, chunk["path"], fname)
+        journal.write({"event": "file", "digest": digest, "file_id": file_id})
+    b = oai.create_batch(client, file_id=file_id, api=api, completion_window=completion_window, metadata=md)
+    journal.write({"event": "batch", "digest": digest, "batch_id": b["id"], "file_id": file_id})
+    log.info("submitted batch %s: %d requests, %.1f MB (chunk %s)", b["id"], chunk["n"], chunk["bytes"] / 1e6,
+             digest[:12])
+    return {**chunk, "batch_id": b["id"], "file_id": file_id, "reused": False}
+
+
+def _submit_lines(runner: Runner, lines: Iterable[str], state_dir: Path, journal: Journal, *, rnd: int,
+                  metadata: Mapping[str, str]) -> list[dict]:
+    s = runner.settings
+    chunks = split_requests(lines, state_dir / "chunks", max_requests=int(s.get("max_requests_per_batch", 50000)),
+                            max_bytes=int(s.get("max_bytes_per_batch", 190_000_000)))
+    if journal.round_digests(rnd) is None:
+        journal.write({"event": "round", "round": rnd, "digests": [c["digest"] for c in chunks]})
+    md = {k: str(v)[:500] for k, v in metadata.items()} | {"bm_round": str(rnd)}
+    return [_ensure_batch(runner.client, journal, c, api=runner.llm.api,
+                          completion_window=str(s.get("completion_window", "24h")), metadata=md) for c in chunks]
+
+
+def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir: str,
+                    metadata: Mapping[str, str]) -> list[dict]:
+    """Create (or find again) the batches of ``requests``; writes their ids to ``submitted``."""
+    sd = Path(state_dir)
+    journal = Journal(sd / "journal.jsonl")
+    try:
+        with open(requests, encoding="utf-8") as fh:
+            batches = _submit_lines(runner, fh, sd, journal, rnd=1, metadata=metadata)
+    finally:
+        journal.close()
+    with atomic_path(submitted) as tmp:
+        tmp.write_text(json.dumps({"stage": runner.stage, "state_dir": str(sd), "batches": [
+            {k: b[k] for k in ("batch_id", "digest", "n", "bytes", "file_id")} for b in batches]}, indent=1))
+    log.info("%s submit: %d batch(es), %d new, %d requests", runner.stage, len(batches),
+             sum(not b["reused"] for b in batches), sum(b["n"] for b in batches))
+    return batches
+
+
+# -- collect ------------------------------------------------------------------------------------------
+def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, stage: str) -> dict[str, dict]:
+    from ..logs import progress
+
+    info: dict[str, dict] = {}
+    last_log = 0.0
+    bar = None
+    while True:
+        for bid in batch_ids:
+            if bid in info and info[bid].get("status") in TERMINAL:
+                continue
+            info[bid] = oai.retrieve_batch(client, bid)
+        open_ = [b for b in batch_ids if info[b].get("status") not in TERMINAL]
+        total = sum((info[b].get("request_counts") or {}).get("total", 0) or 0 for b in batch_ids)
+        done = sum(((info[b].get("request_counts") or {}).get("completed", 0) or 0)
+                   + ((info[b].get("request_counts") or {}).get("failed", 0) or 0) for b in batch_ids)
+        if bar is None and total:
+            bar = progress(total=total, desc=f"{stage} batches", unit="req")
+        if bar is not None:
+            bar.n = min(done, bar.total or done)
+            bar.refresh()
+        if not open_:
+            if bar is not None:
+                bar.close()
+            return info
+        if not wait:
+            states = ", ".join(f"{b}: {info[b].get('status')}" for b in open_[:10])
+            raise BatchPending(f"{stage}: {len(open_)} batch(es) still running ({states}); "
+                               "wait is false: run the workflow again later to collect")
+        if time.monotonic() - last_log > 300:
+            log.info("%s: waiting for %d batch(es): %s", stage, len(open_),
+                     ", ".join(f"{b}={info[b].get('status')}" for b in open_[:5]))
+            last_log = time.monotonic()
+        time.sleep(poll_seconds)
+
+
+def _download(client, b: dict, state_dir: Path) -> tuple[Path | None, Path | None]:
+    out = err = None
+    for key, suffix in (("output_file_id", "output"), ("error_file_id", "error")):
+        fid = b.get(key)
+        if not fid:
+            continue
+        dest = state_dir / "downloads" / f"{b['id']}.{suffix}.jsonl"
+        if not dest.exists():
+            oai.download_file(client, fid, str(dest))
+        if suffix == "output":
+            out = dest
+        else:
+            err = dest
+    return out, err
+
+
+def _line_outcome(row: dict, api: str) -> Outcome:
+    if row.get("error"):
+        e = row["error"]
+        return Outcome(False, reason="api_error", detail=f"{e.get('code', '')}: {e.get('message', '')}"[:500])
+    resp = row.get("response") or {}
+    status = resp.get("status_code", 200)
+    body = resp.get("body")
+    if status != 200:
+        msg = ((body or {}).get("error") or {}).get("message") if isinstance(body, dict) else body
+        oc = Outcome(False, reason="api_error", detail=f"HTTP {status}: {str(msg)[:400]}")
+        return oc
+    return parse_body(body, api)
+
+
+def _chunk_ids(path: str) -> Iterator[str]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            m = _CID.match(line)
+            if m:
+                yield m.group(1)
+            elif line.strip():
+                yield json.loads(line)["custom_id"]
+
+
+def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, submitted: str, state_dir: str,
+                    losses: Losses, metadata: Mapping[str, str], wait: bool = True,
+                    poll_seconds: float = 30.0) -> dict[str, dict]:
+    """Wait, download, parse, retry failures as new batches; returns item_id -> answer."""
+    stage, sd = runner.stage, Path(state_dir)
+    runner.keyed(items)
+    man = list(iter_jsonl(manifest))
+    if len(man) != len(items) or any(m["key"] != items[m["i"]].key for m in man):
+        raise RuntimeError(f"{stage}: the inputs changed since the requests were built ({manifest}); "
+                           "Snakemake should have rebuilt them: rerun the workflow")
+    results: dict[str, dict] = {}
+    attempts = [0] * len(items)
+    last: dict[int, Outcome] = {}
+    failed: set[int] = set()
+    for m in man:
+        i = m["i"]
+        if m.get("error"):
+            losses.add(runner.item_type, items[i].item_id, "bad_input", m["error"])
+        elif m["cached"]:
+            obj = runner.from_cache(items[i], "batch")
+            if obj is not None:
+                results[items[i].item_id] = obj
+            else:
+                failed.add(i)
+                last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
+    sub = json.loads(Path(submitted).read_text())
+    round_batches = [b["batch_id"] for b in sub["batches"]]
+    round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
+    journal = Journal(sd / "journal.jsonl")
+    rnd = 1
+    try:
+        while True:
+            info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
+            for bid in round_batches:
+                b = info[bid]
+                status = b.get("status")
+                out, err = _download(runner.client, b, sd)
+                seen: set[int] = set()
+                for path in (out, err):
+                    if path is None:
+                        continue
+                    for row in iter_jsonl(path):
+                        i, att = parse_custom_id(row["custom_id"])
+                        if i in seen or i >= len(items):
+                            continue
+                        seen.add(i)
+                        attempts[i] = max(attempts[i], att)
+                        oc = _line_outcome(row, runner.llm.api)
+                        obj = runner.settle(items[i], oc, attempt=att, mode="batch")
+                        if obj is not None:
+                            results[items[i].item_id] = obj
+                            failed.discard(i)
+                        else:
+                            last[i] = oc
+                            failed.add(i)
+                missing = [parse_custom_id(c) for c in _chunk_ids(round_chunks[bid])]
+                missing = [(i, a) for i, a in missing if i not in seen]
+                if missing:
+                    errs = "; ".join(str(e.get("message", e)) for e in ((b.get("errors") or {}).get("data") or [])[:3])
+                    reason = {"failed": "batch_failed", "expired": "batch_expired",
+                              "cancelled": "batch_cancelled"}.get(status, "no_response")
+                    for i, a in missing:
+                        attempts[i] = max(attempts[i], a)
+                        last[i] = Outcome(False, reason=reason, detail=f"batch {bid} {status}" + (f": {errs}" if errs else ""))
+                        failed.add(i)
+                    log.warning("%s: batch %s %s: %d request(s) without an answer (%s)", stage, bid, status,
+                                len(missing), reason)
+            retry = sorted(i for i in failed if last[i].reason in RETRYABLE and attempts[i] < runner.max_attempts)
+            if not retry:
+                break
+            rnd += 1
+            log.info("%s: round %d: retrying %d failed request(s) as a new batch", stage, rnd, len(retry))
+            lines = (_request_line(runner, stage, i, attempts[i] + 1, items[i]) for i in retry)
+            batches = _submit_lines(runner, lines, sd, journal, rnd=rnd, metadata=metadata)
+            round_batches = [b["batch_id"] for b in batches]
+            round_chunks = {b["batch_id"]: b["path"] for b in batches}
+    finally:
+        journal.close()
+    for i in sorted(failed):
+        if items[i].item_id in results:
+            continue
+        oc = last[i]
+        losses.add(runner.item_type, items[i].item_id, oc.reason or "api_error", oc.detail, attempts=max(1, attempts[i]))
+    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(results), len(failed),
+             sum(not r["cached"] for r in runner.cost_rows), sum(r["cost_usd"] for r in runner.cost_rows))
+    return results

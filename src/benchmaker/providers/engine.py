@@ -1,0 +1,161 @@
+"""What every LLM adapter shares: cache look-up, attempts, validation, losses and cost rows.
+
+An adapter turns its rows into :class:`Item` (an id, a :class:`RequestSpec`, an optional extra
+check of the answer). :class:`Runner` then serves what the cache already has, sends the rest (sync
+here; batch in :mod:`benchmaker.providers.batch`), validates every answer against the request's
+schema and the adapter's check, retries the failures only (new requests) up to ``max_attempts``,
+and records each paid request in ``cost_rows`` and each final failure in the losses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from ..logs import get_logger, progress
+from ..losses import Losses
+from .cache import ResponseCache
+from .cost import Price, cost_row, price_for
+from .parse import Outcome, validate_answer
+from .spec import LLMSettings, RequestSpec, render_body, request_key
+
+__all__ = ["Item", "Runner"]
+
+log = get_logger("providers")
+
+
+@dataclass
+class Item:
+    item_id: str
+    spec: RequestSpec
+    check: Callable[[dict], str | None] | None = None
+    key: str = ""
+
+
+class Runner:
+    def __init__(self, *, stage: str, item_type: str, settings: Mapping[str, Any], cache_dir: str | None,
+                 client: Any = None):
+        self.stage, self.item_type = stage, item_type
+        self.settings = dict(settings)
+        self.llm = LLMSettings.from_config(self.settings)
+        self.cache = ResponseCache(cache_dir)
+        self.price: Price = price_for(self.llm.model, self.settings.get("prices") or {})
+        self.batch_discount = float(self.settings.get("batch_discount", 0.5))
+        self.max_attempts = int(self.settings.get("max_attempts", 3))
+        self._client = client
+        self.cost_rows: list[dict] = []
+        self.sent = 0
+        if not self.price.known:
+            log.warning("%s: no price known for model %r and no `prices` configured; costs are reported as 0",
+                        stage, self.llm.model)
+
+    # -- pieces shared with batch mode -------------------------------------------------------
+    @property
+    def client(self):
+        if self._client is None:
+            from .openai import make_client
+
+            self._client = make_client(self.settings)
+        return self._client
+
+    def keyed(self, items: Iterable[Item]) -> list[Item]:
+        out = []
+        for it in items:
+            it.key = it.key or request_key(it.spec, self.llm)
+            out.append(it)
+        return out
+
+    def from_cache(self, item: Item, mode: str) -> dict | None:
+        rec = self.cache.get(item.key)
+        if rec is None:
+            return None
+        obj = rec.get("answer")
+        if not isinstance(obj, dict) or validate_answer(obj, item.spec.schema, item.check) is not None:
+            return None
+        self.cost_rows.append(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
+                                       usage=_usage(rec), price=self.price, batch_discount=self.batch_discount,
+                                       attempt=0, cached=True))
+        return obj
+
+    def settle(self, item: Item, outcome: Outcome, *, attempt: int, mode: str) -> dict | None:
+        """Validate an outcome, cache it if good, record its cost; returns the answer or None."""
+        if outcome.paid:
+            self.cost_rows.append(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
+                                           usage=outcome.usage, price=self.price,
+                                           batch_discount=self.batch_discount, attempt=attempt))
+        if not outcome.ok:
+            return None
+        problem = validate_answer(outcome.obj, item.spec.schema, item.check)
+        if problem is not None:
+            outcome.ok, outcome.reason, outcome.detail = False, "schema_violation", problem
+            return None
+        u = outcome.usage
+        self.cache.put(item.key, {"answer": outcome.obj, "model": self.llm.model, "usage": {
+            "input_tokens": u.input_tokens, "cached_input_tokens": u.cached_input_tokens,
+            "output_tokens": u.output_tokens, "reasoning_tokens": u.reasoning_tokens}})
+        return outcome.obj
+
+    def render(self, item: Item) -> dict:
+        return render_body(item.spec, self.llm)
+
+    # -- sync mode ---------------------------------------------------------------------------
+    def run_sync(self, items: Iterable[Item], losses: Losses, *, transport=None) -> dict[str, dict]:
+        items = self.keyed(items)
+        results: dict[str, dict] = {}
+        pending: list[Item] = []
+        for it in items:
+            obj = self.from_cache(it, "sync")
+            if obj is not None:
+                results[it.item_id] = obj
+            else:
+                pending.append(it)
+        log.info("%s: %d items, %d from cache, %d to send", self.stage, len(items), len(results), len(pending))
+        if not pending:
+            return results
+        if transport is None:
+            from .transport import SyncTransport
+
+            transport = SyncTransport(self.client, self.llm.api, concurrency=int(self.settings.get("concurrency", 8)))
+        last: dict[str, Outcome] = {}
+        for attempt in range(1, self.max_attempts + 1):
+            if not pending:
+                break
+            failed: list[Item] = []
+            bar = progress(total=len(pending), desc=f"{self.stage} attempt {attempt}", unit="req")
+            for it, outcome in transport.map(pending, self.render):
+                bar.update(1)
+                obj = self.settle(it, outcome, attempt=attempt, mode="sync")
+                if obj is None:
+                    last[it.item_id] = outcome
+                    if outcome.reason != "bad_input":
+                        failed.append(it)
+                else:
+                    results[it.item_id] = obj
+            bar.close()
+            if failed:
+                log.info("%s: attempt %d: %d failed (%s)", self.stage, attempt, len(failed),
+                         _reason_counts(last, failed))
+            pending = failed
+        self.sent += transport.sent
+        attempts_of = {it.item_id: self.max_attempts for it in pending}
+        for item_id, oc in last.items():
+            if item_id in results:
+                continue
+            losses.add(self.item_type, item_id, oc.reason or "api_error", oc.detail,
+                       attempts=attempts_of.get(item_id, 1))
+        return results
+
+
+def _usage(rec: dict):
+    from .cost import Usage
+
+    u = rec.get("usage") or {}
+    return Usage(int(u.get("input_tokens", 0)), int(u.get("cached_input_tokens", 0)),
+                 int(u.get("output_tokens", 0)), int(u.get("reasoning_tokens", 0)))
+
+
+def _reason_counts(last: dict[str, Outcome], failed: list[Item]) -> str:
+    from collections import Counter
+
+    c = Counter(last[it.item_id].reason for it in failed)
+    return ", ".join(f"{k}: {v}" for k, v in c.most_common())

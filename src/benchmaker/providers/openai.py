@@ -1,0 +1,101 @@
+"""OpenAI specifics: the client (key from the environment only), sync calls, Files and Batch API.
+
+Works with any OpenAI-compatible server (vLLM, the NRP LLM gateway) through ``base_url``; ``api:
+chat`` uses Chat Completions for servers without ``/v1/responses``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Iterator, Mapping
+
+__all__ = ["make_client", "ENDPOINTS", "call", "upload_batch_file", "create_batch", "retrieve_batch",
+           "iter_batches", "find_batch", "find_file", "cancel_batch", "download_file", "MissingKey",
+           "batch_dict"]
+
+ENDPOINTS = {"responses": "/v1/responses", "chat": "/v1/chat/completions"}
+
+
+class MissingKey(RuntimeError):
+    pass
+
+
+def make_client(settings: Mapping[str, Any], timeout: float = 120.0):
+    """An ``openai.OpenAI`` client; the key is read from the env var named by ``api_key_env`` only."""
+    import openai
+
+    env = settings.get("api_key_env") or "OPENAI_API_KEY"
+    key = os.environ.get(env)
+    if not key:
+        raise MissingKey(f"environment variable {env} is not set (it must hold the API key; "
+                         f"the key never goes in the config)")
+    return openai.OpenAI(api_key=key, base_url=settings.get("base_url") or None, max_retries=0, timeout=timeout)
+
+
+def call(client, api: str, body: Mapping[str, Any]) -> dict:
+    """One synchronous request; returns the response body as a plain dict (raises openai errors)."""
+    if api == "chat":
+        raw = client.chat.completions.with_raw_response.create(**body)
+    else:
+        raw = client.responses.with_raw_response.create(**body)
+    return raw.http_response.json()
+
+
+def batch_dict(b: Any) -> dict:
+    return b.to_dict() if hasattr(b, "to_dict") else dict(b)
+
+
+def upload_batch_file(client, path: str, name: str) -> str:
+    with open(path, "rb") as fh:
+        f = client.files.create(file=(name, fh), purpose="batch")
+    return f.id
+
+
+def create_batch(client, *, file_id: str, api: str, completion_window: str, metadata: Mapping[str, str]) -> dict:
+    b = client.batches.create(input_file_id=file_id, endpoint=ENDPOINTS[api], completion_window=completion_window,
+                              metadata=dict(metadata))
+    return batch_dict(b)
+
+
+def retrieve_batch(client, batch_id: str) -> dict:
+    return batch_dict(client.batches.retrieve(batch_id))
+
+
+def iter_batches(client, limit: int = 100) -> Iterator[dict]:
+    """Every batch of the account, newest first (the SDK follows the pagination)."""
+    for b in client.batches.list(limit=limit):
+        yield batch_dict(b)
+
+
+def find_batch(client, metadata: Mapping[str, str], max_scan: int = 2000) -> dict | None:
+    """The newest batch whose metadata contains ``metadata`` (resume after an interrupted submit)."""
+    for i, b in enumerate(iter_batches(client)):
+        md = b.get("metadata") or {}
+        if all(md.get(k) == v for k, v in metadata.items()):
+            return b
+        if i >= max_scan:
+            break
+    return None
+
+
+def find_file(client, filename: str, max_scan: int = 2000) -> str | None:
+    """The id of an uploaded batch input file with this exact name, if any."""
+    for i, f in enumerate(client.files.list(purpose="batch")):
+        if getattr(f, "filename", None) == filename and getattr(f, "status", "processed") != "error":
+            return f.id
+        if i >= max_scan:
+            break
+    return None
+
+
+def cancel_batch(client, batch_id: str) -> dict:
+    return batch_dict(client.batches.cancel(batch_id))
+
+
+def download_file(client, file_id: str, dest: str) -> None:
+    from ..io import atomic_path
+
+    content = client.files.content(file_id)
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(content.content if hasattr(content, "content") else io.BytesIO(content).getvalue())

@@ -1,0 +1,220 @@
+"""Provider-neutral request specs, their cache keys and their OpenAI wire bodies.
+
+A :class:`RequestSpec` is what an adapter wants to ask: system instructions, user parts (text and
+image references) and the JSON schema of the answer. :func:`render_body` turns it into the body of a
+Responses-API or Chat-Completions request. The static part of every request (instructions, then the
+fixed prompt text) comes first so that the provider's prompt caching applies; what varies per item
+(metadata, annotations, images) comes last.
+
+Images are references (:class:`ImageRef`) until a request is actually sent: the cache key uses the
+image's sha256 and the transport settings, so deciding what is cached never reads an image, and only
+the requests that will be sent pay for reading, downscaling and base64-encoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .cache import content_key
+
+__all__ = ["ImageRef", "Text", "RequestSpec", "LLMSettings", "render_body", "request_key",
+           "encode_image", "fill_metadata", "METADATA_RE", "estimate_input_tokens"]
+
+METADATA_RE = re.compile(r"\{metadata\.([A-Za-z0-9_]+)\}")
+_NON_REASONING = ("gpt-4", "gpt-3.5", "chatgpt-")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    sha256: str
+    path: str | None = None          # local file (base64 transport)
+    url: str | None = None           # public URL (url transport)
+    width: int = 0
+    height: int = 0
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    system: str
+    parts: tuple[Any, ...]            # Text | ImageRef, in order
+    schema: dict
+    schema_name: str
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """The subset of ``llm_common`` that shapes a request (and so its cache key)."""
+
+    model: str = "gpt-5-mini"
+    api: str = "responses"
+    base_url: str | None = None
+    max_output_tokens: int = 4000
+    reasoning_effort: str | None = "low"
+    temperature: float | None = None
+    image_detail: str = "low"
+    image_transport: str = "base64"
+    image_max_side: int = 768
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, s: Mapping[str, Any]) -> "LLMSettings":
+        return cls(
+            model=s.get("model", "gpt-5-mini"), api=s.get("api", "responses"), base_url=s.get("base_url"),
+            max_output_tokens=int(s.get("max_output_tokens", 4000)),
+            reasoning_effort=s.get("reasoning_effort", "low"), temperature=s.get("temperature"),
+            image_detail=s.get("image_detail", "low"), image_transport=s.get("image_transport", "base64"),
+            image_max_side=int(s.get("image_max_side", 768)),
+        )
+
+    @property
+    def sends_reasoning(self) -> bool:
+        return bool(self.reasoning_effort) and not self.model.startswith(_NON_REASONING)
+
+
+def fill_metadata(template: str, row: Mapping[str, Any], allowed: Sequence[str] | None = None) -> str:
+    """Replace ``{metadata.<column>}`` with the row's value (missing/null -> 'unknown')."""
+
+    def sub(m: re.Match) -> str:
+        col = m.group(1)
+        if allowed and col not in allowed:
+            raise KeyError(f"prompt placeholder {{metadata.{col}}}: '{col}' is not in metadata_columns {list(allowed)}")
+        v = row.get(col)
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return "unknown"
+        if isinstance(v, (list, tuple)):
+            return ", ".join(map(str, v))
+        return str(v)
+
+    return METADATA_RE.sub(sub, template)
+
+
+def encode_image(ref: ImageRef, max_side: int) -> tuple[str, str]:
+    """Read, downscale (longest side <= max_side) and encode an image; returns (mime, base64)."""
+    from PIL import Image, ImageOps
+
+    if not ref.path:
+        raise ValueError(f"image {ref.sha256[:12]}: base64 transport needs a local path")
+    with Image.open(ref.path) as im:
+        im = ImageOps.exif_transpose(im)
+        if max(im.size) > max_side:
+            im.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+        has_alpha = im.mode in ("RGBA", "LA") or (im.mode == "P" and "transparency" in im.info)
+        buf = io.BytesIO()
+        if has_alpha:
+            im.convert("RGBA").save(buf, format="PNG", optimize=True)
+            mime = "image/png"
+        else:
+            im.convert("RGB").save(buf, format="JPEG", quality=85)
+            mime = "image/jpeg"
+    return mime, base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _image_url(ref: ImageRef, s: LLMSettings) -> str:
+    if s.image_transport == "url":
+        if not ref.url:
+            raise ValueError(f"image {ref.sha256[:12]}: image_transport 'url' but the image has no image_url")
+        return ref.url
+    mime, b64 = encode_image(ref, s.image_max_side)
+    return f"data:{mime};base64,{b64}"
+
+
+def _key_part(p: Any, s: LLMSettings) -> Any:
+    if isinstance(p, Text):
+        return ["t", p.text]
+    # the image's content and how it is sent; never its path or name
+    how = ["url", p.url] if s.image_transport == "url" else ["b64", s.image_max_side]
+    return ["i", p.sha256, s.image_detail, *how]
+
+
+def request_key(spec: RequestSpec, s: LLMSettings) -> str:
+    """Content key of a request: model, server, sampling, prompts, schema, image digests."""
+    return content_key({
+        "v": 1, "api": s.api, "base_url": s.base_url or "", "model": s.model,
+        "max_output_tokens": s.max_output_tokens,
+        "reasoning": s.reasoning_effort if s.sends_reasoning else None, "temperature": s.temperature,
+        "system": spec.system, "parts": [_key_part(p, s) for p in spec.parts],
+        "schema_name": spec.schema_name, "schema": spec.schema,
+    })
+
+
+def render_body(spec: RequestSpec, s: LLMSettings) -> dict:
+    """The request body for ``s.api`` (reads and encodes images when the transport is base64)."""
+    if s.api == "chat":
+        content: list[dict] = []
+        for p in spec.parts:
+            if isinstance(p, Text):
+                content.append({"type": "text", "text": p.text})
+            else:
+                content.append({"type": "image_url", "image_url": {"url": _image_url(p, s), "detail": s.image_detail}})
+        body: dict[str, Any] = {
+            "model": s.model,
+            "messages": [{"role": "system", "content": spec.system}, {"role": "user", "content": content}],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": spec.schema_name, "schema": spec.schema, "strict": True}},
+            "max_completion_tokens": s.max_output_tokens,
+        }
+        if s.sends_reasoning:
+            body["reasoning_effort"] = s.reasoning_effort
+    else:
+        content = []
+        for p in spec.parts:
+            if isinstance(p, Text):
+                content.append({"type": "input_text", "text": p.text})
+            else:
+                content.append({"type": "input_image", "image_url": _image_url(p, s), "detail": s.image_detail})
+        body = {
+            "model": s.model,
+            "instructions": spec.system,
+            "input": [{"role": "user", "content": content}],
+            "text": {"format": {"type": "json_schema", "name": spec.schema_name, "schema": spec.schema,
+                                "strict": True}},
+            "max_output_tokens": s.max_output_tokens,
+            "store": False,
+        }
+        if s.sends_reasoning:
+            body["reasoning"] = {"effort": s.reasoning_effort}
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    return body
+
+
+def _image_tokens(ref: ImageRef, s: LLMSettings) -> int:
+    """OpenAI's tile rule: low = 85; high = 85 + 170 per 512-px tile after fitting 2048 / 768."""
+    if s.image_detail == "low":
+        return 85
+    w, h = ref.width or s.image_max_side, ref.height or s.image_max_side
+    if s.image_transport != "url" and max(w, h) > s.image_max_side:
+        f = s.image_max_side / max(w, h)
+        w, h = w * f, h * f
+    if max(w, h) > 2048:
+        f = 2048 / max(w, h)
+        w, h = w * f, h * f
+    if min(w, h) > 768:
+        f = 768 / min(w, h)
+        w, h = w * f, h * f
+    tiles = -(-int(w) // 512) * -(-int(h) // 512)
+    return 85 + 170 * tiles
+
+
+def estimate_input_tokens(spec: RequestSpec, s: LLMSettings) -> int:
+    """A rough input-token count (4 characters per token for text, the tile rule for images)."""
+    import json
+
+    chars = len(spec.system) + len(json.dumps(spec.schema)) + 40
+    img = 0
+    for p in spec.parts:
+        if isinstance(p, Text):
+            chars += len(p.text)
+        else:
+            img += _image_tokens(p, s)
+    return chars // 4 + img

@@ -1,0 +1,276 @@
+"""A fake OpenAI server (stdlib ThreadingHTTPServer on 127.0.0.1) for the real openai SDK.
+
+Implements: POST /v1/responses, POST /v1/chat/completions, POST /v1/files (multipart), GET /v1/files,
+GET /v1/files/{id}/content, POST /v1/batches, GET /v1/batches, GET /v1/batches/{id},
+POST /v1/batches/{id}/cancel. Answers are generated from the request's JSON schema (``answer`` hook to
+override). Batches progress validating -> in_progress -> finalizing -> completed, one step per
+retrieve (``steps``). Knobs for failure injection: ``fail`` (custom_id / request predicate -> error
+kind), ``rate_limit`` (next N sync calls answer 429 with Retry-After), ``expire_after`` (a batch
+expires with only its first K requests answered). Every request is logged in ``log``.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import itertools
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+USAGE = {"input_tokens": 1000, "cached_tokens": 200, "output_tokens": 150, "reasoning_tokens": 50}
+
+
+def instance(schema: dict, path: str = "") -> Any:
+    """A deterministic valid instance of a (strict) JSON schema."""
+    t = schema.get("type")
+    if "enum" in schema:
+        vals = schema["enum"]
+        return vals[len(path) % len(vals)] if t != "integer" else vals[-1]
+    if t == "object":
+        return {k: instance(v, f"{path}/{k}") for k, v in schema.get("properties", {}).items()}
+    if t == "array":
+        n = max(schema.get("minItems", 1), 1)
+        items = schema.get("items", {"type": "string"})
+        if "enum" in items:
+            return items["enum"][:n]
+        return [f"tag{i}" for i in range(n)]
+    if t == "boolean":
+        return len(path) % 2 == 0
+    if t == "integer":
+        return 1
+    if t == "number":
+        return 0.9
+    return f"text for {path.strip('/') or 'answer'}"
+
+
+def request_schema(body: dict) -> tuple[dict, str]:
+    if "text" in body:
+        f = body["text"]["format"]
+        return f["schema"], "responses"
+    return body["response_format"]["json_schema"]["schema"], "chat"
+
+
+class Fake:
+    def __init__(self, steps: int = 3):
+        self.steps = steps
+        self.log: list[tuple[str, str, Any]] = []
+        self.files: dict[str, dict] = {}
+        self.batches: dict[str, dict] = {}
+        self.lock = threading.Lock()
+        self.ids = itertools.count(1)
+        self.answer: Callable[[dict, dict], Any] = lambda body, schema: instance(schema)
+        self.fail: Callable[[str, dict], str | None] = lambda custom_id, body: None
+        self.rate_limit = 0
+        self.retry_after = "0.05"
+        self.expire_after: int | None = None
+        self.usage = dict(USAGE)
+        self.server: ThreadingHTTPServer | None = None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def count(self, method: str, path_re: str) -> int:
+        return sum(1 for m, p, _ in self.log if m == method and re.fullmatch(path_re, p))
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def _usage(self, api: str) -> dict:
+        u = self.usage
+        if api == "chat":
+            return {"prompt_tokens": u["input_tokens"], "completion_tokens": u["output_tokens"],
+                    "total_tokens": u["input_tokens"] + u["output_tokens"],
+                    "prompt_tokens_details": {"cached_tokens": u["cached_tokens"]},
+                    "completion_tokens_details": {"reasoning_tokens": u["reasoning_tokens"]}}
+        return {"input_tokens": u["input_tokens"], "output_tokens": u["output_tokens"],
+                "total_tokens": u["input_tokens"] + u["output_tokens"],
+                "input_tokens_details": {"cached_tokens": u["cached_tokens"]},
+                "output_tokens_details": {"reasoning_tokens": u["reasoning_tokens"]}}
+
+    def respond(self, body: dict, custom_id: str = "") -> tuple[int, dict]:
+        """(status, body) of one model call, honouring ``fail``."""
+        schema, api = request_schema(body)
+        kind = self.fail(custom_id, body)
+        if kind == "http_500":
+            return 500, {"error": {"message": "server error", "type": "server_error"}}
+        if kind == "http_400":
+            return 400, {"error": {"message": "bad request", "type": "invalid_request_error"}}
+        text = json.dumps(self.answer(body, schema))
+        status = "completed"
+        if kind == "invalid_json":
+            text = text[: len(text) // 2]
+        elif kind == "schema":
+            obj = json.loads(text)
+            obj.pop(next(iter(obj)))
+            text = json.dumps(obj)
+        elif kind == "incomplete":
+            text, status = text[:10], "incomplete"
+        if api == "chat":
+            return 200, {"id": f"chatcmpl-{next(self.ids)}", "object": "chat.completion", "created": int(time.time()),
+                         "model": body["model"], "usage": self._usage(api),
+                         "choices": [{"index": 0, "finish_reason": "length" if status == "incomplete" else "stop",
+                                      "message": {"role": "assistant", "content": text}}]}
+        out = {"id": f"resp_{next(self.ids)}", "object": "response", "created_at": int(time.time()),
+               "model": body["model"], "status": status, "usage": self._usage(api),
+               "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+        if status == "incomplete":
+            out["incomplete_details"] = {"reason": "max_output_tokens"}
+        return 200, out
+
+    def advance(self, b: dict) -> None:
+        order = ["validating", "in_progress", "finalizing", "completed"]
+        if b["status"] in ("completed", "failed", "expired", "cancelled"):
+            return
+        if b["status"] == "cancelling":
+            self._finish(b, "cancelled")
+            return
+        b["_polls"] += 1
+        if b["_polls"] >= self.steps:
+            self._finish(b, "expired" if self.expire_after is not None else "completed")
+        else:
+            b["status"] = order[min(b["_polls"], 2)]
+
+    def _finish(self, b: dict, status: str) -> None:
+        lines = [json.loads(x) for x in self.files[b["input_file_id"]]["content"].decode().splitlines() if x.strip()]
+        if status in ("expired", "cancelled"):
+            keep = self.expire_after if status == "expired" else len(lines) // 2
+            lines = lines[: keep or 0]
+        out, err = [], []
+        for ln in lines:
+            code, body = self.respond(ln["body"], ln["custom_id"])
+            row = {"id": f"batch_req_{next(self.ids)}", "custom_id": ln["custom_id"],
+                   "response": {"status_code": code, "request_id": "req", "body": body}, "error": None}
+            (out if code == 200 else err).append(row)
+        for name, rows in (("output_file_id", out), ("error_file_id", err)):
+            if rows:
+                fid = f"file-{next(self.ids)}"
+                self.files[fid] = {"id": fid, "filename": f"{b['id']}_{name}.jsonl", "purpose": "batch_output",
+                                   "content": "".join(json.dumps(r) + "\n" for r in rows).encode()}
+                b[name] = fid
+        b["status"] = status
+        b["request_counts"] = {"total": b["request_counts"]["total"], "completed": len(out), "failed": len(err)}
+
+    def public(self, b: dict) -> dict:
+        return {k: v for k, v in b.items() if not k.startswith("_")}
+
+
+def _handler(fake: Fake):
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code: int, obj: Any = None, raw: bytes | None = None, headers: dict | None = None):
+            data = raw if raw is not None else json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> bytes:
+            n = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(n) if n else b""
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            with fake.lock:
+                fake.log.append(("GET", path, None))
+                if self.headers.get("Authorization") != "Bearer sk-test":
+                    return self._send(401, {"error": {"message": "bad key"}})
+                m = re.fullmatch(r"/v1/batches/([^/]+)", path)
+                if m:
+                    b = fake.batches.get(m.group(1))
+                    if not b:
+                        return self._send(404, {"error": {"message": "no such batch"}})
+                    fake.advance(b)
+                    return self._send(200, fake.public(b))
+                if path == "/v1/batches":
+                    data = [fake.public(b) for b in reversed(list(fake.batches.values()))]
+                    return self._send(200, {"object": "list", "data": data, "has_more": False,
+                                            "first_id": data[0]["id"] if data else None,
+                                            "last_id": data[-1]["id"] if data else None})
+                m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
+                if m:
+                    f = fake.files.get(m.group(1))
+                    return self._send(200, raw=f["content"]) if f else self._send(404, {"error": {"message": "nf"}})
+                if path == "/v1/files":
+                    data = [{k: v for k, v in f.items() if k != "content"} | {"object": "file", "status": "processed",
+                                                                              "bytes": len(f["content"]),
+                                                                              "created_at": 0}
+                            for f in reversed(list(fake.files.values()))]
+                    return self._send(200, {"object": "list", "data": data, "has_more": False})
+            return self._send(404, {"error": {"message": f"no route {path}"}})
+
+        def do_POST(self):
+            path = self.path.split("?")[0]
+            raw = self._body()
+            ctype = self.headers.get("Content-Type", "")
+            body = json.loads(raw) if raw and ctype.startswith("application/json") else None
+            with fake.lock:
+                fake.log.append(("POST", path, body))
+                if self.headers.get("Authorization") != "Bearer sk-test":
+                    return self._send(401, {"error": {"message": "bad key"}})
+                if path in ("/v1/responses", "/v1/chat/completions"):
+                    if fake.rate_limit > 0:
+                        fake.rate_limit -= 1
+                        return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                                          headers={"Retry-After": fake.retry_after})
+                    code, out = fake.respond(body)
+                    return self._send(code, out)
+                if path == "/v1/files":
+                    msg = email.message_from_bytes(b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw,
+                                                   policy=email.policy.HTTP)
+                    content, filename = b"", "upload"
+                    for part in msg.iter_parts():
+                        if part.get_param("name", header="content-disposition") == "file":
+                            content = part.get_payload(decode=True)
+                            filename = part.get_filename()
+                    fid = f"file-{next(fake.ids)}"
+                    fake.files[fid] = {"id": fid, "filename": filename, "purpose": "batch", "content": content}
+                    return self._send(200, {"id": fid, "object": "file", "bytes": len(content), "created_at": 0,
+                                            "filename": filename, "purpose": "batch", "status": "processed"})
+                if path == "/v1/batches":
+                    f = fake.files.get(body["input_file_id"])
+                    if not f:
+                        return self._send(404, {"error": {"message": "no such file"}})
+                    n = sum(1 for x in f["content"].splitlines() if x.strip())
+                    bid = f"batch_{next(fake.ids)}"
+                    b = {"id": bid, "object": "batch", "endpoint": body["endpoint"],
+                         "input_file_id": body["input_file_id"], "completion_window": body["completion_window"],
+                         "status": "validating", "created_at": int(time.time()), "output_file_id": None,
+                         "error_file_id": None, "metadata": body.get("metadata") or {},
+                         "request_counts": {"total": n, "completed": 0, "failed": 0}, "_polls": 0}
+                    fake.batches[bid] = b
+                    return self._send(200, fake.public(b))
+                m = re.fullmatch(r"/v1/batches/([^/]+)/cancel", path)
+                if m and m.group(1) in fake.batches:
+                    b = fake.batches[m.group(1)]
+                    if b["status"] not in ("completed", "failed", "expired", "cancelled"):
+                        b["status"] = "cancelling"
+                    return self._send(200, fake.public(b))
+            return self._send(404, {"error": {"message": f"no route {path}"}})
+
+    return H
+
+
+def start(steps: int = 3) -> Fake:
+    fake = Fake(steps=steps)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    srv.daemon_threads = True
+    fake.server = srv
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return fake
+
+
+def stop(fake: Fake) -> None:
+    if fake.server is not None:
+        fake.server.shutdown()
+        fake.server.server_close()
