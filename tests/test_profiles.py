@@ -1,0 +1,267 @@
+"""The Snakemake profiles: keys are real options, resources name real rules, GPU requests are there,
+profiles/default combines safely with --profile, and bare names resolve after install_profiles()."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import support
+from benchmaker.profiles import ProfileInstallError, install_profiles, user_profile_dir
+
+ROOT = support.ROOT
+PROFILES = ROOT / "profiles"
+CLUSTER = ("slurm", "nrp")
+GPU_RULE = "embed_images"
+ENV_KNOBS = re.compile(r"^BENCHMAKER_(SLURM|K8S|S3)_|^BENCHMAKER_IMAGE$")
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not ENV_KNOBS.match(k)}
+    env.update(extra)
+    return env
+
+
+def load(name: str, env: dict | None = None) -> dict:
+    """A profile as Snakemake sees it (YTE templates evaluated with the given environment)."""
+    import yte
+
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(clean_env(**(env or {})))
+        with open(PROFILES / name / "profile.yaml") as fh:
+            return yte.process_yaml(fh, require_use_yte=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def rule_names() -> set[str]:
+    names = set()
+    for smk in [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]:
+        names |= set(re.findall(r"^\s*rule (\w+):", smk.read_text(), flags=re.M))
+    return names
+
+
+def snakemake_options() -> set[str]:
+    """Every long option of snakemake's own CLI parser, executor and storage plugins included."""
+    from snakemake.cli import get_argument_parser
+
+    parser = get_argument_parser()
+    return {s[2:] for a in parser._actions for s in a.option_strings if s.startswith("--")}
+
+
+def test_profiles_exist_and_are_plain_yaml_mappings():
+    for name in ("default", *CLUSTER):
+        path = PROFILES / name / "profile.yaml"
+        raw = yaml.safe_load(path.read_text())
+        assert isinstance(raw, dict) and raw, path
+        assert isinstance(load(name), dict)
+
+
+@pytest.mark.parametrize("name", ["default", *CLUSTER])
+def test_profile_keys_are_snakemake_options(name):
+    options = snakemake_options()
+    prof = load(name, {"BENCHMAKER_SLURM_STATUS": "squeue", "BENCHMAKER_K8S_PVC": "imgs:/data"})
+    unknown = sorted(set(prof) - options)
+    assert not unknown, f"profiles/{name}: not snakemake options: {unknown}"
+
+
+@pytest.mark.parametrize("name", CLUSTER)
+def test_set_resources_name_real_rules(name):
+    rules = rule_names()
+    assert GPU_RULE in rules and "vision" in rules
+    prof = load(name)
+    named = set(prof["set-resources"])
+    assert named <= rules, f"unknown rules in profiles/{name}: {named - rules}"
+    assert {GPU_RULE, "vision", "preprocess", "score", "export"} <= named
+
+
+def test_gpu_rule_asks_for_a_gpu_in_the_rule_itself():
+    text = (ROOT / "rules" / "similarity.smk").read_text()
+    block = text.split(f"rule {GPU_RULE}:")[1].split("\nrule ")[0]
+    assert re.search(r"gpu\s*=\s*1", block)
+
+
+def test_slurm_gpu_request_both_styles():
+    plain = load("slurm")
+    assert plain["executor"] == "slurm"
+    gpu = plain["set-resources"][GPU_RULE]
+    assert gpu["gpu"] == 1 and "gres" not in gpu and "slurm_partition" not in gpu
+    assert plain["default-resources"]["mem_mb"] > 0 and plain["default-resources"]["runtime"] > 0
+    assert "slurm_account" not in plain["default-resources"]
+
+    tuned = load("slurm", {
+        "BENCHMAKER_SLURM_GPU_MODEL": "a100", "BENCHMAKER_SLURM_GPU_PARTITION": "gpu",
+        "BENCHMAKER_SLURM_PARTITION": "cpu", "BENCHMAKER_SLURM_ACCOUNT": "proj1",
+        "BENCHMAKER_SLURM_JOBS": "7",
+    })
+    assert tuned["jobs"] == 7
+    assert tuned["default-resources"]["slurm_partition"] == "cpu"
+    assert tuned["default-resources"]["slurm_account"] == "proj1"
+    assert tuned["set-resources"][GPU_RULE].items() >= {"gpu": 1, "gpu_model": "a100",
+                                                          "slurm_partition": "gpu"}.items()
+    assert tuned["set-resources"]["vision"]["slurm_partition"] == "gpu"
+
+    gres = load("slurm", {"BENCHMAKER_SLURM_GPU_FLAG": "gres", "BENCHMAKER_SLURM_GPU_MODEL": "a100"})
+    g = gres["set-resources"][GPU_RULE]
+    assert g["gres"] == "gpu:a100:1" and g["gpu"] == 0  # gpu: 0 so that no second --gpus is added
+    assert gres["set-resources"]["vision"]["gres"] == "gpu:a100:1"
+    assert re.fullmatch(r"^[a-zA-Z0-9_]+(:[a-zA-Z0-9_\.]+)?(:\d+[TGM]?)?$", g["gres"])
+
+
+def test_nrp_kubernetes_gpu_and_storage():
+    prof = load("nrp")
+    assert prof["executor"] == "kubernetes"
+    assert prof["default-resources"]["scale"] == 0  # limits = requests (needed for nvidia.com/gpu)
+    assert float(prof["kubernetes-cpu-scalar"]) == 1.0
+    gpu = prof["set-resources"][GPU_RULE]
+    assert gpu["gpu"] == 1 and gpu["gpu_manufacturer"] == "nvidia"
+    assert prof["set-resources"]["vision"]["gpu_manufacturer"] == "nvidia"
+    assert prof["default-storage-provider"] == "s3"
+    assert prof["storage-s3-endpoint-url"] == "http://rook-ceph-rgw-nautiluss3.rook"
+    assert prof["default-storage-prefix"] == "s3://sage_imsearch/benchmaker"
+    assert prof["kubernetes-namespace"] == "sage"
+    assert prof["container-image"].startswith("gitlab-registry.nrp-nautilus.io/")
+    assert "kubernetes-persistent-volumes" not in prof
+    text = (PROFILES / "nrp" / "profile.yaml").read_text().lower()
+    for secret_key in ("access-key:", "secret-key:", "access_key:", "secret_key:", "token:"):
+        assert secret_key not in text, "credentials must come from the environment only"
+
+    custom = load("nrp", {"BENCHMAKER_S3_ENDPOINT": "http://127.0.0.1:9000",
+                          "BENCHMAKER_S3_BUCKET": "b1", "BENCHMAKER_S3_PREFIX": "/runs/x/",
+                          "BENCHMAKER_K8S_NAMESPACE": "me", "BENCHMAKER_IMAGE": "reg/img:1",
+                          "BENCHMAKER_K8S_PVC": "imgs:/data"})
+    assert custom["default-storage-prefix"] == "s3://b1/runs/x"
+    assert custom["storage-s3-endpoint-url"] == "http://127.0.0.1:9000"
+    assert custom["kubernetes-namespace"] == "me" and custom["container-image"] == "reg/img:1"
+    assert custom["kubernetes-persistent-volumes"] == ["imgs:/data"]
+
+
+def test_default_profile_is_safe_to_combine():
+    """profiles/default is loaded as the workflow profile under every --profile and replaces the
+    same top-level keys: it must not set anything a cluster profile sets differently."""
+    default = load("default")
+    for forbidden in ("executor", "jobs", "cores", "set-resources", "default-resources",
+                      "set-threads", "default-storage-provider"):
+        assert forbidden not in default, forbidden
+    assert default["resources"] == {"gpu": 1}
+    assert default["set-resource-scopes"] == {"gpu": "local"}
+    for name in CLUSTER:
+        prof = load(name)
+        assert "resources" not in prof and "set-resource-scopes" not in prof, name
+        for key in set(default) & set(prof):
+            assert default[key] == prof[key], f"{name}:{key} differs from profiles/default"
+
+
+def _parse(argv: list[str], monkeypatch, env: dict | None = None):
+    from snakemake.cli import parse_args
+
+    monkeypatch.chdir(ROOT)
+    for k in list(os.environ):
+        if ENV_KNOBS.match(k):
+            monkeypatch.delenv(k)
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    _parser, args = parse_args(argv)
+    return args
+
+
+@pytest.mark.parametrize("name", CLUSTER)
+def test_combined_parse_keeps_cluster_settings(name, monkeypatch):
+    """`--profile profiles/<name>` + the automatic workflow profile: the cluster's set-resources and
+    default-resources survive, the default's local GPU cap is there but local-scoped."""
+    args = _parse(["--profile", f"profiles/{name}", "-n"], monkeypatch)
+    assert args.executor == ("slurm" if name == "slurm" else "kubernetes")
+    assert args.set_resources[GPU_RULE]["gpu"].value == 1
+    assert args.default_resources["mem_mb"].value == 4000
+    assert args.resources["gpu"].value == 1 and args.set_resource_scopes == {"gpu": "local"}
+    alone = _parse(["--workflow-profile", f"profiles/{name}", "-n"], monkeypatch)
+
+    def flat(res):
+        return {(r, k, repr(v)) for r, d in res.items() for k, v in d.items()}
+
+    assert flat(alone.set_resources) == flat(args.set_resources)
+    assert {k: repr(v) for k, v in alone.default_resources.items()} == {
+        k: repr(v) for k, v in args.default_resources.items()}
+
+
+def _dry_run(tmp_path: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = support.tiny_config(tmp_path, tmp_path / "images", tmp_path / "clip")
+    config = support.write_config(tmp_path / "config.yaml", cfg)
+    cmd = [sys.executable, "-m", "snakemake", "-d", str(tmp_path), "--configfile", str(config),
+           "-n", *args]
+    env = clean_env(HF_HUB_OFFLINE="1", **env)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _job_resources(out: str, rule: str) -> list[str]:
+    return re.findall(rf"rule {rule}:\n(?:    .*\n)*?    resources: (.*)", out)
+
+
+def test_slurm_dry_run_with_default_workflow_profile(tmp_path):
+    res = _dry_run(tmp_path, ["--profile", "profiles/slurm"],
+                   {"BENCHMAKER_SLURM_GPU_PARTITION": "gpu", "BENCHMAKER_SLURM_GPU_MODEL": "a100"})
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "workflow specific profile profiles/default" in out
+    gpu_jobs = _job_resources(out, GPU_RULE)
+    assert len(gpu_jobs) == 2  # n_shards = 2
+    for r in gpu_jobs:
+        assert "gpu=1" in r and "gpu_model=a100" in r and "slurm_partition=gpu" in r
+        assert "mem_mb=16000" in r and "runtime=180" in r
+    for r in _job_resources(out, "plan"):
+        assert "mem_mb=8000" in r and "gpu" not in r and "slurm_partition" not in r
+
+
+def test_bare_profile_name_resolves_after_install(tmp_path):
+    home = tmp_path / "xdg"
+    env = {"XDG_CONFIG_HOME": str(home)}
+    before = _dry_run(tmp_path / "w1", ["--profile", "slurm"], env)
+    assert before.returncode != 0 and "profile" in (before.stdout + before.stderr)
+
+    saved = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(home)
+    try:
+        import platformdirs
+
+        dest = Path(platformdirs.AppDirs("snakemake", "snakemake").user_config_dir)
+        assert dest == user_profile_dir() == home / "snakemake"
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_CONFIG_HOME")
+        else:
+            os.environ["XDG_CONFIG_HOME"] = saved
+    paths = install_profiles(dest)
+    assert paths == [dest / "slurm", dest / "nrp"]
+    assert all(p.is_symlink() and (p / "profile.yaml").is_file() for p in paths)
+    assert install_profiles(dest) == paths  # idempotent
+
+    after = _dry_run(tmp_path / "w2", ["--profile", "slurm"], env)
+    out = after.stdout + after.stderr
+    assert after.returncode == 0, out[-3000:]
+    assert "Using profiles slurm and workflow specific profile profiles/default" in out
+    assert all("gpu=1" in r for r in _job_resources(out, GPU_RULE))
+
+
+def test_install_never_replaces_foreign_entries(tmp_path):
+    dest = tmp_path / "cfg"
+    (dest / "nrp").mkdir(parents=True)
+    (dest / "nrp" / "profile.yaml").write_text("jobs: 1\n")
+    with pytest.raises(ProfileInstallError, match="nrp"):
+        install_profiles(dest)
+    assert (dest / "nrp" / "profile.yaml").read_text() == "jobs: 1\n"
+    assert (dest / "slurm").is_symlink()  # the free name was still installed
+
+    copies = install_profiles(tmp_path / "copies", copy=True, names=["nrp"])
+    assert not copies[0].is_symlink()
+    assert (copies[0] / "profile.yaml").read_bytes() == (PROFILES / "nrp" / "profile.yaml").read_bytes()
