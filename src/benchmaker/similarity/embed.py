@@ -1,0 +1,319 @@
+"""Image and text embedding: the ``embed_images`` and ``embed_queries`` stages.
+
+Images are decoded by a torch ``DataLoader`` whose worker processes open each file with PIL (JPEG
+*draft mode* lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the image is much larger than the model
+input), apply EXIF orientation, convert to RGB and run open_clip's resize/crop; they hand **uint8**
+tensors to the main process, which converts to float, normalises on the device (bit-identical to
+open_clip's ``ToTensor`` + ``Normalize``) and encodes whole batches under fp16/bf16 autocast on GPU.
+Images whose sha256 is already in the embedding cache are never decoded nor encoded; each distinct
+sha256 is encoded once per shard; new embeddings are added to the cache every ``flush_every`` images,
+so an interrupted job resumes where it stopped.
+
+Output formats are in docs/similarity.md. torch is imported lazily (only inside functions).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from ..formats import FormatError, read_table, to_canonical_names, to_disk_names
+from ..io import atomic_path
+from ..logs import get_logger, progress
+from ..losses import Losses
+from .cache import EmbeddingCache
+
+__all__ = [
+    "run_images", "run_queries", "embed_image_table", "iter_image_batches", "load_image", "ImageFiles",
+    "write_embeddings", "read_embeddings", "image_paths", "EMBEDDINGS_FORMAT",
+]
+
+log = get_logger("similarity.embed")
+EMBEDDINGS_FORMAT = 1
+DEFAULT_BATCH_SIZE = 128
+
+
+# --------------------------------------------------------------------------------------------- decoding
+def load_image(path: str, draft_size: tuple[int, int] | None):
+    """Open an image file as an RGB PIL image; JPEGs are decoded in draft mode at >= ``draft_size``."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as im:
+        if draft_size is not None and im.format == "JPEG":
+            im.draft("RGB", draft_size)  # smallest DCT scale whose result is still >= draft_size
+        im.load()
+        im = ImageOps.exif_transpose(im)
+        return im.convert("RGB")
+
+
+def _split_preprocess(preprocess) -> tuple[Any, tuple[float, ...] | None, tuple[float, ...] | None]:
+    """Split open_clip's eval transform into (PIL part, mean, std) when it ends in ToTensor + Normalize."""
+    tfs = list(getattr(preprocess, "transforms", []) or [])
+    if len(tfs) >= 2 and type(tfs[-2]).__name__ in ("ToTensor", "MaybeToTensor") and type(tfs[-1]).__name__ == "Normalize":
+        from torchvision import transforms as T
+
+        norm = tfs[-1]
+        return T.Compose(tfs[:-2]), tuple(float(v) for v in norm.mean), tuple(float(v) for v in norm.std)
+    return preprocess, None, None  # unknown layout: workers run the whole transform (float tensors)
+
+
+class ImageFiles:
+    """Map-style dataset: index → (index, uint8/float tensor or None, reason, detail). Picklable."""
+
+    def __init__(self, paths: Sequence[str], transform, draft_size: tuple[int, int] | None, to_uint8: bool):
+        self.paths = list(paths)
+        self.transform = transform
+        self.draft_size = draft_size
+        self.to_uint8 = to_uint8
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        import torch
+
+        path = self.paths[i]
+        try:
+            img = load_image(path, self.draft_size)
+        except FileNotFoundError as exc:
+            return i, None, "image_missing", str(exc)
+        except Exception as exc:  # PIL raises UnidentifiedImageError, OSError (truncated), DecompressionBomb...
+            return i, None, "image_decode_error", f"{type(exc).__name__}: {exc}"
+        try:
+            out = self.transform(img)
+            if self.to_uint8:
+                arr = np.asarray(out, dtype=np.uint8)
+                if arr.ndim == 2:
+                    arr = np.repeat(arr[:, :, None], 3, axis=2)
+                out = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+        except Exception as exc:
+            return i, None, "image_preprocess_error", f"{type(exc).__name__}: {exc}"
+        return i, out, None, None
+
+
+def _collate(items):
+    import torch
+
+    ok = [it for it in items if it[1] is not None]
+    idx = torch.tensor([it[0] for it in ok], dtype=torch.long)
+    pixels = torch.stack([it[1] for it in ok]) if ok else None
+    failed = [(it[0], it[2], it[3]) for it in items if it[1] is None]
+    return idx, pixels, failed
+
+
+def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_BATCH_SIZE,
+                       num_workers: int = 2, draft: bool = True
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray, list[tuple[int, str, str]]]]:
+    """Encode image files in batches: yields (indices, embeddings float32 [k, d], failures)."""
+    import torch
+
+    if not paths:
+        return
+    pil_tf, mean, std = _split_preprocess(clip.preprocess)
+    to_uint8 = mean is not None
+    draft_size = clip.image_size if draft else None
+    ds = ImageFiles(paths, pil_tf, draft_size, to_uint8)
+    workers = max(0, int(num_workers))
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=max(1, int(batch_size)), shuffle=False, num_workers=workers, collate_fn=_collate,
+        pin_memory=clip.device.startswith("cuda"), prefetch_factor=4 if workers else None,
+        persistent_workers=False,
+    )
+    if to_uint8:
+        mean_t = torch.tensor(mean, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+        std_t = torch.tensor(std, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+    for idx, pixels, failed in loader:
+        if pixels is None:
+            yield np.zeros(0, dtype=np.int64), np.zeros((0, clip.embed_dim), np.float32), failed
+            continue
+        if to_uint8:
+            x = pixels.to(clip.device, non_blocking=True).float().div_(255.0).sub_(mean_t).div_(std_t)
+        else:
+            x = pixels
+        emb = clip.encode_images(x)
+        yield idx.numpy(), emb.numpy().astype(np.float32, copy=False), failed
+
+
+# ----------------------------------------------------------------------------------------- images table
+def image_paths(images: pl.DataFrame, image_root: str | os.PathLike | None) -> list[str]:
+    """Absolute file path of each image row: ``image_root / image_id`` (or a ``path`` column if present)."""
+    root = Path(image_root) if image_root else Path(".")
+    col = "path" if "path" in images.columns else "image_id"
+    out = []
+    for rel in images[col].to_list():
+        p = Path(rel)
+        out.append(str(p if p.is_absolute() else root / p))
+    return out
+
+
+def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLike | None,
+                      cache: EmbeddingCache | None, losses: Losses | None, batch_size: int = DEFAULT_BATCH_SIZE,
+                      num_workers: int = 2, flush_every: int = 4096, draft: bool = True,
+                      desc: str = "embed images") -> pl.DataFrame:
+    """Embeddings for the rows of an ``images`` table (canonical names).
+
+    Returns ``image_id, sha256, embedding`` (Array(Float32, d), L2-normalised) for every image that has
+    an embedding, in input order; every image that could not be decoded is added to ``losses``.
+    """
+    dim = clip.embed_dim
+    emb_dtype = pl.Array(pl.Float32, dim)
+    base = images.select("image_id", "sha256").with_columns(
+        pl.Series("__path", image_paths(images, image_root), dtype=pl.String))
+    shas = base["sha256"].unique(maintain_order=True)
+    hit = cache.lookup(shas) if cache is not None else pl.DataFrame(schema={"sha256": pl.String, "embedding": emb_dtype})
+    todo = (base.filter(~pl.col("sha256").is_in(hit["sha256"].implode()))
+            .unique("sha256", keep="first", maintain_order=True))
+    log.info("%s: %d images, %d distinct sha256, %d from cache, %d to encode (batch %d, %d workers, %s)",
+             desc, base.height, shas.len(), hit.height, todo.height, batch_size, num_workers, clip.device)
+
+    todo_sha = todo["sha256"].to_list()
+    new_sha: list[str] = []
+    new_emb: list[np.ndarray] = []
+    pending_sha: list[str] = []
+    pending_emb: list[np.ndarray] = []
+    failed_sha: dict[str, tuple[str, str]] = {}
+    t0 = time.perf_counter()
+
+    def flush() -> None:
+        if cache is not None and pending_sha:
+            cache.put(pending_sha, np.concatenate(pending_emb), device=clip.device, precision=clip.precision)
+        pending_sha.clear()
+        pending_emb.clear()
+
+    with progress(total=len(todo_sha), desc=desc, unit="img", logger=log) as bar:
+        for idx, emb, failed in iter_image_batches(clip, todo["__path"].to_list(), batch_size=batch_size,
+                                                   num_workers=num_workers, draft=draft):
+            batch_sha = [todo_sha[i] for i in idx]
+            new_sha.extend(batch_sha)
+            new_emb.append(emb)
+            pending_sha.extend(batch_sha)
+            pending_emb.append(emb)
+            for i, reason, detail in failed:
+                failed_sha[todo_sha[i]] = (reason, detail)
+            bar.update(len(idx) + len(failed))
+            if len(pending_sha) >= flush_every:
+                flush()
+        flush()
+    if todo_sha:
+        dt = time.perf_counter() - t0
+        log.info("%s: encoded %d images in %.1f s (%.1f img/s), %d failed", desc, len(new_sha), dt,
+                 len(todo_sha) / max(dt, 1e-9), len(failed_sha))
+    fresh = pl.DataFrame({
+        "sha256": pl.Series(new_sha, dtype=pl.String),
+        "embedding": pl.Series(np.concatenate(new_emb) if new_emb else np.zeros((0, dim), np.float32),
+                               dtype=emb_dtype),
+    })
+    known = pl.concat([hit, fresh]).unique("sha256", keep="first", maintain_order=True)
+    if failed_sha and losses is not None:
+        bad = base.filter(pl.col("sha256").is_in(list(failed_sha)))
+        for image_id, sha in bad.select("image_id", "sha256").iter_rows():
+            reason, detail = failed_sha[sha]
+            losses.add("image", image_id, reason, detail)
+    return base.join(known, on="sha256", how="inner", maintain_order="left").select("image_id", "sha256", "embedding")
+
+
+# ----------------------------------------------------------------------------------------- parquet files
+def write_embeddings(df: pl.DataFrame, path: str | os.PathLike, *, clip=None, kind: str,
+                     columns: Mapping[str, str] | None = None, extra_meta: Mapping[str, Any] | None = None) -> int:
+    """Write an embeddings table (canonical names) as parquet with the model identity in its metadata."""
+    meta = {"benchmaker.kind": kind, "benchmaker.format": str(EMBEDDINGS_FORMAT)}
+    if clip is not None:
+        meta.update({"benchmaker.model_id": clip.model_id, "benchmaker.logit_scale": repr(float(clip.logit_scale)),
+                     "benchmaker.dim": str(clip.embed_dim), "benchmaker.context_length": str(clip.context_length)})
+    meta.update({f"benchmaker.{k}": str(v) for k, v in (extra_meta or {}).items()})
+    out = to_disk_names(df, columns)
+    with atomic_path(path, suffix=".parquet.tmp") as tmp:
+        out.write_parquet(tmp, compression="zstd", metadata=meta)
+    return out.height
+
+
+def read_embeddings(path: str | os.PathLike, *, columns: Mapping[str, str] | None = None
+                    ) -> tuple[pl.DataFrame, dict[str, str]]:
+    """Read an embeddings parquet file: (table with canonical names, ``benchmaker.*`` metadata without prefix)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(f"{path}: embeddings file not found")
+    try:
+        raw = pq.read_metadata(path).metadata or {}
+        df = pl.read_parquet(path)
+    except Exception as exc:
+        raise FormatError(f"{path}: not a readable parquet embeddings file: {exc}") from None
+    meta = {k.decode()[len("benchmaker."):]: v.decode() for k, v in raw.items() if k.startswith(b"benchmaker.")}
+    df = to_canonical_names(df, columns)
+    if "embedding" not in df.columns:
+        raise FormatError(f"{path}: missing column 'embedding' (has {df.columns})")
+    return df, meta
+
+
+# ----------------------------------------------------------------------------------------------- stages
+def _runtime(runtime: Mapping[str, Any] | None) -> dict[str, Any]:
+    rt = dict(runtime or {})
+    return {"device": rt.get("device") or "auto", "batch_size": int(rt.get("batch_size") or DEFAULT_BATCH_SIZE),
+            "num_workers": int(rt.get("num_workers", 2) if rt.get("num_workers") is not None else 2)}
+
+
+def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], threads: int):
+    from .model import load_clip
+
+    rt = _runtime(runtime)
+    clip = load_clip(model["model"], model.get("pretrained"), device=rt["device"],
+                     precision=model.get("precision") or "auto")
+    if clip.device == "cpu" and threads:
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+    return clip, rt
+
+
+def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str, Any],
+               runtime: Mapping[str, Any] | None = None, cache_dir: str | None = None,
+               image_root: str | None = None, columns: Mapping[str, str] | None = None,
+               version: str | None = None, threads: int = 1, **_: Any) -> int:
+    """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc)."""
+    imgs = read_table("images", images, columns=columns)
+    clip, rt = _load_from_params(model, runtime, threads)
+    cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
+    loss = Losses("similarity")
+    table = embed_image_table(imgs, clip, image_root=image_root, cache=cache, losses=loss,
+                              batch_size=rt["batch_size"], num_workers=rt["num_workers"],
+                              desc=f"embed {Path(images).stem}")
+    out = table.with_columns(pl.lit(clip.model_id, pl.String).alias("model_id")).select(
+        "image_id", "sha256", "model_id", "embedding")
+    n = write_embeddings(out, embeddings, clip=clip, kind="image", columns=columns)
+    loss.write(losses)
+    log.info("embed_images: %d embeddings (%d from cache), %d losses -> %s", n,
+             cache.hits if cache else 0, len(loss), embeddings)
+    return n
+
+
+def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtime: Mapping[str, Any] | None = None,
+                columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1,
+                **_: Any) -> int:
+    """Stage ``embed_queries``: unique query texts of qrels.jsonl → query embeddings parquet."""
+    q = read_table("qrels", qrels, columns=columns)
+    queries = q.select("query_id", "query_text").unique(maintain_order=True)
+    dup = queries.group_by("query_id").len().filter(pl.col("len") > 1)
+    if dup.height:
+        raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
+    queries = queries.sort("query_id")
+    clip, rt = _load_from_params(model, runtime, threads)
+    emb, truncated = clip.encode_texts(queries["query_text"].to_list(), batch_size=max(1, rt["batch_size"]))
+    n_trunc = sum(truncated)
+    if n_trunc:
+        log.warning("embed_queries: %d of %d query texts are longer than the model context (%d tokens) and "
+                    "were truncated (column 'truncated')", n_trunc, queries.height, clip.context_length)
+    out = queries.with_columns(
+        pl.lit(clip.model_id, pl.String).alias("model_id"),
+        pl.Series("embedding", emb, dtype=pl.Array(pl.Float32, clip.embed_dim)),
+        pl.Series("truncated", truncated, dtype=pl.Boolean),
+    )
+    n = write_embeddings(out, embeddings, clip=clip, kind="query", columns=columns)
+    log.info("embed_queries: %d queries (%d truncated) -> %s", n, n_trunc, embeddings)
+    return n

@@ -1,0 +1,383 @@
+"""Loading an open_clip model and naming it: the model identity used by every embedding and cache.
+
+``load_clip(model, pretrained, device, precision)`` accepts, like open_clip:
+
+* an architecture with a pretrained tag: ``model="ViT-B-32", pretrained="laion2b_s34b_b79k"``;
+* an architecture with a local checkpoint file: ``pretrained="/path/open_clip_model.safetensors"``;
+* a Hugging Face repo: ``model="hf-hub:org/repo"`` (``pretrained`` ignored);
+* a local folder: ``model="local-dir:/path"`` holding ``open_clip_config.json`` and the weights;
+* an architecture with ``pretrained=None``: random weights (tests only; a loud warning is logged).
+
+The **model identity** (``ClipModel.model_id``) names the architecture, the weights (pretrained tag,
+checkpoint-file digest or hub snapshot) and the preprocessing (input size, interpolation, resize
+mode, mean/std and how images are decoded), so that any change to weights or preprocessing changes
+the embedding cache key (``ClipModel.cache_key``). Numeric precision is not part of the identity
+(fp16 and fp32 embeddings differ at the 1e-3 level and are shared on purpose).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..logs import get_logger
+
+__all__ = [
+    "ClipModel", "ModelLoadError", "load_clip", "resolve_device", "resolve_precision", "file_digest",
+    "PREPROCESS_VERSION", "DECODE",
+]
+
+log = get_logger("similarity.model")
+
+# bump when the image decoding / preprocessing code changes what pixels reach the model
+PREPROCESS_VERSION = 1
+# how images are decoded before open_clip's transforms (part of the model identity)
+DECODE = "pil-draft-exif-rgb"
+_LOCAL_DIR = "local-dir:"
+_HF_HUB = "hf-hub:"
+
+
+class ModelLoadError(RuntimeError):
+    """The CLIP model or its weights could not be loaded; the message says how to fix it."""
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _open_clip():
+    from .. import _tvshim
+
+    _tvshim.install()
+    import open_clip
+
+    return open_clip
+
+
+def resolve_device(device: str | None = "auto") -> str:
+    """``auto`` → ``cuda`` if available, else ``mps``, else ``cpu``; explicit values are checked."""
+    torch = _torch()
+    device = (device or "auto").strip().lower()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
+        return "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"similarity device {device!r} requested but CUDA is not available "
+                             "(use device: auto or cpu)")
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ModelLoadError("similarity device 'mps' requested but MPS is not available (use auto or cpu)")
+    return device
+
+
+def resolve_precision(precision: str | None, device: str):
+    """``auto`` → fp16 autocast on CUDA (bf16 if fp16 is unsupported), fp32 elsewhere.
+
+    Returns the autocast dtype, or None for plain fp32.
+    """
+    torch = _torch()
+    precision = (precision or "auto").lower()
+    kind = device.split(":")[0]
+    if precision == "auto":
+        return torch.float16 if kind in ("cuda",) else None
+    if precision == "fp32":
+        return None
+    if precision == "fp16":
+        if kind == "cpu":
+            log.warning("precision fp16 is slow or unsupported on CPU; using bf16 autocast instead")
+            return torch.bfloat16
+        return torch.float16
+    if precision == "bf16":
+        return torch.bfloat16
+    raise ModelLoadError(f"unknown precision {precision!r} (auto, fp32, fp16, bf16)")
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+_DIGEST_LOCK = threading.Lock()
+
+
+def file_digest(path: str | os.PathLike, length: int = 16) -> str:
+    """sha256 of a file (memoised per process by path, size and mtime)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    with _DIGEST_LOCK:
+        if key in _DIGESTS:
+            return _DIGESTS[key][:length]
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for chunk in iter(lambda: fh.read(8 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    with _DIGEST_LOCK:
+        _DIGESTS[key] = digest
+    return digest[:length]
+
+
+def _short(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:48] or "model"
+
+
+@dataclass
+class ClipModel:
+    """A loaded open_clip model plus everything needed to embed images and texts consistently."""
+
+    model: Any  # open_clip CLIP module, eval mode, on ``device``
+    preprocess: Callable  # open_clip's eval transform (PIL -> normalised tensor)
+    tokenizer: Callable
+    device: str
+    autocast_dtype: Any  # torch dtype or None
+    model_id: str
+    arch: str
+    weights: str
+    preprocess_cfg: dict
+    context_length: int
+    logit_scale: float
+    embed_dim: int
+    precision: str
+    encode_image_calls: int = 0
+    encode_text_calls: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def cache_key(self) -> str:
+        """Directory-safe key of the model identity: ``<arch slug>-<sha256(model_id)[:16]>``."""
+        return f"{_slug(self.arch)}-{hashlib.sha256(self.model_id.encode()).hexdigest()[:16]}"
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        size = self.preprocess_cfg.get("size", 224)
+        if isinstance(size, int):
+            return (size, size)
+        return (int(size[0]), int(size[1]))
+
+    def _autocast(self):
+        torch = _torch()
+        if self.autocast_dtype is None:
+            import contextlib
+
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.split(":")[0], dtype=self.autocast_dtype)
+
+    def encode_images(self, pixels) -> "Any":
+        """Float pixel batch [n,3,H,W] (already normalised) → L2-normalised float32 embeddings (CPU tensor)."""
+        torch = _torch()
+        self.encode_image_calls += 1
+        with torch.inference_mode(), self._autocast():
+            x = pixels.to(self.device, non_blocking=True)
+            feats = self.model.encode_image(x)
+        feats = torch.nn.functional.normalize(feats.float(), dim=-1)
+        return feats.cpu()
+
+    def tokenize(self, texts: Sequence[str]):
+        return self.tokenizer(list(texts))
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens of ``text`` including start/end tokens, before truncation."""
+        tok = self.tokenizer
+        enc = getattr(tok, "encode", None)
+        inner = getattr(tok, "tokenizer", None)
+        if enc is not None and hasattr(tok, "sot_token_id"):  # open_clip SimpleTokenizer
+            return len(enc(text)) + 2
+        if inner is not None and callable(inner):  # HFTokenizer wraps a transformers tokenizer
+            try:
+                return len(inner(text, add_special_tokens=True, truncation=False)["input_ids"])
+            except Exception:  # pragma: no cover - exotic tokenizers
+                pass
+        ids = tok([text])[0]  # fallback: a full row means it may have been cut
+        nonpad = int((ids != 0).sum())
+        return nonpad + (1 if nonpad >= self.context_length else 0)
+
+    def encode_texts(self, texts: Sequence[str], batch_size: int = 256):
+        """Texts → (L2-normalised float32 embeddings [n,d] as numpy, truncated flags list)."""
+        import numpy as np
+
+        torch = _torch()
+        texts = list(texts)
+        truncated = [self.count_tokens(t) > self.context_length for t in texts]
+        out = np.zeros((len(texts), self.embed_dim), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start:start + batch_size]
+            tokens = self.tokenize(chunk)
+            self.encode_text_calls += 1
+            with torch.inference_mode(), self._autocast():
+                feats = self.model.encode_text(tokens.to(self.device))
+            out[start:start + len(chunk)] = torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy()
+        return out, truncated
+
+
+def _describe_preprocess(cfg: dict) -> str:
+    size = cfg.get("size", 224)
+    size = f"{size[0]}x{size[1]}" if isinstance(size, (tuple, list)) else f"{size}x{size}"
+    norm = _short({"mean": [round(float(v), 6) for v in cfg.get("mean", ())],
+                   "std": [round(float(v), 6) for v in cfg.get("std", ())],
+                   "fill": cfg.get("fill_color", 0), "mode": cfg.get("mode", "RGB")})
+    return (f"{size}-{cfg.get('interpolation', 'bicubic')}-{cfg.get('resize_mode', 'shortest')}"
+            f"-norm{norm}-{DECODE}-v{PREPROCESS_VERSION}")
+
+
+def _hf_weights(repo: str) -> str:
+    """Resolve (download or find in the HF cache) the weights of an hf-hub repo; name its snapshot."""
+    _open_clip()
+    from open_clip.pretrained import download_pretrained_from_hf
+
+    path = download_pretrained_from_hf(repo)
+    m = re.search(r"snapshots[/\\]([0-9a-f]{40})[/\\]", str(path))
+    return f"hf-hub:{repo}@{m.group(1)[:12]}" if m else f"hf-hub:{repo}@sha256:{file_digest(path)}"
+
+
+def _local_dir_weights(folder: Path) -> tuple[str, str]:
+    """(architecture label, weights label) for a local-dir folder; raises if it holds no weights."""
+    cfg_file = folder / "open_clip_config.json"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"local-dir folder not found: {folder}")
+    if not cfg_file.is_file():
+        raise FileNotFoundError(f"local-dir folder {folder} has no open_clip_config.json")
+    try:
+        from open_clip.factory import _find_checkpoint_in_dir
+
+        ckpt = _find_checkpoint_in_dir(folder)
+    except ImportError:  # pragma: no cover - open_clip internals moved
+        cands = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")) + sorted(folder.glob("*.pth"))
+        ckpt = str(cands[0]) if cands else None
+    if not ckpt:
+        raise FileNotFoundError(f"local-dir folder {folder} holds no weights (*.safetensors, *.bin, *.pth); "
+                                "refusing to run with random weights")
+    cfg_digest = hashlib.sha256(cfg_file.read_bytes()).hexdigest()[:8]
+    return f"local-dir:cfg-{cfg_digest}", f"sha256:{file_digest(ckpt)}"
+
+
+def _load_error(model: str, pretrained: str | None, exc: BaseException) -> ModelLoadError:
+    offline = os.environ.get("HF_HUB_OFFLINE", "")
+    hint_offline = (f"HF_HUB_OFFLINE={offline} is set, so nothing is downloaded" if offline not in ("", "0")
+                    else "no network access (or a blocked Hugging Face Hub) may be why")
+    what = f"model={model!r}" + ("" if model.startswith((_LOCAL_DIR, _HF_HUB)) else f", pretrained={pretrained!r}")
+    return ModelLoadError(
+        f"could not load the CLIP weights for {what}: {type(exc).__name__}: {exc}\n"
+        f"  {hint_offline}.\n"
+        "  To use weights already on disk, set either\n"
+        "    similarity.pretrained: /path/to/open_clip_model.safetensors   (with similarity.model: <architecture>)\n"
+        "  or\n"
+        "    similarity.model: local-dir:/path/to/folder   (a folder with open_clip_config.json + open_clip_model.safetensors)\n"
+        "  (the same keys exist under vision.clip for the clip vision adapter)."
+    )
+
+
+_CACHE: dict[tuple, ClipModel] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_clip(model: str, pretrained: str | None = None, *, device: str | None = "auto",
+              precision: str | None = "auto", seed: int = 0, reuse: bool = True) -> ClipModel:
+    """Load an open_clip model (see module doc); memoised per process unless ``reuse=False``."""
+    device = resolve_device(device)
+    key = (model, pretrained, device, precision or "auto", seed)
+    if reuse:
+        with _CACHE_LOCK:
+            if key in _CACHE:
+                return _CACHE[key]
+    clip = _load(model, pretrained, device=device, precision=precision, seed=seed)
+    if reuse:
+        with _CACHE_LOCK:
+            _CACHE[key] = clip
+    return clip
+
+
+def _load(model: str, pretrained: str | None, *, device: str, precision: str | None, seed: int) -> ClipModel:
+    torch = _torch()
+    if not model:
+        raise ModelLoadError("similarity.model is empty: name an open_clip architecture, hf-hub:org/repo or "
+                             "local-dir:/path")
+    oc = _open_clip()
+    pretrained = pretrained or None
+    random_init = False
+    try:
+        if model.startswith(_LOCAL_DIR):
+            folder = Path(model[len(_LOCAL_DIR):]).expanduser()
+            arch, weights = _local_dir_weights(folder)
+            model_arg, pretrained_arg = f"{_LOCAL_DIR}{folder}", None
+        elif model.startswith(_HF_HUB):
+            repo = model[len(_HF_HUB):]
+            arch, weights = model, _hf_weights(repo)
+            model_arg, pretrained_arg = model, None
+        else:
+            arch = model.replace("/", "-")
+            if arch not in oc.list_models():
+                raise ModelLoadError(
+                    f"unknown open_clip architecture {model!r}. Use one of open_clip.list_models() "
+                    f"(e.g. ViT-B-32, ViT-L-14, ViT-SO400M-14-SigLIP), hf-hub:org/repo or local-dir:/path")
+            if pretrained is None:
+                random_init = True
+                weights = f"random-init-seed{seed}"
+            elif Path(pretrained).expanduser().is_file():
+                pretrained = str(Path(pretrained).expanduser().resolve())
+                weights = f"file:sha256:{file_digest(pretrained)}"
+            elif pretrained.lower() in {t.lower() for t in oc.list_pretrained_tags_by_model(arch)}:
+                weights = pretrained
+            elif "/" in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors")):
+                raise FileNotFoundError(f"checkpoint file not found: {pretrained}")
+            else:
+                tags = ", ".join(oc.list_pretrained_tags_by_model(arch)) or "none"
+                raise ModelLoadError(f"{pretrained!r} is neither a pretrained tag of {arch} (known: {tags}) "
+                                     "nor an existing checkpoint file")
+            model_arg, pretrained_arg = arch, pretrained
+        if random_init:
+            log.warning("#" * 78)
+            log.warning("# similarity: %s with pretrained=null -> RANDOM WEIGHTS. Scores are meaningless;", arch)
+            log.warning("# use this for tests only. Set similarity.pretrained to a tag or a checkpoint file.")
+            log.warning("#" * 78)
+            torch.manual_seed(seed)
+        net, _, preprocess = oc.create_model_and_transforms(model_arg, pretrained=pretrained_arg, device="cpu")
+        tokenizer = oc.get_tokenizer(model_arg)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # open_clip / huggingface_hub raise many kinds; all mean 'cannot load'
+        raise _load_error(model, pretrained, exc) from exc
+    net.eval()
+    net.to(device)
+    pp_cfg = dict(getattr(net.visual, "preprocess_cfg", None) or {})
+    if not pp_cfg:  # older open_clip: rebuild from the transform
+        pp_cfg = {"size": getattr(net.visual, "image_size", 224)}
+    model_id = f"{arch}|{weights}|{_describe_preprocess(pp_cfg)}"
+    context_length = int(getattr(tokenizer, "context_length", None) or getattr(net, "context_length", 77))
+    logit_scale = float(net.logit_scale.exp().item()) if hasattr(net, "logit_scale") else 100.0
+    embed_dim = _embed_dim(net, preprocess, device)
+    dtype = resolve_precision(precision, device)
+    clip = ClipModel(
+        model=net, preprocess=preprocess, tokenizer=tokenizer, device=device, autocast_dtype=dtype,
+        model_id=model_id, arch=arch, weights=weights, preprocess_cfg=pp_cfg, context_length=context_length,
+        logit_scale=logit_scale, embed_dim=embed_dim,
+        precision={None: "fp32"}.get(dtype, str(dtype).replace("torch.", "")),
+    )
+    log.info("loaded CLIP %s on %s (%s, dim %d, context %d)", model_id, device, clip.precision, embed_dim,
+             context_length)
+    return clip
+
+
+def _embed_dim(net, preprocess, device: str) -> int:
+    dim = getattr(net, "embed_dim", None)
+    proj = getattr(getattr(net, "visual", None), "output_dim", None)
+    for v in (proj, dim):
+        if isinstance(v, int) and v > 0:
+            return v
+    torch = _torch()
+    with torch.inference_mode():
+        tok = torch.zeros((1, 77), dtype=torch.long, device=device)
+        return int(net.encode_text(tok).shape[-1])

@@ -1,0 +1,159 @@
+"""The ``score`` stage: qrels + query and image embeddings → qrels_with_score.jsonl. No torch.
+
+``clip_score`` is the cosine similarity of the L2-normalised query-text and image embeddings of the same
+CLIP model, in [-1, 1] (computed in float64 from the stored float32 vectors). It is null when the image
+(or the query) has no embedding; such pairs go to the losses file with the image's reason from the
+``embed_images`` losses. ``clip_rank`` (config ``similarity.rank_column``) is the 1-based rank of the
+pair by ``clip_score`` descending within its query (ties by image_id), null when the score is null.
+With ``similarity.logit_column`` set, ``logit_scale * clip_score`` is written too (what upstream's
+``clip_score`` was: CLIP's logit, e.g. 100 x cosine for OpenAI-style checkpoints).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from ..formats import FormatError, read_table, to_disk_names, validate_table
+from ..io import atomic_path
+from ..logs import get_logger
+from ..losses import Losses, read_losses
+from .embed import read_embeddings
+
+__all__ = ["run", "score_pairs", "cosine_rows"]
+
+log = get_logger("similarity.score")
+_CHUNK = 65536
+
+
+def _as_list(x: str | Sequence[str] | None) -> list[str]:
+    if x is None:
+        return []
+    if isinstance(x, (str, Path)):
+        return [str(x)]
+    return [str(p) for p in x]
+
+
+def _matrix(df: pl.DataFrame, source: str) -> np.ndarray:
+    if df.height == 0:
+        return np.zeros((0, 0), dtype=np.float64)
+    m = np.asarray(df["embedding"].to_numpy(), dtype=np.float64)
+    if m.ndim != 2:
+        raise FormatError(f"{source}: 'embedding' is not a fixed-size vector column")
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return m / norms
+
+
+def cosine_rows(q: np.ndarray, im: np.ndarray, qi: np.ndarray, ii: np.ndarray) -> np.ndarray:
+    """cos(q[qi[k]], im[ii[k]]) for every k, in chunks (rows must already be L2-normalised)."""
+    out = np.empty(len(qi), dtype=np.float64)
+    for s in range(0, len(qi), _CHUNK):
+        a, b = q[qi[s:s + _CHUNK]], im[ii[s:s + _CHUNK]]
+        out[s:s + _CHUNK] = np.einsum("ij,ij->i", a, b)
+    return np.clip(out, -1.0, 1.0)
+
+
+def score_pairs(qrels: pl.DataFrame, queries: pl.DataFrame, images: pl.DataFrame) -> pl.DataFrame:
+    """Add ``clip_score`` and ``clip_rank`` to a qrels table (canonical names).
+
+    ``queries``: query_id, embedding; ``images``: image_id, embedding (any order; duplicates: first wins).
+    """
+    queries = queries.select("query_id", "embedding").unique("query_id", keep="first", maintain_order=True)
+    images = images.select("image_id", "embedding").unique("image_id", keep="first", maintain_order=True)
+    qm, im = _matrix(queries, "query embeddings"), _matrix(images, "image embeddings")
+    if qm.size and im.size and qm.shape[1] != im.shape[1]:
+        raise FormatError(f"query embeddings are {qm.shape[1]}-d but image embeddings {im.shape[1]}-d: "
+                          "they come from different models; rerun embed_queries and embed_images")
+    idx = (
+        qrels.select("query_id", "image_id")
+        .join(queries.select("query_id").with_row_index("__qi"), on="query_id", how="left", maintain_order="left")
+        .join(images.select("image_id").with_row_index("__ii"), on="image_id", how="left", maintain_order="left")
+    )
+    qi, ii = idx["__qi"], idx["__ii"]
+    ok = (qi.is_not_null() & ii.is_not_null()).to_numpy()
+    scores = np.full(qrels.height, np.nan, dtype=np.float64)
+    if ok.any():
+        scores[ok] = cosine_rows(qm, im, qi.to_numpy()[ok].astype(np.int64), ii.to_numpy()[ok].astype(np.int64))
+    out = qrels.with_columns(pl.Series("clip_score", scores, dtype=pl.Float64).fill_nan(None))
+    ranked = (
+        out.select("query_id", "image_id", "clip_score").with_row_index("__row")
+        .sort(["query_id", "clip_score", "image_id"], descending=[False, True, False], nulls_last=True)
+        .with_columns(pl.when(pl.col("clip_score").is_not_null())
+                      .then(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id"))
+                      .otherwise(None).alias("clip_rank"))
+        .sort("__row")
+    )
+    return out.with_columns(ranked["clip_rank"])
+
+
+def _image_loss_reasons(paths: list[str]) -> pl.DataFrame:
+    frames = [read_losses(p) for p in paths]
+    frames = [f.filter(pl.col("item_type") == "image") for f in frames if f.height]
+    if not frames:
+        return pl.DataFrame(schema={"image_id": pl.String, "reason": pl.String, "detail": pl.String})
+    return (pl.concat(frames).select(pl.col("item_id").alias("image_id"), "reason", "detail")
+            .unique("image_id", keep="first", maintain_order=True))
+
+
+def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[str],
+        embed_losses: str | Sequence[str] | None = None, scored: str, losses: str,
+        logit_column: str | None = None, rank_column: str | None = "clip_rank",
+        columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1,
+        **_: Any) -> int:
+    """Stage ``score``: write qrels_with_score.jsonl and the pair losses (see module doc)."""
+    rank_column = rank_column or "clip_rank"
+    q = read_table("qrels", qrels, columns=columns)
+    qe, qmeta = read_embeddings(query_embeddings, columns=columns)
+    model_id = qmeta.get("model_id")
+    frames = []
+    for p in _as_list(image_embeddings):
+        df, meta = read_embeddings(p, columns=columns)
+        if model_id and meta.get("model_id") and meta["model_id"] != model_id and df.height:
+            raise FormatError(f"{p}: image embeddings of model {meta['model_id']!r} but query embeddings of "
+                              f"{model_id!r}; rerun the embed rules with one similarity.model")
+        if df.height:
+            frames.append(df.select("image_id", "embedding"))
+    images = pl.concat(frames) if frames else pl.DataFrame(schema={"image_id": pl.String,
+                                                                    "embedding": pl.List(pl.Float32)})
+    out = score_pairs(q, qe, images)
+
+    disk_names = set(to_disk_names(out, columns).columns)
+    if logit_column:
+        if logit_column in disk_names or logit_column == rank_column:
+            raise FormatError(f"similarity.logit_column {logit_column!r} collides with an existing column")
+        scale = float(qmeta.get("logit_scale", "nan"))
+        if not np.isfinite(scale):
+            raise FormatError(f"{query_embeddings}: no logit_scale in its metadata; rerun embed_queries")
+        out = out.with_columns((pl.col("clip_score") * scale).alias(logit_column))
+    if rank_column != "clip_rank" and rank_column in disk_names:
+        raise FormatError(f"similarity.rank_column {rank_column!r} collides with an existing column")
+
+    out = validate_table(out, "qrels_with_score", source=f"qrels_with_score output {scored}")
+    disk = to_disk_names(out, columns)
+    if rank_column != "clip_rank":
+        disk = disk.rename({"clip_rank": rank_column})
+    with atomic_path(scored) as tmp:
+        if disk.height:
+            disk.write_ndjson(tmp)
+        else:
+            tmp.write_text("")
+
+    # losses: every pair without a score, with the image's reason when embed_images recorded one
+    loss = Losses("similarity")
+    missing = out.filter(pl.col("clip_score").is_null()).select("query_id", "image_id")
+    if missing.height:
+        reasons = _image_loss_reasons(_as_list(embed_losses))
+        have_q = set(qe["query_id"].to_list())
+        missing = missing.join(reasons, on="image_id", how="left", maintain_order="left")
+        for query_id, image_id, reason, detail in missing.iter_rows():
+            if reason is None:
+                reason = "query_not_embedded" if query_id not in have_q else "image_not_embedded"
+            loss.add("pair", image_id, reason, detail, query_id=query_id)
+    loss.write(losses)
+    n_scored = out.height - missing.height
+    log.info("score: %d pairs, %d scored, %d without a score -> %s", out.height, n_scored, missing.height, scored)
+    return out.height

@@ -1,0 +1,312 @@
+"""CLIP similarity: embeddings, cache, scoring, truncation, losses, model identity (tiny random CLIP)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import support
+from benchmaker.formats import read_table, write_table
+from benchmaker.losses import read_losses
+from benchmaker.similarity import embed, score
+from benchmaker.similarity.cache import EmbeddingCache
+from benchmaker.similarity.model import ClipModel, ModelLoadError, load_clip
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def images_table(corpus: Path, ids: list[str] | None = None) -> pl.DataFrame:
+    ids = ids or sorted(str(p.relative_to(corpus)) for p in corpus.rglob("*") if p.is_file())
+    rows = []
+    for i in ids:
+        data = (corpus / i).read_bytes()
+        rows.append({
+            "image_id": i, "image_url": None, "mime_type": "image/jpeg" if i.endswith(".jpg") else "image/png",
+            "width": 1, "height": 1, "file_size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+            "phash": None, "license": "CC0-1.0", "doi": None, "original_dataset_name": "tiny",
+        })
+    return pl.DataFrame(rows)
+
+
+def qrels_table(queries: dict[str, str], image_ids: list[str]) -> pl.DataFrame:
+    rows = []
+    for qid, text in queries.items():
+        for k, iid in enumerate(image_ids):
+            rows.append({"query_id": qid, "query_text": text, "image_id": iid, "relevance_label": k % 2,
+                         "pool": "seed" if k == 0 else "hard", "is_seed": k == 0, "seed_not_relevant": False,
+                         "judge": "rules"})
+    return pl.DataFrame(rows)
+
+
+def direct(clip_dir: Path, paths: list[Path], texts: list[str]):
+    """Reference: plain open_clip, one image per forward, no project code."""
+    import open_clip
+    import torch
+    from PIL import Image
+
+    model, _, pre = open_clip.create_model_and_transforms(f"local-dir:{clip_dir}")
+    model.eval()
+    tok = open_clip.get_tokenizer(f"local-dir:{clip_dir}")
+    with torch.no_grad():
+        im = [model.encode_image(pre(Image.open(p).convert("RGB")).unsqueeze(0)) for p in paths]
+        im = torch.cat(im) if im else torch.zeros((0, 64))
+        tx = model.encode_text(tok(texts))
+        scale = float(model.logit_scale.exp())
+    im = im / im.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    tx = tx / tx.norm(dim=-1, keepdim=True)
+    return im.numpy(), tx.numpy(), scale
+
+
+@pytest.fixture()
+def setup(tmp_path, tiny_corpus, tiny_clip):
+    pick = [sorted((tiny_corpus / c).iterdir())[k] for c, k in (("red", 0), ("blue", 1), ("green", 2), ("yellow", 3))]
+    ids = [str(p.relative_to(tiny_corpus)) for p in pick]
+    ids = ids[:3] + ["broken/truncated.jpg", ids[3], "broken/not_an_image.jpg"]
+    imgs = images_table(tiny_corpus, ids)
+    shard_a, shard_b = tmp_path / "images_a.jsonl", tmp_path / "images_b.jsonl"
+    write_table(imgs[:3], "images", shard_a)
+    write_table(imgs[3:], "images", shard_b)
+    long_text = " ".join(["a very long query about red circles and blue squares"] * 20)
+    queries = {"q1": "a red circle", "q2": "blue square pattern", "q3": long_text}
+    qrels = tmp_path / "qrels.jsonl"
+    write_table(qrels_table(queries, ids), "qrels", qrels)
+    model = {"model": f"local-dir:{tiny_clip}", "pretrained": None, "precision": "auto"}
+    runtime = {"device": "cpu", "batch_size": 4, "num_workers": 0}
+    return dict(tmp=tmp_path, ids=ids, shards=[shard_a, shard_b], qrels=qrels, queries=queries, model=model,
+                runtime=runtime, corpus=tiny_corpus, clip=tiny_clip)
+
+
+def run_all(s, *, cache_dir, columns=None, logit_column=None, rank_column="clip_rank"):
+    t = s["tmp"]
+    embs, losses = [], []
+    for i, shard in enumerate(s["shards"]):
+        e, lo = t / f"emb{i}.parquet", t / f"loss{i}.jsonl"
+        embed.run_images(images=str(shard), embeddings=str(e), losses=str(lo), model=s["model"],
+                         runtime=s["runtime"], cache_dir=str(cache_dir), image_root=str(s["corpus"]),
+                         columns=columns)
+        embs.append(str(e))
+        losses.append(str(lo))
+    embed.run_queries(qrels=str(s["qrels"]), embeddings=str(t / "q.parquet"), model=s["model"],
+                      runtime=s["runtime"], columns=columns)
+    score.run(qrels=str(s["qrels"]), query_embeddings=str(t / "q.parquet"), image_embeddings=embs,
+              embed_losses=losses, scored=str(t / "scored.jsonl"), losses=str(t / "sim_losses.jsonl"),
+              logit_column=logit_column, rank_column=rank_column, columns=columns)
+    return embs, losses
+
+
+def test_scores_equal_direct_open_clip(setup, tmp_path):
+    s = setup
+    columns = {"clip_score": "similarity", "query_text": "query"}
+    run_all(s, cache_dir=tmp_path / "cache", columns=columns, logit_column="clip_logit", rank_column="rank")
+    raw = pl.read_ndjson(tmp_path / "scored.jsonl")
+    assert {"similarity", "query", "rank", "clip_logit"} <= set(raw.columns)
+    assert "clip_score" not in raw.columns and "clip_rank" not in raw.columns
+    good = [i for i in s["ids"] if not i.startswith("broken/")]
+    im, tx, scale = direct(s["clip"], [s["corpus"] / i for i in good], list(s["queries"].values()))
+    expected = tx @ im.T  # [query, image]
+    for qi, qid in enumerate(s["queries"]):
+        for ii, iid in enumerate(good):
+            row = raw.filter((pl.col("query_id") == qid) & (pl.col("image_id") == iid)).row(0, named=True)
+            assert row["similarity"] == pytest.approx(float(expected[qi, ii]), abs=2e-5)
+            assert row["clip_logit"] == pytest.approx(scale * row["similarity"], rel=1e-9)
+        # rank 1..n by score descending within the query, nulls unranked
+        sub = raw.filter(pl.col("query_id") == qid)
+        scored_rows = sub.filter(pl.col("similarity").is_not_null()).sort("similarity", descending=True)
+        assert scored_rows["rank"].to_list() == list(range(1, len(good) + 1))
+        assert sub.filter(pl.col("similarity").is_null())["rank"].null_count() == 2
+    # file reads back as a valid qrels_with_score table once the rank column is named canonically
+    back = read_table("qrels_with_score", _canon(tmp_path), columns=columns)
+    assert back.height == len(s["ids"]) * 3
+
+
+def _canon(tmp_path: Path) -> Path:
+    df = pl.read_ndjson(tmp_path / "scored.jsonl").rename({"rank": "clip_rank"})
+    p = tmp_path / "scored_canon.jsonl"
+    df.write_ndjson(p)
+    return p
+
+
+def test_embedding_files_format(setup, tmp_path):
+    s = setup
+    embs, _ = run_all(s, cache_dir=tmp_path / "cache")
+    df, meta = embed.read_embeddings(embs[0])
+    assert df.columns == ["image_id", "sha256", "model_id", "embedding"]
+    assert df.schema["embedding"] == pl.Array(pl.Float32, 64)
+    norms = np.linalg.norm(df["embedding"].to_numpy(), axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5)
+    assert meta["kind"] == "image" and meta["model_id"] == df["model_id"][0]
+    q, qmeta = embed.read_embeddings(tmp_path / "q.parquet")
+    assert q.columns == ["query_id", "query_text", "model_id", "embedding", "truncated"]
+    assert float(qmeta["logit_scale"]) == pytest.approx(1 / 0.07, rel=1e-5)
+    assert q.filter(pl.col("query_id") == "q3")["truncated"].to_list() == [True]
+    assert q.filter(pl.col("query_id") != "q3")["truncated"].to_list() == [False, False]
+
+
+def test_corrupt_image_null_score_and_losses(setup, tmp_path):
+    s = setup
+    _, losses = run_all(s, cache_dir=tmp_path / "cache")
+    emb_loss = read_losses(losses[1])
+    assert sorted(emb_loss["item_id"].to_list()) == ["broken/not_an_image.jpg", "broken/truncated.jpg"]
+    assert set(emb_loss["reason"]) == {"image_decode_error"}
+    assert set(emb_loss["stage"]) == {"similarity"} and set(emb_loss["item_type"]) == {"image"}
+    out = read_table("qrels_with_score", tmp_path / "scored.jsonl")
+    bad = out.filter(pl.col("image_id").str.starts_with("broken/"))
+    assert bad["clip_score"].null_count() == bad.height == 6
+    assert bad["clip_rank"].null_count() == 6
+    pair = read_losses(tmp_path / "sim_losses.jsonl")
+    assert pair.height == 6 and set(pair["item_type"]) == {"pair"}
+    assert set(pair["reason"]) == {"image_decode_error"}
+    assert set(pair["query_id"]) == {"q1", "q2", "q3"}
+
+
+def test_long_query_truncated_like_open_clip(setup, tmp_path, tiny_clip):
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    long_text = setup["queries"]["q3"]
+    assert clip.count_tokens(long_text) > 77
+    emb, trunc = clip.encode_texts([long_text, "short"])
+    assert trunc == [True, False]
+    _, tx, _ = direct(tiny_clip, [], [long_text])
+    assert np.allclose(emb[0], tx[0], atol=1e-5)
+
+
+def test_cache_hit_does_not_recompute(setup, tmp_path, monkeypatch):
+    s = setup
+    cache = tmp_path / "cache"
+    embs, _ = run_all(s, cache_dir=cache)
+    first = [embed.read_embeddings(e)[0] for e in embs]
+    parts = list(cache.rglob("part-*.parquet"))
+    assert len(parts) == 2  # one part per shard job (the broken images are not cached)
+
+    def boom(self, pixels):
+        raise AssertionError("encode_images called despite a full cache hit")
+
+    monkeypatch.setattr(ClipModel, "encode_images", boom)
+    out = tmp_path / "again.parquet"
+    embed.run_images(images=str(s["shards"][0]), embeddings=str(out), losses=str(tmp_path / "l.jsonl"),
+                     model=s["model"], runtime=s["runtime"], cache_dir=str(cache), image_root=str(s["corpus"]),
+                     columns=None)
+    assert embed.read_embeddings(out)[0].equals(first[0])
+    assert len(list(cache.rglob("part-*.parquet"))) == 2  # nothing new written
+
+
+def test_poisoned_cache_is_used(setup, tmp_path, tiny_clip):
+    """A cache entry is returned as is: proof that lookups by sha256 replace the model."""
+    s = setup
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    imgs = read_table("images", s["shards"][0])
+    cache = EmbeddingCache.for_model(tmp_path / "cache", clip)
+    fake = np.zeros((imgs.height, clip.embed_dim), np.float32)
+    fake[:, 0] = 1.0
+    cache.put(imgs["sha256"].to_list(), fake)
+    before = clip.encode_image_calls
+    out = tmp_path / "e.parquet"
+    embed.run_images(images=str(s["shards"][0]), embeddings=str(out), losses=str(tmp_path / "l.jsonl"),
+                     model=s["model"], runtime=s["runtime"], cache_dir=str(tmp_path / "cache"),
+                     image_root=str(s["corpus"]))
+    assert clip.encode_image_calls == before
+    got = embed.read_embeddings(out)[0]["embedding"].to_numpy()
+    assert np.array_equal(got, fake)
+
+
+def test_workers_and_batches_give_same_embeddings(setup, tmp_path, tiny_clip):
+    s = setup
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    imgs = read_table("images", s["shards"][0])
+    a = embed.embed_image_table(imgs, clip, image_root=s["corpus"], cache=None, losses=None, batch_size=1,
+                                num_workers=0)
+    b = embed.embed_image_table(imgs, clip, image_root=s["corpus"], cache=None, losses=None, batch_size=8,
+                                num_workers=2)
+    assert a["image_id"].to_list() == b["image_id"].to_list()
+    assert np.allclose(a["embedding"].to_numpy(), b["embedding"].to_numpy(), atol=1e-5)
+
+
+def test_duplicate_images_encoded_once(tmp_path, tiny_corpus, tiny_clip):
+    corpus = tmp_path / "c"
+    (corpus / "x").mkdir(parents=True)
+    src = sorted((tiny_corpus / "red").iterdir())[0].read_bytes()
+    (corpus / "x/a.jpg").write_bytes(src)
+    (corpus / "x/b.jpg").write_bytes(src)
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    imgs = images_table(corpus)
+    before = clip.encode_image_calls
+    out = embed.embed_image_table(imgs, clip, image_root=corpus, cache=None, losses=None, num_workers=0,
+                                  batch_size=1)
+    assert clip.encode_image_calls - before == 1 and out.height == 2
+
+
+def test_jpeg_draft_mode_downscales_large_images(tmp_path):
+    from PIL import Image
+
+    p = tmp_path / "big.jpg"
+    Image.new("RGB", (2400, 1600), (200, 30, 30)).save(p, quality=90)
+    im = embed.load_image(str(p), (224, 224))
+    assert im.mode == "RGB" and min(im.size) >= 224 and im.size[0] < 2400
+    assert embed.load_image(str(p), None).size == (2400, 1600)
+
+
+def test_model_identity_tracks_weights_and_preprocessing(tmp_path, tiny_clip):
+    a = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    other = support.make_tiny_clip(tmp_path / "other", seed=1)
+    b = load_clip(f"local-dir:{other}", None, device="cpu")
+    assert a.model_id != b.model_id and a.cache_key != b.cache_key
+    assert a.model_id.split("|")[0] == b.model_id.split("|")[0]  # same architecture config
+    pp = tmp_path / "pp"
+    support.make_tiny_clip(pp, seed=0)
+    cfg = json.loads((pp / "open_clip_config.json").read_text())
+    cfg["preprocess_cfg"]["interpolation"] = "bilinear"
+    (pp / "open_clip_config.json").write_text(json.dumps(cfg))
+    c = load_clip(f"local-dir:{pp}", None, device="cpu")
+    assert c.model_id.split("|")[1] == a.model_id.split("|")[1]  # same weights digest
+    assert c.model_id != a.model_id and "bilinear" in c.model_id
+    # a checkpoint file given as `pretrained` is named by its digest
+    assert "sha256:" in a.model_id
+
+
+def test_clear_error_when_weights_cannot_be_fetched(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError) as exc:
+        load_clip("ViT-B-32", "laion2b_s34b_b79k", device="cpu", reuse=False)
+    msg = str(exc.value)
+    for needle in ("ViT-B-32", "laion2b_s34b_b79k", "HF_HUB_OFFLINE", "local-dir:", "similarity.pretrained"):
+        assert needle in msg
+    with pytest.raises(ModelLoadError, match="not found|no weights"):
+        load_clip(f"local-dir:{tmp_path}/missing", None, device="cpu", reuse=False)
+    with pytest.raises(ModelLoadError, match="checkpoint file not found"):
+        load_clip("ViT-B-32", str(tmp_path / "nope.safetensors"), device="cpu", reuse=False)
+    with pytest.raises(ModelLoadError, match="unknown open_clip architecture"):
+        load_clip("ViT-Nonexistent-99", None, device="cpu", reuse=False)
+
+
+def test_random_init_warns_loudly(caplog):
+    with caplog.at_level(logging.WARNING):
+        clip = load_clip("ViT-S-32-alt", None, device="cpu", reuse=False)
+    assert "RANDOM WEIGHTS" in caplog.text
+    assert "random-init" in clip.model_id
+
+
+def test_model_mismatch_between_query_and_image_embeddings(setup, tmp_path):
+    s = setup
+    embs, losses = run_all(s, cache_dir=tmp_path / "cache")
+    df, meta = embed.read_embeddings(embs[0])
+    embed.write_embeddings(df, tmp_path / "other.parquet", kind="image",
+                           extra_meta={"model_id": "something-else"})
+    with pytest.raises(Exception, match="rerun the embed rules"):
+        score.run(qrels=str(s["qrels"]), query_embeddings=str(tmp_path / "q.parquet"),
+                  image_embeddings=[str(tmp_path / "other.parquet")], embed_losses=losses,
+                  scored=str(tmp_path / "s.jsonl"), losses=str(tmp_path / "sl.jsonl"))
+
+
+def test_score_and_package_do_not_import_torch():
+    code = ("import sys; import benchmaker.similarity, benchmaker.similarity.score, "
+            "benchmaker.similarity.cache; assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
