@@ -110,7 +110,7 @@ class RightsMap:
                 {"image_id": list(self.files)}
                 | {f"__file_{k}": [v.get(k) for v in self.files.values()] for k in RIGHTS_KEYS},
                 schema={"image_id": pl.String} | {f"__file_{k}": pl.String for k in RIGHTS_KEYS},
-            ).with_columns([_clean(pl.col(f"__file_{k}"), k) for k in RIGHTS_KEYS])
+            ).with_columns([_clean(pl.col(f"__file_{k}"), k).alias(f"__file_{k}") for k in RIGHTS_KEYS])
             df = df.join(files_df, on="image_id", how="left", maintain_order="left")
         for key in RIGHTS_KEYS:
             default = self.default.get(key) if _is_set(self.default.get(key), key) else None

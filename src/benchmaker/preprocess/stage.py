@@ -236,8 +236,8 @@ def run(
                     "false, e.g. %s", len(notes["decode_errors"]), _examples(notes["decode_errors"]))
     unmatched_rights = rights.unmatched_files(df["image_id"])
     if unmatched_rights:
-        log.warning("rights map: %d 'files' entr%s match no accepted image, e.g. %s", len(unmatched_rights),
-                    "y does" if len(unmatched_rights) == 1 else "ies do", unmatched_rights[:5])
+        log.warning("rights map: %d 'files' entr%s no accepted image, e.g. %s", len(unmatched_rights),
+                    "y matches" if len(unmatched_rights) == 1 else "ies match", unmatched_rights[:5])
     dup = df.group_by("sha256").agg(pl.col("image_id").sort()).filter(pl.col("image_id").list.len() > 1)
     if dup.height:
         log.info("%d group(s) of byte-identical images (same sha256), e.g. %s", dup.height,
