@@ -1,30 +1,125 @@
-rule judge:
-    input:
-        plan=f"{RESULTS}/query_plan.jsonl",
-        annotations=f"{RESULTS}/annotations.jsonl",
-        images=f"{RESULTS}/images.jsonl",
-    output:
-        qrels=f"{RESULTS}/qrels.jsonl",
-        losses=f"{RESULTS}/losses/judge.jsonl",
-    log:
-        f"{LOGS}/judge.log",
-    benchmark:
-        f"{BENCH}/judge.tsv"
-    localrule: JUDGE_ADAPTER in API_ADAPTERS
-    conda:
-        "../envs/benchmaker.yaml"
-    params:
-        adapter=JUDGE_ADAPTER,
-        settings={
-            k: v
-            for k, v in config["judge"].items()
-            if k not in ("rules", "openai", "gemini")
-        }
-        | {"adapter_settings": config["judge"][JUDGE_ADAPTER]},
-        facets=FACETS,
-        image_root=IMAGE_ROOT,
-        columns=COLUMNS,
-        cache_dir=f"{config['paths']['results']}/.cache/judge",
-        version=stage_version("judge"),
-    script:
-        "../scripts/judge.py"
+# Judge: one query text per planned query and a label per planned candidate. API adapters in batch
+# mode run as judge_build -> judge_submit -> judge_collect; everything else as the single `judge`
+# rule. Outputs either way: qrels.jsonl, losses/judge.jsonl, costs/judge.jsonl (empty for `rules`).
+# API_BATCH_ADAPTERS, REQUEST_KEYS, BATCH_KEYS and pick() come from rules/vision.smk.
+
+JUDGE_SETTINGS = {
+    k: v for k, v in config["judge"].items() if k not in ("rules", "openai", "gemini")
+} | {"adapter_settings": config["judge"][JUDGE_ADAPTER]}
+JUDGE_BATCH = (
+    JUDGE_ADAPTER in API_BATCH_ADAPTERS
+    and config["judge"][JUDGE_ADAPTER].get("mode") == "batch"
+)
+
+
+def judge_settings(keys=None):
+    if keys is None:
+        return JUDGE_SETTINGS
+    return {k: v for k, v in JUDGE_SETTINGS.items() if k in keys} | {
+        "adapter_settings": pick(JUDGE_SETTINGS["adapter_settings"], keys)
+    }
+
+
+if JUDGE_BATCH:
+
+    rule judge_build:
+        input:
+            plan=f"{RESULTS}/query_plan.jsonl",
+            annotations=f"{RESULTS}/annotations.jsonl",
+            images=f"{RESULTS}/images.jsonl",
+        output:
+            requests=f"{RESULTS}/api/judge/requests.jsonl",
+            manifest=f"{RESULTS}/api/judge/manifest.jsonl",
+        log:
+            f"{LOGS}/judge_build.log",
+        benchmark:
+            f"{BENCH}/judge_build.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        threads: 2
+        params:
+            settings=judge_settings(REQUEST_KEYS),
+            facets=FACETS,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            cache_dir=f"{config['paths']['results']}/.cache/judge",
+            version=stage_version("judge"),
+        script:
+            "../scripts/judge_build.py"
+
+    rule judge_submit:
+        input:
+            requests=f"{RESULTS}/api/judge/requests.jsonl",
+        output:
+            submitted=f"{RESULTS}/api/judge/submitted.json",
+        log:
+            f"{LOGS}/judge_submit.log",
+        localrule: True
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings=judge_settings(BATCH_KEYS),
+            state_dir=f"{RESULTS}/.batches/judge/all",
+            benchmark=config["benchmark"]["name"],
+            version=stage_version("judge"),
+        script:
+            "../scripts/judge_submit.py"
+
+    rule judge_collect:
+        input:
+            plan=f"{RESULTS}/query_plan.jsonl",
+            annotations=f"{RESULTS}/annotations.jsonl",
+            images=f"{RESULTS}/images.jsonl",
+            manifest=f"{RESULTS}/api/judge/manifest.jsonl",
+            submitted=f"{RESULTS}/api/judge/submitted.json",
+        output:
+            qrels=f"{RESULTS}/qrels.jsonl",
+            losses=f"{RESULTS}/losses/judge.jsonl",
+            costs=f"{RESULTS}/costs/judge.jsonl",
+        log:
+            f"{LOGS}/judge_collect.log",
+        benchmark:
+            f"{BENCH}/judge_collect.tsv"
+        localrule: True
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings=JUDGE_SETTINGS,
+            facets=FACETS,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            state_dir=f"{RESULTS}/.batches/judge/all",
+            benchmark=config["benchmark"]["name"],
+            cache_dir=f"{config['paths']['results']}/.cache/judge",
+            version=stage_version("judge"),
+        script:
+            "../scripts/judge_collect.py"
+
+else:
+
+    rule judge:
+        input:
+            plan=f"{RESULTS}/query_plan.jsonl",
+            annotations=f"{RESULTS}/annotations.jsonl",
+            images=f"{RESULTS}/images.jsonl",
+        output:
+            qrels=f"{RESULTS}/qrels.jsonl",
+            losses=f"{RESULTS}/losses/judge.jsonl",
+            costs=f"{RESULTS}/costs/judge.jsonl",
+        log:
+            f"{LOGS}/judge.log",
+        benchmark:
+            f"{BENCH}/judge.tsv"
+        localrule: JUDGE_ADAPTER in API_ADAPTERS
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            adapter=JUDGE_ADAPTER,
+            settings=JUDGE_SETTINGS,
+            facets=FACETS,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            cache_dir=f"{config['paths']['results']}/.cache/judge",
+            version=stage_version("judge"),
+        script:
+            "../scripts/judge.py"

@@ -1,28 +1,132 @@
-rule vision:
-    input:
-        images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
-    output:
-        annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
-        losses=f"{RESULTS}/losses/vision/{{shard}}.jsonl",
-    log:
-        f"{LOGS}/vision/{{shard}}.log",
-    benchmark:
-        f"{BENCH}/vision/{{shard}}.tsv"
-    conda:
-        "../envs/benchmaker.yaml"
-    threads: 2
-    resources:
-        gpu=1 if VISION_ADAPTER == "clip" else 0,
-    params:
-        adapter=VISION_ADAPTER,
-        settings=config["vision"][VISION_ADAPTER],
-        facets=FACETS,
-        image_root=IMAGE_ROOT,
-        columns=COLUMNS,
-        cache_dir=f"{config['paths']['results']}/.cache/vision",
-        version=stage_version("vision"),
-    script:
-        "../scripts/vision.py"
+# Vision: annotate every image of a shard. API adapters in batch mode run as three rules per shard
+# (build -> submit -> collect, see docs/openai.md); everything else runs as the single `vision` rule.
+# Either way the outputs are annotations/{shard}.jsonl, losses/vision/{shard}.jsonl and
+# costs/vision/{shard}.jsonl (empty for local adapters).
+
+API_BATCH_ADAPTERS = ("openai",)
+# settings that shape a request (and so its cache key); the others only steer submit / collect
+REQUEST_KEYS = (
+    "model", "base_url", "api_key_env", "api", "max_output_tokens", "reasoning_effort", "temperature",
+    "prompts", "metadata_columns", "image_detail", "image_transport", "image_max_side", "send_thumbnails",
+    "labels", "rationale",
+)
+BATCH_KEYS = (
+    "model", "base_url", "api_key_env", "api", "completion_window", "max_requests_per_batch",
+    "max_bytes_per_batch",
+)
+
+
+def pick(section, keys):
+    return {k: v for k, v in section.items() if k in keys}
+
+
+VISION_SETTINGS = config["vision"][VISION_ADAPTER]
+VISION_BATCH = (
+    VISION_ADAPTER in API_BATCH_ADAPTERS and VISION_SETTINGS.get("mode") == "batch"
+)
+
+if VISION_BATCH:
+
+    rule vision_build:
+        input:
+            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+        output:
+            requests=f"{RESULTS}/api/vision/{{shard}}/requests.jsonl",
+            manifest=f"{RESULTS}/api/vision/{{shard}}/manifest.jsonl",
+        log:
+            f"{LOGS}/vision_build/{{shard}}.log",
+        benchmark:
+            f"{BENCH}/vision_build/{{shard}}.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        threads: 2
+        params:
+            settings=pick(VISION_SETTINGS, REQUEST_KEYS),
+            facets=FACETS,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            cache_dir=f"{config['paths']['results']}/.cache/vision",
+            version=stage_version("vision"),
+        script:
+            "../scripts/vision_build.py"
+
+    rule vision_submit:
+        input:
+            requests=f"{RESULTS}/api/vision/{{shard}}/requests.jsonl",
+        output:
+            submitted=f"{RESULTS}/api/vision/{{shard}}/submitted.json",
+        log:
+            f"{LOGS}/vision_submit/{{shard}}.log",
+        localrule: True
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings=pick(VISION_SETTINGS, BATCH_KEYS),
+            state_dir=lambda wc: f"{RESULTS}/.batches/vision/{wc.shard}",
+            benchmark=config["benchmark"]["name"],
+            shard=lambda wc: wc.shard,
+            version=stage_version("vision"),
+        script:
+            "../scripts/vision_submit.py"
+
+    rule vision_collect:
+        input:
+            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+            manifest=f"{RESULTS}/api/vision/{{shard}}/manifest.jsonl",
+            submitted=f"{RESULTS}/api/vision/{{shard}}/submitted.json",
+        output:
+            annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
+            losses=f"{RESULTS}/losses/vision/{{shard}}.jsonl",
+            costs=f"{RESULTS}/costs/vision/{{shard}}.jsonl",
+        log:
+            f"{LOGS}/vision_collect/{{shard}}.log",
+        benchmark:
+            f"{BENCH}/vision_collect/{{shard}}.tsv"
+        localrule: True
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings=VISION_SETTINGS,
+            facets=FACETS,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            state_dir=lambda wc: f"{RESULTS}/.batches/vision/{wc.shard}",
+            benchmark=config["benchmark"]["name"],
+            shard=lambda wc: wc.shard,
+            cache_dir=f"{config['paths']['results']}/.cache/vision",
+            version=stage_version("vision"),
+        script:
+            "../scripts/vision_collect.py"
+
+else:
+
+    rule vision:
+        input:
+            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+        output:
+            annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
+            losses=f"{RESULTS}/losses/vision/{{shard}}.jsonl",
+            costs=f"{RESULTS}/costs/vision/{{shard}}.jsonl",
+        log:
+            f"{LOGS}/vision/{{shard}}.log",
+        benchmark:
+            f"{BENCH}/vision/{{shard}}.tsv"
+        localrule: VISION_ADAPTER in API_ADAPTERS
+        conda:
+            "../envs/benchmaker.yaml"
+        threads: 2
+        resources:
+            gpu=1 if VISION_ADAPTER == "clip" else 0,
+        params:
+            adapter=VISION_ADAPTER,
+            settings=VISION_SETTINGS,
+            facets=FACETS,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            cache_dir=f"{config['paths']['results']}/.cache/vision",
+            version=stage_version("vision"),
+        script:
+            "../scripts/vision.py"
 
 
 rule merge_annotations:

@@ -139,6 +139,8 @@ class Fake:
         if status in ("expired", "cancelled"):
             keep = self.expire_after if status == "expired" else len(lines) // 2
             lines = lines[: keep or 0]
+            if status == "expired":
+                self.expire_after = None  # only the first batch to finish expires
         out, err = [], []
         for ln in lines:
             code, body = self.respond(ln["body"], ln["custom_id"])

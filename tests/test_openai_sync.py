@@ -1,0 +1,232 @@
+"""OpenAI adapters in sync mode against the fake server: round trip, 429 + Retry-After, retries of
+failures, cache (a rerun sends nothing), costs, judge keys and labels, Chat Completions."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+import fake_openai
+from openai_helpers import SETTINGS, SYNC_COST, images_frame
+from support import TINY_FACETS
+
+from benchmaker.formats import FacetModel, validate_table
+from benchmaker.judge import finalize
+from benchmaker.judge.openai import OpenAIJudge
+from benchmaker.losses import Losses
+from benchmaker.providers.cost import Usage, cost_usd, price_for, usage_from_body
+from benchmaker.vision.openai import OpenAIAnnotator
+
+FM = FacetModel.from_config(TINY_FACETS)
+
+
+@pytest.fixture()
+def fake(monkeypatch):
+    f = fake_openai.start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    yield f
+    fake_openai.stop(f)
+
+
+def annotator(fake, tmp_path, **kw):
+    s = {**SETTINGS, "base_url": fake.base_url, **kw}
+    return OpenAIAnnotator(facets=FM, settings=s, image_root=str(kw.pop("root", tmp_path)), cache_dir=str(tmp_path / "cache"))
+
+
+def test_vision_sync_round_trip_cost_and_cache(fake, tmp_path, tiny_corpus):
+    imgs = images_frame(tiny_corpus, 6)
+    a = OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url,
+                                             "prompts": {"user": "Collection caption: {metadata.caption}."}},
+                        image_root=str(tiny_corpus), cache_dir=str(tmp_path / "cache"))
+    loss = Losses("vision")
+    ann = a.annotate(imgs, loss)
+    validate_table(ann, "annotations", facets=FM)
+    assert ann.height == 6 and len(loss) == 0
+    assert ann["image_id"].to_list() == imgs["image_id"].to_list()
+    sent = [b for m, p, b in fake.log if p == "/v1/responses"]
+    assert len(sent) == 6
+    body = sent[0]
+    # static part first: instructions, then the prompt with the metadata filled, then the image (base64)
+    assert body["instructions"].startswith("You are labeling images")
+    texts = [c["text"] for c in body["input"][0]["content"] if c["type"] == "input_text"]
+    assert any(t.startswith("Collection caption: caption of ") for t in texts)
+    img = [c for c in body["input"][0]["content"] if c["type"] == "input_image"][0]
+    assert img["image_url"].startswith("data:image/")
+    fmt = body["text"]["format"]
+    assert fmt["strict"] is True and fmt["schema"]["properties"]["color"]["enum"] == TINY_FACETS["taxonomy"]["color"]
+    assert fmt["schema"]["properties"]["tags"]["minItems"] == 2
+    assert "sk-test" not in json.dumps(body)
+    # cost from actual usage
+    rows = a.costs
+    assert len(rows) == 6 and not any(r["cached"] for r in rows)
+    assert sum(r["cost_usd"] for r in rows) == pytest.approx(6 * SYNC_COST)
+    assert rows[0]["reasoning_tokens"] == 50 and rows[0]["cached_input_tokens"] == 200
+    # a plain rerun pays nothing
+    a2 = OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url,
+                                              "prompts": {"user": "Collection caption: {metadata.caption}."}},
+                         image_root=str(tiny_corpus), cache_dir=str(tmp_path / "cache"))
+    ann2 = a2.annotate(imgs, Losses("vision"))
+    assert fake.count("POST", "/v1/responses") == 6
+    assert ann2.equals(ann)
+    assert all(r["cached"] and r["cost_usd"] == 0 for r in a2.costs)
+    # one more image and a changed prompt for nobody else: only the new request is paid
+    a3 = OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url,
+                                              "prompts": {"user": "Collection caption: {metadata.caption}."}},
+                         image_root=str(tiny_corpus), cache_dir=str(tmp_path / "cache"))
+    a3.annotate(images_frame(tiny_corpus, 7), Losses("vision"))
+    assert fake.count("POST", "/v1/responses") == 7
+    # a changed prompt changes every key: everything is sent again
+    a4 = OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url},
+                         image_root=str(tiny_corpus), cache_dir=str(tmp_path / "cache"))
+    a4.annotate(imgs, Losses("vision"))
+    assert fake.count("POST", "/v1/responses") == 13
+
+
+def test_sync_429_retry_after(fake, tmp_path, tiny_corpus):
+    fake.rate_limit, fake.retry_after = 3, "0.2"
+    a = OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url, "concurrency": 1},
+                        image_root=str(tiny_corpus), cache_dir=None)
+    from benchmaker.providers.transport import SyncTransport
+
+    tr = SyncTransport(a.runner.client, "responses", concurrency=1)
+    loss = Losses("vision")
+    ans = a.runner.run_sync(__import__("benchmaker.vision.openai", fromlist=["x"]).vision_items(
+        images_frame(tiny_corpus, 2), FM, a.settings, str(tiny_corpus)), loss, transport=tr)
+    assert len(ans) == 2 and len(loss) == 0
+    assert tr.waits[:3] == [0.2, 0.2, 0.2]       # Retry-After honoured, not a guess
+    assert fake.count("POST", "/v1/responses") == 5
+    # 429s are transport retries, not attempts: every cost row is attempt 1
+    assert {r["attempt"] for r in a.costs} == {1}
+
+
+def test_failures_retried_then_reported(fake, tmp_path, tiny_corpus):
+    imgs = images_frame(tiny_corpus, 5)
+    ids = imgs["image_id"].to_list()
+    calls: dict[str, int] = {}
+
+    def fail(custom_id, body):
+        key = next((i for i in range(5) if _mentions(body, imgs.row(i, named=True))), None)
+        calls[key] = calls.get(key, 0) + 1
+        if key == 0 and calls[key] == 1:
+            return "invalid_json"
+        if key == 1 and calls[key] <= 2:
+            return "schema"
+        if key == 2 and calls[key] == 1:
+            return "incomplete"
+        if key == 3:
+            return "http_400"       # fails every time
+        return None
+
+    fake.fail = fail
+    a = OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url,
+                                             "prompts": {"user": "id-tag {metadata.caption}"}},
+                        image_root=str(tiny_corpus), cache_dir=str(tmp_path / "c"))
+    loss = Losses("vision")
+    ann = a.annotate(imgs, loss)
+    assert sorted(ann["image_id"].to_list()) == sorted(ids[i] for i in (0, 1, 2, 4))
+    assert len(loss) == 1
+    row = loss.rows[0]
+    assert row["item_id"] == ids[3] and row["reason"] == "api_error" and row["attempts"] == 3
+    assert calls[0] == 2 and calls[1] == 3 and calls[2] == 2 and calls[3] == 3 and calls[4] == 1
+    # paid failures (invalid json, schema violation, incomplete) are costed too, with their attempt
+    paid = [r for r in a.costs if r["item_id"] == ids[1]]
+    assert [r["attempt"] for r in paid] == [1, 2, 3]
+
+
+def _mentions(body, row) -> bool:
+    return f"id-tag {row['caption']}" in json.dumps(body)
+
+
+def test_cost_table_and_overrides():
+    u = usage_from_body({"usage": {"input_tokens": 1000, "output_tokens": 150,
+                                   "input_tokens_details": {"cached_tokens": 200},
+                                   "output_tokens_details": {"reasoning_tokens": 50}}})
+    assert u == Usage(1000, 200, 150, 50)
+    p = price_for("gpt-5-mini-2025-08-07")
+    assert cost_usd(u, p) == pytest.approx(SYNC_COST)
+    assert cost_usd(u, p, batch=True, batch_discount=0.5) == pytest.approx(SYNC_COST / 2)
+    assert price_for("my-vllm-model").known is False
+    q = price_for("my-vllm-model", {"input": 1.0, "output": 2.0})
+    assert cost_usd(u, q) == pytest.approx((1000 * 1.0 + 150 * 2.0) / 1e6)
+    chat = usage_from_body({"usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                                      "prompt_tokens_details": {"cached_tokens": 4}}})
+    assert chat == Usage(10, 4, 5, 0)
+
+
+def _plan_and_ann(imgs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    ids = imgs["image_id"].to_list()
+    ann = pl.DataFrame([{"image_id": i, "summary": f"a {i.split('/')[0]} shape", "tags": ["red", "circle"],
+                         "confidence": {"color": 0.9, "shape": 0.8, "is_bright": 0.5}, "annotator": "t",
+                         "color": i.split("/")[0], "shape": "circle", "is_bright": True} for i in ids])
+    plan = pl.DataFrame([
+        {"query_id": "tiny_q0001", "seed_image_ids": [ids[0]], "candidate_image_ids": ids[0:4],
+         "candidates": [{"image_id": ids[0], "pool": "seed", "reason": "seed"}]
+         + [{"image_id": i, "pool": "hard", "reason": "x"} for i in ids[1:4]], "difficulty": 0.5, "shortfall": []},
+        {"query_id": "tiny_q0002", "seed_image_ids": [ids[4]], "candidate_image_ids": [ids[4], ids[5]],
+         "candidates": [{"image_id": ids[4], "pool": "seed", "reason": "seed"},
+                        {"image_id": ids[5], "pool": "easy", "reason": "x"}], "difficulty": 0.5, "shortfall": []},
+    ], schema_overrides={"shortfall": pl.List(pl.Struct({"pool": pl.String, "wanted": pl.Int64, "got": pl.Int64,
+                                                          "reason": pl.String}))})
+    return plan, ann
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
+    imgs = images_frame(tiny_corpus, 6)
+    plan, ann = _plan_and_ann(imgs)
+
+    def answer(body, schema):
+        obj = fake_openai.instance(schema)
+        obj["query_text"] = "a red circle"
+        second = len(obj["judgments"]) == 2          # query 2 has two candidates
+        obj["query_text"] = "a green circle" if second else "a red circle"
+        for k in obj["judgments"]:
+            obj["judgments"][k] = {"label": 0 if second else 2, "rationale": "because"}
+        return obj
+
+    fake.answer = answer
+    s = {"labels": "graded", "rationale": True, **SETTINGS, "api": api, "base_url": fake.base_url}
+    j = OpenAIJudge(facets=FM, settings=s, image_root=str(tiny_corpus), cache_dir=str(tmp_path / "jc"))
+    loss = Losses("judge")
+    judged = j.judge(plan, ann, imgs, loss)
+    path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
+    bodies = [b for m, p, b in fake.log if p == path]
+    assert len(bodies) == 2
+    blob = json.dumps(bodies)
+    for i in imgs["image_id"].to_list():           # no file name, path or license reaches the judge
+        assert i not in blob and i.split("/")[1] not in blob
+    assert "CC0" not in blob and "tiny_q000" not in blob
+    schema = (bodies[0]["text"]["format"]["schema"] if api == "responses"
+              else bodies[0]["response_format"]["json_schema"]["schema"])
+    assert sorted(schema["properties"]["judgments"]["required"]) == ["c01", "c02", "c03", "c04"]
+    assert schema["properties"]["judgments"]["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    out = finalize(plan, judged, loss, judge_name=j.name, graded=True)
+    validate_table(out, "qrels")
+    assert out.height == 6 and set(out.filter(pl.col("query_id") == "tiny_q0001")["relevance_label"]) == {2}
+    assert out.filter(pl.col("query_id") == "tiny_q0002")["seed_not_relevant"].all()
+    assert out["rationale"].drop_nulls().len() == 6
+    assert sum(r["cost_usd"] for r in j.costs) == pytest.approx(2 * SYNC_COST)
+
+
+def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_corpus):
+    imgs = images_frame(tiny_corpus, 6)
+    plan, ann = _plan_and_ann(imgs)
+
+    def answer(body, schema):
+        obj = fake_openai.instance(schema)
+        obj["judgments"].pop(next(iter(obj["judgments"])))   # one planned candidate missing
+        obj["judgments"]["c99"] = {"label": 1}
+        return obj
+
+    fake.answer = answer
+    j = OpenAIJudge(facets=FM, settings={**SETTINGS, "max_attempts": 2, "base_url": fake.base_url},
+                    image_root=str(tiny_corpus), cache_dir=None)
+    loss = Losses("judge")
+    judged = j.judge(plan, ann, imgs, loss)
+    assert judged.height == 0
+    assert {r["reason"] for r in loss.rows} == {"schema_violation"} and {r["attempts"] for r in loss.rows} == {2}
+    assert fake.count("POST", "/v1/responses") == 4
+    out = finalize(plan, judged, loss, judge_name=j.name)
+    assert out.height == 0 and len(loss) == 2        # not reported twice
