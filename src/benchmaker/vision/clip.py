@@ -7,7 +7,8 @@ two stages share work when they use the same model) and the configured facet mod
   read as a space; ``{facet}`` in the template is replaced by the facet name). The value is the
   argmax of ``softmax(logit_scale * cosine)`` over the prompts, ``confidence[facet]`` its probability.
   Catch-all values (``unknown``, ``other``) get no prompt: they are chosen when no real value is
-  clearly preferred (best probability < 1.5 / number of real values), with confidence ``1 - p_best``;
+  clearly preferred (best probability < 1.5 / number of real values, with at least two real values),
+  with confidence ``1 - p_best``;
   a facet whose only values are catch-alls gets its first one with confidence 1.
 * **boolean facet**: a positive prompt ("bright" for ``is_bright``, "flame visible" for
   ``flame_visible``) against a negative one ("not bright", "no flame visible"); the winner is the
@@ -167,7 +168,7 @@ class ClipAnnotator:
             pbest = p[np.arange(n), best]
             vals = [real[i] for i in best]
             c = pbest.copy()
-            if fallback:
+            if fallback and len(real) > 1:
                 unsure = pbest < UNKNOWN_MARGIN / len(real)
                 vals = [fallback[0] if u else v for v, u in zip(vals, unsure)]
                 c = np.where(unsure, 1.0 - pbest, pbest)
