@@ -1,5 +1,34 @@
+# CLIP similarity: embed images per shard (GPU), embed the query texts, score every qrels pair.
+# embed_images depends only on the image shard and the similarity model (model, pretrained, precision)
+# plus its code version: changing the judge or the queries never re-embeds images; changing the model
+# does. Across runs and benchmarks, images are also reused through the embedding cache
+# (<cache_dir>/<model key>/part-*.parquet, keyed by image sha256 + model identity; docs/similarity.md).
+
+EMBED_CACHE = (
+    config["similarity"]["cache_dir"]
+    or f"{config['paths']['results']}/.cache/embeddings"
+)
+
+
+def similarity_weight_inputs(wildcards):
+    """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules."""
+    sim = config["similarity"]
+    model, pretrained = sim["model"], sim["pretrained"]
+    if model.startswith("local-dir:"):
+        folder = Path(model[len("local-dir:") :]).expanduser()
+        files = [folder / "open_clip_config.json"]
+        files += [
+            f for ext in ("safetensors", "bin", "pth") for f in folder.glob(f"*.{ext}")
+        ]
+        return {"weights": sorted(str(f) for f in files if f.is_file())}
+    if pretrained and Path(pretrained).expanduser().is_file():
+        return {"weights": [str(Path(pretrained).expanduser())]}
+    return {}
+
+
 rule embed_images:
     input:
+        unpack(similarity_weight_inputs),
         images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
     output:
         embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
@@ -10,7 +39,8 @@ rule embed_images:
         f"{BENCH}/embed_images/{{shard}}.tsv"
     conda:
         "../envs/benchmaker.yaml"
-    threads: 4
+    # the main process feeds the model; num_workers DataLoader processes decode images
+    threads: config["similarity"]["num_workers"] + 1
     resources:
         gpu=1,
         mem_mb=8000,
@@ -19,8 +49,7 @@ rule embed_images:
         runtime={
             k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
         },
-        cache_dir=config["similarity"]["cache_dir"]
-        or f"{config['paths']['results']}/.cache/embeddings",
+        cache_dir=EMBED_CACHE,
         image_root=IMAGE_ROOT,
         columns=COLUMNS,
         version=stage_version("embed"),
@@ -30,11 +59,14 @@ rule embed_images:
 
 rule embed_queries:
     input:
+        unpack(similarity_weight_inputs),
         qrels=f"{RESULTS}/qrels.jsonl",
     output:
         embeddings=f"{RESULTS}/embeddings/queries.parquet",
     log:
         f"{LOGS}/embed_queries.log",
+    benchmark:
+        f"{BENCH}/embed_queries.tsv"
     conda:
         "../envs/benchmaker.yaml"
     threads: 2
