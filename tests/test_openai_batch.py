@@ -1,0 +1,216 @@
+"""OpenAI Batch API lifecycle against the fake server: round trip, resume after interrupts (never a
+second submit), partial failures retried as new batches, expired / cancelled batches, wait: false."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+import fake_openai
+from openai_helpers import SETTINGS, SYNC_COST, images_frame, write_images
+from support import TINY_FACETS
+
+from benchmaker.formats import read_table
+from benchmaker.io import iter_jsonl
+from benchmaker.providers import batch as pb
+from benchmaker.vision import openai as vo
+
+FM = FacetModel = None
+
+
+@pytest.fixture()
+def fake(monkeypatch):
+    f = fake_openai.start(steps=2)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    yield f
+    fake_openai.stop(f)
+
+
+class Shard:
+    """Paths of one vision shard and the three steps, as the rules call them."""
+
+    def __init__(self, tmp, corpus, fake, n=6, **settings):
+        self.tmp, self.corpus = tmp, corpus
+        self.images = write_images(images_frame(corpus, n), tmp / "images.jsonl")
+        self.settings = {**SETTINGS, "mode": "batch", "base_url": fake.base_url, **settings}
+        self.p = {k: str(tmp / f"{k}.jsonl") for k in ("requests", "manifest", "annotations", "losses", "costs")}
+        self.p["submitted"] = str(tmp / "submitted.json")
+        self.state = str(tmp / "state")
+        self.cache = str(tmp / "cache")
+
+    def build(self):
+        vo.build(images=self.images, requests=self.p["requests"], manifest=self.p["manifest"], settings=self.settings,
+                 facets=TINY_FACETS, image_root=str(self.corpus), columns={}, cache_dir=self.cache, threads=2)
+
+    def submit(self):
+        vo.submit(requests=self.p["requests"], submitted=self.p["submitted"], settings=self.settings,
+                  state_dir=self.state, benchmark="tiny", shard="00000")
+
+    def collect(self):
+        vo.collect(images=self.images, manifest=self.p["manifest"], submitted=self.p["submitted"],
+                   annotations=self.p["annotations"], losses=self.p["losses"], costs=self.p["costs"],
+                   settings=self.settings, facets=TINY_FACETS, image_root=str(self.corpus), columns={},
+                   state_dir=self.state, benchmark="tiny", shard="00000", cache_dir=self.cache)
+
+    def results(self):
+        from benchmaker.formats import FacetModel
+
+        ann = read_table("annotations", self.p["annotations"], facets=FacetModel.from_config(TINY_FACETS))
+        return ann, list(iter_jsonl(self.p["losses"])), list(iter_jsonl(self.p["costs"]))
+
+
+def test_batch_round_trip_cost_and_cached_rerun(fake, tmp_path, tiny_corpus):
+    sh = Shard(tmp_path, tiny_corpus, fake)
+    sh.build()
+    sh.submit()
+    sh.collect()
+    ann, losses, costs = sh.results()
+    assert ann.height == 6 and losses == []
+    assert fake.count("POST", "/v1/batches") == 1 and fake.count("POST", "/v1/files") == 1
+    b = next(iter(fake.batches.values()))
+    assert b["endpoint"] == "/v1/responses"
+    assert b["metadata"]["benchmaker"] == "tiny" and b["metadata"]["bm_stage"] == "vision"
+    assert "sk-test" not in json.dumps(b["metadata"])
+    assert len(costs) == 6 and sum(c["cost_usd"] for c in costs) == pytest.approx(6 * SYNC_COST * 0.5)
+    assert {c["mode"] for c in costs} == {"batch"}
+    # a rerun from scratch (new build): every answer comes from the cache, nothing is sent
+    for k in ("requests", "manifest", "submitted"):
+        (tmp_path / (k + (".json" if k == "submitted" else ".jsonl"))).unlink()
+    sh.build()
+    assert (tmp_path / "requests.jsonl").read_text() == ""
+    sh.submit()
+    sh.collect()
+    ann2, _, costs2 = sh.results()
+    assert ann2.equals(ann)
+    assert fake.count("POST", "/v1/batches") == 1 and fake.count("POST", "/v1/files") == 1
+    assert all(c["cached"] and c["cost_usd"] == 0 for c in costs2)
+
+
+def test_split_respects_count_and_bytes(tmp_path):
+    lines = [json.dumps({"custom_id": f"v-{i:03d}-a1", "body": "x" * 100}) + "\n" for i in range(25)]
+    chunks = pb.split_requests(lines, tmp_path / "c", max_requests=10, max_bytes=10**9)
+    assert [c["n"] for c in chunks] == [10, 10, 5]
+    size = len(lines[0].encode())
+    chunks = pb.split_requests(lines, tmp_path / "d", max_requests=1000, max_bytes=size * 4 + 1)
+    assert [c["n"] for c in chunks] == [4] * 6 + [1] and all(c["bytes"] <= size * 4 + 1 for c in chunks)
+    # content-addressed: the same requests give the same chunks
+    again = pb.split_requests(lines, tmp_path / "d", max_requests=1000, max_bytes=size * 4 + 1)
+    assert [c["digest"] for c in again] == [c["digest"] for c in chunks]
+
+
+def test_interrupt_between_submit_and_collect_never_submits_twice(fake, tmp_path, tiny_corpus):
+    sh = Shard(tmp_path, tiny_corpus, fake, max_requests_per_batch=4)
+    sh.build()
+    sh.submit()
+    assert fake.count("POST", "/v1/batches") == 2
+    # rerun of submit (e.g. Snakemake lost its output) and collect: same batches
+    (tmp_path / "submitted.json").unlink()
+    sh.submit()
+    sh.collect()
+    assert fake.count("POST", "/v1/batches") == 2 and fake.count("POST", "/v1/files") == 2
+    assert sh.results()[0].height == 6
+
+
+@pytest.mark.parametrize("where", ["after_create", "after_intent", "after_upload"])
+def test_interrupt_inside_submit_resumes_by_metadata(fake, tmp_path, tiny_corpus, monkeypatch, where):
+    sh = Shard(tmp_path, tiny_corpus, fake)
+    sh.build()
+    real_write = pb.Journal.write
+    event = {"after_create": "batch", "after_intent": "intent", "after_upload": "file"}[where]
+
+    def interrupted(self, rec):
+        if rec.get("event") == event and where != "after_intent":
+            raise KeyboardInterrupt          # the API call happened, its record did not
+        real_write(self, rec)
+        if rec.get("event") == event:
+            raise KeyboardInterrupt          # the intent is recorded, no API call yet
+
+    monkeypatch.setattr(pb.Journal, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sh.submit()
+    monkeypatch.setattr(pb.Journal, "write", real_write)
+    sh.submit()
+    sh.collect()
+    assert fake.count("POST", "/v1/batches") == 1
+    assert fake.count("POST", "/v1/files") == (0 if where == "after_intent" else 1) + (where == "after_intent")
+    assert sh.results()[0].height == 6
+
+
+def test_partial_failures_retried_as_new_batches_then_reported(fake, tmp_path, tiny_corpus):
+    def fail(custom_id, body):
+        idx, att = pb.parse_custom_id(custom_id)
+        if idx == 0 and att == 1:
+            return "invalid_json"
+        if idx == 1 and att <= 2:
+            return "schema"
+        if idx == 2 and att == 1:
+            return "incomplete"
+        if idx == 3:
+            return "http_500"                # an error row every time
+        return None
+
+    fake.fail = fail
+    sh = Shard(tmp_path, tiny_corpus, fake)
+    sh.build()
+    sh.submit()
+    sh.collect()
+    ann, losses, costs = sh.results()
+    ids = images_frame(tiny_corpus, 6)["image_id"].to_list()
+    assert sorted(ann["image_id"].to_list()) == sorted(ids[i] for i in (0, 1, 2, 4, 5))
+    assert len(losses) == 1 and losses[0]["item_id"] == ids[3] and losses[0]["attempts"] == 3
+    assert losses[0]["reason"] == "api_error"
+    assert fake.count("POST", "/v1/batches") == 3      # round 1 + two retry rounds of failures only
+    sizes = [b["request_counts"]["total"] for b in fake.batches.values()]
+    assert sizes == [6, 4, 2]
+    # rerunning collect re-reads the downloads: no new batch, identical results and costs
+    sh.collect()
+    assert fake.count("POST", "/v1/batches") == 3
+    assert sh.results()[2] == costs
+    assert [c["attempt"] for c in costs if c["item_id"] == ids[1]] == [1, 2, 3]
+
+
+def test_expired_batch_keeps_partial_results_and_retries_rest(fake, tmp_path, tiny_corpus):
+    fake.expire_after = 2
+    sh = Shard(tmp_path, tiny_corpus, fake, max_attempts=1)
+    sh.build()
+    sh.submit()
+    sh.collect()
+    ann, losses, _ = sh.results()
+    assert ann.height == 2 and len(losses) == 4 and {r["reason"] for r in losses} == {"batch_expired"}
+    # with attempts left, the unanswered requests go out again
+    fake.expire_after = 2
+    sh2 = Shard(tmp_path / "b", tiny_corpus, fake, max_attempts=2)
+    sh2.images = sh.images
+    sh2.cache = str(tmp_path / "b" / "cache")
+    sh2.build()
+    sh2.submit()
+    sh2.collect()
+    ann2, losses2, _ = sh2.results()
+    assert ann2.height == 6 and losses2 == []
+
+
+def test_wait_false_then_cli_cancel(fake, tmp_path, tiny_corpus, capsys):
+    fake.steps = 4
+    sh = Shard(tmp_path, tiny_corpus, fake, wait=False, max_attempts=3)
+    sh.build()
+    sh.submit()
+    with pytest.raises(pb.BatchPending):
+        sh.collect()
+    assert not (tmp_path / "annotations.jsonl").exists()
+    from benchmaker import cli
+    from support import tiny_config, write_config
+
+    cfg = tiny_config(tmp_path, tiny_corpus, tmp_path, vision={"adapter": "openai", "openai": {
+        "base_url": fake.base_url}})
+    path = write_config(tmp_path / "config.yaml", cfg)
+    assert cli.main(["batches", "list", str(path)]) == 0
+    out = capsys.readouterr().out
+    bid = next(iter(fake.batches))
+    assert bid in out and "vision" in out
+    assert cli.main(["batches", "cancel", str(path), "--yes"]) == 0
+    sh.collect()                                        # cancelled: partial kept, the rest lost, no retry
+    ann, losses, _ = sh.results()
+    assert ann.height == 3 and {r["reason"] for r in losses} == {"batch_cancelled"} and len(losses) == 3
+    assert fake.count("POST", "/v1/batches") == 1
