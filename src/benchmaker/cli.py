@@ -1,0 +1,253 @@
+"""The ``benchmaker`` command, for what is not a pipeline target.
+
+    benchmaker validate-config CONFIG          check a config file (errors name the key)
+    benchmaker estimate CONFIG [--json]        requests, tokens and dollars before anything is submitted
+    benchmaker batches list CONFIG             this benchmark's batches (found by their metadata)
+    benchmaker batches cancel CONFIG --yes     cancel this benchmark's unfinished batches
+
+The pipeline itself runs with Snakemake (see README). Imports are lazy: the command starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main"]
+
+API_ADAPTERS = ("openai",)
+REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
+
+
+def _load(path: str) -> dict:
+    from .config import load_config
+
+    return load_config(path)
+
+
+def cmd_validate(args) -> int:
+    from .config import ConfigError
+
+    try:
+        cfg = _load(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.config}: valid (benchmark {cfg['benchmark']['name']}, vision {cfg['vision']['adapter']}, "
+          f"judge {cfg['judge']['adapter']})")
+    return 0
+
+
+# -- estimate -----------------------------------------------------------------------------------------
+def _images_for_estimate(cfg: dict):
+    """images.jsonl when preprocess has run; else a scan of image_root (no image is opened)."""
+    import polars as pl
+
+    from .config import results_dir
+    from .formats import read_table
+
+    p = Path(results_dir(cfg)) / "images.jsonl"
+    if p.exists():
+        return read_table("images", p, columns=cfg["columns"]), True
+    root = Path(cfg["paths"]["image_root"])
+    exts = {e.lower() for e in cfg["preprocess"]["extensions"]}
+    ids = sorted(str(f.relative_to(root).as_posix()) for f in root.rglob("*")
+                 if f.is_file() and f.suffix.lower() in exts and not f.name.startswith("."))
+    base = cfg["preprocess"]["image_base_url"]
+    return pl.DataFrame({"image_id": ids, "sha256": [f"scan:{i}" for i in ids],
+                         "image_url": [f"{base.rstrip('/')}/{i}" if base else None for i in ids],
+                         "width": [0] * len(ids), "height": [0] * len(ids)},
+                        schema_overrides={"image_url": pl.String}), False
+
+
+def _out_tokens(schema: dict, s: dict) -> int:
+    sample = _sample(schema)
+    return len(json.dumps(sample)) // 3 + REASONING_OUTPUT.get(s.get("reasoning_effort"), 0)
+
+
+def _sample(schema: dict) -> Any:
+    t = schema.get("type")
+    if t == "object":
+        return {k: _sample(v) for k, v in schema.get("properties", {}).items()}
+    if t == "array":
+        n = (schema.get("minItems", 1) + schema.get("maxItems", 1)) // 2
+        item = _sample(schema.get("items", {}))
+        return [item] * max(1, n)
+    if "enum" in schema:
+        return max(schema["enum"], key=lambda v: len(str(v)))
+    if t == "string":
+        return "x" * 120 if "summary" in str(schema.get("description", "")) else "x" * 60
+    return 0.5
+
+
+def _line(stage: str, s: dict, n_req: int, n_cached: int, tok_in: int, tok_out: int) -> dict:
+    from .providers.cost import cost_usd, price_for, Usage
+
+    price = price_for(s["model"], s.get("prices") or {})
+    batch = s["mode"] == "batch"
+    usd = cost_usd(Usage(tok_in, 0, tok_out, 0), price, batch=batch, batch_discount=s["batch_discount"])
+    return {"stage": stage, "model": s["model"], "mode": s["mode"], "requests": n_req, "cached": n_cached,
+            "input_tokens": tok_in, "output_tokens": tok_out, "usd": round(usd, 4), "price_known": price.known}
+
+
+def estimate(cfg: dict) -> list[dict]:
+    from .formats import FacetModel
+    from .providers.cache import ResponseCache
+    from .providers.spec import LLMSettings, estimate_input_tokens, request_key
+    from .vision.openai import vision_items
+    from .vision.prompts import vision_schema
+
+    fm = FacetModel.from_config(cfg["facets"])
+    lines = []
+    if cfg["vision"]["adapter"] in API_ADAPTERS:
+        s = cfg["vision"][cfg["vision"]["adapter"]]
+        llm = LLMSettings.from_config(s)
+        imgs, real = _images_for_estimate(cfg)
+        cache = ResponseCache(f"{cfg['paths']['results']}/.cache/vision")
+        n = cached = tok_in = 0
+        for it in vision_items(imgs, fm, s, cfg["paths"]["image_root"]):
+            n += 1
+            if real and cache.contains(request_key(it.spec, llm)):
+                cached += 1
+                continue
+            tok_in += estimate_input_tokens(it.spec, llm)
+        out = _out_tokens(vision_schema(fm), s) * (n - cached)
+        lines.append(_line("vision", s, n - cached, cached, tok_in, out))
+    if cfg["judge"]["adapter"] in API_ADAPTERS:
+        s = {**cfg["judge"][cfg["judge"]["adapter"]], "labels": cfg["judge"]["labels"],
+             "rationale": cfg["judge"]["rationale"]}
+        plan = cfg["plan"]
+        n_q = plan["num_seeds"]
+        n_c = plan["seeds_per_query"] + plan["pos_total"] + plan["neutral_total"] + plan["neg_total"]
+        from .judge.prompts import default_system_prompt, judge_schema
+
+        desc = 60 + 8 * len(fm.names) + 4 * (fm.min_tags + fm.max_tags) // 2   # tokens per described image
+        system = (s.get("prompts") or {}).get("system") or default_system_prompt(
+            graded=s["labels"] == "graded", rationale=bool(s["rationale"]))
+        keys = [f"c{i:02d}" for i in range(1, n_c + 1)]
+        schema = judge_schema(keys, graded=s["labels"] == "graded", rationale=bool(s["rationale"]))
+        per_q_in = (len(system) + len(json.dumps(schema))) // 4 + desc * (n_c + plan["seeds_per_query"])
+        if s.get("send_thumbnails"):
+            per_q_in += n_c * (85 if s["image_detail"] == "low" else 765)
+        per_q_out = _out_tokens(schema, s)
+        lines.append(_line("judge", s, n_q, 0, per_q_in * n_q, per_q_out * n_q))
+    return lines
+
+
+def cmd_estimate(args) -> int:
+    cfg = _load(args.config)
+    lines = estimate(cfg)
+    if args.json:
+        print(json.dumps(lines, indent=1))
+        return 0
+    if not lines:
+        print("no API adapter configured: nothing to pay (vision "
+              f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
+        return 0
+    print(f"{'stage':8} {'model':18} {'mode':6} {'requests':>9} {'cached':>7} {'input tok':>12} {'output tok':>11} {'USD':>10}")
+    for ln in lines:
+        print(f"{ln['stage']:8} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>9,} {ln['cached']:>7,} "
+              f"{ln['input_tokens']:>12,} {ln['output_tokens']:>11,} {ln['usd']:>10.2f}"
+              + ("" if ln["price_known"] else "  (no price for this model: set prices)"))
+    print(f"{'total':8} {'':18} {'':6} {sum(x['requests'] for x in lines):>9,} {'':>7} "
+          f"{sum(x['input_tokens'] for x in lines):>12,} {sum(x['output_tokens'] for x in lines):>11,} "
+          f"{sum(x['usd'] for x in lines):>10.2f}")
+    print("Rough: 4 characters per text token, OpenAI's image tile rule, an allowance for reasoning "
+          "tokens; actual costs are written to costs/*.jsonl.")
+    return 0
+
+
+# -- batches ------------------------------------------------------------------------------------------
+def _clients(cfg: dict):
+    from .providers.openai import make_client
+
+    seen = {}
+    for stage in ("vision", "judge"):
+        ad = cfg[stage]["adapter"]
+        if ad in API_ADAPTERS:
+            s = cfg[stage][ad]
+            key = (s.get("base_url"), s.get("api_key_env"))
+            if key not in seen:
+                seen[key] = make_client(s)
+    if not seen:
+        raise SystemExit("no OpenAI adapter configured in vision or judge: no batches to list")
+    return list(seen.values())
+
+
+def _ours(cfg: dict, args) -> list[tuple[Any, dict]]:
+    from .providers.openai import iter_batches
+
+    name = cfg["benchmark"]["name"]
+    out = []
+    for client in _clients(cfg):
+        for b in iter_batches(client):
+            md = b.get("metadata") or {}
+            if md.get("benchmaker") != name:
+                continue
+            if args.stage and md.get("bm_stage") != args.stage:
+                continue
+            out.append((client, b))
+    return out
+
+
+def cmd_batches(args) -> int:
+    from .providers.batch import TERMINAL
+    from .providers.openai import cancel_batch
+
+    cfg = _load(args.config)
+    rows = _ours(cfg, args)
+    if args.action == "list":
+        print(f"{'batch':32} {'stage':7} {'shard':6} {'round':5} {'status':12} {'done/total':>12} failed")
+        for _, b in rows:
+            md, rc = b.get("metadata") or {}, b.get("request_counts") or {}
+            print(f"{b['id']:32} {md.get('bm_stage', ''):7} {md.get('bm_shard', ''):6} {md.get('bm_round', ''):5} "
+                  f"{b.get('status', ''):12} {rc.get('completed', 0):>5}/{rc.get('total', 0):<6} {rc.get('failed', 0)}")
+        print(f"{len(rows)} batch(es) of benchmark {cfg['benchmark']['name']}")
+        return 0
+    open_ = [(c, b) for c, b in rows if b.get("status") not in TERMINAL and b.get("status") != "cancelling"]
+    if not open_:
+        print("no unfinished batch to cancel")
+        return 0
+    if not args.yes:
+        for _, b in open_:
+            print(f"would cancel {b['id']} ({b.get('status')})")
+        print("add --yes to cancel them")
+        return 1
+    for c, b in open_:
+        r = cancel_batch(c, b["id"])
+        print(f"cancelled {b['id']}: {r.get('status')}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmaker", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("validate-config", help="check a config file")
+    p.add_argument("config")
+    p.set_defaults(fn=cmd_validate)
+    p = sub.add_parser("estimate", help="requests, tokens and dollars before anything is submitted")
+    p.add_argument("config")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_estimate)
+    p = sub.add_parser("batches", help="list or cancel this benchmark's batches")
+    p.add_argument("action", choices=["list", "cancel"])
+    p.add_argument("config")
+    p.add_argument("--stage", choices=["vision", "judge"], default=None)
+    p.add_argument("--yes", action="store_true", help="cancel: really cancel")
+    p.set_defaults(fn=cmd_batches)
+    args = ap.parse_args(argv)
+    from .config import ConfigError
+    from .providers.openai import MissingKey
+
+    try:
+        return int(args.fn(args) or 0)
+    except (ConfigError, MissingKey) as exc:
+        print(f"benchmaker: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
