@@ -361,3 +361,31 @@ def test_example_corpus_and_rights_map():
     for i in ids:
         with Image.open(root / i) as im:
             assert max(im.size) <= 512
+
+
+def test_phash_follows_exif_orientation_and_odd_modes(tmp_path):
+    root = tmp_path / "imgs"
+    root.mkdir()
+    base = support.draw_image((200, 30, 30), "stripes", 400, 7).resize((400, 300))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    base.save(root / "tagged.jpg", quality=95, exif=exif)
+    base.transpose(Image.Transpose.ROTATE_270).save(root / "upright.jpg", quality=95)
+    base.convert("P", palette=Image.Palette.ADAPTIVE).save(root / "palette.gif")
+    base.convert("RGBA").save(root / "rgba.png")
+    base.convert("CMYK").save(root / "cmyk.jpg")
+    base.convert("I;16").save(root / "gray16.png")
+    base.save(root / "plain.tiff")
+    res = _run(tmp_path, root, n_shards=1)
+    df = read_table("images", res["out"] / "images.jsonl")
+    assert res["quarantined"] == 0 and df.height == 7 and df["phash"].null_count() == 0
+    ph = dict(zip(df["image_id"], df["phash"]))
+
+    def dist(a: str, b: str) -> int:
+        return bin(int(ph[a], 16) ^ int(ph[b], 16)).count("1")
+
+    assert dist("tagged.jpg", "upright.jpg") <= 8  # same picture once the EXIF rotation is applied (JPEG noise)
+    assert dist("tagged.jpg", "plain.tiff") >= 20  # the unrotated picture hashes differently
+    assert dist("plain.tiff", "rgba.png") <= 4
+    mimes = dict(zip(df["image_id"], df["mime_type"]))
+    assert mimes["palette.gif"] == "image/gif" and mimes["plain.tiff"] == "image/tiff"

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
-from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 __all__ = ["Accepted", "Rejected", "InspectSettings", "inspect_file", "pil_limits", "REASONS"]
 
@@ -59,7 +59,8 @@ class Accepted:
     sha256: str
     phash: str | None
     format_mismatch: bool = False  # extension says one format, content another (accepted, counted)
-    decode_error: str | None = None  # verify_decode=false: the decode for phash failed (accepted, counted)
+    decode_error: str | None = None  # verify_decode=false: the decode failed (accepted without phash, counted)
+    phash_error: str | None = None  # decoded, but phash failed (an exotic pixel mode): accepted, counted
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,7 @@ def _ext_mime(path: str) -> str | None:
 def _oriented_size(im: Image.Image) -> tuple[int, int]:
     """Width and height as displayed (EXIF orientation 5-8 swaps them)."""
     w, h = im.size
-    try:
-        orientation = im.getexif().get(0x0112, 1)
-    except Exception:  # a broken EXIF block must not reject an otherwise good image
-        orientation = 1
-    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+    return (h, w) if _orientation(im) in (5, 6, 7, 8) else (w, h)
 
 
 def _classify_decode_error(exc: BaseException) -> str:
@@ -120,9 +117,22 @@ def _classify_decode_error(exc: BaseException) -> str:
 
 
 def _phash_of(im: Image.Image) -> str:
+    """pHash of the displayed image, computed on a small grayscale copy (phash itself works on 32 x 32).
+
+    The copy is box-reduced by an integer factor to about PHASH_DRAFT_SIZE px on the short side first:
+    a LANCZOS resize of a full-size PNG to 32 x 32 costs ten times more and gives the same hash bits
+    up to rounding. JPEGs arrive already reduced by ``draft``, so both paths see similar sizes.
+    """
     import imagehash
 
-    return str(imagehash.phash(im))
+    small = im if im.mode == "L" else im.convert("L")
+    factor = min(small.size) // PHASH_DRAFT_SIZE
+    if factor > 1:
+        small = small.reduce(factor)
+    method = _TRANSPOSE.get(_orientation(im))
+    if method is not None:
+        small = small.transpose(method)
+    return str(imagehash.phash(small))
 
 
 def _detail(exc: BaseException) -> str:
@@ -175,28 +185,42 @@ def inspect_file(path: str, image_id: str, settings: InspectSettings) -> Accepte
             mismatch = bool(ext_mime and ext_mime != mime and not (fmt == "MPO" and ext_mime == "image/jpeg"))
             phash: str | None = None
             decode_error: str | None = None
+            phash_error: str | None = None
             try:
                 # JPEG: DCT-domain downscaling still reads every entropy-coded byte, so truncation is
-                # caught; other formats decode at full size. The reduced image is all we keep.
+                # caught; other formats decode at full size.
                 im.draft("RGB" if im.mode not in ("L", "1") else "L", (PHASH_DRAFT_SIZE, PHASH_DRAFT_SIZE))
                 im.load()
-                small = ImageOps.exif_transpose(im) if _has_orientation(im) else im
-                phash = _phash_of(small)
-                del small
             except Image.DecompressionBombError as exc:
                 return Rejected(image_id, "decompression_bomb", _detail(exc))
             except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
                 if settings.verify_decode:
                     return Rejected(image_id, _classify_decode_error(exc), _detail(exc))
                 decode_error = _detail(exc)
+            if decode_error is None:
+                try:
+                    phash = _phash_of(im)
+                except Exception as exc:  # an exotic mode: keep the (decodable) image, without phash
+                    phash_error = _detail(exc)
+    return Accepted(
+        image_id=image_id, mime_type=mime, width=width, height=height, file_size=size, sha256=sha256,
+        phash=phash, format_mismatch=mismatch, decode_error=decode_error, phash_error=phash_error,
+    )
     return Accepted(
         image_id=image_id, mime_type=mime, width=width, height=height, file_size=size, sha256=sha256,
         phash=phash, format_mismatch=mismatch, decode_error=decode_error,
     )
 
 
-def _has_orientation(im: Image.Image) -> bool:
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}  # EXIF orientation -> the transpose that shows the image upright (as ImageOps.exif_transpose does)
+
+
+def _orientation(im: Image.Image) -> int:
     try:
-        return im.getexif().get(0x0112, 1) not in (1, None)
-    except Exception:
-        return False
+        return int(im.getexif().get(0x0112, 1) or 1)
+    except Exception:  # a broken EXIF block must not reject an otherwise good image
+        return 1

@@ -61,6 +61,7 @@ class _Collector:
         self.rejected: list[dict[str, str | None]] = []
         self.mismatch: list[str] = []
         self.decode_errors: list[str] = []
+        self.phash_errors: list[str] = []
 
     def add(self, result: Accepted | Rejected) -> None:
         if isinstance(result, Rejected):
@@ -72,6 +73,8 @@ class _Collector:
             self.mismatch.append(result.image_id)
         if result.decode_error:
             self.decode_errors.append(result.image_id)
+        if result.phash_error:
+            self.phash_errors.append(result.image_id)
         if len(self.cols["image_id"]) >= _BATCH_ROWS:
             self._flush()
 
@@ -153,7 +156,7 @@ def inspect_corpus(
     accepted = col.accepted()
     quarantine = pl.DataFrame(col.rejected, schema={"path": pl.String, "reason": pl.String, "detail": pl.String})
     quarantine = quarantine.sort(["path", "reason"])
-    notes = {"format_mismatch": col.mismatch, "decode_errors": col.decode_errors}
+    notes = {"format_mismatch": col.mismatch, "decode_errors": col.decode_errors, "phash_errors": col.phash_errors}
     return accepted, quarantine, stats, notes
 
 
@@ -234,6 +237,9 @@ def run(
     if notes["decode_errors"]:
         log.warning("%d image(s) could not be fully decoded; accepted without phash because verify_decode is "
                     "false, e.g. %s", len(notes["decode_errors"]), _examples(notes["decode_errors"]))
+    if notes["phash_errors"]:
+        log.warning("%d image(s) decoded but got no phash (unusual pixel mode), e.g. %s",
+                    len(notes["phash_errors"]), _examples(notes["phash_errors"]))
     unmatched_rights = rights.unmatched_files(df["image_id"])
     if unmatched_rights:
         log.warning("rights map: %d 'files' entr%s no accepted image, e.g. %s", len(unmatched_rights),
