@@ -11,7 +11,7 @@ rule preprocess:
         f"{BENCH}/preprocess.tsv"
     conda:
         "../envs/benchmaker.yaml"
-    threads: 2
+    threads: config["preprocess"]["workers"]
     params:
         image_root=IMAGE_ROOT,
         settings=config["preprocess"],
