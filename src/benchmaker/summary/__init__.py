@@ -1,0 +1,258 @@
+"""Summary stage: statistics (CSV), charts (PNG), a contact sheet, report.md/.html and summary.json.
+
+Every output is documented in docs/summary.md. Statistics are computed with polars on the whole
+tables and only aggregated tables are charted, so the stage scales with the number of pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+
+from .. import __version__
+from ..io import atomic_path, atomic_write_text
+from ..logs import get_logger
+from . import charts, stats
+from .inputs import Inputs, load_inputs
+from .outdir import staged_dir
+from .report import Section, write_report
+from .sheet import contact_sheet, sample_images
+
+__all__ = ["run", "summarize", "key_numbers"]
+
+log = get_logger("summary")
+SUMMARY_JSON = "summary.json"
+
+
+def _csv(df: pl.DataFrame, path: Path) -> None:
+    flat = df.with_columns(pl.col(c).list.join("|") for c, t in df.schema.items()
+                           if isinstance(t, pl.List) and t.inner == pl.String)
+    with atomic_path(path, suffix=".csv") as tmp:
+        flat.write_csv(tmp)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else round(obj, 6)
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str, Any]) -> dict[str, Any]:
+    q = t["query_relevancy_stats"]
+    pos = q["positives"]
+    scored = inp.scored
+    losses: dict[str, dict[str, int]] = {}
+    for stage, reason, n in t["losses_by_stage"].group_by("stage", "reason").agg(pl.col("count").sum()).sort(
+            "stage", "reason").iter_rows():
+        losses.setdefault(stage, {})[reason] = int(n)
+    cost = t["cost_summary"]
+    out: dict[str, Any] = {
+        "pairs": scored.height,
+        "queries": q.height,
+        "images_in_pairs": scored["image_id"].n_unique(),
+        "images_in_corpus": inp.images.height,
+        "annotated_images": inp.annotations.height,
+        "relevance_distribution": {str(k): int(v) for k, v in t["relevance_overview"].select(
+            "relevance_label", "pairs").iter_rows()},
+        "positive_pairs": int(pos.sum() or 0),
+        "positives_per_query": {"mean": stats.safe_float(pos.mean()), "median": stats.safe_float(pos.median()),
+                                "min": int(pos.min() or 0) if q.height else 0,
+                                "max": int(pos.max() or 0) if q.height else 0},
+        "pool_size": {"mean": stats.safe_float(q["count"].mean()), "min": int(q["count"].min() or 0) if q.height else 0,
+                      "max": int(q["count"].max() or 0) if q.height else 0},
+        "queries_without_positives": int(q["no_positives"].sum()),
+        "queries_without_positives_ids": q.filter(pl.col("no_positives"))["query_id"].head(100).to_list(),
+        "seed_not_relevant_queries": int(q["seed_not_relevant"].sum()),
+        "seed_not_relevant_pairs": int(scored["seed_not_relevant"].sum()),
+        "queries_without_seed_row": int((q["seeds"] == 0).sum()),
+        "clip_score": {
+            "missing": int(scored["clip_score"].null_count()),
+            "mean_by_relevance": {str(r["Relevance Label"]): stats.safe_float(r["Mean"])
+                                  for r in t["clip_score_stats_by_relevance"].iter_rows(named=True)},
+        },
+        "clip_ranking": {**{m: stats.safe_float(v) for m, v in t["clip_ranking_metrics"].iter_rows()},
+                         **ranking_info},
+        "pools": {r["pool"]: {k: r[k] for k in ("planned_candidates", "judged_pairs", "positives")}
+                  for r in t["pool_mix"].iter_rows(named=True)},
+        "shortfall": {"queries": int(inp.plan.select(pl.col("shortfall").list.len() > 0).sum().item())
+                      if inp.plan.height else 0,
+                      "missing_candidates": int(t["plan_shortfalls"]["missing"].sum() or 0)},
+        "losses": losses,
+        "losses_total": int(t["losses_by_stage"]["count"].sum() or 0),
+        "quarantine": {r: int(n) for r, n in t["quarantine_by_reason"].iter_rows()},
+        "quarantine_total": inp.quarantine.height,
+        "costs": None if inp.costs is None else {
+            "requests": int(cost["requests"].sum() or 0),
+            "cached_requests": int(cost["cached_requests"].sum() or 0),
+            "cost_usd": float(cost["cost_usd"].sum() or 0.0),
+            "by_stage": {s: {"requests": int(r), "input_tokens": int(i), "cached_input_tokens": int(c),
+                             "output_tokens": int(o), "reasoning_tokens": int(rt), "cost_usd": float(u)}
+                         for s, r, i, c, o, rt, u in cost.group_by("stage").agg(
+                             pl.col("requests", "input_tokens", "cached_input_tokens", "output_tokens",
+                                    "reasoning_tokens", "cost_usd").sum()).sort("stage").iter_rows()},
+        },
+    }
+    return _clean(out)
+
+
+def summarize(inp: Inputs) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """All statistics tables (name -> frame, name = CSV file stem) and the ranking info."""
+    fm, scored = inp.facets, inp.scored
+    t: dict[str, pl.DataFrame] = {}
+    t["relevance_overview"] = stats.relevance_overview(scored)
+    t["query_relevancy_stats"] = stats.query_stats(scored)
+    t["queries_without_positives"] = t["query_relevancy_stats"].filter(pl.col("no_positives")).select(
+        "query_id", "query_text", "count", "seeds", "seed_not_relevant")
+    t["query_text_length"] = stats.query_length_stats(t["query_relevancy_stats"])
+    t["facet_distribution"] = stats.facet_distribution(inp.annotations, fm)
+    t["relevance_by_facet"] = stats.relevance_by_facet(scored, inp.annotations, fm)
+    t["top_tags"] = stats.top_tags(inp.annotations)
+    t["clip_score_stats_by_relevance"] = stats.clip_stats_by_relevance(scored)
+    t["clip_score_overall_stats"] = stats.clip_overall_stats(scored)
+    t["clip_score_histogram"] = stats.clip_histogram(scored)
+    t["clip_score_by_query_stats"] = stats.clip_by_query(scored)
+    per_q, overall, info = stats.clip_ranking(scored)
+    t["clip_ranking_by_query"], t["clip_ranking_metrics"] = per_q, overall
+    t["pool_mix"] = stats.pool_mix(scored, inp.plan)
+    t["plan_shortfalls"] = stats.shortfalls(inp.plan)
+    t["difficulty_distribution"] = stats.difficulty_distribution(inp.plan)
+    t["losses_by_stage"] = stats.loss_counts(inp.losses)
+    t["quarantine_by_reason"] = stats.quarantine_counts(inp.quarantine)
+    t["cost_summary"] = stats.cost_summary(inp.costs)
+    t["dataset_summary_stats"] = stats.dataset_summary_stats(scored, t["query_relevancy_stats"], inp.images,
+                                                              inp.annotations, fm)
+    return t, info
+
+
+def run(
+    *,
+    images: str,
+    annotations: str,
+    scored: str,
+    summary: str,
+    quarantine: str | None = None,
+    plan: str | None = None,
+    losses: str | Sequence[str] | None = None,
+    costs: str | Sequence[str] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    facets: Mapping[str, Any],
+    columns: Mapping[str, str] | None = None,
+    image_root: str = ".",
+    benchmark_meta: Mapping[str, Any] | None = None,
+    version: str | None = None,
+    threads: int = 1,
+    **_: Any,
+) -> dict[str, Any]:
+    settings = dict(settings or {})
+    scale = float(settings.get("scale_factor", 2.0))
+    grid = int(settings.get("sample_grid", 24))
+    meta = dict(benchmark_meta or {})
+    t0 = time.perf_counter()
+    inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
+                      losses=losses, costs=costs, columns=columns, facets=facets)
+    log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
+             inp.scored.height, inp.images.height, inp.annotations.height, inp.plan.height, inp.losses.height,
+             time.perf_counter() - t0)
+    tables, info = summarize(inp)
+    numbers = key_numbers(tables, inp, info)
+    numbers = {"benchmark": meta.get("name"), "version": meta.get("version"), "stage_version": version,
+               "benchmaker_version": __version__, **numbers}
+    if numbers["queries_without_positives"]:
+        log.warning("summary: %d queries have no positive pair (see queries_without_positives.csv)",
+                    numbers["queries_without_positives"])
+    fm = inp.facets
+    with staged_dir(summary, SUMMARY_JSON) as out:
+        for name, df in tables.items():
+            _csv(df, out / f"{name}.csv")
+        t1 = time.perf_counter()
+        pngs = {
+            "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
+            "positives_per_query.png": charts.positives_per_query(tables["query_relevancy_stats"]),
+            "facet_distributions.png": charts.facet_distributions(tables["facet_distribution"]),
+            "clip_score_analysis.png": charts.clip_analysis(tables["clip_score_histogram"],
+                                                            tables["clip_score_stats_by_relevance"]),
+            "clip_ranking_by_query.png": charts.clip_ranking_by_query(tables["clip_ranking_by_query"],
+                                                                      tables["clip_ranking_metrics"]),
+            "pool_mix.png": charts.pool_mix(tables["pool_mix"]),
+            "plan_shortfalls.png": charts.shortfalls(tables["plan_shortfalls"]),
+            "difficulty_distribution.png": charts.difficulty(tables["difficulty_distribution"]),
+            "losses.png": charts.losses(tables["losses_by_stage"], tables["quarantine_by_reason"]),
+            "query_text_length_distribution.png": charts.query_length(tables["query_text_length"]),
+        }
+        for name in fm.names:
+            pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
+        for name, chart in pngs.items():
+            charts.save(chart, out / name, scale)
+        sample = sample_images(inp.images, inp.scored["image_id"].unique(), grid)
+        drawn = contact_sheet(sample, image_root, out / "random_image_sample.png", scale_factor=min(scale, 2.0))
+        if drawn < sample.height:
+            log.warning("summary: %d of %d sample images could not be read from %s",
+                        sample.height - drawn, sample.height, image_root)
+        numbers["sample_images"] = sample["image_id"].to_list()
+        log.info("summary: %d charts and the contact sheet in %.1f s", len(pngs), time.perf_counter() - t1)
+        atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
+        _report(out, meta, numbers, tables, fm)
+    log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
+             numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
+    return numbers
+
+
+def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm) -> None:
+    title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
+    ppq = n["positives_per_query"]
+    overview = pl.DataFrame({
+        "metric": ["queries", "pairs (query, image)", "unique images in pairs", "images in corpus",
+                   "positive pairs", "mean positives per query", "queries without a positive",
+                   "queries whose seed was judged not relevant", "losses (all stages)", "quarantined files",
+                   "pairs without clip_score"],
+        "value": [str(n["queries"]), str(n["pairs"]), str(n["images_in_pairs"]), str(n["images_in_corpus"]),
+                  str(n["positive_pairs"]), f"{ppq['mean'] or 0:.2f}", str(n["queries_without_positives"]),
+                  str(n["seed_not_relevant_queries"]), str(n["losses_total"]), str(n["quarantine_total"]),
+                  str(n["clip_score"]["missing"])],
+    })
+    rk = n["clip_ranking"]
+    sections = [
+        Section("Key numbers", table=overview, files=["summary.json", "dataset_summary_stats.csv"]),
+        Section("Relevance", images=["relevance_overview.png"], table=t["relevance_overview"],
+                files=["relevance_overview.csv"]),
+        Section("Positives per query",
+                text=(f"{n['queries_without_positives']} queries have no positive pair; such a query scores 0 "
+                      "recall for every system and should be repaired or removed."),
+                images=["positives_per_query.png"], table=t["queries_without_positives"],
+                files=["query_relevancy_stats.csv", "queries_without_positives.csv"]),
+        Section("Candidate pools and difficulty", images=["pool_mix.png", "difficulty_distribution.png"],
+                table=t["pool_mix"], files=["pool_mix.csv", "difficulty_distribution.csv"]),
+        Section("Plan shortfalls", images=["plan_shortfalls.png"], table=t["plan_shortfalls"],
+                files=["plan_shortfalls.csv"]),
+        Section("clip_score by relevance", images=["clip_score_analysis.png"],
+                table=t["clip_score_stats_by_relevance"],
+                files=["clip_score_stats_by_relevance.csv", "clip_score_overall_stats.csv",
+                       "clip_score_histogram.csv", "clip_score_by_query_stats.csv"]),
+        Section("Baseline: ranking each pool by clip_score",
+                text=(f"{rk.get('evaluated_queries', 0)} queries evaluated (metrics as defined by ranx; "
+                      f"{rk.get('skipped_queries_without_positive', 0)} without a positive left out). "
+                      "random_expected_precision is the mean positive rate, what a random order scores."),
+                images=["clip_ranking_by_query.png"], table=t["clip_ranking_metrics"],
+                files=["clip_ranking_metrics.csv", "clip_ranking_by_query.csv"]),
+        Section("Facets", images=["facet_distributions.png"] + [f"relevance_by_{f}.png" for f in fm.names],
+                table=t["facet_distribution"], files=["facet_distribution.csv", "relevance_by_facet.csv",
+                                                      "top_tags.csv"], max_rows=60),
+        Section("Losses and quarantine", images=["losses.png"], table=t["losses_by_stage"],
+                files=["losses_by_stage.csv", "quarantine_by_reason.csv"]),
+        Section("Query texts", images=["query_text_length_distribution.png"], files=["query_text_length.csv"]),
+    ]
+    if n["costs"] is not None:
+        sections.append(Section("API costs", text=f"Total USD {n['costs']['cost_usd']:.4f}",
+                                table=t["cost_summary"], files=["cost_summary.csv"]))
+    sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
+                            images=["random_image_sample.png"]))
+    write_report(out, title, meta.get("description") or "", sections)

@@ -1,0 +1,85 @@
+"""Reading the pipeline's outputs once, for the summary and the export (canonical column names).
+
+Every file goes through :func:`benchmaker.formats.read_table`, so the configured column names are
+mapped back to canonical names and every row is validated against its documented kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+
+from ..formats import FacetModel, empty_table, read_table
+from ..losses import read_losses, Losses
+
+__all__ = ["Inputs", "load_inputs", "as_paths", "read_costs"]
+
+
+def as_paths(value: str | Sequence[str] | None) -> list[str]:
+    """None -> [], one path -> [path], a list stays a list (Snakemake gives either)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, Path)):
+        return [str(value)]
+    return [str(v) for v in value]
+
+
+@dataclass
+class Inputs:
+    images: pl.DataFrame
+    quarantine: pl.DataFrame
+    annotations: pl.DataFrame
+    plan: pl.DataFrame
+    scored: pl.DataFrame
+    losses: pl.DataFrame
+    costs: pl.DataFrame | None
+    facets: FacetModel
+
+
+def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
+    """All cost files concatenated (``cached`` filled with false, ``attempt`` dropped); None if none given."""
+    if not paths:
+        return None
+    frames = []
+    for p in paths:
+        df = read_table("costs", p)
+        if "cached" not in df.columns:
+            df = df.with_columns(pl.lit(False).alias("cached"))
+        frames.append(df.select(
+            "stage", "item_id", "model", "mode", "input_tokens", "cached_input_tokens", "output_tokens",
+            "reasoning_tokens", "cost_usd", pl.col("cached").fill_null(False).cast(pl.Boolean)))
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def read_all_losses(paths: Sequence[str]) -> pl.DataFrame:
+    frames = [read_losses(p) for p in paths]
+    frames = [f for f in frames if f.height]
+    return pl.concat(frames, how="vertical_relaxed") if frames else Losses("none").to_frame()
+
+
+def load_inputs(
+    *,
+    images: str,
+    quarantine: str | None,
+    annotations: str,
+    plan: str | None,
+    scored: str,
+    losses: str | Sequence[str] | None,
+    costs: str | Sequence[str] | None,
+    columns: Mapping[str, str] | None,
+    facets: Mapping[str, Any],
+) -> Inputs:
+    fm = FacetModel.from_config(facets)
+    return Inputs(
+        images=read_table("images", images, columns=columns),
+        quarantine=read_table("quarantine", quarantine) if quarantine else empty_table("quarantine"),
+        annotations=read_table("annotations", annotations, columns=columns, facets=fm),
+        plan=read_table("query_plan", plan, columns=columns) if plan else empty_table("query_plan"),
+        scored=read_table("qrels_with_score", scored, columns=columns),
+        losses=read_all_losses(as_paths(losses)),
+        costs=read_costs(as_paths(costs)),
+        facets=fm,
+    )
