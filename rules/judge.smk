@@ -1,24 +1,10 @@
 # Judge: one query text per planned query and a label per planned candidate. API adapters in batch
 # mode run as judge_build -> judge_submit -> judge_collect; everything else as the single `judge`
 # rule. Outputs either way: qrels.jsonl, losses/judge.jsonl, costs/judge.jsonl (empty for `rules`).
-# API_BATCH_ADAPTERS, REQUEST_KEYS, BATCH_KEYS and pick() come from rules/vision.smk.
+# Which settings each rule gets: benchmaker.providers.settings (imported in rules/vision.smk).
 
-JUDGE_SETTINGS = {
-    k: v for k, v in config["judge"].items() if k not in ("rules", "openai", "gemini")
-} | {"adapter_settings": config["judge"][JUDGE_ADAPTER]}
-JUDGE_BATCH = (
-    JUDGE_ADAPTER in API_BATCH_ADAPTERS
-    and config["judge"][JUDGE_ADAPTER].get("mode") == "batch"
-)
-
-
-def judge_settings(keys=None):
-    if keys is None:
-        return JUDGE_SETTINGS
-    return {k: v for k, v in JUDGE_SETTINGS.items() if k in keys} | {
-        "adapter_settings": pick(JUDGE_SETTINGS["adapter_settings"], keys)
-    }
-
+JUDGE_SETTINGS = judge_settings(config["judge"])
+JUDGE_BATCH = is_batch(config["judge"])
 
 if JUDGE_BATCH:
 
@@ -38,7 +24,7 @@ if JUDGE_BATCH:
             "../envs/benchmaker.yaml"
         threads: 2
         params:
-            settings=judge_settings(REQUEST_KEYS),
+            settings=judge_settings(config["judge"], REQUEST_KEYS),
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
@@ -58,7 +44,7 @@ if JUDGE_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings=judge_settings(BATCH_KEYS),
+            settings=judge_settings(config["judge"], BATCH_KEYS),
             state_dir=f"{RESULTS}/.batches/judge/all",
             benchmark=config["benchmark"]["name"],
             version=stage_version("judge"),

@@ -3,27 +3,17 @@
 # Either way the outputs are annotations/{shard}.jsonl, losses/vision/{shard}.jsonl and
 # costs/vision/{shard}.jsonl (empty for local adapters).
 
-API_BATCH_ADAPTERS = ("openai",)
-# settings that shape a request (and so its cache key); the others only steer submit / collect
-REQUEST_KEYS = (
-    "model", "base_url", "api_key_env", "api", "max_output_tokens", "reasoning_effort", "temperature",
-    "prompts", "metadata_columns", "image_detail", "image_transport", "image_max_side", "send_thumbnails",
-    "labels", "rationale",
+from benchmaker.providers.settings import (
+    BATCH_KEYS,
+    REQUEST_KEYS,
+    batch_settings,
+    is_batch,
+    judge_settings,
+    request_settings,
 )
-BATCH_KEYS = (
-    "model", "base_url", "api_key_env", "api", "completion_window", "max_requests_per_batch",
-    "max_bytes_per_batch",
-)
-
-
-def pick(section, keys):
-    return {k: v for k, v in section.items() if k in keys}
-
 
 VISION_SETTINGS = config["vision"][VISION_ADAPTER]
-VISION_BATCH = (
-    VISION_ADAPTER in API_BATCH_ADAPTERS and VISION_SETTINGS.get("mode") == "batch"
-)
+VISION_BATCH = is_batch(config["vision"])
 
 if VISION_BATCH:
 
@@ -41,7 +31,7 @@ if VISION_BATCH:
             "../envs/benchmaker.yaml"
         threads: 2
         params:
-            settings=pick(VISION_SETTINGS, REQUEST_KEYS),
+            settings=request_settings(VISION_SETTINGS),
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
@@ -61,7 +51,7 @@ if VISION_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings=pick(VISION_SETTINGS, BATCH_KEYS),
+            settings=batch_settings(VISION_SETTINGS),
             state_dir=lambda wc: f"{RESULTS}/.batches/vision/{wc.shard}",
             benchmark=config["benchmark"]["name"],
             shard=lambda wc: wc.shard,

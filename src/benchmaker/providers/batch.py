@@ -38,6 +38,7 @@ from ..losses import Losses
 from . import openai as oai
 from .engine import Item, Runner
 from .parse import Outcome, RETRYABLE, parse_body
+from .spec import render_line
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
            "TERMINAL", "Journal", "ordered_map"]
@@ -80,9 +81,9 @@ def parse_custom_id(cid: str) -> tuple[int, int]:
 
 
 def _request_line(runner: Runner, stage: str, idx: int, attempt: int, item: Item) -> str:
-    body = runner.render(item)
-    return dumps({"custom_id": custom_id(stage, idx, attempt), "method": "POST",
-                  "url": oai.ENDPOINTS[runner.llm.api], "body": body}) + "\n"
+    head = (f'{{"custom_id":"{custom_id(stage, idx, attempt)}","method":"POST",'
+            f'"url":"{oai.ENDPOINTS[runner.llm.api]}","body":')
+    return render_line(item.spec, runner.llm, head)
 
 
 # -- build --------------------------------------------------------------------------------------------

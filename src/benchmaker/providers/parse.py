@@ -14,7 +14,6 @@ from typing import Any, Callable, Mapping
 
 from jsonschema import Draft202012Validator
 
-from .cache import content_key
 from .cost import Usage, usage_from_body
 
 __all__ = ["Outcome", "parse_body", "validate_answer", "RETRYABLE"]
@@ -89,19 +88,71 @@ def parse_body(body: Mapping[str, Any] | None, api: str) -> Outcome:
     return Outcome(True, obj=obj, text=text, usage=usage, paid=paid)
 
 
-_VALIDATORS: dict[str, Draft202012Validator] = {}
+_VALIDATORS: dict[int, tuple[dict, Callable[[Any], bool], Draft202012Validator | None]] = {}
+
+
+def _compile(schema: dict) -> Callable[[Any], bool]:
+    """A fast yes/no checker for the strict-schema subset we generate (object, array, enum, string,
+    integer, number, boolean, required, additionalProperties, min/maxItems, minimum/maximum).
+    Anything else falls back to jsonschema. The error message always comes from jsonschema."""
+    keys = set(schema) - {"description", "title"}
+    t = schema.get("type")
+    if keys - {"type", "enum", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+               "minimum", "maximum"}:
+        v = Draft202012Validator(schema)
+        return v.is_valid
+    if "enum" in schema:
+        allowed = set(schema["enum"]) if t != "integer" else None
+        vals = schema["enum"]
+        if allowed is not None:
+            return lambda x: isinstance(x, str) and x in allowed
+        return lambda x: type(x) is int and x in vals
+    if t == "object":
+        props = {k: _compile(v) for k, v in schema.get("properties", {}).items()}
+        req = tuple(schema.get("required", ()))
+        closed = schema.get("additionalProperties") is False
+
+        def obj(x: Any) -> bool:
+            if not isinstance(x, dict):
+                return False
+            for k in req:
+                if k not in x:
+                    return False
+            for k, v in x.items():
+                c = props.get(k)
+                if c is None:
+                    if closed:
+                        return False
+                elif not c(v):
+                    return False
+            return True
+        return obj
+    if t == "array":
+        item = _compile(schema.get("items", {}))
+        lo, hi = schema.get("minItems", 0), schema.get("maxItems", 1 << 62)
+        return lambda x: isinstance(x, list) and lo <= len(x) <= hi and all(item(e) for e in x)
+    if t == "string":
+        return lambda x: isinstance(x, str)
+    if t == "boolean":
+        return lambda x: isinstance(x, bool)
+    if t in ("integer", "number"):
+        lo, hi = schema.get("minimum", float("-inf")), schema.get("maximum", float("inf"))
+        ok = (int,) if t == "integer" else (int, float)
+        return lambda x: isinstance(x, ok) and not isinstance(x, bool) and lo <= x <= hi
+    v = Draft202012Validator(schema)
+    return v.is_valid
 
 
 def validate_answer(obj: dict, schema: dict, check: Callable[[dict], str | None] | None = None) -> str | None:
     """None if ``obj`` matches ``schema`` (and ``check``); else a message naming the first problem."""
-    k = content_key(schema)
-    v = _VALIDATORS.get(k)
-    if v is None:
+    entry = _VALIDATORS.get(id(schema))
+    if entry is None or entry[0] is not schema:
         if len(_VALIDATORS) > 4096:
             _VALIDATORS.clear()
-        v = _VALIDATORS[k] = Draft202012Validator(schema)
-    err = next(iter(v.iter_errors(obj)), None)
-    if err is not None:
-        where = "/".join(str(p) for p in err.absolute_path) or "<answer>"
-        return f"{where}: {err.message[:300]}"
+        entry = _VALIDATORS[id(schema)] = (schema, _compile(schema), None)  # holds schema: id stays unique
+    if not entry[1](obj):
+        err = next(iter(Draft202012Validator(schema).iter_errors(obj)), None)
+        if err is not None:
+            where = "/".join(str(p) for p in err.absolute_path) or "<answer>"
+            return f"{where}: {err.message[:300]}"
     return check(obj) if check else None

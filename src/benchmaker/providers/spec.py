@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from .cache import content_key
 
 __all__ = ["ImageRef", "Text", "RequestSpec", "LLMSettings", "render_body", "request_key",
-           "encode_image", "fill_metadata", "METADATA_RE", "estimate_input_tokens"]
+           "render_line", "encode_image", "fill_metadata", "METADATA_RE", "estimate_input_tokens"]
 
 METADATA_RE = re.compile(r"\{metadata\.([A-Za-z0-9_]+)\}")
 _NON_REASONING = ("gpt-4", "gpt-3.5", "chatgpt-")
@@ -65,6 +66,7 @@ class LLMSettings:
     image_transport: str = "base64"
     image_max_side: int = 768
     extra: dict = field(default_factory=dict)
+    sends_reasoning: bool = field(default=False, init=False, compare=False)
 
     @classmethod
     def from_config(cls, s: Mapping[str, Any]) -> "LLMSettings":
@@ -76,9 +78,9 @@ class LLMSettings:
             image_max_side=int(s.get("image_max_side", 768)),
         )
 
-    @property
-    def sends_reasoning(self) -> bool:
-        return bool(self.reasoning_effort) and not self.model.startswith(_NON_REASONING)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sends_reasoning",
+                           bool(self.reasoning_effort) and not self.model.startswith(_NON_REASONING))
 
 
 def fill_metadata(template: str, row: Mapping[str, Any], allowed: Sequence[str] | None = None) -> str:
@@ -136,6 +138,20 @@ def _key_part(p: Any, s: LLMSettings) -> Any:
     return ["i", p.sha256, s.image_detail, *how]
 
 
+_SCHEMA_MEMO: dict[int, tuple[dict, str, str]] = {}
+
+
+def _schema_memo(schema: dict) -> tuple[str, str]:
+    """(digest, JSON text) of a schema, computed once per schema object (schemas are shared)."""
+    e = _SCHEMA_MEMO.get(id(schema))
+    if e is None or e[0] is not schema:
+        if len(_SCHEMA_MEMO) > 4096:
+            _SCHEMA_MEMO.clear()
+        text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+        e = _SCHEMA_MEMO[id(schema)] = (schema, content_key(schema), text)
+    return e[1], e[2]
+
+
 def request_key(spec: RequestSpec, s: LLMSettings) -> str:
     """Content key of a request: model, server, sampling, prompts, schema, image digests."""
     return content_key({
@@ -143,12 +159,25 @@ def request_key(spec: RequestSpec, s: LLMSettings) -> str:
         "max_output_tokens": s.max_output_tokens,
         "reasoning": s.reasoning_effort if s.sends_reasoning else None, "temperature": s.temperature,
         "system": spec.system, "parts": [_key_part(p, s) for p in spec.parts],
-        "schema_name": spec.schema_name, "schema": spec.schema,
+        "schema_name": spec.schema_name, "schema": _schema_memo(spec.schema)[0],
     })
 
 
-def render_body(spec: RequestSpec, s: LLMSettings) -> dict:
+_SENTINEL = "\u0000schema\u0000"
+
+
+def render_line(spec: RequestSpec, s: LLMSettings, head: str) -> str:
+    """``head`` + the JSON body, with the (shared) schema serialised once per schema, not per request."""
+    from ..io import dumps
+
+    body = render_body(spec, s, schema=_SENTINEL)
+    text = dumps(body)
+    return head + text.replace(json.dumps(_SENTINEL), _schema_memo(spec.schema)[1], 1) + "}\n"
+
+
+def render_body(spec: RequestSpec, s: LLMSettings, schema: Any = None) -> dict:
     """The request body for ``s.api`` (reads and encodes images when the transport is base64)."""
+    schema = spec.schema if schema is None else schema
     if s.api == "chat":
         content: list[dict] = []
         for p in spec.parts:
@@ -160,7 +189,7 @@ def render_body(spec: RequestSpec, s: LLMSettings) -> dict:
             "model": s.model,
             "messages": [{"role": "system", "content": spec.system}, {"role": "user", "content": content}],
             "response_format": {"type": "json_schema",
-                                "json_schema": {"name": spec.schema_name, "schema": spec.schema, "strict": True}},
+                                "json_schema": {"name": spec.schema_name, "schema": schema, "strict": True}},
             "max_completion_tokens": s.max_output_tokens,
         }
         if s.sends_reasoning:
@@ -176,7 +205,7 @@ def render_body(spec: RequestSpec, s: LLMSettings) -> dict:
             "model": s.model,
             "instructions": spec.system,
             "input": [{"role": "user", "content": content}],
-            "text": {"format": {"type": "json_schema", "name": spec.schema_name, "schema": spec.schema,
+            "text": {"format": {"type": "json_schema", "name": spec.schema_name, "schema": schema,
                                 "strict": True}},
             "max_output_tokens": s.max_output_tokens,
             "store": False,
@@ -208,9 +237,7 @@ def _image_tokens(ref: ImageRef, s: LLMSettings) -> int:
 
 def estimate_input_tokens(spec: RequestSpec, s: LLMSettings) -> int:
     """A rough input-token count (4 characters per token for text, the tile rule for images)."""
-    import json
-
-    chars = len(spec.system) + len(json.dumps(spec.schema)) + 40
+    chars = len(spec.system) + len(_schema_memo(spec.schema)[1]) + 40
     img = 0
     for p in spec.parts:
         if isinstance(p, Text):

@@ -18,7 +18,7 @@ from ..losses import Losses
 from ..providers import batch as pb
 from ..providers.engine import Item, Runner
 from ..providers.spec import ImageRef
-from .prompts import check_answer, default_system_prompt, vision_spec
+from .prompts import check_answer, default_system_prompt, vision_schema, vision_spec
 
 __all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs"]
 
@@ -34,32 +34,47 @@ def vision_items(images: pl.DataFrame, fm: FacetModel, settings: Mapping[str, An
     prompts = settings.get("prompts") or {}
     system = prompts.get("system") or default_system_prompt(fm)
     check = check_answer(fm)
+    schema = vision_schema(fm)  # one object shared by every request: serialised and compiled once
     for row in images.iter_rows(named=True):
-        yield Item(row["image_id"], vision_spec(row, _image_ref(row, image_root), fm, settings, system=system), check)
+        yield Item(row["image_id"], vision_spec(row, _image_ref(row, image_root), fm, settings, system=system,
+                                                schema=schema), check)
 
 
 def answers_to_frame(answers: Mapping[str, dict], order: list[str], fm: FacetModel, annotator: str) -> pl.DataFrame:
-    rows = []
+    """Validated answers -> annotation rows (built column by column: fast for 100,000s of rows)."""
+    cols: dict[str, list] = {"image_id": [], "summary": [], "tags": []}
+    facet_cols: dict[str, list] = {n: [] for n in fm.names}
+    conf: list[dict] = []
     for image_id in order:
         a = answers.get(image_id)
         if a is None:
             continue
+        cols["image_id"].append(image_id)
+        cols["summary"].append(str(a["summary"]).strip())
         tags = list(dict.fromkeys(t.strip() for t in a.get("tags", []) if isinstance(t, str) and t.strip()))
-        row = {"image_id": image_id, "summary": str(a["summary"]).strip(), "tags": tags[: fm.max_tags],
-               "annotator": annotator}
-        conf = a.get("confidence") or {}
-        row["confidence"] = {n: float(conf.get(n, 0.0)) for n in fm.names}
+        cols["tags"].append(tags[: fm.max_tags])
+        c = a.get("confidence") or {}
+        conf.append({n: float(c.get(n, 0.0)) for n in fm.names})
         for n in fm.taxonomy:
-            row[n] = a[n]
+            facet_cols[n].append(a[n])
         for n in fm.boolean:
-            row[n] = bool(a[n])
-        rows.append(row)
-    if not rows:
+            facet_cols[n].append(bool(a[n]))
+    if not cols["image_id"]:
         return empty_table("annotations", fm)
-    schema = {"image_id": pl.String, "summary": pl.String, "tags": pl.List(pl.String), "annotator": pl.String,
-              "confidence": fm.confidence_dtype() if fm.names else pl.Struct({})}
-    schema |= {n: pl.String for n in fm.taxonomy} | {n: pl.Boolean for n in fm.boolean}
-    return pl.DataFrame(rows, schema=schema)
+    n_rows = len(cols["image_id"])
+    data = {
+        "image_id": pl.Series(cols["image_id"], dtype=pl.String),
+        "summary": pl.Series(cols["summary"], dtype=pl.String),
+        "tags": pl.Series(cols["tags"], dtype=pl.List(pl.String)),
+        "annotator": pl.Series([annotator] * n_rows, dtype=pl.String),
+        "confidence": pl.Series(conf, dtype=fm.confidence_dtype()) if fm.names
+        else pl.Series([{}] * n_rows, dtype=pl.Struct({})),
+    }
+    for n in fm.taxonomy:
+        data[n] = pl.Series(facet_cols[n], dtype=pl.String)
+    for n in fm.boolean:
+        data[n] = pl.Series(facet_cols[n], dtype=pl.Boolean)
+    return pl.DataFrame(data)
 
 
 def write_costs(rows: list[dict], path: str | None) -> None:

@@ -74,7 +74,8 @@ def default_user_prompt(metadata_columns: list[str] | None = None) -> str:
 
 
 def vision_spec(row: Mapping[str, Any], image: ImageRef, fm: FacetModel, settings: Mapping[str, Any],
-                *, system: str | None = None) -> RequestSpec:
+                *, system: str | None = None, schema: dict | None = None) -> RequestSpec:
+    """One image's request; pass ``system`` and ``schema`` built once when making many."""
     prompts = settings.get("prompts") or {}
     meta_cols = list(settings.get("metadata_columns") or [])
     sys_t = system if system is not None else (prompts.get("system") or default_system_prompt(fm))
@@ -82,7 +83,7 @@ def vision_spec(row: Mapping[str, Any], image: ImageRef, fm: FacetModel, setting
     return RequestSpec(
         system=fill_metadata(sys_t, row, meta_cols or None),
         parts=(Text(fill_metadata(user_t, row, meta_cols or None)), image),
-        schema=vision_schema(fm), schema_name=SCHEMA_NAME,
+        schema=schema if schema is not None else vision_schema(fm), schema_name=SCHEMA_NAME,
     )
 
 
