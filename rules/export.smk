@@ -1,6 +1,7 @@
 rule export:
     input:
-        unpack(loss_files),
+        # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
+        losses=list(loss_files().values()),
         images=f"{RESULTS}/images.jsonl",
         quarantine=f"{RESULTS}/quarantine.jsonl",
         annotations=f"{RESULTS}/annotations.jsonl",

@@ -1,0 +1,344 @@
+"""Export stage: the Hugging Face dataset folder (parquet with embedded images + dataset card).
+
+``hf_dataset/`` holds ``data/<split>-0000i-of-0000N.parquet`` (one row per judged (query, image)
+pair, the image bytes embedded as a ``datasets.Image`` feature), ``README.md`` (the dataset card,
+generated from the written schema and the real counts), ``summary/`` (+ ``config_values.csv``),
+``annotations.jsonl``, ``losses.jsonl``, ``config.yaml`` (public, scrubbed) and
+``dataset_metadata.json``. See docs/export.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+import yaml
+
+from .. import __version__
+from ..formats import FORMAT_VERSION, RENAMABLE, FormatError, to_disk_names, write_table
+from ..io import atomic_write_text
+from ..logs import get_logger, progress
+from ..losses import Losses
+from ..summary.inputs import Inputs, load_inputs
+from ..summary.outdir import staged_dir
+from .card import render_card
+from .scrub import find_secrets, scrub_config, secret_values
+
+__all__ = ["run", "build_rows", "EXPORT_META"]
+
+log = get_logger("export")
+EXPORT_META = "dataset_metadata.json"
+ROW_GROUP = 100  # rows per parquet row group (what `datasets` uses for image data)
+IMAGE_META = ("license", "doi", "original_dataset_name", "image_url", "mime_type", "width", "height", "sha256")
+ANNOTATION_COLS = ("summary", "tags", "confidence")
+NOT_EXPORTED_IMAGE_COLS = {"file_size", "phash", "image_id"}
+
+
+def check_queries(scored: pl.DataFrame) -> list[list[str]]:
+    """query_text must be unique per query_id (error); returns groups of query_ids sharing one text."""
+    multi = scored.group_by("query_id").agg(pl.col("query_text").n_unique().alias("n")).filter(pl.col("n") > 1)
+    if multi.height:
+        qid = multi["query_id"][0]
+        texts = scored.filter(pl.col("query_id") == qid)["query_text"].unique().to_list()[:3]
+        raise FormatError(f"query_text is not unique per query_id: {multi.height} queries have several texts, "
+                          f"e.g. {qid}: {texts}")
+    shared = (scored.select("query_id", "query_text").unique().group_by("query_text")
+              .agg(pl.col("query_id").sort()).filter(pl.col("query_id").list.len() > 1))
+    return shared["query_id"].to_list()
+
+
+def build_rows(inp: Inputs, image_root: str | Path) -> tuple[pl.DataFrame, Losses, dict[str, Any]]:
+    """The export table (canonical names, without image bytes), the export losses and checks.
+
+    Queries are kept whole: a query with any pair whose image is unknown or missing on disk is
+    dropped entirely (and each of its pairs recorded as a loss), because evaluators sum relevant
+    images per query from the rows. Rows of a query are contiguous, queries in first-appearance
+    order, the seed row(s) first, then the file order.
+    """
+    fm, scored = inp.facets, inp.scored
+    losses = Losses("export")
+    checks: dict[str, Any] = {"duplicate_query_texts": check_queries(scored)}
+    if checks["duplicate_query_texts"]:
+        log.warning("export: %d query texts are shared by several query_ids (evaluators deduplicate by text): %s",
+                    len(checks["duplicate_query_texts"]), checks["duplicate_query_texts"][:5])
+    known = set(inp.images["image_id"].to_list())
+    root = Path(image_root)
+    unique = scored["image_id"].unique().to_list()
+    missing = {i: ("image_not_in_images_jsonl" if i not in known else "image_file_missing")
+               for i in unique if i not in known or not (root / i).is_file()}
+    if missing:
+        bad = scored.filter(pl.col("image_id").is_in(list(missing)))
+        bad_q = bad["query_id"].unique().sort().to_list()
+        for qid, iid in scored.filter(pl.col("query_id").is_in(bad_q)).select("query_id", "image_id").iter_rows():
+            reason = missing.get(iid, "query_dropped_with_missing_image")
+            losses.add("pair", iid, reason, f"not exported: image {iid!r}" if iid in missing
+                       else "another image of this query is missing", query_id=qid)
+        for qid in bad_q:
+            losses.add("query", qid, "image_missing", "a pool image is missing; the whole query is left out")
+        log.warning("export: %d images missing (%s); %d queries left out whole", len(missing),
+                    ", ".join(list(missing)[:5]), len(bad_q))
+        scored = scored.filter(~pl.col("query_id").is_in(bad_q))
+    order = scored.with_row_index("_row").with_columns(
+        pl.col("_row").min().over("query_id").alias("_qfirst"))
+    rows = order.sort(["_qfirst", "is_seed", "_row"], descending=[False, True, False]).drop("_row", "_qfirst")
+    ann_cols = [c for c in (*ANNOTATION_COLS, *fm.names) if c in inp.annotations.columns]
+    rows = rows.join(inp.annotations.select("image_id", *ann_cols), on="image_id", how="left", maintain_order="left")
+    img_extra = [c for c in inp.images.columns
+                 if c not in IMAGE_META and c not in NOT_EXPORTED_IMAGE_COLS and c not in rows.columns]
+    rows = rows.join(inp.images.select("image_id", *IMAGE_META, *img_extra), on="image_id", how="left",
+                     maintain_order="left")
+    rows = rows.with_columns(pl.col(c).cast(pl.String) for c, t in rows.schema.items() if t == pl.Null)
+    # verify the promises: contiguous queries, seed first
+    runs = rows.select((pl.col("query_id") != pl.col("query_id").shift()).fill_null(True).sum()).item()
+    if runs != rows["query_id"].n_unique():
+        raise AssertionError("export: rows of a query are not contiguous")
+    firsts = rows.group_by("query_id", maintain_order=True).agg(pl.col("is_seed").first().alias("first"),
+                                                                pl.col("is_seed").any().alias("any"))
+    bad_seed = firsts.filter(pl.col("any") & ~pl.col("first"))
+    if bad_seed.height:
+        raise AssertionError(f"export: seed row not first for {bad_seed['query_id'].to_list()[:5]}")
+    checks["queries_without_seed_row"] = firsts.filter(~pl.col("any"))["query_id"].to_list()
+    checks["queries_dropped_missing_images"] = int(losses.to_frame().filter(pl.col("item_type") == "query").height)
+    checks["missing_images"] = sorted(missing)
+    first_cols = ["query_id", "query_text", "image_id", "relevance_label", "clip_score"]
+    rows = rows.select(first_cols + [c for c in rows.columns if c not in first_cols])
+    return rows, losses, checks
+
+
+def _plain_type(t):
+    import pyarrow as pa
+
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_list(t):
+        return pa.list_(_plain_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain_type(f.type)) for f in t])
+    return t
+
+
+def _schema(sample_disk: pl.DataFrame, image_col: str, image_pos: int):
+    """The parquet schema: plain arrow types + the `datasets` features metadata (image = Image())."""
+    import pyarrow as pa
+    from datasets import Features, Image
+
+    arrow = sample_disk.to_arrow()
+    fields = [pa.field(f.name, _plain_type(f.type)) for f in arrow.schema]
+    fields.insert(image_pos, pa.field(image_col, pa.struct([("bytes", pa.binary()), ("path", pa.string())])))
+    features = Features.from_arrow_schema(pa.schema(fields))
+    features[image_col] = Image()
+    ordered = Features({f.name: features[f.name] for f in fields})
+    return ordered.arrow_schema, ordered
+
+
+class _ImageReader:
+    def __init__(self, root: Path, sha: dict[str, str]):
+        self.root, self.sha = root, sha
+
+    def __call__(self, image_id: str) -> tuple[str, bytes]:
+        data = (self.root / image_id).read_bytes()
+        want = self.sha.get(image_id)
+        if want and hashlib.sha256(data).hexdigest() != want:
+            raise RuntimeError(f"export: {self.root / image_id} changed since preprocess (sha256 differs from "
+                               "images.jsonl); rerun the pipeline from preprocess")
+        return image_id, data
+
+
+def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int, image_root: str | Path,
+                  columns: Mapping[str, str], image_col: str, threads: int = 1) -> tuple[list[dict], Any]:
+    """Write the rows as parquet files with embedded image bytes; returns (file records, features).
+
+    Each file is written row group by row group; an image's bytes are read once per file and kept
+    only until the last row group of that file that uses it, so memory stays bounded.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n_files = max(1, math.ceil(rows.height / rows_per_file))
+    disk_first = to_disk_names(rows.head(1), columns)
+    # the image column goes right after query_id, query_text, image_id, relevance_label
+    schema, features = _schema(disk_first, image_col, min(4, disk_first.width))
+    image_type = schema.field(image_col).type
+    reader = _ImageReader(Path(image_root), dict(rows.select("image_id", "sha256").unique("image_id").iter_rows()))
+    records = []
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
+    bar = progress(total=rows.height, desc="export rows", unit="row", logger=log)
+    with ThreadPoolExecutor(max_workers=max(1, threads) * 2) as pool:
+        for f in range(n_files):
+            name = f"data/{split}-{f:05d}-of-{n_files:05d}.parquet"
+            chunk = rows.slice(f * rows_per_file, rows_per_file)
+            last_use = dict(chunk.with_row_index("_i").group_by("image_id").agg(
+                (pl.col("_i").max() // ROW_GROUP).alias("g")).iter_rows())
+            cache: dict[str, bytes] = {}
+            reads = 0
+            with pq.ParquetWriter(out_dir / name, schema, compression="zstd") as writer:
+                if chunk.height == 0:
+                    writer.write_table(schema.empty_table())
+                for g in range(math.ceil(chunk.height / ROW_GROUP)):
+                    part = chunk.slice(g * ROW_GROUP, ROW_GROUP)
+                    ids = part["image_id"].to_list()
+                    need = [i for i in dict.fromkeys(ids) if i not in cache]
+                    for iid, data in pool.map(reader, need):
+                        cache[iid] = data
+                    reads += len(need)
+                    img = pa.array([{"bytes": cache[i], "path": i} for i in ids], type=image_type)
+                    tbl = to_disk_names(part, columns).to_arrow()
+                    tbl = tbl.add_column(schema.get_field_index(image_col), image_col, img)
+                    writer.write_table(tbl.select(schema.names).cast(schema))
+                    for i in set(ids):
+                        if last_use[i] == g:
+                            del cache[i]
+                    bar.update(part.height)
+            records.append({"path": name, "rows": chunk.height, "images_read": reads,
+                            "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
+            log.info("export: wrote %s (%d rows, %d image reads)", name, chunk.height, reads)
+    bar.close()
+    return records, features
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def flatten_config(cfg: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str, str]]:
+    """Upstream's config_values.csv rows: (dotted key, value, type); lists as JSON."""
+    out = []
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out += flatten_config(v, key + ".")
+        else:
+            val = json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else ("" if v is None else str(v))
+            out.append((key, val, type(v).__name__))
+    return out
+
+
+def counts(rows: pl.DataFrame) -> dict[str, Any]:
+    """Counts of the exported table (the card's numbers come from here)."""
+    pos = rows.group_by("query_id").agg((pl.col("relevance_label") > 0).sum().alias("p"))["p"]
+    rel = {str(k): int(v) for k, v in rows.group_by("relevance_label").len().sort("relevance_label").iter_rows()}
+    return {
+        "rows": rows.height, "queries": rows["query_id"].n_unique(), "images": rows["image_id"].n_unique(),
+        "positive_pairs": int((rows["relevance_label"] > 0).sum()),
+        "positives_per_query": {"mean": round(float(pos.mean()), 4) if pos.len() else 0.0,
+                                "min": int(pos.min()) if pos.len() else 0, "max": int(pos.max()) if pos.len() else 0},
+        "queries_without_positives": int((pos == 0).sum()),
+        "relevance_distribution": rel,
+        "seed_not_relevant_queries": int(rows.filter(pl.col("seed_not_relevant"))["query_id"].n_unique()),
+        "pairs_without_clip_score": int(rows["clip_score"].null_count()),
+    }
+
+
+def run(
+    *,
+    images: str,
+    annotations: str,
+    scored: str,
+    dataset: str,
+    quarantine: str | None = None,
+    plan: str | None = None,
+    summary: str | None = None,
+    losses: str | Sequence[str] | None = None,
+    costs: str | Sequence[str] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    benchmark_meta: Mapping[str, Any] | None = None,
+    facets: Mapping[str, Any],
+    columns: Mapping[str, str] | None = None,
+    image_root: str = ".",
+    similarity: Mapping[str, Any] | None = None,
+    public_config: Mapping[str, Any] | None = None,
+    version: str | None = None,
+    threads: int = 1,
+    **_: Any,
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    settings = dict(settings or {})
+    columns = dict(columns or {})
+    meta = dict(benchmark_meta or {})
+    split = str(settings.get("split") or "test")
+    rows_per_file = int(settings.get("rows_per_file") or 5000)
+    image_col = columns.get("image", "image")
+    inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
+                      losses=losses, costs=costs, columns=columns, facets=facets)
+    rows, export_losses, checks = build_rows(inp, image_root)
+    disk_names = to_disk_names(rows.head(0), columns).columns
+    if image_col in disk_names:
+        raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
+    secrets = secret_values(public_config, [settings.get("token_env") or "HF_TOKEN"])
+    cfg_public = scrub_config(dict(public_config or {}), secrets)
+    summary_numbers: dict[str, Any] = {}
+    if summary and (Path(summary) / "summary.json").is_file():
+        summary_numbers = json.loads((Path(summary) / "summary.json").read_text())
+    all_losses = pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
+    with staged_dir(dataset, EXPORT_META) as out:
+        files, features = write_parquet(rows, out_dir=out, split=split, rows_per_file=rows_per_file,
+                                        image_root=image_root, columns=columns, image_col=image_col,
+                                        threads=threads)
+        written = sum(f["rows"] for f in files)
+        if written != rows.height:
+            raise AssertionError(f"export: wrote {written} rows, expected {rows.height}")
+        if summary and Path(summary).is_dir():
+            shutil.copytree(summary, out / "summary")
+        (out / "summary").mkdir(exist_ok=True)
+        cv = pl.DataFrame(flatten_config(cfg_public), schema=["Config Variable", "Value", "Type"], orient="row")
+        cv.write_csv(out / "summary" / "config_values.csv")
+        shutil.copyfile(annotations, out / "annotations.jsonl")
+        write_table(all_losses, "losses", out / "losses.jsonl")
+        config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
+        atomic_write_text(out / "config.yaml", config_text)
+        n = counts(rows)
+        cost_table = None
+        if inp.costs is not None:
+            from ..summary.stats import cost_summary
+
+            cost_table = cost_summary(inp.costs)
+        import datasets
+        import pyarrow
+
+        metadata = {
+            "benchmark": meta.get("name"), "title": meta.get("title"), "version": meta.get("version"),
+            "split": split, "image_column": image_col, "columns": {k: columns.get(k, k) for k in
+                                                                    (*RENAMABLE, "image")},
+            "counts": n, "checks": checks,
+            "losses": {s: {r: int(c) for r, c in g.group_by("reason").len().sort("reason").iter_rows()}
+                       for (s,), g in all_losses.group_by("stage")},
+            "quarantine": {r: int(c) for r, c in inp.quarantine.group_by("reason").len().sort("reason").iter_rows()},
+            "files": files,
+            "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
+                        "annotations": _sha256(Path(annotations)), "qrels_with_score": _sha256(Path(scored)),
+                        "images": _sha256(Path(images))},
+            "similarity": dict(similarity or {}),
+            "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
+                         "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
+                         "polars": pl.__version__},
+            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        atomic_write_text(out / EXPORT_META, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
+        card = render_card(meta=meta, features=features, files=files, split=split, counts=n, checks=checks,
+                           losses=all_losses, quarantine=inp.quarantine, costs=cost_table, config=cfg_public,
+                           similarity=dict(similarity or {}), summary=summary_numbers, columns=columns,
+                           image_col=image_col, facets=inp.facets, repo_id=settings.get("repo_id"),
+                           config_digest=metadata["digests"]["config"], version=version)
+        atomic_write_text(out / "README.md", card)
+        leaked = find_secrets(out, secrets)
+        if leaked:
+            raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")
+    log.info("export: %d rows, %d queries, %d images in %d file(s) -> %s (%.1f s)", n["rows"], n["queries"],
+             n["images"], len(files), dataset, time.perf_counter() - t0)
+    return metadata
+

@@ -1,0 +1,225 @@
+"""The dataset card (README.md): YAML front matter from the written features, prose from real counts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import polars as pl
+
+from ..formats import FacetModel
+from ..summary.report import md_table
+
+__all__ = ["render_card", "COLUMN_DOCS", "size_category"]
+
+COLUMN_DOCS = {
+    "query_id": "Query identifier, a string such as `<benchmark>_q0001` (keep it a string: INQUIRE-style schemas that type it as a number will not match).",
+    "query_text": "The natural-language query. Unique per query_id.",
+    "image_id": "Stable image identifier: the POSIX path of the image relative to the image folder.",
+    "relevance_label": "Judged relevance of the image to the query: 0/1 (binary) or 0..3 (graded). Never null.",
+    "image": "The image itself (`datasets.Image`, bytes embedded; decodes to a PIL image).",
+    "clip_score": "Cosine similarity between the CLIP embeddings of query_text and the image (higher = more similar). Null only where the image could not be embedded.",
+    "clip_rank": "Rank of the image within the query's pool by clip_score (1 = most similar).",
+    "pool": "Why the planner put the image in the query's pool: seed, positive, neutral, hard, nearmiss or easy.",
+    "is_seed": "True for the seed image(s) the query was written from; seed rows come first within a query.",
+    "seed_not_relevant": "True on every row of a query whose seed image was judged not relevant.",
+    "judge": "Which judge produced the label (adapter and model).",
+    "rationale": "The judge's short justification (when enabled).",
+    "summary": "One-sentence description of the image by the vision annotator.",
+    "tags": "Tags of the image from the controlled vocabulary.",
+    "confidence": "Annotator confidence per facet (0..1).",
+    "license": "License of the image file.",
+    "doi": "DOI of the image's source dataset, when known.",
+    "original_dataset_name": "Name of the collection the image comes from.",
+    "image_url": "Public URL of the image, when configured.",
+    "mime_type": "MIME type of the image file.",
+    "width": "Image width in pixels.",
+    "height": "Image height in pixels.",
+    "sha256": "SHA-256 of the image file.",
+}
+
+SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                   (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
+
+
+def size_category(n: int) -> str:
+    for limit, name in SIZE_CATEGORIES:
+        if n < limit:
+            return name
+    return "1B<n<10B"
+
+
+def _front_matter(meta, features, files, split, n_rows, repo_tags) -> str:
+    from datasets import DatasetInfo
+    from datasets.info import DatasetInfosDict
+    from datasets.splits import SplitDict, SplitInfo
+    from huggingface_hub import DatasetCardData
+
+    size = sum(f["bytes"] for f in files)
+    info = DatasetInfo(features=features, splits=SplitDict({split: SplitInfo(name=split, num_bytes=size,
+                                                                             num_examples=n_rows)}),
+                       download_size=size, dataset_size=size)
+    data = DatasetCardData(
+        license=(meta.get("license") or "other"), language=["en"],
+        pretty_name=meta.get("title") or meta.get("name"),
+        task_categories=["text-to-image", "image-feature-extraction"],
+        tags=repo_tags, size_categories=[size_category(n_rows)],
+        configs=[{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]}],
+    )
+    DatasetInfosDict({"default": info}).to_dataset_card_data(data)
+    return data.to_yaml()
+
+
+def _llm_or_clip(section: Mapping[str, Any] | None) -> str:
+    if not section:
+        return "not recorded"
+    adapter = section.get("adapter", "?")
+    sub = section.get(adapter) or {}
+    if adapter == "rules":
+        return "`rules` (deterministic facet/tag matching, no model)"
+    model = sub.get("model", "?")
+    extra = f", pretrained `{sub.get('pretrained')}`" if adapter == "clip" else ""
+    mode = f", {sub.get('mode')} mode" if sub.get("mode") else ""
+    return f"`{adapter}` with model `{model}`{extra}{mode}"
+
+
+def _losses_table(losses: pl.DataFrame) -> pl.DataFrame:
+    if not losses.height:
+        return pl.DataFrame()
+    return (losses.group_by("stage", "item_type", "reason").len("count").sort("stage", "item_type", "reason"))
+
+
+def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: str, counts: dict[str, Any],
+                checks: dict[str, Any], losses: pl.DataFrame, quarantine: pl.DataFrame, costs: pl.DataFrame | None,
+                config: Mapping[str, Any], similarity: Mapping[str, Any], summary: Mapping[str, Any],
+                columns: Mapping[str, str], image_col: str, facets: FacetModel, repo_id: str | None,
+                config_digest: str, version: str | None) -> str:
+    name = meta.get("name") or "benchmark"
+    title = meta.get("title") or name
+    c = counts
+    tags = ["image-retrieval", "text-to-image-retrieval", "benchmark", "benchmaker"]
+    fm = _front_matter(meta, features, files, split, c["rows"], tags)
+    col = lambda k: columns.get(k, k)  # noqa: E731
+    out = [f"---\n{fm}---\n", f"# {title}\n"]
+    if meta.get("description"):
+        out.append(meta["description"].strip() + "\n")
+    out.append(
+        f"An image-retrieval benchmark: {c['queries']:,} text queries, each with a judged pool of images, "
+        f"{c['rows']:,} (query, image) pairs over {c['images']:,} unique images, in one split `{split}`. "
+        "Each row is one pair with its relevance label and the image embedded. Built with benchmaker.\n")
+    out.append("## Load it\n")
+    src = repo_id or "path/to/this/folder"
+    out.append(
+        "```python\nfrom datasets import load_dataset\n\n"
+        f'ds = load_dataset("{src}", split="{split}")\n'
+        f'row = ds[0]\nrow["{image_col}"]  # a PIL image\n'
+        f'print(row["{col("query_id")}"], row["{col("query_text")}"], row["{col("relevance_label")}"])\n```\n')
+    out.append(
+        f"Rows of a query are contiguous and complete (every judged image of the pool is present, so "
+        f"relevant-per-query counts are exact); the seed image's row comes first. `{col('query_id')}` is a "
+        "string. Images used in several pools appear once per query; "
+        f"`{col('image_id')}` identifies them.\n")
+    ppq = c["positives_per_query"]
+    numbers = pl.DataFrame({
+        "count": ["queries", "pairs (rows)", "unique images", "positive pairs",
+                  "positives per query (mean / min / max)", "queries without a positive",
+                  "queries whose seed was judged not relevant", "pairs without clip_score", "parquet files"],
+        "value": [f"{c['queries']:,}", f"{c['rows']:,}", f"{c['images']:,}", f"{c['positive_pairs']:,}",
+                  f"{ppq['mean']:.2f} / {ppq['min']} / {ppq['max']}", str(c["queries_without_positives"]),
+                  str(c["seed_not_relevant_queries"]), str(c["pairs_without_clip_score"]), str(len(files))],
+    })
+    out.append("## Counts\n")
+    out.append(md_table(numbers))
+    rel = pl.DataFrame({"relevance_label": list(c["relevance_distribution"]),
+                        "pairs": list(c["relevance_distribution"].values())})
+    out.append("\nRelevance labels:\n\n" + md_table(rel))
+    if checks.get("duplicate_query_texts"):
+        out.append(f"\nWarning: {len(checks['duplicate_query_texts'])} query texts are shared by several "
+                   f"query ids: {checks['duplicate_query_texts'][:10]}.\n")
+    rk = (summary or {}).get("clip_ranking") or {}
+    if rk.get("ndcg@10") is not None:
+        out.append(
+            f"\nBaseline: ranking each query's pool by `{col('clip_score')}` gives nDCG@10 "
+            f"{rk['ndcg@10']:.4f}, MRR {rk.get('mrr') or 0:.4f}, MAP {rk.get('map') or 0:.4f} over "
+            f"{rk.get('evaluated_queries')} queries with a positive (see summary/clip_ranking_metrics.csv).\n")
+    out.append("## How it was built\n")
+    cfg = config or {}
+    plan = cfg.get("plan") or {}
+    out.append(
+        "1. **Preprocess**: the image folder was scanned; unreadable, oversized or duplicate files were "
+        "quarantined (below), licenses assigned from the rights map.\n"
+        f"2. **Vision annotations**: {_llm_or_clip(cfg.get('vision'))}: a summary, tags and the facets "
+        f"{', '.join(f'`{n}`' for n in facets.names)} for every image.\n"
+        f"3. **Query plan**: seeds sampled (`plan.num_seeds` = {plan.get('num_seeds', '?')}); each pool holds the "
+        f"seed, positives ({plan.get('pos_total', '?')}), neutrals ({plan.get('neutral_total', '?')}) and "
+        f"negatives ({plan.get('neg_total', '?')}: hard {plan.get('neg_hard', '?')}, near-miss "
+        f"{plan.get('neg_nearmiss', '?')}, easy {plan.get('neg_easy', '?')}).\n"
+        f"4. **Judge**: {_llm_or_clip(cfg.get('judge'))} wrote the query text from the seed and labelled "
+        f"every pair ({(cfg.get('judge') or {}).get('labels', 'binary')} labels).\n"
+        f"5. **Similarity**: `{col('clip_score')}` from open_clip model `{similarity.get('model', '?')}` "
+        f"(pretrained `{similarity.get('pretrained')}`, precision `{similarity.get('precision', '?')}`).\n")
+    out.append(f"The full public configuration is in `config.yaml` (sha256 `{config_digest[:16]}`; prompts "
+               f"included); the export stage version is `{version}`.\n")
+    out.append("## Losses and quarantine\n")
+    lt = _losses_table(losses)
+    if lt.height:
+        out.append("Items lost on the way (details in `losses.jsonl`):\n\n" + md_table(lt, max_rows=100))
+    else:
+        out.append("No stage lost an item.\n")
+    if quarantine.height:
+        q = quarantine.group_by("reason").len("files").sort("reason")
+        out.append(f"\n{quarantine.height} files were quarantined by preprocessing:\n\n" + md_table(q))
+    else:
+        out.append("\nNo file was quarantined.\n")
+    if checks.get("queries_dropped_missing_images"):
+        out.append(f"\n{checks['queries_dropped_missing_images']} queries were left out of the export whole "
+                   "because an image of their pool was missing (stage `export` above).\n")
+    if costs is not None:
+        out.append("## API costs\n")
+        if costs.height:
+            out.append(md_table(costs) + f"\nTotal: USD {costs['cost_usd'].sum():.4f} over "
+                       f"{int(costs['requests'].sum())} requests.\n")
+        else:
+            out.append("No paid request was made.\n")
+    out.append("## Columns\n")
+    docs = []
+    for f_name, feat in features.items():
+        canonical = next((k for k, v in columns.items() if v == f_name and k != "image"), f_name)
+        if f_name == image_col:
+            canonical = "image"
+        if canonical in facets.taxonomy:
+            desc = f"Facet `{canonical}`: one of {', '.join(f'`{v}`' for v in facets.taxonomy[canonical])}."
+        elif canonical in facets.boolean:
+            desc = f"Boolean facet `{canonical}`."
+        else:
+            desc = COLUMN_DOCS.get(canonical, "Image metadata from metadata.jsonl.")
+        dtype = feat.dtype if hasattr(feat, "dtype") else type(feat).__name__
+        if isinstance(feat, dict):
+            dtype = "struct"
+        docs.append((f"`{f_name}`", str(dtype), desc))
+    out.append(md_table(pl.DataFrame(docs, schema=["column", "type", "description"], orient="row"), max_rows=500))
+    out.append("\n## Files\n")
+    out.append(
+        f"- `data/{split}-*.parquet`: the rows ({len(files)} file(s)).\n"
+        "- `annotations.jsonl`: the vision annotations of every image.\n"
+        "- `losses.jsonl`: every item lost by a stage, with the reason.\n"
+        "- `config.yaml`: the public configuration (private `_` keys and secrets removed).\n"
+        "- `dataset_metadata.json`: counts, digests and versions.\n"
+        "- `summary/`: statistics and charts (`summary/report.md`), `summary/config_values.csv`.\n")
+    authors = meta.get("authors") or []
+    if authors:
+        out.append("## Authors\n")
+        out.append("".join(f"- {a.get('name')}" + (f" ({a['affiliation']})" if a.get("affiliation") else "") + "\n"
+                           for a in authors))
+    out.append("\n## License\n")
+    out.append(f"Benchmark annotations, queries and labels: `{meta.get('license') or 'other'}`. Each image keeps "
+               f"its own license (column `{col('license')}`).\n")
+    out.append("\n## Citation\n")
+    if meta.get("citation"):
+        out.append("```\n" + str(meta["citation"]).strip() + "\n```\n")
+    else:
+        key = name.replace("-", "_").replace(".", "_")
+        who = " and ".join(a.get("name", "") for a in authors) or "unknown"
+        out.append("```bibtex\n@misc{" + key + ",\n  title = {" + json.dumps(title)[1:-1] + "},\n  author = {"
+                   + who + "},\n  note = {version " + str(meta.get("version", "")) + "}\n}\n```\n")
+    return "\n".join(out)
