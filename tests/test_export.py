@@ -121,8 +121,10 @@ def test_load_with_datasets_decodes_images_in_order(exported, tiny_corpus):
 
 
 def _front_matter(card: str) -> dict:
-    assert card.startswith("---\n")
-    return yaml.safe_load(card.split("---\n")[1])
+    lines = card.splitlines()
+    assert lines[0] == "---"
+    end = lines.index("---", 1)  # the closing line is exactly '---'
+    return yaml.safe_load("\n".join(lines[1:end]))
 
 
 def test_card_matches_data(exported):

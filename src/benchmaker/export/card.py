@@ -100,7 +100,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     tags = ["image-retrieval", "text-to-image-retrieval", "benchmark", "benchmaker"]
     fm = _front_matter(meta, features, files, split, c["rows"], tags)
     col = lambda k: columns.get(k, k)  # noqa: E731
-    out = [f"---\n{fm}---\n", f"# {title}\n"]
+    out = [f"---\n{fm.rstrip()}\n---\n", f"# {title}\n"]
     if meta.get("description"):
         out.append(meta["description"].strip() + "\n")
     out.append(
