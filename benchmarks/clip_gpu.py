@@ -1,0 +1,109 @@
+"""GPU benchmark: model-only images/s vs end-to-end images/s from JPEG files on disk.
+
+    HF_HUB_OFFLINE=1 python benchmarks/clip_gpu.py [--model ViT-B-32] [--pretrained TAG|FILE]
+        [--n 4096] [--batch-size 256] [--workers 8] [--size 1024x768] [--precision auto] [--device cuda]
+
+* **model-only**: uint8 pixel batches already on the device → normalise → ``encode_image`` under
+  autocast, synchronised; the ceiling for this model, batch size and precision.
+* **end-to-end**: ``--n`` JPEG files written to a temporary folder (``--size``, photo-like) and
+  embedded by ``benchmaker.similarity.embed.embed_image_table`` exactly as the ``embed_images`` rule
+  does (DataLoader with ``--workers`` processes, JPEG draft decoding, pinned memory), without cache.
+  Run twice; the second (warm page cache) run is reported.
+
+Goal: end-to-end >= 70 % of model-only. If it is lower, the decoders are the bottleneck: raise
+``--workers`` (similarity.num_workers) up to the CPU cores of the GPU node. Random weights unless
+--pretrained is given (speed does not depend on the weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def model_only(clip, batch_size: int, iters: int) -> float:
+    import torch
+
+    h, w = clip.image_size
+    mean = torch.tensor(clip.preprocess_cfg.get("mean", (0.48, 0.46, 0.41)), device=clip.device).view(1, -1, 1, 1)
+    std = torch.tensor(clip.preprocess_cfg.get("std", (0.27, 0.26, 0.28)), device=clip.device).view(1, -1, 1, 1)
+    x = torch.randint(0, 255, (batch_size, 3, h, w), dtype=torch.uint8, device=clip.device)
+    for _ in range(3):
+        clip.encode_images(x.float().div(255).sub(mean).div(std))
+    if clip.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(iters):
+        clip.encode_images(x.float().div(255).sub(mean).div(std))
+    if clip.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return batch_size * iters / (time.perf_counter() - t)
+
+
+def end_to_end(clip, paths, batch_size: int, workers: int) -> float:
+    import polars as pl
+
+    from benchmaker.similarity.embed import embed_image_table
+
+    images = pl.DataFrame({"image_id": [p.name for p in paths], "sha256": [f"{i:064x}" for i in range(len(paths))]})
+    t = time.perf_counter()
+    out = embed_image_table(images, clip, image_root=paths[0].parent, cache=None, losses=None,
+                            batch_size=batch_size, num_workers=workers, desc="bench")
+    dt = time.perf_counter() - t
+    assert out.height == len(paths)
+    return len(paths) / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="ViT-B-32")
+    ap.add_argument("--pretrained", default=None)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--size", default="1024x768")
+    ap.add_argument("--folder", default=None, help="use these JPEGs instead of generating --n of them")
+    args = ap.parse_args()
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    from benchmaker.similarity.model import load_clip
+    from clip_cpu import make_images
+
+    clip = load_clip(args.model, args.pretrained, device=args.device, precision=args.precision)
+    w, h = (int(v) for v in args.size.lower().split("x"))
+    print(f"device: {clip.device} "
+          f"({torch.cuda.get_device_name() if clip.device.startswith('cuda') else 'no GPU'}), "
+          f"precision {clip.precision}, torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print(f"model: {clip.model_id}")
+    mo = model_only(clip, args.batch_size, iters=max(5, args.n // args.batch_size))
+    print(f"model-only:  {mo:10.1f} images/s  (batch {args.batch_size})")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.folder:
+            paths = sorted(Path(args.folder).glob("*.jp*g"))[: args.n]
+        else:
+            t = time.perf_counter()
+            paths = make_images(Path(tmp), args.n, size=(w, h))
+            print(f"wrote {len(paths)} JPEGs {w}x{h} in {time.perf_counter() - t:.1f} s")
+        end_to_end(clip, paths[: min(len(paths), 4 * args.batch_size)], args.batch_size, args.workers)  # warm-up
+        e2e = end_to_end(clip, paths, args.batch_size, args.workers)
+    print(f"end-to-end:  {e2e:10.1f} images/s  ({len(paths)} JPEGs from disk, {args.workers} loader workers)")
+    print(f"end-to-end / model-only: {100 * e2e / mo:.0f} %  (goal >= 70 %)")
+
+
+if __name__ == "__main__":
+    main()
