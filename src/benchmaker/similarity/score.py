@@ -26,7 +26,7 @@ from .embed import read_embeddings
 __all__ = ["run", "score_pairs", "cosine_rows"]
 
 log = get_logger("similarity.score")
-_CHUNK = 65536
+_CHUNK = 16384
 
 
 def _as_list(x: str | Sequence[str] | None) -> list[str]:
