@@ -45,7 +45,7 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
     rng = np.random.default_rng(int(s["random_seed"]))
     t0 = time.perf_counter()
     index = build_index(ann, images, facets, rng)
-    n_fp = int((index.sha_code >= 0).sum())
+    n_fp = int(index.sha_ok.sum())
     if index.n and n_fp < index.n:
         log.warning("%d annotated images have no sha256/phash in images.jsonl; duplicate checks skip them",
                     index.n - n_fp)
@@ -144,8 +144,9 @@ def run(
     **_: Any,
 ) -> None:
     fm = FacetModel.from_config(facets)
-    ann = read_table("annotations", annotations, columns=columns, facets=fm)
-    imgs = read_table("images", images, columns=columns)
+    # keep only what the planner needs, so the full tables can be freed early
+    ann = read_table("annotations", annotations, columns=columns, facets=fm).select(["image_id", "tags", *fm.names])
+    imgs = read_table("images", images, columns=columns).select("image_id", "sha256", "phash")
     loss = Losses("plan")
     df = plan_frames(ann, imgs, fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns)
     n = write_table(df, "query_plan", plan, columns=columns)

@@ -50,10 +50,12 @@ class Index:
     typed: list[dict[str, object]]    # per facet: string value -> original typed value (bool for booleans)
     codes: np.ndarray                 # (N, F) int32 facet codes
     tag_vocab: list[str]              # distinct tags, sorted
-    tag_flat: np.ndarray              # CSR tag codes, int32
+    tag_bits: np.ndarray | None       # (N, W) uint64 tag bitsets when the vocabulary is <= MAX_BITSET_TAGS
+    tag_flat: np.ndarray              # otherwise CSR of distinct tag codes (int32) ...
     tag_start: np.ndarray             # (N,) int64
-    tag_len: np.ndarray               # (N,) int64
-    sha_code: np.ndarray              # (N,) int64, -1 = unknown
+    tag_len: np.ndarray               # (N,) int64 number of distinct tags
+    sha_code: np.ndarray              # (N,) uint64 hash of sha256
+    sha_ok: np.ndarray                # (N,) bool, sha256 known
     phash: np.ndarray                 # (N,) uint64
     phash_ok: np.ndarray              # (N,) bool
     perm_rank: np.ndarray             # (N,) random rank of each image (fixed by the RNG)
@@ -93,30 +95,47 @@ class Index:
         spans = {int(k): (int(s), int(e)) for k, s, e in zip(uniq, starts, ends)}
         return Buckets(facets=facets, radix=radix, members=order.astype(np.int64), spans=spans)
 
-    def jaccard(self, idx: np.ndarray, seed_mask: np.ndarray, n_seed_tags: int) -> np.ndarray:
-        """Tag Jaccard of images ``idx`` with the tag set given as a boolean mask over the vocabulary."""
+    def seed_set(self, seeds: np.ndarray) -> tuple[np.ndarray, int]:
+        """The union of the seeds' tags: (bitset row or boolean vocabulary mask, number of tags)."""
+        if self.tag_bits is not None:
+            row = np.bitwise_or.reduce(self.tag_bits[seeds], axis=0)
+            return row, int(np.bitwise_count(row).sum())
+        mask = np.zeros(max(1, len(self.tag_vocab)), dtype=bool)
+        for i in seeds:
+            mask[self.tag_codes(int(i))] = True
+        return mask, int(mask.sum())
+
+    def jaccard(self, idx: np.ndarray, seed_set: tuple[np.ndarray, int]) -> np.ndarray:
+        """Tag Jaccard of images ``idx`` with a seed tag set from ``seed_set``."""
         if idx.size == 0:
             return np.zeros(0, dtype=np.float64)
+        ref, n_ref = seed_set
         lens = self.tag_len[idx]
-        total = int(lens.sum())
-        inter = np.zeros(idx.size, dtype=np.float64)
-        if total:
-            seg = np.repeat(np.arange(idx.size), lens)
-            offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-            pos = np.repeat(self.tag_start[idx], lens) + offs
-            hits = seed_mask[self.tag_flat[pos]]
-            inter = np.bincount(seg, weights=hits, minlength=idx.size)
-        union = lens + n_seed_tags - inter
-        with np.errstate(invalid="ignore", divide="ignore"):
-            j = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
-        return j
+        if self.tag_bits is not None:
+            inter = np.bitwise_count(self.tag_bits[idx] & ref).sum(axis=1).astype(np.float64)
+        else:
+            total = int(lens.sum())
+            inter = np.zeros(idx.size, dtype=np.float64)
+            if total:
+                seg = np.repeat(np.arange(idx.size), lens)
+                offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+                pos = np.repeat(self.tag_start[idx], lens) + offs
+                inter = np.bincount(seg, weights=ref[self.tag_flat[pos]], minlength=idx.size)
+        union = lens + n_ref - inter
+        return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
 
     def tag_codes(self, i: int) -> np.ndarray:
+        if self.tag_bits is not None:
+            bits = np.unpackbits(self.tag_bits[i].view(np.uint8), bitorder="little")
+            return np.flatnonzero(bits).astype(np.int32)
         s = self.tag_start[i]
         return self.tag_flat[s:s + self.tag_len[i]]
 
     def tags_of(self, i: int) -> list[str]:
         return [self.tag_vocab[t] for t in self.tag_codes(i)]
+
+
+MAX_BITSET_TAGS = 1024
 
 
 def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng: np.random.Generator) -> Index:
@@ -131,10 +150,9 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     typed: list[dict[str, object]] = []
     for j, f in enumerate(names):
         s = ann[f].cast(pl.String).fill_null("<null>")
-        vals = sorted(set(s.unique().to_list()))
+        vals = sorted(s.unique().to_list())
         values.append(vals)
-        lut = pl.DataFrame({"v": vals, "c": np.arange(len(vals), dtype=np.int32)})
-        codes[:, j] = pl.DataFrame({"v": s}).join(lut, on="v", how="left", maintain_order="left")["c"].to_numpy()
+        codes[:, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
         tmap: dict[str, object] = {}
         for v in vals:
             if f in facets.boolean:
@@ -143,33 +161,44 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
                 tmap[v] = None if v == "<null>" else v
         typed.append(tmap)
 
-    # tags: CSR of distinct tag codes per image (sorted by image position)
+    # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary)
     long = (
         ann.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), pl.col("tags"))
-        .explode("tags").drop_nulls("tags").unique(["i", "tags"])
+        .explode("tags").drop_nulls("tags")
     )
+    ann = ann.drop("tags")
     vocab = sorted(long["tags"].unique().to_list())
-    tlut = pl.DataFrame({"tags": vocab, "t": np.arange(len(vocab), dtype=np.int32)})
-    long = long.join(tlut, on="tags", how="left").sort(["i", "t"])
-    flat = long["t"].to_numpy().astype(np.int32)
-    lens = np.bincount(long["i"].to_numpy(), minlength=n).astype(np.int64)
-    starts = (np.cumsum(lens) - lens).astype(np.int64)
+    owner = long["i"].to_numpy()
+    tcode = long["tags"].cast(pl.Enum(vocab)).to_physical().to_numpy().astype(np.int64)
+    del long
+    n_words = (len(vocab) + 63) // 64
+    bits = None
+    flat = np.zeros(0, dtype=np.int32)
+    starts = np.zeros(n, dtype=np.int64)
+    if len(vocab) <= MAX_BITSET_TAGS:
+        bits = np.zeros(n * max(1, n_words), dtype=np.uint64)
+        np.bitwise_or.at(bits, owner * max(1, n_words) + tcode // 64,
+                         np.left_shift(np.uint64(1), (tcode % 64).astype(np.uint64)))
+        bits = bits.reshape(n, max(1, n_words))
+        lens = np.bitwise_count(bits).sum(axis=1).astype(np.int64)
+    else:
+        key = np.unique(owner * len(vocab) + tcode)
+        owner, flat = key // len(vocab), (key % len(vocab)).astype(np.int32)
+        lens = np.bincount(owner, minlength=n).astype(np.int64)
+        starts = (np.cumsum(lens) - lens).astype(np.int64)
+    del owner, tcode
 
     # duplicate fingerprints from images.jsonl
     fp = ann.select("image_id").join(
         images.select(
             "image_id",
-            pl.col("sha256").cast(pl.String),
+            pl.col("sha256").cast(pl.String).alias("sha"),
             pl.col("phash").cast(pl.String).str.to_integer(base=16, dtype=pl.UInt64, strict=False).alias("ph"),
         ).unique("image_id", keep="first"),
         on="image_id", how="left", maintain_order="left",
     )
-    sha = fp["sha256"]
-    sha_code = (
-        pl.DataFrame({"s": sha}).with_columns(
-            pl.when(pl.col("s").is_null()).then(-1).otherwise(pl.col("s").rank("dense").cast(pl.Int64)).alias("c")
-        )["c"].to_numpy().astype(np.int64)
-    )
+    sha_ok = fp["sha"].is_not_null().to_numpy()
+    sha_code = fp["sha"].hash(seed=0).to_numpy().astype(np.uint64)
     ph = fp["ph"]
     phash_ok = ph.is_not_null().to_numpy()
     phash = ph.fill_null(0).to_numpy().astype(np.uint64)
@@ -179,6 +208,7 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     perm_rank[perm] = np.arange(n)
     return Index(
         ids=ids, facet_names=list(names), values=values, typed=typed, codes=codes,
-        tag_vocab=vocab, tag_flat=flat, tag_start=starts, tag_len=lens,
-        sha_code=sha_code, phash=phash, phash_ok=phash_ok, perm_rank=perm_rank, global_order=perm,
+        tag_vocab=vocab, tag_bits=bits, tag_flat=flat, tag_start=starts, tag_len=lens,
+        sha_code=sha_code, sha_ok=sha_ok, phash=phash, phash_ok=phash_ok, perm_rank=perm_rank,
+        global_order=perm,
     )

@@ -32,7 +32,7 @@ from .seeds import SeedQuery
 
 __all__ = ["Planner", "PlannedQuery", "SAMPLE_CAP", "DEFAULTS"]
 
-SAMPLE_CAP = 1024  # images read from one bucket per lookup
+SAMPLE_CAP = 512  # images read from the core bucket per lookup (near-miss/easy lookups read less)
 
 DEFAULTS: dict[str, Any] = {
     "num_seeds": 100, "seeds_per_query": 1, "core_facets": [], "off_facets": [], "diversity_facets": [],
@@ -80,11 +80,12 @@ class Planner:
         self.both = list(dict.fromkeys(self.core + self.off))  # core ∪ off, core first
         self.noncore = [j for j in range(len(index.facet_names)) if j not in self.core]
         self.easy_cols = self.both if len(self.both) >= 2 else list(range(len(index.facet_names)))
+        self.cap_near = max(64, self.cap // max(1, len(self.off)))
+        self.cap_easy = max(64, self.cap // 2)
         ne = len(self.easy_cols)
         self.easy_min = min(ne, max(2, math.ceil(ne / 2))) if ne else 0
         self.usage = np.zeros(index.n, dtype=np.int32)
         self.in_query = np.zeros(index.n, dtype=bool)
-        self.seed_mask = np.zeros(max(1, len(index.tag_vocab)), dtype=bool)
         if self.div:
             self.div_key = index.buckets(self.div)  # reuse mixed-radix key
             self.div_codes = (index.codes[:, self.div].astype(np.int64) * self.div_key.radix).sum(axis=1)
@@ -97,14 +98,16 @@ class Planner:
         for q in queries:
             np.add.at(self.usage, np.asarray(q.seeds, dtype=np.int64), 1)
 
-    def _window(self, members: np.ndarray) -> np.ndarray:
+    def _window(self, members: np.ndarray, size: int | None = None) -> np.ndarray:
+        """A contiguous run of ``size`` members (wrapping) from a seeded random start."""
+        size = self.cap if size is None else size
         n = members.size
-        if n <= self.cap:
+        if n <= size:
             return members
         start = int(self.rng.integers(n))
-        w = members[start:start + self.cap]
-        if w.size < self.cap:
-            w = np.concatenate([w, members[: self.cap - w.size]])
+        w = members[start:start + size]
+        if w.size < size:
+            w = np.concatenate([w, members[: size - w.size]])
         return w
 
     def _eligible(self, idx: np.ndarray, seeds: np.ndarray, st: _Stats) -> np.ndarray:
@@ -116,8 +119,8 @@ class Planner:
         dup = np.zeros(idx.size, dtype=bool)
         ix = self.ix
         for sd in seeds:
-            if ix.sha_code[sd] >= 0:
-                dup |= ix.sha_code[idx] == ix.sha_code[sd]
+            if ix.sha_ok[sd]:
+                dup |= ix.sha_ok[idx] & (ix.sha_code[idx] == ix.sha_code[sd])
             if ix.phash_ok[sd]:
                 dist = np.bitwise_count(ix.phash[idx] ^ ix.phash[sd])
                 dup |= ix.phash_ok[idx] & (dist <= self.s["phash_max_distance"])
@@ -174,22 +177,19 @@ class Planner:
         for f in range(nf):
             prof[f] = int(np.argmax(np.bincount(ix.codes[seeds, f], minlength=len(ix.values[f]))))
         q.profile = {self._fname(f): ix.typed[f][self._fval(f, prof[f])] for f in self.core}
-        tag_codes = np.unique(np.concatenate([ix.tag_codes(int(i)) for i in seeds])) if seeds.size else np.zeros(0, int)
-        self.seed_mask[tag_codes] = True
-        n_seed_tags = int(tag_codes.size)
+        seed_set = ix.seed_set(seeds)
         self.in_query[seeds] = True
         try:
-            self._pools(q, seeds, prof, n_seed_tags)
+            self._pools(q, seeds, prof, seed_set)
         finally:
-            self.seed_mask[tag_codes] = False
             self.in_query[seeds] = False
             if q.picks:
                 self.in_query[np.fromiter((p[0] for p in q.picks), dtype=np.int64)] = False
         return q
 
-    def _pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, nst: int) -> None:
+    def _pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> None:
         ix, s = self.ix, self.s
-        jac = lambda idx: ix.jaccard(idx, self.seed_mask, nst)  # noqa: E731
+        jac = lambda idx: ix.jaccard(idx, seed_set)  # noqa: E731
 
         # positive, neutral, hard: the core bucket
         st_core = _Stats()
@@ -248,7 +248,7 @@ class Planner:
             parts, facet_of = [], []
             for f in self.off:
                 others = [c for c in self.both if c != f]
-                w = self._eligible(self._window(ix.buckets(others).get(prof)), seeds, st_near)
+                w = self._eligible(self._window(ix.buckets(others).get(prof), self.cap_near), seeds, st_near)
                 w = w[ix.codes[w, f] != prof[f]]
                 parts.append(w)
                 facet_of.append(np.full(w.size, f, dtype=np.int64))
@@ -262,7 +262,7 @@ class Planner:
                 st_near, dc)
             if got_near < s["neg_nearmiss"] and self.core:
                 f0 = self.core[0]
-                c4 = self._eligible(self._window(ix.buckets([f0]).get(prof)), seeds, st_near)
+                c4 = self._eligible(self._window(ix.buckets([f0]).get(prof), self.cap_near), seeds, st_near)
                 c4 = c4[(ix.codes[c4][:, self.both] != prof[self.both]).any(axis=1)] if c4.size else c4
                 j4 = jac(c4)
                 got_near += self._pick(q, c4, self._rank(c4, j4), s["neg_nearmiss"] - got_near, "nearmiss",
@@ -277,7 +277,7 @@ class Planner:
         quota = s["neg_easy"] + (s["neg_hard"] - got_hard) + (s["neg_nearmiss"] - got_near)
         st_easy = _Stats()
         dc = {}
-        c5 = self._eligible(self._window(ix.global_order), seeds, st_easy)
+        c5 = self._eligible(self._window(ix.global_order, self.cap_easy), seeds, st_easy)
         j5 = jac(c5)
         nd = (ix.codes[c5][:, self.easy_cols] != prof[self.easy_cols]).sum(axis=1) if self.easy_cols else np.zeros(c5.size, int)
         low = j5 <= s["easy_max_jaccard"]
