@@ -448,8 +448,9 @@ class GeminiTransport(SyncTransport):
             with self._lock:
                 self.sent += 1
             try:
-                resp = client.models.generate_content(model=req["model"], contents=req["contents"],
-                                                           config=req["config"])
+                resp = client.models.generate_content(
+                    model=req["model"], contents=req["contents"],
+                    config={**req["config"], "automatic_function_calling": {"disable": True}})
             except errors.APIError as exc:
                 code = int(exc.code or 0)
                 if code in self.RETRY_STATUS or code >= 500:
@@ -677,6 +678,8 @@ class _BatchJobs:
                 if job is None:
                     to_send.append((k, 1))
                     continue
+                if job.status != "done" and not job.data.get("name"):
+                    self._resume_intent(job)
                 if job.status != "done":
                     waiting[job.digest] = job
                     continue
@@ -759,6 +762,21 @@ class _BatchJobs:
         for ch in chunks:
             self._ensure(ch)
         return len(lines)
+
+    def _resume_intent(self, job: _Job) -> None:
+        """A chunk whose create call may or may not have gone through (an earlier run stopped)."""
+        path = self.sd / "chunks" / f"{job.digest}.jsonl"
+        if path.exists():
+            self._ensure({"digest": job.digest, "path": str(path), "n": job.data["n"], "bytes": job.data["bytes"]})
+            return
+        found = self._find(job.data["display_name"])
+        if found:
+            self._save(job, status="submitted", name=found, found_by="display_name")
+        else:   # never created and its requests are gone: those attempts count as unanswered
+            self._save(job, status="done", outcome="missing", error="chunk file missing, job never created",
+                       reported=True)
+            _write_json_durable(self.sd / "results" / f"{job.digest}.json",
+                                {"status": "missing", "error": "never submitted", "responses": {}, "costs": []})
 
     def _display_name(self, digest: str) -> str:
         return f"bm-{self.r.stage}-{digest[:40]}"
