@@ -1,0 +1,297 @@
+"""Query planner: hand-worked pools, quotas/shortfall, duplicates, reuse cap, determinism, run()."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from benchmaker.formats import FacetModel, read_table, write_table
+from benchmaker.losses import Losses, read_losses
+from benchmaker.plan import plan_frames, run
+from benchmaker.plan.seeds import _allocate
+
+FACETS = {
+    "taxonomy": {"color": ["red", "blue", "green"], "shape": ["circle", "square"]},
+    "boolean": ["bright"],
+    "tags": {"min": 0, "max": 10, "vocabulary": []},
+}
+FM = FacetModel.from_config(FACETS)
+
+# seed S = red circle, not bright, tags {a,b,c,d}. Jaccard with S written next to each image.
+HAND = [
+    # id,   color,   shape,    bright, tags,                  sha,   phash
+    ("S",  "red",   "circle", False, "a b c d", "s0", "0000000000000000"),
+    ("r1", "red",   "circle", False, "a b c d", "s0", "ffff000000000000"),  # exact duplicate of S (sha)
+    ("r2", "red",   "circle", False, "a b c e", "s2", "ffffffff00000000"),  # J 3/5 = .60
+    ("r3", "red",   "circle", False, "a b x y", "s3", "00000000ffffffff"),  # J 2/6 = .33
+    ("r4", "red",   "square", False, "a b c z", "s4", "f0f0f0f0f0f0f0f0"),  # J .60, shape differs
+    ("r5", "red",   "circle", True,  "a x y z", "s5", "0f0f0f0f0f0f0f0f"),  # J 1/7 = .14, bright differs
+    ("r6", "red",   "square", True,  "a b",     "s6", "ff00ff00ff00ff00"),  # J 2/4 = .50, two facets differ
+    ("r7", "red",   "circle", False, "c d e f", "s7", "0000000000000003"),  # J .33, pHash 2 bits from S
+    ("b1", "blue",  "circle", False, "a b c q", "s8", "00ff00ff00ff00ff"),  # J .60, color differs
+    ("b2", "blue",  "square", False, "a q w v", "s9", "aaaaaaaaaaaaaaaa"),  # J .14, color+shape differ
+    ("g1", "green", "circle", True,  "b c q w", "sa", "5555555555555555"),  # J .33, color differs
+    ("g2", "green", "square", False, "q w v u", "sb", "3333333333333333"),  # J 0, color+shape differ
+    ("g3", "green", "square", False, "a w v u", "sc", "cccccccccccccccc"),  # J .14, color+shape differ
+]
+
+BASE = {
+    "core_facets": ["color"], "off_facets": ["color", "shape"], "diversity_facets": [], "diversity_cap": 6,
+    "pos_total": 2, "neutral_total": 1, "neg_total": 5, "neg_hard": 2, "neg_nearmiss": 2, "neg_easy": 1,
+    "easy_max_jaccard": 0.1, "max_image_reuse": 3, "phash_max_distance": 6, "random_seed": 42,
+    "num_seeds": 1, "seeds_per_query": 1,
+}
+
+
+def ann_frame(rows) -> pl.DataFrame:
+    return pl.DataFrame({
+        "image_id": [r[0] for r in rows],
+        "summary": [f"image {r[0]}" for r in rows],
+        "tags": [r[4].split() for r in rows],
+        "confidence": [{"color": 1.0, "shape": 1.0, "bright": 1.0} for _ in rows],
+        "annotator": ["hand"] * len(rows),
+        "color": [r[1] for r in rows],
+        "shape": [r[2] for r in rows],
+        "bright": [r[3] for r in rows],
+    })
+
+
+def img_frame(rows) -> pl.DataFrame:
+    n = len(rows)
+    return pl.DataFrame({
+        "image_id": [r[0] for r in rows], "image_url": [None] * n, "mime_type": ["image/jpeg"] * n,
+        "width": [10] * n, "height": [10] * n, "file_size": [100] * n,
+        "sha256": [r[5] for r in rows], "phash": [r[6] for r in rows],
+        "license": ["CC0-1.0"] * n, "doi": [None] * n, "original_dataset_name": ["hand"] * n,
+    }, schema_overrides={"image_url": pl.String, "doi": pl.String})
+
+
+def seeds_file(tmp_path: Path, rows: list[dict]) -> str:
+    p = tmp_path / "seeds.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(p)
+
+
+def plan_hand(tmp_path, settings=None, seeds=(["S"],), rows=HAND, losses=None):
+    sf = seeds_file(tmp_path, [{"seed_image_ids": list(s)} for s in seeds])
+    losses = losses if losses is not None else Losses("plan")
+    return plan_frames(ann_frame(rows), img_frame(rows), FM, {**BASE, **(settings or {})}, "hand", losses,
+                       seeds_file=sf)
+
+
+def pools(row) -> list[tuple[str, str]]:
+    return [(c["image_id"], c["pool"]) for c in row["candidates"]]
+
+
+def test_hand_worked_pools(tmp_path):
+    df = plan_hand(tmp_path)
+    assert df.height == 1
+    row = df.row(0, named=True)
+    assert row["query_id"] == "hand_q0001"
+    assert row["seed_image_ids"] == ["S"]
+    # worked by hand: positives = top Jaccard of the red images (r2 .60, r4 .60, tie by id);
+    # neutral = red with exactly one of shape/bright different (r5); hard = next red ranks (r6 .50, r3 .33);
+    # near-miss = color differs, shape matches (b1 .60, g1 .33); easy = color+shape differ and J <= .1 (g2).
+    # r1 (same sha256) and r7 (pHash 2 bits away) are duplicates of the seed and never candidates.
+    assert pools(row) == [("S", "seed"), ("r2", "positive"), ("r4", "positive"), ("r5", "neutral"),
+                          ("r6", "hard"), ("r3", "hard"), ("b1", "nearmiss"), ("g1", "nearmiss"),
+                          ("g2", "easy")]
+    assert row["candidate_image_ids"] == [c for c, _ in pools(row)]
+    assert row["difficulty"] == {"seed": 1, "positive": 2, "neutral": 1, "hard": 2, "nearmiss": 2, "easy": 1}
+    assert row["shortfall"] == []
+    assert row["profile"] == {"color": "red"}
+    reasons = {c["image_id"]: c["reason"] for c in row["candidates"]}
+    assert reasons["r2"] == "core match (1/1); jaccard=0.60"
+    assert "bright=true differs" in reasons["r5"]
+    assert reasons["b1"].startswith("color differs (blue vs red)")
+    assert "2/2 facets differ; jaccard=0.00" in reasons["g2"]
+
+
+def test_shortfall_reported_and_negatives_padded(tmp_path, caplog):
+    caplog.set_level("WARNING")
+    df = plan_hand(tmp_path, {"neg_hard": 4, "neg_total": 7})
+    row = df.row(0, named=True)
+    # red bucket holds only r6, r3 after positives/neutral (r1, r7 are duplicates): hard gets 2 of 4,
+    # easy pads the 2 missing negatives with the lowest-overlap images left (b2, g3: J .14, by id)
+    assert pools(row)[4:] == [("r6", "hard"), ("r3", "hard"), ("b1", "nearmiss"), ("g1", "nearmiss"),
+                              ("g2", "easy"), ("b2", "easy"), ("g3", "easy")]
+    assert [(s["pool"], s["wanted"], s["got"]) for s in row["shortfall"]] == [("hard", 4, 2)]
+    assert "duplicates of a seed" in row["shortfall"][0]["reason"]
+    reasons = [c["reason"] for c in row["candidates"] if c["pool"] == "easy"]
+    assert not reasons[0].startswith("padding") and all(r.startswith("padding") for r in reasons[1:])
+    negatives = sum(row["difficulty"][p] for p in ("hard", "nearmiss", "easy"))
+    assert negatives == 7
+    assert any("pool hard got 2 of 4" in r.message for r in caplog.records)
+
+
+def test_near_duplicate_threshold(tmp_path):
+    settings = {"neg_hard": 3, "neg_total": 6}
+    strict = plan_hand(tmp_path, {**settings, "phash_max_distance": 6}).row(0, named=True)
+    loose = plan_hand(tmp_path, {**settings, "phash_max_distance": 1}).row(0, named=True)
+    assert "r7" not in strict["candidate_image_ids"] and "r1" not in strict["candidate_image_ids"]
+    # with a 1-bit threshold r7 (2 bits away) is no longer a near duplicate: it ranks after r3 (same J, id)
+    assert [c for c, p in pools(loose) if p == "hard"] == ["r6", "r3", "r7"]
+    assert "r1" not in loose["candidate_image_ids"]  # exact duplicate whatever the pHash threshold
+
+
+def test_multi_seed_profile_majority_and_tie(tmp_path):
+    df = plan_hand(tmp_path, seeds=(["S", "b1", "b2"], ["S", "b1"]))
+    rows = df.rows(named=True)
+    assert rows[0]["profile"] == {"color": "blue"}  # 2 of 3 seeds are blue
+    assert rows[1]["profile"] == {"color": "blue"}  # tie red/blue -> smallest value
+    assert rows[0]["seed_image_ids"] == ["S", "b1", "b2"]
+    assert [p for _, p in pools(rows[0])][:3] == ["seed"] * 3
+
+
+def test_boolean_core_facet(tmp_path):
+    df = plan_hand(tmp_path, {"core_facets": ["bright"], "off_facets": ["bright"]}, seeds=(["r5"],))
+    row = df.row(0, named=True)
+    assert row["profile"] == {"bright": True}
+    got = dict(pools(row))
+    bright = {r[0] for r in HAND if r[3]}
+    assert all(i in bright for i, p in got.items() if p in ("positive", "hard"))
+
+
+def test_seeds_file_losses(tmp_path):
+    loss = Losses("plan")
+    sf = seeds_file(tmp_path, [
+        {"query_id": "q_a", "seed_image_ids": ["S", "missing1"]},
+        {"query_id": "q_b", "seed_image_ids": ["missing2"]},
+        {"query_id": "q_a", "seed_image_ids": ["b1"]},
+        {"seed_image_ids": ["g1"]},
+    ])
+    df = plan_frames(ann_frame(HAND), img_frame(HAND), FM, BASE, "hand", loss, seeds_file=sf)
+    assert df["query_id"].to_list() == ["q_a", "hand_q0004"]
+    assert df.row(0, named=True)["seed_image_ids"] == ["S"]
+    got = {(r["item_type"], r["item_id"], r["reason"]) for r in loss.rows}
+    assert got == {("image", "missing1", "seed_not_annotated"), ("image", "missing2", "seed_not_annotated"),
+                   ("query", "q_b", "no_annotated_seed"), ("query", "q_a", "duplicate_query_id")}
+
+
+def test_allocate_water_filling():
+    assert _allocate([90, 5, 5], 9, [0, 1, 2]) == [3, 3, 3]
+    assert _allocate([90, 5, 5], 20, [0, 1, 2]) == [10, 5, 5]
+    assert _allocate([90, 5, 5], 200, [0, 1, 2]) == [90, 5, 5]
+    assert _allocate([3, 3, 3], 4, [2, 0, 1]) == [1, 1, 2]
+
+
+# ---- a larger random collection for the properties -----------------------------------------------------
+
+def random_rows(n: int, seed: int = 1):
+    rnd = random.Random(seed)
+    vocab = [f"t{i}" for i in range(40)]
+    rows = []
+    for i in range(n):
+        color = rnd.choices(["red", "blue", "green"], weights=[8, 3, 1])[0]
+        shape = rnd.choice(["circle", "square"])
+        tags = " ".join(rnd.sample(vocab, rnd.randint(3, 8)))
+        sha = f"h{i}" if i % 29 else "h0"  # some exact duplicates
+        ph = f"{rnd.getrandbits(64):016x}" if i % 13 else None
+        rows.append((f"img{i:04d}", color, shape, rnd.random() < 0.3, tags, sha, ph))
+    return rows
+
+
+PROPS = {**BASE, "num_seeds": 12, "pos_total": 3, "neutral_total": 2, "neg_total": 8, "neg_hard": 4,
+         "neg_nearmiss": 2, "neg_easy": 2, "max_image_reuse": 2, "diversity_facets": ["shape"], "diversity_cap": 2}
+
+
+def sampled(rows, settings=PROPS, shuffle_seed=None, sample_cap=None):
+    ann, img = ann_frame(rows), img_frame(rows)
+    if shuffle_seed is not None:
+        ann = ann.sample(fraction=1.0, shuffle=True, seed=shuffle_seed)
+        img = img.sample(fraction=1.0, shuffle=True, seed=shuffle_seed + 1)
+    kw = {} if sample_cap is None else {"sample_cap": sample_cap}
+    loss = Losses("plan")
+    return plan_frames(ann, img, FM, settings, "prop", loss, **kw), loss
+
+
+@pytest.mark.parametrize("cap", [None, 16])
+def test_deterministic_under_shuffles(cap):
+    rows = random_rows(300)
+    a, _ = sampled(rows, sample_cap=cap)
+    for s in (3, 11):
+        b, _ = sampled(rows, shuffle_seed=s, sample_cap=cap)
+        assert a.equals(b)
+    c, _ = sampled(rows, {**PROPS, "random_seed": 7}, sample_cap=cap)
+    assert not a.equals(c)
+
+
+def test_properties_no_dups_reuse_cap_quotas_diversity():
+    rows = random_rows(300)
+    df, loss = sampled(rows)
+    assert df.height == 12 and len(loss) == 0
+    by_id = {r[0]: r for r in rows}
+    use = Counter()
+    for row in df.iter_rows(named=True):
+        ids = row["candidate_image_ids"]
+        assert len(ids) == len(set(ids))  # no duplicate candidates
+        use.update(ids)
+        seed = by_id[row["seed_image_ids"][0]]
+        for c in row["candidates"]:
+            if c["pool"] != "seed":
+                assert by_id[c["image_id"]][5] != seed[5]  # never an exact duplicate of the seed
+        d = row["difficulty"]
+        short = {s["pool"]: s for s in row["shortfall"]}
+        for pool, key in (("positive", "pos_total"), ("neutral", "neutral_total"), ("hard", "neg_hard"),
+                          ("nearmiss", "neg_nearmiss")):
+            assert d[pool] == PROPS[key] or short[pool]["got"] == d[pool] < PROPS[key]
+        assert d["hard"] + d["nearmiss"] + d["easy"] == PROPS["neg_total"]
+        per_pool = Counter((c["pool"], by_id[c["image_id"]][2]) for c in row["candidates"] if c["pool"] != "seed")
+        assert max(per_pool.values()) <= PROPS["diversity_cap"]
+        for c in row["candidates"]:
+            if c["pool"] in ("positive", "neutral") or c["reason"].startswith("core match"):
+                assert by_id[c["image_id"]][1] == row["profile"]["color"]
+            if c["pool"] == "nearmiss" and "differs" in c["reason"]:
+                s, x = seed, by_id[c["image_id"]]
+                assert (x[1] != row["profile"]["color"]) + (x[2] != s[2]) == 1
+    assert max(use.values()) <= PROPS["max_image_reuse"]
+
+
+def test_stratified_seeds_balance():
+    rows = random_rows(300)
+    df, _ = sampled(rows, {**PROPS, "num_seeds": 9})
+    colors = Counter(row["profile"]["color"] for row in df.iter_rows(named=True))
+    assert colors == {"red": 3, "blue": 3, "green": 3}
+    assert df["query_id"].to_list() == [f"prop_q{i:04d}" for i in range(1, 10)]
+    # more seeds than a stratum can give: water-filling, losses for queries that get no seed at all
+    few = random_rows(12, seed=5)
+    df2, loss = sampled(few, {**PROPS, "num_seeds": 20, "seeds_per_query": 2})
+    assert df2.height == sum(n // 2 for n in Counter(r[1] for r in few).values())
+    assert len(loss) == 20 - df2.height and all(r["reason"] == "no_seed_available" for r in loss.rows)
+    for row in df2.iter_rows(named=True):
+        seeds = [r for r in few if r[0] in row["seed_image_ids"]]
+        assert len(seeds) == 2 and seeds[0][1] == seeds[1][1]  # one query's seeds share the stratum
+
+
+def test_no_core_facets_plan_has_no_profile():
+    df, _ = sampled(random_rows(80), {**PROPS, "core_facets": [], "off_facets": [], "num_seeds": 3})
+    assert "profile" not in df.columns and df.height == 3
+    for row in df.iter_rows(named=True):
+        assert {s["pool"] for s in row["shortfall"]} <= {"nearmiss", "neutral", "positive", "hard"}
+        assert row["difficulty"]["hard"] + row["difficulty"]["nearmiss"] + row["difficulty"]["easy"] == 8
+
+
+def test_run_writes_plan_and_losses(tmp_path):
+    cols = {"image_id": "img", "seed_image_ids": "seeds", "tags": "labels"}
+    ann_p, img_p = tmp_path / "annotations.jsonl", tmp_path / "images.jsonl"
+    write_table(ann_frame(HAND), "annotations", ann_p, columns=cols, facets=FM)
+    write_table(img_frame(HAND), "images", img_p, columns=cols)
+    sf = tmp_path / "seeds.jsonl"
+    sf.write_text(json.dumps({"seeds": ["S"]}) + "\n" + json.dumps({"seeds": ["nope"]}) + "\n")
+    out, lp = tmp_path / "query_plan.jsonl", tmp_path / "losses.jsonl"
+    run(annotations=str(ann_p), images=str(img_p), plan=str(out), losses=str(lp), settings=BASE, facets=FACETS,
+        benchmark_name="Hand Bench", columns=cols, version="1", threads=2, seeds_file=str(sf))
+    raw = json.loads(out.read_text().splitlines()[0])
+    assert raw["seeds"] == ["S"] and "seed_image_ids" not in raw  # configured column names on disk
+    plan = read_table("query_plan", out, columns=cols)
+    assert plan["query_id"].to_list() == ["Hand_Bench_q0001"]
+    assert plan.row(0, named=True)["candidate_image_ids"] == ["S", "r2", "r4", "r5", "r6", "r3", "b1", "g1", "g2"]
+    lost = read_losses(lp)
+    assert set(zip(lost["item_type"], lost["reason"])) == {("image", "seed_not_annotated"),
+                                                           ("query", "no_annotated_seed")}
+    assert set(lost["stage"]) == {"plan"}
