@@ -467,3 +467,29 @@ def test_judge_batch_mode(fake, tmp_path, tiny_corpus):
     # binary labels: the fake's label 2 is out of the schema's enum: retried, then lost
     assert out.height == 2 and len(loss) == 1 and loss.rows[0]["reason"] == "schema_violation"
     assert fake.count("POST", r".*:batchGenerateContent") == 3
+
+
+def test_render_options_and_key_separation(tiny_corpus):
+    from benchmaker.providers.spec import ImageRef, LLMSettings, RequestSpec, Text
+
+    spec = RequestSpec(system="sys", parts=(Text("t"), ImageRef(sha256="ab" * 32, url="https://x.example/a.png")),
+                       schema={"type": "object", "properties": {"n": {"type": "integer", "enum": [0, 1]}},
+                               "required": ["n"], "additionalProperties": False}, schema_name="s")
+    s = LLMSettings.from_config(gm.gemini_settings({"model": "gemini-3-pro-preview", "image_transport": "url",
+                                                     "reasoning_effort": "medium", "image_detail": "auto"}))
+    req = gm.render_request(spec, s)
+    assert req["contents"][0]["parts"][1] == {"file_data": {"file_uri": "https://x.example/a.png",
+                                                           "mime_type": "image/png"}}
+    assert req["config"]["thinking_config"] == {"thinking_level": "high"} and "media_resolution" not in req["config"]
+    assert gm.thinking_config("gemini-2.5-pro", "minimal") == {"thinking_budget": 128}
+    assert gm.thinking_config("gemini-2.0-flash", "high") is None
+    legacy = gm.to_openapi_schema(spec.schema)
+    assert legacy["properties"]["n"] == {"type": "INTEGER", "minimum": 0, "maximum": 1}
+    # the same spec under another model, thinking or provider never shares a cache entry
+    from benchmaker.providers.spec import request_key
+
+    k1 = gm.gemini_request_key(spec, s)
+    k2 = gm.gemini_request_key(spec, LLMSettings.from_config(gm.gemini_settings(
+        {"model": "gemini-3-pro-preview", "image_transport": "url", "reasoning_effort": "low",
+         "image_detail": "auto"})))
+    assert len({k1, k2, request_key(spec, s)}) == 3
