@@ -30,6 +30,10 @@ IMAGE_ROOT = config["paths"]["image_root"]
 VISION_ADAPTER = config["vision"]["adapter"]
 JUDGE_ADAPTER = config["judge"]["adapter"]
 API_ADAPTERS = ("openai", "gemini")
+# image embeddings cache shared by embed_images and the clip vision adapter (docs/similarity.md)
+EMBED_CACHE = (
+    config["similarity"]["cache_dir"] or f"{config['paths']['results']}/.cache/embeddings"
+)
 
 
 wildcard_constraints:

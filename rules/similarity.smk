@@ -4,12 +4,6 @@
 # does. Across runs and benchmarks, images are also reused through the embedding cache
 # (<cache_dir>/<model key>/part-*.parquet, keyed by image sha256 + model identity; docs/similarity.md).
 
-EMBED_CACHE = (
-    config["similarity"]["cache_dir"]
-    or f"{config['paths']['results']}/.cache/embeddings"
-)
-
-
 def similarity_weight_inputs(wildcards):
     """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules."""
     sim = config["similarity"]

@@ -18,12 +18,13 @@ _PKG = Path(__file__).resolve().parent
 # paths relative to src/benchmaker; a directory means every .py file under it
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "preprocess": ("preprocess", "formats.py"),
-    "vision": ("vision", "providers", "formats.py"),
+    "vision": ("vision", "providers", "formats.py", "similarity/model.py", "similarity/embed.py",
+               "similarity/cache.py"),
     "merge": ("formats.py", "losses.py"),
     "plan": ("plan", "formats.py"),
     "judge": ("judge", "providers", "formats.py"),
     "embed": ("similarity/model.py", "similarity/embed.py", "similarity/cache.py"),
-    "score": ("similarity/score.py", "formats.py"),
+    "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
     "summary": ("summary", "formats.py"),
     "export": ("export", "formats.py"),
 }
