@@ -6,7 +6,8 @@
 build: ``providers.batch.build_requests`` over a synthetic images table (150-tag vocabulary, 4
 taxonomy facets, url transport so that no image file is needed), streaming requests.jsonl and the
 manifest to disk. parse: the per-line work of ``collect`` over N Batch API output lines (custom_id
-decoding, response parsing, strict-schema validation, answer -> annotation row). Peak memory is the
+decoding, response parsing, strict-schema validation, cost rows streamed to a file, annotation rows
+spilled and read back in order with polars). Peak memory is the
 process's max RSS, measured per phase in a fresh process.
 """
 
@@ -72,7 +73,7 @@ def phase_parse(n: int, tmp: Path) -> None:
     from benchmaker.providers import batch as pb
     from benchmaker.providers.engine import Item, Runner
     from benchmaker.providers.spec import ImageRef, RequestSpec, Text
-    from benchmaker.vision.openai import answers_to_frame
+    from benchmaker.vision.openai import AnswerSpill
     from benchmaker.vision.prompts import check_answer, vision_schema
 
     fm = FacetModel.from_config(facets())
@@ -94,17 +95,20 @@ def phase_parse(n: int, tmp: Path) -> None:
     runner = Runner(stage="vision", item_type="image", settings=SETTINGS, cache_dir=None)
     check = check_answer(fm)
     t = time.perf_counter()
-    answers = {}
-    for row in iter_jsonl(out):
-        idx, att = pb.parse_custom_id(row["custom_id"])
-        item = Item(f"img{idx}", RequestSpec("", (Text(""), ImageRef("0")), schema, "x"), check, key="k")
-        obj = runner.settle(item, pb._line_outcome(row, "responses"), attempt=att, mode="batch")
-        if obj is not None:
-            answers[item.item_id] = obj
-    frame = answers_to_frame(answers, list(answers), fm, "openai:gpt-5-mini")
+    # exactly what vision collect does per output line: costs streamed to a file, answers spilled
+    spill = AnswerSpill(tmp / "answers.part.jsonl", fm, "openai:gpt-5-mini", [f"img{i}" for i in range(n)])
+    with open(tmp / "costs.jsonl", "w") as cost_fh:
+        runner.cost_sink = lambda row: cost_fh.write(dumps(row) + "\n")
+        for row in iter_jsonl(out):
+            idx, att = pb.parse_custom_id(row["custom_id"])
+            item = Item(f"img{idx}", RequestSpec("", (Text(""), ImageRef("0")), schema, "x"), check, key="k")
+            obj = runner.settle(item, pb._line_outcome(row, "responses"), attempt=att, mode="batch")
+            if obj is not None:
+                spill(idx, obj)
+    frame = spill.frame()
     dt = time.perf_counter() - t
     assert frame.height == n, frame.height
-    usd = sum(r["cost_usd"] for r in runner.cost_rows)
+    usd = runner.cost_total
     print(json.dumps({"phase": "parse", "n": n, "seconds": round(dt, 2), "answers": frame.height,
                       "cost_usd": round(usd, 2), "peak_rss_mb": _rss()}))
 

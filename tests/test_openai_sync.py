@@ -198,8 +198,9 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     for i in imgs["image_id"].to_list():           # no file name, path or license reaches the judge
         assert i not in blob and i.split("/")[1] not in blob
     assert "CC0" not in blob and "tiny_q000" not in blob
-    schema = (bodies[0]["text"]["format"]["schema"] if api == "responses"
-              else bodies[0]["response_format"]["json_schema"]["schema"])
+    schemas = [b["text"]["format"]["schema"] if api == "responses" else b["response_format"]["json_schema"]["schema"]
+               for b in bodies]
+    schema = max(schemas, key=lambda sc: len(sc["properties"]["judgments"]["required"]))
     assert sorted(schema["properties"]["judgments"]["required"]) == ["c01", "c02", "c03", "c04"]
     assert schema["properties"]["judgments"]["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
     out = finalize(plan, judged, loss, judge_name=j.name, graded=True)

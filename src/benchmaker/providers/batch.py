@@ -331,8 +331,21 @@ def _chunk_ids(path: str) -> Iterator[str]:
 
 def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, submitted: str, state_dir: str,
                     losses: Losses, metadata: Mapping[str, str], wait: bool = True,
-                    poll_seconds: float = 30.0) -> dict[str, dict]:
-    """Wait, download, parse, retry failures as new batches; returns item_id -> answer."""
+                    poll_seconds: float = 30.0,
+                    on_answer: Callable[[int, dict], None] | None = None) -> dict[str, dict]:
+    """Wait, download, parse, retry failures as new batches; returns item_id -> answer.
+
+    With ``on_answer(index, answer)`` answers are handed over as they are validated and not kept
+    (flat memory for large shards); the returned dict is then empty."""
+    done: set[int] = set()
+
+    def keep(i: int, obj: dict) -> None:
+        done.add(i)
+        if on_answer is not None:
+            on_answer(i, obj)
+        else:
+            results[items[i].item_id] = obj
+
     stage, sd = runner.stage, Path(state_dir)
     runner.keyed(items)
     man = list(iter_jsonl(manifest))
@@ -350,7 +363,7 @@ def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, sub
         elif m["cached"]:
             obj = runner.from_cache(items[i], "batch")
             if obj is not None:
-                results[items[i].item_id] = obj
+                keep(i, obj)
             else:
                 failed.add(i)
                 last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
@@ -379,7 +392,7 @@ def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, sub
                         oc = _line_outcome(row, runner.llm.api)
                         obj = runner.settle(items[i], oc, attempt=att, mode="batch")
                         if obj is not None:
-                            results[items[i].item_id] = obj
+                            keep(i, obj)
                             failed.discard(i)
                         else:
                             last[i] = oc
@@ -408,10 +421,10 @@ def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, sub
     finally:
         journal.close()
     for i in sorted(failed):
-        if items[i].item_id in results:
+        if i in done:
             continue
         oc = last[i]
         losses.add(runner.item_type, items[i].item_id, oc.reason or "api_error", oc.detail, attempts=max(1, attempts[i]))
-    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(results), len(failed),
-             sum(not r["cached"] for r in runner.cost_rows), sum(r["cost_usd"] for r in runner.cost_rows))
+    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), len(failed - done),
+             runner.cost_count, runner.cost_total)
     return results

@@ -44,6 +44,10 @@ class Runner:
         self.max_attempts = int(self.settings.get("max_attempts", 3))
         self._client = client
         self.cost_rows: list[dict] = []
+        # streaming: when set, cost rows go to this callable instead of ``cost_rows`` (flat memory)
+        self.cost_sink: Callable[[dict], None] | None = None
+        self.cost_total = 0.0
+        self.cost_count = 0
         self.sent = 0
         if not self.price.known:
             log.warning("%s: no price known for model %r and no `prices` configured; costs are reported as 0",
@@ -72,17 +76,25 @@ class Runner:
         obj = rec.get("answer")
         if not isinstance(obj, dict) or validate_answer(obj, item.spec.schema, item.check) is not None:
             return None
-        self.cost_rows.append(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
-                                       usage=_usage(rec), price=self.price, batch_discount=self.batch_discount,
-                                       attempt=0, cached=True))
+        self._cost(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
+                            usage=_usage(rec), price=self.price, batch_discount=self.batch_discount,
+                            attempt=0, cached=True))
         return obj
+
+    def _cost(self, row: dict) -> None:
+        self.cost_total += row["cost_usd"]
+        self.cost_count += not row["cached"]
+        if self.cost_sink is not None:
+            self.cost_sink(row)
+        else:
+            self.cost_rows.append(row)
 
     def settle(self, item: Item, outcome: Outcome, *, attempt: int, mode: str) -> dict | None:
         """Validate an outcome, cache it if good, record its cost; returns the answer or None."""
         if outcome.paid:
-            self.cost_rows.append(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
-                                           usage=outcome.usage, price=self.price,
-                                           batch_discount=self.batch_discount, attempt=attempt))
+            self._cost(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
+                                usage=outcome.usage, price=self.price, batch_discount=self.batch_discount,
+                                attempt=attempt))
         if not outcome.ok:
             return None
         problem = validate_answer(outcome.obj, item.spec.schema, item.check)

@@ -13,6 +13,7 @@ from typing import Any, Iterator, Mapping
 import polars as pl
 
 from ..formats import FacetModel, empty_table, read_table, write_table
+from ..io import atomic_path, dumps
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
@@ -75,6 +76,44 @@ def answers_to_frame(answers: Mapping[str, dict], order: list[str], fm: FacetMod
     for n in fm.boolean:
         data[n] = pl.Series(facet_cols[n], dtype=pl.Boolean)
     return pl.DataFrame(data)
+
+
+def answer_row(image_id: str, a: Mapping[str, Any], fm: FacetModel, annotator: str) -> dict:
+    tags = list(dict.fromkeys(t.strip() for t in a.get("tags", []) if isinstance(t, str) and t.strip()))
+    c = a.get("confidence") or {}
+    row = {"image_id": image_id, "summary": str(a["summary"]).strip(), "tags": tags[: fm.max_tags],
+           "annotator": annotator, "confidence": {n: float(c.get(n, 0.0)) for n in fm.names}}
+    for n in fm.taxonomy:
+        row[n] = a[n]
+    for n in fm.boolean:
+        row[n] = bool(a[n])
+    return row
+
+
+class AnswerSpill:
+    """Annotation rows spilled to a JSONL file as answers arrive (in any order), read back sorted by
+    item index with polars: memory stays flat however many answers a shard has."""
+
+    def __init__(self, path: str | Path, fm: FacetModel, annotator: str, ids: list[str]):
+        self.path, self.fm, self.annotator, self.ids = Path(path), fm, annotator, ids
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "w", encoding="utf-8")
+
+    def __call__(self, i: int, answer: Mapping[str, Any]) -> None:
+        self._fh.write(dumps({"__i": i, **answer_row(self.ids[i], answer, self.fm, self.annotator)}) + "\n")
+
+    def frame(self) -> pl.DataFrame:
+        self._fh.close()
+        fm = self.fm
+        if self.path.stat().st_size == 0:
+            self.path.unlink()
+            return empty_table("annotations", fm)
+        schema = {"__i": pl.Int64, "image_id": pl.String, "summary": pl.String, "tags": pl.List(pl.String),
+                  "annotator": pl.String, "confidence": fm.confidence_dtype() if fm.names else pl.Struct({})}
+        schema |= {n: pl.String for n in fm.taxonomy} | {n: pl.Boolean for n in fm.boolean}
+        df = pl.read_ndjson(self.path, schema=schema).sort("__i").unique("__i", keep="first", maintain_order=True)
+        self.path.unlink()
+        return df.drop("__i")
 
 
 def write_costs(rows: list[dict], path: str | None) -> None:
@@ -140,12 +179,15 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
     runner = _runner(settings, cache_dir)
     loss = Losses("vision")
     items = list(vision_items(imgs, fm, settings, image_root))
-    answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
-                                 losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
-                                 wait=bool(settings.get("wait", True)),
-                                 poll_seconds=float(settings.get("poll_seconds", 30)))
-    ann = answers_to_frame(answers, imgs["image_id"].to_list(), fm, f"openai:{runner.llm.model}")
-    write_table(ann, "annotations", annotations, columns=columns, facets=fm)
-    loss.write(losses)
-    write_costs(runner.cost_rows, costs)
+    spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"openai:{runner.llm.model}",
+                        [it.item_id for it in items])
+    with atomic_path(costs) as costs_tmp, open(costs_tmp, "w", encoding="utf-8") as cost_fh:
+        runner.cost_sink = lambda row: cost_fh.write(dumps(row) + "\n")   # streamed, not held
+        pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
+                           losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
+                           wait=bool(settings.get("wait", True)),
+                           poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill)
+        ann = spill.frame()
+        write_table(ann, "annotations", annotations, columns=columns, facets=fm)
+        loss.write(losses)
     log.info("vision collect: %d annotations, %d losses", ann.height, len(loss))
