@@ -265,3 +265,22 @@ def test_upload_errors_name_the_key(exported, tmp_path, monkeypatch):
         upload_run(dataset=str(out), receipt=str(tmp_path / "r.json"),
                    settings={"repo_id": "me/x", "token_env": "MY_HF"})
     assert not (tmp_path / "r.json").exists()
+
+
+def test_rules_summary_and_export_through_snakemake(tmp_path, tiny_corpus):
+    """The rules hand the right keyword arguments to run(): summary and export alone on prepared inputs."""
+    import support
+
+    cfg = support.tiny_config(tmp_path, tiny_corpus, tmp_path / "clip-not-loaded")
+    support.write_config(tmp_path / "config.yaml", cfg)
+    build_inputs(tmp_path / "prep", tiny_corpus)
+    shutil.copytree(tmp_path / "prep" / "results", tmp_path / "results" / "tiny")
+    r = support.snakemake(["-c1", "export", "--allowed-rules", "summary", "export"], tmp_path,
+                          tmp_path / "config.yaml", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = tmp_path / "results" / "tiny" / "hf_dataset"
+    md = json.loads((out / "dataset_metadata.json").read_text())
+    assert md["counts"]["rows"] == 17 and md["split"] == "test" and len(md["files"]) == 1
+    assert md["losses"]["plan"] == {"no_candidates": 2}  # the plan losses file, not the query plan
+    assert (tmp_path / "results" / "tiny" / "summary" / "summary.json").is_file()
+    assert "rule export" in (tmp_path / "results" / "tiny" / "logs" / "export.log").read_text()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
