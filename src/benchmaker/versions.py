@@ -25,8 +25,8 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "judge": ("judge", "providers", "formats.py"),
     "embed": ("similarity/model.py", "similarity/embed.py", "similarity/cache.py"),
     "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
-    "summary": ("summary", "formats.py"),
-    "export": ("export", "formats.py"),
+    "summary": ("summary", "formats.py", "losses.py"),
+    "export": ("export", "summary", "formats.py", "losses.py"),
 }
 
 
