@@ -5,7 +5,6 @@ resubmitting, and the API key never written anywhere."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
@@ -493,3 +492,35 @@ def test_render_options_and_key_separation(tiny_corpus):
         {"model": "gemini-3-pro-preview", "image_transport": "url", "reasoning_effort": "low",
          "image_detail": "auto"})))
     assert len({k1, k2, request_key(spec, s)}) == 3
+
+
+@pytest.mark.slow
+def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip):
+    """The Snakemake workflow with both stages on Gemini: vision in batch mode inside the plain
+    `vision` rule (one job per shard), judge in sync mode; a forced rerun sends nothing."""
+    from support import snakemake, tiny_config, write_config
+
+    llm = {"base_url": fake.base_url, "poll_seconds": 0.05, "image_max_side": 64, "model": "gemini-2.5-flash"}
+    cfg = tiny_config(tmp_path, tiny_corpus, tiny_clip,
+                      vision={"adapter": "gemini", "gemini": {**llm, "mode": "batch"}},
+                      judge={"adapter": "gemini", "labels": "binary", "rationale": True,
+                             "gemini": {**llm, "mode": "sync", "concurrency": 2}})
+    config = write_config(tmp_path / "config.yaml", cfg)
+    env = {"GEMINI_API_KEY": KEY}
+    res = tmp_path / "results" / "tiny"
+    target = f"{res}/qrels.jsonl"
+    r = snakemake(["--cores", "2", target, f"{res}/costs/judge.jsonl"], tmp_path, config, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert fake.count("POST", r".*:batchGenerateContent") == 2       # one job per shard
+    q = read_table("qrels", res / "qrels.jsonl")
+    assert q.height and set(q["judge"]) == {"gemini:gemini-2.5-flash"} and q["rationale"].drop_nulls().len() == q.height
+    costs = pl.concat([read_table("costs", f) for f in sorted((res / "costs").rglob("*.jsonl"))])
+    assert set(costs["stage"]) == {"vision", "judge"}
+    assert set(costs.filter(pl.col("stage") == "vision")["mode"]) == {"batch"}
+    n = len(fake.log)
+    no_key_under(tmp_path / "results")
+    no_key_under(tmp_path / "logs") if (tmp_path / "logs").exists() else None
+    r2 = snakemake(["--cores", "2", target, "--forcerun", "vision", "judge"], tmp_path, config, env=env)
+    assert r2.returncode == 0, r2.stderr[-4000:]
+    assert len(fake.log) == n                                          # everything from the cache
+    assert KEY not in r.stderr + r2.stderr + r.stdout + r2.stdout
