@@ -90,3 +90,10 @@ def public_config():
         return obj
 
     return clean(config)
+
+
+def cost_files(wildcards=None):
+    """Cost files of the API stages (empty files for the offline adapters)."""
+    return expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS) + [
+        f"{RESULTS}/costs/judge.jsonl"
+    ]

@@ -2,6 +2,7 @@ rule summary:
     input:
         # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
         losses=list(loss_files().values()),
+        costs=cost_files(),
         images=f"{RESULTS}/images.jsonl",
         quarantine=f"{RESULTS}/quarantine.jsonl",
         annotations=f"{RESULTS}/annotations.jsonl",
