@@ -140,7 +140,8 @@ def bench(n: int, q: int, workdir: Path) -> dict:
     n_short = plan.filter(pl.col("shortfall").list.len() > 0).height
     return {
         "N": n, "Q": q, "queries": plan.height, "gen_s": round(gen_s, 1),
-        "stage_wall_s": round(inner["wall_s"], 1), "process_cpu_s": round(inner["cpu_s"], 1), "process_wall_s": round(wall, 1),
+        "stage_wall_s": round(inner["wall_s"], 1), "process_cpu_s": round(inner["cpu_s"], 1),
+        "process_wall_s": round(wall, 1),
         "peak_rss_mb": round(inner["maxrss_mb"]), "candidates": diff,
         "queries_with_shortfall": n_short,
         "annotations_mb": round(a.stat().st_size / 2**20),

@@ -153,7 +153,9 @@ class RulesJudge:
             if qid not in judged_q:
                 losses.add("query", qid, "seed_not_annotated", "no seed of this query has an annotation")
         n_seeds = seeds.group_by("query_id").len("n_seeds")
-        seed_tags = seeds.group_by("query_id").agg(pl.col("tags").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("seed_tags"))
+        seed_tags = seeds.group_by("query_id").agg(
+            pl.col("tags").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("seed_tags")
+        )
 
         # candidate pairs with annotation, seed tags and the core profile
         pairs = (

@@ -20,7 +20,7 @@ from ..logs import get_logger, progress
 from ..losses import Losses
 from .index import Index, build_index
 from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
-from .seeds import SeedQuery, query_ids, read_seeds_file, sample_seeds
+from .seeds import query_ids, read_seeds_file, sample_seeds
 
 __all__ = ["run", "plan_frames", "DEFAULTS", "SAMPLE_CAP"]
 

@@ -169,7 +169,7 @@ class Planner:
 
     # ---- one query ---------------------------------------------------------------------------
     def plan(self, sq: SeedQuery) -> PlannedQuery:
-        ix, s = self.ix, self.s
+        ix = self.ix
         seeds = np.asarray(sq.seeds, dtype=np.int64)
         q = PlannedQuery(sq.query_id, list(sq.seeds))
         nf = len(ix.facet_names)
@@ -279,7 +279,10 @@ class Planner:
         dc = {}
         c5 = self._eligible(self._window(ix.global_order, self.cap_easy), seeds, st_easy)
         j5 = jac(c5)
-        nd = (ix.codes[c5][:, self.easy_cols] != prof[self.easy_cols]).sum(axis=1) if self.easy_cols else np.zeros(c5.size, int)
+        if self.easy_cols:
+            nd = (ix.codes[c5][:, self.easy_cols] != prof[self.easy_cols]).sum(axis=1)
+        else:
+            nd = np.zeros(c5.size, dtype=np.int64)
         low = j5 <= s["easy_max_jaccard"]
         ne = len(self.easy_cols)
         got_easy = 0
