@@ -32,7 +32,8 @@ JUDGE_ADAPTER = config["judge"]["adapter"]
 API_ADAPTERS = ("openai", "gemini")
 # image embeddings cache shared by embed_images and the clip vision adapter (docs/similarity.md)
 EMBED_CACHE = (
-    config["similarity"]["cache_dir"] or f"{config['paths']['results']}/.cache/embeddings"
+    config["similarity"]["cache_dir"]
+    or f"{config['paths']['results']}/.cache/embeddings"
 )
 
 
@@ -97,3 +98,19 @@ def cost_files(wildcards=None):
     return expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS) + [
         f"{RESULTS}/costs/judge.jsonl"
     ]
+
+
+def similarity_weight_inputs(wildcards):
+    """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules."""
+    sim = config["similarity"]
+    model, pretrained = sim["model"], sim["pretrained"]
+    if model.startswith("local-dir:"):
+        folder = Path(model[len("local-dir:") :]).expanduser()
+        files = [folder / "open_clip_config.json"]
+        files += [
+            f for ext in ("safetensors", "bin", "pth") for f in folder.glob(f"*.{ext}")
+        ]
+        return {"weights": sorted(str(f) for f in files if f.is_file())}
+    if pretrained and Path(pretrained).expanduser().is_file():
+        return {"weights": [str(Path(pretrained).expanduser())]}
+    return {}

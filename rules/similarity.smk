@@ -4,21 +4,6 @@
 # does. Across runs and benchmarks, images are also reused through the embedding cache
 # (<cache_dir>/<model key>/part-*.parquet, keyed by image sha256 + model identity; docs/similarity.md).
 
-def similarity_weight_inputs(wildcards):
-    """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules."""
-    sim = config["similarity"]
-    model, pretrained = sim["model"], sim["pretrained"]
-    if model.startswith("local-dir:"):
-        folder = Path(model[len("local-dir:") :]).expanduser()
-        files = [folder / "open_clip_config.json"]
-        files += [
-            f for ext in ("safetensors", "bin", "pth") for f in folder.glob(f"*.{ext}")
-        ]
-        return {"weights": sorted(str(f) for f in files if f.is_file())}
-    if pretrained and Path(pretrained).expanduser().is_file():
-        return {"weights": [str(Path(pretrained).expanduser())]}
-    return {}
-
 
 rule embed_images:
     input:
