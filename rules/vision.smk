@@ -13,6 +13,9 @@ from benchmaker.providers.settings import (
 )
 
 VISION_SETTINGS = config["vision"][VISION_ADAPTER]
+if VISION_ADAPTER == "clip":
+    # the clip annotator shares the image-embedding cache with embed_images
+    VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
 VISION_BATCH = is_batch(config["vision"])
 
 if VISION_BATCH:
