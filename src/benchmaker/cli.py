@@ -222,6 +222,20 @@ def cmd_batches(args) -> int:
     return 0
 
 
+def cmd_install_profiles(args) -> int:
+    from .profiles import ProfileInstallError, install_profiles
+
+    try:
+        paths = install_profiles(Path(args.dest) if args.dest else None, copy=args.copy)
+    except (ProfileInstallError, FileNotFoundError) as exc:
+        print(f"benchmaker: {exc}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(f"installed {p}")
+    print("now `snakemake --profile slurm` / `snakemake --profile nrp` resolve from any directory")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="benchmaker", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -238,6 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--stage", choices=["vision", "judge"], default=None)
     p.add_argument("--yes", action="store_true", help="cancel: really cancel")
     p.set_defaults(fn=cmd_batches)
+    p = sub.add_parser("install-profiles",
+                       help="make `snakemake --profile slurm|nrp` resolve (links into Snakemake's config dir)")
+    p.add_argument("--dest", default=None, help="target folder (default: Snakemake's user config dir)")
+    p.add_argument("--copy", action="store_true", help="copy instead of linking")
+    p.set_defaults(fn=cmd_install_profiles)
     args = ap.parse_args(argv)
     from .config import ConfigError
     from .providers.openai import MissingKey
