@@ -132,12 +132,41 @@ def write_config(path: Path, cfg: dict) -> Path:
     return path
 
 
+_NO_SLURM_BIN: Path | None = None
+
+
+def _no_slurm_bin() -> Path:
+    """A PATH entry whose `scontrol` fails at once.
+
+    The SLURM executor plugin runs `scontrol show config` whenever Snakemake builds its argument
+    parser; on a machine with SLURM's client installed but no controller running (after
+    tests/test_slurm.py stopped its cluster) that retries for 10 s per call. Local test runs never
+    need SLURM, so they get this stand-in.
+    """
+    global _NO_SLURM_BIN
+    if _NO_SLURM_BIN is None:
+        import tempfile
+
+        d = Path(tempfile.mkdtemp(prefix="noslurm-"))
+        (d / "scontrol").write_text("#!/bin/sh\necho 'no SLURM controller in local tests' >&2\nexit 1\n")
+        (d / "scontrol").chmod(0o755)
+        _NO_SLURM_BIN = d
+    return _NO_SLURM_BIN
+
+
+def no_slurm_path(path: str | None = None) -> str:
+    """PATH with the failing `scontrol` stand-in first (see _no_slurm_bin)."""
+    path = os.environ.get("PATH", "") if path is None else path
+    return str(_no_slurm_bin()) + os.pathsep + path
+
+
 def snakemake(args: list[str], workdir: Path, config: Path, env: dict | None = None,
               timeout: int = 900) -> subprocess.CompletedProcess:
     """Run the real workflow in a subprocess on a config file."""
     e = dict(os.environ)
     e.setdefault("HF_HUB_OFFLINE", "1")
     e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
+    e["PATH"] = str(_no_slurm_bin()) + os.pathsep + e.get("PATH", "")
     if env:
         e.update(env)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_example_dry_run_from_repo_root():
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-c2", "--workflow-profile", "none"],
-                       cwd=ROOT, capture_output=True, text=True)
+                       cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PATH": support.no_slurm_path()})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout + r.stderr
     for rule in ("preprocess", "vision", "plan", "judge", "embed_images", "score", "summary", "export"):

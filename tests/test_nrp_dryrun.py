@@ -94,6 +94,7 @@ def _snakemake(args: list[str], config: Path, workdir: Path, s3_url: str,
     })
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/nrp", "-d", str(workdir),
            "--configfile", str(config), *args, *(["--", *targets] if targets else [])]
+    env["PATH"] = support.no_slurm_path(env.get("PATH", ""))
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout)
 
 

@@ -201,6 +201,7 @@ def _dry_run(tmp_path: Path, args: list[str], env: dict) -> subprocess.Completed
            "-n", *args]
     env = clean_env(HF_HUB_OFFLINE="1", **env)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PATH"] = support.no_slurm_path(env.get("PATH", ""))
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
 
 
