@@ -289,3 +289,28 @@ def test_rules_summary_and_export_through_snakemake(tmp_path, tiny_corpus):
     assert md["losses"]["plan"] == {"no_candidates": 2}  # the plan losses file, not the query plan
     assert (tmp_path / "results" / "tiny" / "summary" / "summary.json").is_file()
     assert "rule export" in (tmp_path / "results" / "tiny" / "logs" / "export.log").read_text()
+
+
+def test_card_sources_examples_and_readable_types(exported):
+    """The card's license table and example queries are computed from the exported rows."""
+    out, _, truth, _ = exported
+    card = (out / "README.md").read_text()
+    q = truth["qrels"]
+    ids = q["image_id"].unique().to_list()
+    red = sum(1 for i in ids if i.startswith("red/"))  # build_inputs: red/ is "reds", CC-BY-4.0; the rest CC0
+    assert 0 < red < len(ids)
+    sources = card.split("## Image sources and licenses", 1)[1].split("\n## ", 1)[0]
+    assert f"| reds | CC-BY-4.0 | {red} |" in sources
+    assert f"| tiny | CC0-1.0 | {len(ids) - red} |" in sources
+    assert "no recorded license" not in sources
+    # example queries: the first queries of the file, with their pool size and positives
+    per_q = q.group_by("query_id", maintain_order=True).agg(
+        pl.col("query_text").first(), pl.len().alias("n"), (pl.col("relevance_label") > 0).sum().alias("p"))
+    for qid, text, n, p in per_q.iter_rows():
+        assert f"| {qid} | {text} | {n} | {p} |" in card
+    assert "| qid | query_text | pairs | positives |" in card  # configured column name
+    # column types read as words, not Python class names
+    assert "| `img` | image |" in card and "| `tags` | list of string |" in card
+    assert "PIL.Image" not in card and "| List |" not in card
+    # preprocess is described as it is: duplicates are reported, not quarantined
+    assert "duplicate files were quarantined" not in card

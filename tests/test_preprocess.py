@@ -389,3 +389,95 @@ def test_phash_follows_exif_orientation_and_odd_modes(tmp_path):
     assert dist("plain.tiff", "rgba.png") <= 4
     mimes = dict(zip(df["image_id"], df["mime_type"]))
     assert mimes["palette.gif"] == "image/gif" and mimes["plain.tiff"] == "image/tiff"
+
+
+class _Named(list):
+    """A stand-in for Snakemake's Namedlist: positional values plus named attributes."""
+
+    def __init__(self, **named):
+        super().__init__(named.values())
+        self._names = {k: (i, None) for i, k in enumerate(named)}
+        for k, v in named.items():
+            setattr(self, k, v)
+
+
+class _FakeSnakemake:
+    def __init__(self, tmp: Path, root: Path, log: Path, rights_map: str | None = None, n_shards: int = 2):
+        out = tmp / "out"
+        inputs = {"rights_map": rights_map} if rights_map else {}
+        self.input = _Named(**inputs)
+        self.output = _Named(images=str(out / "images.jsonl"), quarantine=str(out / "quarantine.jsonl"),
+                             shards=[str(out / "shards" / f"{i:05d}.jsonl") for i in range(n_shards)])
+        self.params = _Named(image_root=str(root), settings={"workers": 2}, n_shards=n_shards, columns={},
+                             version="test")
+        self.log = [str(log)]
+        self.threads = 2
+        self.rule = "preprocess"
+        self.wildcards = _Named()
+
+
+def test_stage_log_gets_progress_and_summary(tmp_path, corpus, capfd):
+    """Through the Snakemake bridge the log file (and the terminal) get done/total, rate and the result."""
+    import re
+
+    from benchmaker.runner import run_stage
+
+    log = tmp_path / "logs" / "preprocess.log"
+    res = run_stage(_FakeSnakemake(tmp_path, corpus, log), "benchmaker.preprocess:run")
+    text = log.read_text()
+    n = res["accepted"] + res["quarantined"]
+    assert "rule preprocess" in text and "finished in" in text
+    assert re.search(rf"preprocess: 100%.*\b{n}/{n} \[.*img/s\]", text), text
+    assert f"accepted {res['accepted']} image(s); quarantined {res['quarantined']}" in text
+    err = capfd.readouterr().err
+    assert re.search(rf"\b{n}/{n} \[.*img/s\]", err)  # the same progress on the terminal
+
+
+def test_failing_stage_writes_its_traceback_to_the_log(tmp_path, corpus):
+    from benchmaker.runner import run_stage
+
+    bad = tmp_path / "rights.json"
+    bad.write_text(json.dumps({"default": {"licence": "CC0-1.0"}}))
+    log = tmp_path / "logs" / "preprocess.log"
+    with pytest.raises(RightsMapError):
+        run_stage(_FakeSnakemake(tmp_path, corpus, log, rights_map=str(bad)), "benchmaker.preprocess:run")
+    text = log.read_text()
+    assert "stage failed after" in text and "Traceback (most recent call last)" in text
+    assert "RightsMapError" in text and "unknown key 'licence'" in text and "did you mean 'license'" in text
+    assert not (tmp_path / "out" / "images.jsonl").exists()
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    import hashlib
+
+    snap = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        data = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+        snap[p.relative_to(root).as_posix()] = (data, st.st_mtime_ns, st.st_mode, st.st_size)
+    return snap
+
+
+def test_user_files_are_never_modified_and_nothing_prompts(tmp_path, corpus, monkeypatch):
+    """Bytes, modification times and permissions of every file under the root (bad ones included)
+    are unchanged, nothing is added or removed, and the stage never reads from the terminal."""
+    def no_prompt(*a, **k):
+        raise AssertionError("preprocess prompted for input")
+
+    monkeypatch.setattr("builtins.input", no_prompt)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    (corpus / "more").mkdir()
+    (corpus / "more" / "readonly.jpg").write_bytes(_jpeg_bytes())
+    os.chmod(corpus / "more" / "readonly.jpg", 0o444)
+    (corpus / "more" / "zero.jpg").write_bytes(b"")
+    os.symlink(corpus / "nope.jpg", corpus / "more" / "dangling.jpg")
+    meta = tmp_path / "metadata.jsonl"
+    meta.write_text(json.dumps({"image_id": "red/circle_0.jpg", "camera": "A"}) + "\n")
+    rights = tmp_path / "rights.json"
+    rights.write_text(json.dumps({"default": {"license": "CC0-1.0"}}))
+    before = _snapshot(corpus)
+    inputs_before = (meta.read_bytes(), rights.read_bytes(), meta.stat().st_mtime_ns, rights.stat().st_mtime_ns)
+    res = _run(tmp_path, corpus, metadata=str(meta), rights_map=str(rights))
+    assert res["quarantined"] >= 4  # the corpus' broken files, zero.jpg and the dangling link
+    assert _snapshot(corpus) == before
+    assert (meta.read_bytes(), rights.read_bytes(), meta.stat().st_mtime_ns, rights.stat().st_mtime_ns) == inputs_before

@@ -328,3 +328,60 @@ def test_ranking_metrics_equal_ranx():
         ref = ref_run.scores[m]
         for qid, v in per.select("query_id", m).iter_rows():
             assert v == pytest.approx(float(ref[qid]), abs=1e-9), (m, qid)
+
+
+def test_shortfalls_grouped_by_cause_not_per_query_detail():
+    """The planner's reason carries per-query search counts after ': '; the summary groups by the cause."""
+    from benchmaker.summary.stats import shortfalls
+
+    sf = lambda pool, w, g, r: {"pool": pool, "wanted": w, "got": g, "reason": r}  # noqa: E731
+    plan = pl.DataFrame({
+        "query_id": ["q1", "q2", "q3"],
+        "shortfall": [
+            [sf("neutral", 1, 0, "too few neutral images: searched 2 images; excluded 1"),
+             sf("hard", 2, 1, "too few core-matching images: searched 9 images")],
+            [sf("neutral", 1, 0, "too few neutral images: searched 12 images; excluded 3")],
+            [sf("neutral", 2, 1, "no colon at all")],
+        ],
+    }, schema={"query_id": pl.String, "shortfall": pl.List(pl.Struct(
+        {"pool": pl.String, "wanted": pl.Int64, "got": pl.Int64, "reason": pl.String}))})
+    got = {(r["pool"], r["reason"]): r for r in shortfalls(plan).iter_rows(named=True)}
+    assert set(got) == {("neutral", "too few neutral images"), ("hard", "too few core-matching images"),
+                        ("neutral", "no colon at all")}
+    n = got[("neutral", "too few neutral images")]
+    assert (n["queries"], n["wanted"], n["got"], n["missing"]) == (2, 2, 0, 2)
+    assert got[("neutral", "no colon at all")]["missing"] == 1
+
+
+def _md_tables(md: str) -> list[list[str]]:
+    tables, cur = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    return tables
+
+
+def test_report_has_no_header_only_tables_and_says_why(tmp_path, tiny_corpus):
+    """Empty tables (no queries without positives, no losses, no API costs) become a sentence."""
+    from benchmaker.losses import Losses
+    from benchmaker.summary import run
+
+    kw = build_inputs(tmp_path, tiny_corpus, with_costs=False)
+    kw.pop("_truth")
+    for p in kw["losses"]:
+        Losses(Path(p).stem).write(p)  # no losses at all
+    empty_costs = tmp_path / "costs_empty.jsonl"
+    empty_costs.write_text("")
+    out = tmp_path / "summary"
+    run(summary=str(out), settings={"sample_grid": 4, "scale_factor": 0.5}, **{**kw, "costs": [str(empty_costs)]})
+    md = (out / "report.md").read_text()
+    for table in _md_tables(md):
+        assert len(table) > 2, f"header-only table in report.md: {table[0]}"
+    assert "No stage lost an image, query or pair." in md
+    assert "No API request was recorded" in md
+    assert "3 file(s) quarantined by preprocess" in md
+    html = (out / "report.html").read_text()
+    assert "<tbody></tbody>" not in html

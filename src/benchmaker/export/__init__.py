@@ -32,7 +32,7 @@ from ..summary.outdir import staged_dir
 from .card import render_card
 from .scrub import find_secrets, scrub_config, secret_values
 
-__all__ = ["run", "build_rows", "EXPORT_META"]
+__all__ = ["run", "build_rows", "card_tables", "counts", "EXPORT_META"]
 
 log = get_logger("export")
 EXPORT_META = "dataset_metadata.json"
@@ -243,6 +243,19 @@ def counts(rows: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+def card_tables(rows: pl.DataFrame, n_examples: int = 5) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(image sources by collection and license, the first queries with pool size and positives) of the
+    exported rows, for the dataset card."""
+    sources = (rows.unique("image_id").group_by(pl.col("original_dataset_name").alias("source"), "license")
+               .len("images").with_columns(pl.col("images").cast(pl.Int64))
+               .sort(["images", "source", "license"], descending=[True, False, False], nulls_last=True))
+    examples = (rows.group_by("query_id", maintain_order=True)
+                .agg(pl.col("query_text").first(), pl.len().alias("pairs"),
+                     (pl.col("relevance_label") > 0).sum().alias("positives"))
+                .head(n_examples))
+    return sources, examples
+
+
 def run(
     *,
     images: str,
@@ -301,6 +314,7 @@ def run(
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
         atomic_write_text(out / "config.yaml", config_text)
         n = counts(rows)
+        sources, examples = card_tables(rows)
         cost_table = None
         if inp.costs is not None:
             from ..summary.stats import cost_summary
@@ -332,7 +346,8 @@ def run(
                            losses=all_losses, quarantine=inp.quarantine, costs=cost_table, config=cfg_public,
                            similarity=dict(similarity or {}), summary=summary_numbers, columns=columns,
                            image_col=image_col, facets=inp.facets, repo_id=settings.get("repo_id"),
-                           config_digest=metadata["digests"]["config"], version=version)
+                           config_digest=metadata["digests"]["config"], version=version,
+                           sources=sources, examples=examples)
         atomic_write_text(out / "README.md", card)
         leaked = find_secrets(out, secrets)
         if leaked:

@@ -29,7 +29,7 @@ COLUMN_DOCS = {
     "tags": "Tags of the image from the controlled vocabulary.",
     "confidence": "Annotator confidence per facet (0..1).",
     "license": "License of the image file.",
-    "doi": "DOI of the image's source dataset, when known.",
+    "doi": "DOI of the image's source, or the credit line its license asks for, from the rights map (null when unknown).",
     "original_dataset_name": "Name of the collection the image comes from.",
     "image_url": "Public URL of the image, when configured.",
     "mime_type": "MIME type of the image file.",
@@ -78,9 +78,29 @@ def _llm_or_clip(section: Mapping[str, Any] | None) -> str:
     if adapter == "rules":
         return "`rules` (deterministic facet/tag matching, no model)"
     model = sub.get("model", "?")
-    extra = f", pretrained `{sub.get('pretrained')}`" if adapter == "clip" else ""
+    extra = f", pretrained `{sub.get('pretrained')}`" if adapter == "clip" and sub.get("pretrained") else ""
     mode = f", {sub.get('mode')} mode" if sub.get("mode") else ""
     return f"`{adapter}` with model `{model}`{extra}{mode}"
+
+
+def feature_type(feat: Any) -> str:
+    """A short readable type for the Columns table: string, int64, image, list of string, struct, ..."""
+    from datasets import Image, LargeList, List, Sequence, Value
+
+    if isinstance(feat, Value):
+        return str(feat.dtype)
+    if isinstance(feat, Image):
+        return "image"
+    if isinstance(feat, (List, LargeList, Sequence)):
+        return f"list of {feature_type(feat.feature)}"
+    if isinstance(feat, list) and feat:
+        return f"list of {feature_type(feat[0])}"
+    if isinstance(feat, dict):
+        types = {k: feature_type(v) for k, v in feat.items()}
+        if len(types) > 3 and len(set(types.values())) == 1:
+            return f"struct of {len(types)} {next(iter(types.values()))} fields"
+        return "struct {" + ", ".join(f"{k}: {t}" for k, t in types.items()) + "}"
+    return getattr(feat, "dtype", None) or type(feat).__name__
 
 
 def _losses_table(losses: pl.DataFrame) -> pl.DataFrame:
@@ -93,7 +113,10 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 checks: dict[str, Any], losses: pl.DataFrame, quarantine: pl.DataFrame, costs: pl.DataFrame | None,
                 config: Mapping[str, Any], similarity: Mapping[str, Any], summary: Mapping[str, Any],
                 columns: Mapping[str, str], image_col: str, facets: FacetModel, repo_id: str | None,
-                config_digest: str, version: str | None) -> str:
+                config_digest: str, version: str | None,
+                sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None) -> str:
+    """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
+    queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
     name = meta.get("name") or "benchmark"
     title = meta.get("title") or name
     c = counts
@@ -136,6 +159,9 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     if checks.get("duplicate_query_texts"):
         out.append(f"\nWarning: {len(checks['duplicate_query_texts'])} query texts are shared by several "
                    f"query ids: {checks['duplicate_query_texts'][:10]}.\n")
+    if examples is not None and examples.height:
+        out.append("\nExample queries (the first in the file):\n\n" + md_table(examples.rename(
+            {"query_id": col("query_id"), "query_text": col("query_text")}), max_rows=examples.height))
     rk = (summary or {}).get("clip_ranking") or {}
     if rk.get("ndcg@10") is not None:
         out.append(
@@ -145,9 +171,15 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     out.append("## How it was built\n")
     cfg = config or {}
     plan = cfg.get("plan") or {}
+    has_licenses = bool((cfg.get("paths") or {}).get("rights_map")) or (
+        sources is not None and sources["license"].null_count() < sources.height)
     out.append(
-        "1. **Preprocess**: the image folder was scanned; unreadable, oversized or duplicate files were "
-        "quarantined (below), licenses assigned from the rights map.\n"
+        "1. **Preprocess**: the image folder was scanned recursively; empty, unreadable, truncated, non-image, "
+        "oversized (bytes or pixels) and symlink-escaping files were quarantined (see below); size, MIME type "
+        "and SHA-256 were recorded per image"
+        + (", and licenses assigned from the rights map.\n" if has_licenses
+           else "; no rights map was configured, so no image has a recorded license.\n")
+        +
         f"2. **Vision annotations**: {_llm_or_clip(cfg.get('vision'))}: a summary, tags and the facets "
         f"{', '.join(f'`{n}`' for n in facets.names)} for every image.\n"
         f"3. **Query plan**: seeds sampled (`plan.num_seeds` = {plan.get('num_seeds', '?')}); each pool holds the "
@@ -157,7 +189,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         f"4. **Judge**: {_llm_or_clip(cfg.get('judge'))} wrote the query text from the seed and labelled "
         f"every pair ({(cfg.get('judge') or {}).get('labels', 'binary')} labels).\n"
         f"5. **Similarity**: `{col('clip_score')}` from open_clip model `{similarity.get('model', '?')}` "
-        f"(pretrained `{similarity.get('pretrained')}`, precision `{similarity.get('precision', '?')}`).\n")
+        + (f"(pretrained `{similarity.get('pretrained')}`, " if similarity.get("pretrained") else "(")
+        + f"precision `{similarity.get('precision', '?')}`).\n")
     out.append(f"The full public configuration is in `config.yaml` (sha256 `{config_digest[:16]}`; prompts "
                f"included); the export stage version is `{version}`.\n")
     out.append("## Losses and quarantine\n")
@@ -174,6 +207,14 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     if checks.get("queries_dropped_missing_images"):
         out.append(f"\n{checks['queries_dropped_missing_images']} queries were left out of the export whole "
                    "because an image of their pool was missing (stage `export` above).\n")
+    if sources is not None and sources.height:
+        out.append("## Image sources and licenses\n")
+        out.append(f"Images of the exported pairs by source collection and license (columns "
+                   f"`{col('original_dataset_name')}` and `{col('license')}`; each image keeps its own license):\n\n"
+                   + md_table(sources.with_columns(pl.col("license").fill_null("(not recorded)")), max_rows=50))
+        unknown = int(sources.filter(pl.col("license").is_null())["images"].sum())
+        if unknown:
+            out.append(f"\n{unknown} image(s) have no recorded license: check the rights map before publishing.\n")
     if costs is not None:
         out.append("## API costs\n")
         if costs.height:
@@ -193,10 +234,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             desc = f"Boolean facet `{canonical}`."
         else:
             desc = COLUMN_DOCS.get(canonical, "Image metadata from metadata.jsonl.")
-        dtype = feat.dtype if hasattr(feat, "dtype") else type(feat).__name__
-        if isinstance(feat, dict):
-            dtype = "struct"
-        docs.append((f"`{f_name}`", str(dtype), desc))
+        docs.append((f"`{f_name}`", feature_type(feat), desc))
     out.append(md_table(pl.DataFrame(docs, schema=["column", "type", "description"], orient="row"), max_rows=500))
     out.append("\n## Files\n")
     out.append(

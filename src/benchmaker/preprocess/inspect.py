@@ -206,10 +206,6 @@ def inspect_file(path: str, image_id: str, settings: InspectSettings) -> Accepte
         image_id=image_id, mime_type=mime, width=width, height=height, file_size=size, sha256=sha256,
         phash=phash, format_mismatch=mismatch, decode_error=decode_error, phash_error=phash_error,
     )
-    return Accepted(
-        image_id=image_id, mime_type=mime, width=width, height=height, file_size=size, sha256=sha256,
-        phash=phash, format_mismatch=mismatch, decode_error=decode_error,
-    )
 
 
 _TRANSPOSE = {

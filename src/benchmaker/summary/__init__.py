@@ -206,6 +206,10 @@ def run(
     return numbers
 
 
+def _num(v: Any) -> str:
+    return "n/a" if v is None else f"{v:g}"
+
+
 def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm) -> None:
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
@@ -225,14 +229,22 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
         Section("Relevance", images=["relevance_overview.png"], table=t["relevance_overview"],
                 files=["relevance_overview.csv"]),
         Section("Positives per query",
-                text=(f"{n['queries_without_positives']} queries have no positive pair; such a query scores 0 "
-                      "recall for every system and should be repaired or removed."),
-                images=["positives_per_query.png"], table=t["queries_without_positives"],
+                text=(f"{n['queries_without_positives']} of {n['queries']} queries have no positive pair (listed "
+                      "below); such a query scores 0 recall for every system and should be repaired or removed."
+                      if n["queries_without_positives"] else
+                      f"Every one of the {n['queries']} queries has at least one positive pair "
+                      f"(min {ppq['min']}, median {_num(ppq['median'])}, max {ppq['max']})."),
+                images=["positives_per_query.png"],
+                table=t["queries_without_positives"] if n["queries_without_positives"] else None,
                 files=["query_relevancy_stats.csv", "queries_without_positives.csv"]),
         Section("Candidate pools and difficulty", images=["pool_mix.png", "difficulty_distribution.png"],
                 table=t["pool_mix"], files=["pool_mix.csv", "difficulty_distribution.csv"]),
-        Section("Plan shortfalls", images=["plan_shortfalls.png"], table=t["plan_shortfalls"],
-                files=["plan_shortfalls.csv"]),
+        Section("Plan shortfalls",
+                text=("Pools the planner could not fill to their quota, by general cause (the per-query "
+                      "detail is in query_plan.jsonl, column shortfall)."
+                      if t["plan_shortfalls"].height else ""),
+                images=["plan_shortfalls.png"], table=t["plan_shortfalls"],
+                files=["plan_shortfalls.csv"], empty="Every pool of every query was filled to its quota."),
         Section("clip_score by relevance", images=["clip_score_analysis.png"],
                 table=t["clip_score_stats_by_relevance"],
                 files=["clip_score_stats_by_relevance.csv", "clip_score_overall_stats.csv",
@@ -246,13 +258,23 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
         Section("Facets", images=["facet_distributions.png"] + [f"relevance_by_{f}.png" for f in fm.names],
                 table=t["facet_distribution"], files=["facet_distribution.csv", "relevance_by_facet.csv",
                                                       "top_tags.csv"], max_rows=60),
-        Section("Losses and quarantine", images=["losses.png"], table=t["losses_by_stage"],
-                files=["losses_by_stage.csv", "quarantine_by_reason.csv"]),
+        Section("Losses and quarantine",
+                text=(f"{n['quarantine_total']} file(s) quarantined by preprocess: "
+                      + ", ".join(f"{r} {c}" for r, c in n["quarantine"].items()) + " (details in quarantine.jsonl)."
+                      if n["quarantine_total"] else "No file was quarantined by preprocess."),
+                images=["losses.png"], table=t["losses_by_stage"],
+                files=["losses_by_stage.csv", "quarantine_by_reason.csv"],
+                empty="No stage lost an image, query or pair."),
         Section("Query texts", images=["query_text_length_distribution.png"], files=["query_text_length.csv"]),
     ]
     if n["costs"] is not None:
-        sections.append(Section("API costs", text=f"Total USD {n['costs']['cost_usd']:.4f}",
-                                table=t["cost_summary"], files=["cost_summary.csv"]))
+        c = n["costs"]
+        sections.append(Section(
+            "API costs",
+            text=(f"Total USD {c['cost_usd']:.4f} over {c['requests']} request(s), {c['cached_requests']} of them "
+                  "answered from the response cache (no cost in this run)." if c["requests"] else ""),
+            table=t["cost_summary"], files=["cost_summary.csv"],
+            empty="No API request was recorded: the vision and judge adapters of this run are offline."))
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
     write_report(out, title, meta.get("description") or "", sections)

@@ -8,6 +8,7 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
+from ..formats import POOLS as POOL_ORDER
 from ..io import atomic_path
 
 __all__ = ["save", "relevance_overview", "positives_per_query", "facet_distributions", "relevance_by_facet",
@@ -16,6 +17,18 @@ __all__ = ["save", "relevance_overview", "positives_per_query", "facet_distribut
 
 alt.data_transformers.disable_max_rows()  # every chart gets pre-aggregated data
 NOTE = "#888888"
+COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # counts: no 0.5-query ticks
+FLAT = alt.Axis(labelAngle=0, labelLimit=160)  # category labels written horizontally
+# relevance labels: 0 (not relevant) grey, positives in distinct colours (binary 0/1, graded 0..3)
+REL_COLORS = {0: "#9e9e9e", 1: "#4c78a8", 2: "#f58518", 3: "#54a24b"}
+
+
+def _rel_color(labels, title: str = "relevance label") -> alt.Color:
+    """A categorical colour per relevance label present (the same colours in every chart)."""
+    present = sorted({int(v) for v in labels if v is not None})
+    extra = ["#e45756", "#72b7b2", "#b279a2", "#ff9da6"]
+    rng = [REL_COLORS.get(v, extra[i % len(extra)]) for i, v in enumerate(present)]
+    return alt.Color("relevance_label:O", title=title, scale=alt.Scale(domain=present, range=rng))
 
 
 def save(chart: alt.TopLevelMixin, path: Path, scale_factor: float) -> Path:
@@ -33,18 +46,22 @@ def _empty(title: str) -> alt.Chart:
 def relevance_overview(overview: pl.DataFrame, pools: pl.DataFrame) -> alt.TopLevelMixin:
     if not overview.height:
         return _empty("Relevance overview")
-    base = alt.Chart(overview).encode(x=alt.X("relevance_label:O", title="relevance label"))
-    bars = base.mark_bar().encode(y=alt.Y("pairs:Q", title="pairs"),
-                                  color=alt.Color("relevance_label:O", legend=None),
+    base = alt.Chart(overview).encode(x=alt.X("relevance_label:O", title="relevance label", axis=FLAT))
+    bars = base.mark_bar().encode(y=alt.Y("pairs:Q", title="pairs", axis=alt.Axis(**COUNT_AXIS)),
+                                  color=_rel_color(overview["relevance_label"]).legend(None),
                                   tooltip=["relevance_label", "pairs", "share"])
     text = base.mark_text(dy=-6).encode(y="pairs:Q", text=alt.Text("share:Q", format=".1%"))
     left = (bars + text).properties(title="Pairs per relevance label", width=220, height=240)
-    pools = pools.filter(pl.col("judged_pairs") > 0)
-    right = alt.Chart(pools).mark_bar().encode(
-        x=alt.X("pool:N", sort=pools["pool"].to_list(), title="candidate pool"),
-        y=alt.Y("relevance_rate:Q", title="share relevant", axis=alt.Axis(format="%")),
-        tooltip=["pool", "judged_pairs", "positives", "relevance_rate"],
-    ).properties(title="Share relevant by candidate pool", width=260, height=240)
+    pools = pools.filter(pl.col("judged_pairs") > 0).with_columns(
+        pl.format("{} of {}", "positives", "judged_pairs").alias("label"))
+    pbase = alt.Chart(pools).encode(
+        x=alt.X("pool:N", sort=pools["pool"].to_list(), title="candidate pool", axis=FLAT),
+        y=alt.Y("relevance_rate:Q", title="share relevant", axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1])),
+    )
+    right = (pbase.mark_bar().encode(tooltip=["pool", "judged_pairs", "positives", "relevance_rate"])
+             + pbase.mark_text(dy=-6).encode(text="label:N")
+             ).properties(title="Share relevant by candidate pool (positives of judged)", width=300, height=240)
     return alt.hconcat(left, right)
 
 
@@ -56,8 +73,8 @@ def positives_per_query(queries: pl.DataFrame) -> alt.TopLevelMixin:
                             .otherwise(pl.lit("has positives")).alias("status")))
     n0 = int(queries["no_positives"].sum())
     return alt.Chart(counts).mark_bar().encode(
-        x=alt.X("positives:O", title="positive pairs in the query's pool"),
-        y=alt.Y("queries:Q", title="queries"),
+        x=alt.X("positives:O", title="positive pairs in the query's pool", axis=FLAT),
+        y=alt.Y("queries:Q", title="queries", axis=alt.Axis(**COUNT_AXIS)),
         color=alt.Color("status:N", scale=alt.Scale(domain=["has positives", "no positive (flagged)"],
                                                     range=["#4c78a8", "#e45756"]), title=None),
         tooltip=["positives", "queries"],
@@ -72,7 +89,7 @@ def facet_distributions(dist: pl.DataFrame) -> alt.TopLevelMixin:
         sub = dist.filter(pl.col("facet") == facet)
         charts.append(alt.Chart(sub).mark_bar().encode(
             y=alt.Y("value:N", sort=sub["value"].to_list(), title=None),
-            x=alt.X("images:Q", title="images"),
+            x=alt.X("images:Q", title="images", axis=alt.Axis(**COUNT_AXIS)),
             tooltip=["value", "images", "share"],
         ).properties(title=f"{facet} ({sub['type'][0]})", width=220, height=alt.Step(14)))
     rows = [alt.hconcat(*charts[i:i + 3]) for i in range(0, len(charts), 3)]
@@ -83,27 +100,34 @@ def relevance_by_facet(rel: pl.DataFrame, facet: str) -> alt.TopLevelMixin:
     sub = rel.filter(pl.col("facet") == facet)
     if not sub.height:
         return _empty(f"Relevance by {facet}")
-    return alt.Chart(sub).mark_bar().encode(
+    sub = sub.with_columns(pl.format("{} of {} pairs", "positives", "pairs").alias("label"))
+    base = alt.Chart(sub).encode(
         y=alt.Y("value:N", sort="-x", title=facet),
-        x=alt.X("relevance_rate:Q", title="share of pairs relevant", axis=alt.Axis(format="%")),
-        tooltip=["value", "pairs", "positives", "relevance_rate"],
-    ).properties(title=f"Share of relevant pairs by {facet} of the image", width=320, height=alt.Step(16))
+        x=alt.X("relevance_rate:Q", title="share of pairs relevant", axis=alt.Axis(format="%", tickCount=5),
+                scale=alt.Scale(domain=[0, 1])),
+    )
+    bars = base.mark_bar().encode(tooltip=["value", "pairs", "positives", "relevance_rate"])
+    text = base.mark_text(align="left", dx=4, color="#444").encode(text="label:N")
+    return (bars + text).properties(title=f"Share of relevant pairs by {facet} of the image", width=360,
+                                    height=alt.Step(18))
 
 
 def clip_analysis(hist: pl.DataFrame, by_rel: pl.DataFrame) -> alt.TopLevelMixin:
     if not hist.height:
         return _empty("clip_score by relevance (no scores)")
-    h = alt.Chart(hist).mark_bar(opacity=0.6, binSpacing=0).encode(
+    color = _rel_color(hist["relevance_label"], "relevance")
+    h = alt.Chart(hist).mark_bar(binSpacing=0).encode(
         x=alt.X("bin_start:Q", bin="binned", title="clip_score (cosine)"),
         x2="bin_end:Q",
-        y=alt.Y("pairs:Q", stack=None, title="pairs"),
-        color=alt.Color("relevance_label:O", title="relevance"),
+        y=alt.Y("pairs:Q", stack="zero", title="pairs (stacked by label)", axis=alt.Axis(**COUNT_AXIS)),
+        color=color,
+        order=alt.Order("relevance_label:O"),
         tooltip=["bin_start", "bin_end", "relevance_label", "pairs"],
     ).properties(title="clip_score histogram by relevance label", width=360, height=240)
-    box = by_rel.rename({"Relevance Label": "label"}).filter(pl.col("Count") > 0)
-    b = alt.Chart(box).encode(y=alt.Y("label:O", title="relevance label"))
+    box = by_rel.rename({"Relevance Label": "relevance_label"}).filter(pl.col("Count") > 0)
+    b = alt.Chart(box).encode(y=alt.Y("relevance_label:O", title="relevance label"))
     whisk = b.mark_rule().encode(x=alt.X("Min:Q", title="clip_score", scale=alt.Scale(zero=False)), x2="Max:Q")
-    iqr = b.mark_bar(size=14).encode(x="P25:Q", x2="P75:Q", color=alt.Color("label:O", title="relevance"))
+    iqr = b.mark_bar(size=14).encode(x="P25:Q", x2="P75:Q", color=color)
     med = b.mark_tick(color="black", size=14).encode(x="Median:Q")
     right = (whisk + iqr + med).properties(title="clip_score quartiles (min to max) by label", width=300,
                                            height=alt.Step(30))
@@ -117,7 +141,7 @@ def clip_ranking_by_query(per_query: pl.DataFrame, overall: pl.DataFrame) -> alt
     long = per_query.select("query_id", "ndcg@10", "mrr").unpivot(index="query_id", variable_name="metric")
     return alt.Chart(long).mark_bar().encode(
         x=alt.X("value:Q", bin=alt.Bin(maxbins=20, extent=[0, 1]), title="per-query value"),
-        y=alt.Y("count():Q", title="queries"),
+        y=alt.Y("count():Q", title="queries", axis=alt.Axis(**COUNT_AXIS)),
         column=alt.Column("metric:N", title=None),
     ).properties(
         title=(f"Ranking each pool by clip_score: mean nDCG@10 {vals.get('ndcg@10', 0):.3f}, "
@@ -127,13 +151,15 @@ def clip_ranking_by_query(per_query: pl.DataFrame, overall: pl.DataFrame) -> alt
 def pool_mix(pools: pl.DataFrame) -> alt.TopLevelMixin:
     if not pools.height:
         return _empty("Pool mix")
-    long = pools.select("pool", "planned_candidates", "judged_pairs").unpivot(
+    names = ["planned candidates", "judged pairs"]
+    long = pools.select("pool", pl.col("planned_candidates").alias(names[0]),
+                        pl.col("judged_pairs").alias(names[1])).unpivot(
         index="pool", variable_name="count", value_name="n")
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("pool:N", sort=pools["pool"].to_list(), title="candidate pool"),
-        xOffset="count:N",
-        y=alt.Y("n:Q", title="candidates / pairs"),
-        color=alt.Color("count:N", title=None),
+        x=alt.X("pool:N", sort=pools["pool"].to_list(), title="candidate pool", axis=FLAT),
+        xOffset=alt.XOffset("count:N", sort=names),
+        y=alt.Y("n:Q", title="candidates / pairs", axis=alt.Axis(**COUNT_AXIS)),
+        color=alt.Color("count:N", title=None, sort=names),
         tooltip=["pool", "count", "n"],
     ).properties(title="Pool mix: candidates planned and pairs judged", width=360, height=240)
 
@@ -142,9 +168,10 @@ def shortfalls(short: pl.DataFrame) -> alt.TopLevelMixin:
     if not short.height:
         return _empty("Plan shortfalls: none")
     return alt.Chart(short).mark_bar().encode(
-        x=alt.X("pool:N", title="pool"),
-        y=alt.Y("missing:Q", title="candidates missing"),
-        color=alt.Color("reason:N"),
+        x=alt.X("pool:N", title="pool", axis=FLAT),
+        y=alt.Y("missing:Q", title="candidates missing (all queries)", axis=alt.Axis(**COUNT_AXIS)),
+        color=alt.Color("reason:N", title="cause", legend=alt.Legend(orient="bottom", direction="vertical",
+                                                                     labelLimit=600)),
         tooltip=["pool", "reason", "queries", "wanted", "got", "missing"],
     ).properties(title="Plan shortfalls: candidates wanted but not found", width=320, height=220)
 
@@ -153,14 +180,14 @@ def losses(loss: pl.DataFrame, quarantine: pl.DataFrame) -> alt.TopLevelMixin:
     parts = []
     if loss.height:
         parts.append(alt.Chart(loss).mark_bar().encode(
-            y=alt.Y("stage:N", title="stage"), x=alt.X("count:Q", title="items lost"),
+            y=alt.Y("stage:N", title="stage"), x=alt.X("count:Q", title="items lost", axis=alt.Axis(**COUNT_AXIS)),
             color=alt.Color("reason:N"), tooltip=["stage", "item_type", "reason", "count"],
         ).properties(title="Losses by stage and reason", width=320, height=alt.Step(22)))
     else:
         parts.append(_empty("Losses by stage: none"))
     if quarantine.height:
         parts.append(alt.Chart(quarantine).mark_bar(color="#e45756").encode(
-            y=alt.Y("reason:N", title="reason"), x=alt.X("files:Q", title="files"),
+            y=alt.Y("reason:N", title="reason"), x=alt.X("files:Q", title="files", axis=alt.Axis(**COUNT_AXIS)),
             tooltip=["reason", "files"],
         ).properties(title="Quarantined files by reason", width=260, height=alt.Step(22)))
     else:
@@ -168,13 +195,26 @@ def losses(loss: pl.DataFrame, quarantine: pl.DataFrame) -> alt.TopLevelMixin:
     return alt.hconcat(*parts).resolve_scale(color="independent")
 
 
+def _numeric_order(values: pl.Series) -> list[str]:
+    """Category strings in numeric order where they are integers ("2" before "10"), the rest after."""
+    def key(v: str):
+        try:
+            return (0, int(v), v)
+        except (TypeError, ValueError):
+            return (1, 0, str(v))
+    return sorted(values.unique().to_list(), key=key)
+
+
 def difficulty(dist: pl.DataFrame) -> alt.TopLevelMixin:
     if not dist.height:
         return _empty("Query difficulty: not in the plan")
     return alt.Chart(dist).mark_bar().encode(
-        x=alt.X("value:N", title=None), y=alt.Y("queries:Q"), column=alt.Column("field:N", title=None),
+        x=alt.X("value:N", title="candidates from this pool", axis=FLAT, sort=_numeric_order(dist["value"])),
+        y=alt.Y("queries:Q", axis=alt.Axis(**COUNT_AXIS)),
+        column=alt.Column("field:N", title=None, sort=list(POOL_ORDER)),
         tooltip=["field", "value", "queries"],
-    ).resolve_scale(x="independent").properties(title="Query difficulty (from the plan)", width=200, height=200)
+    ).resolve_scale(x="independent").properties(
+        title="Query difficulty: how many candidates each query got from each pool", width=160, height=180)
 
 
 def query_length(lengths: pl.DataFrame) -> alt.TopLevelMixin:
@@ -182,5 +222,6 @@ def query_length(lengths: pl.DataFrame) -> alt.TopLevelMixin:
         return _empty("Query text length")
     counts = lengths.group_by("words").len("queries").sort("words")
     return alt.Chart(counts).mark_bar().encode(
-        x=alt.X("words:O", title="words in the query text"), y=alt.Y("queries:Q"),
+        x=alt.X("words:O", title="words in the query text", axis=FLAT),
+        y=alt.Y("queries:Q", axis=alt.Axis(**COUNT_AXIS)),
     ).properties(title="Query text length", width=360, height=200)

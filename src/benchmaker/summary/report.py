@@ -21,6 +21,7 @@ class Section:
     table: pl.DataFrame | None = None
     files: list[str] = field(default_factory=list)
     max_rows: int = 30
+    empty: str = ""  # said instead of the table when it has no rows (a header-only table says nothing)
 
 
 def _fmt(v) -> str:
@@ -72,9 +73,12 @@ def write_report(out_dir: Path, title: str, intro: str, sections: list[Section])
         for img in s.images:
             md.append(f"![{s.title}]({img})\n")
             body.append(f'<img src="{html.escape(img)}" alt="{html.escape(s.title)}">')
-        if s.table is not None and s.table.width:
+        if s.table is not None and s.table.width and (s.table.height or not s.empty):
             md.append(md_table(s.table, s.max_rows))
             body.append(_html_table(s.table, s.max_rows))
+        elif s.table is not None and s.empty:
+            md.append(s.empty + "\n")
+            body.append(f"<p>{html.escape(s.empty)}</p>")
         if s.files:
             md.append("Files: " + ", ".join(f"[{f}]({f})" for f in s.files) + "\n")
             body.append('<p class=files>Files: ' + ", ".join(

@@ -17,7 +17,7 @@ __all__ = [
     "relevance_overview", "query_stats", "facet_distribution", "relevance_by_facet", "clip_stats_by_relevance",
     "clip_overall_stats", "clip_histogram", "clip_by_query", "pool_mix", "shortfalls", "difficulty_distribution",
     "loss_counts", "quarantine_counts", "top_tags", "cost_summary", "clip_ranking", "dataset_summary_stats",
-    "query_length_stats",
+    "query_length_stats", "shortfall_cause",
 ]
 
 POS = pl.col("relevance_label") > 0
@@ -175,8 +175,18 @@ def pool_mix(scored: pl.DataFrame, plan: pl.DataFrame) -> pl.DataFrame:
             .select("pool", "planned_candidates", "judged_pairs", "positives", "relevance_rate", "mean_clip_score"))
 
 
+def shortfall_cause(reason: pl.Expr) -> pl.Expr:
+    """The general cause of a shortfall: the planner's reason up to its first ': ' (the rest is per-query
+    search detail such as 'searched 4 images ...', which would make every query a group of its own)."""
+    return reason.str.split_exact(": ", 1).struct.field("field_0")
+
+
 def shortfalls(plan: pl.DataFrame) -> pl.DataFrame:
-    """Plan shortfalls per pool and reason: queries affected, candidates wanted, got and missing."""
+    """Plan shortfalls per pool and cause: queries affected, candidates wanted, got and missing.
+
+    ``reason`` is the general cause (see :func:`shortfall_cause`); the full per-query text stays in
+    query_plan.jsonl.
+    """
     schema = {"pool": pl.String, "reason": pl.String, "queries": pl.Int64, "wanted": pl.Int64, "got": pl.Int64,
               "missing": pl.Int64}
     if not plan.height:
@@ -184,7 +194,8 @@ def shortfalls(plan: pl.DataFrame) -> pl.DataFrame:
     ex = plan.select("query_id", "shortfall").explode("shortfall").drop_nulls("shortfall")
     if not ex.height:
         return pl.DataFrame(schema=schema)
-    return (ex.unnest("shortfall").group_by("pool", "reason")
+    return (ex.unnest("shortfall").with_columns(shortfall_cause(pl.col("reason")).alias("reason"))
+            .group_by("pool", "reason")
             .agg(pl.col("query_id").n_unique().cast(pl.Int64).alias("queries"), pl.col("wanted").sum(),
                  pl.col("got").sum())
             .with_columns((pl.col("wanted") - pl.col("got")).alias("missing"))
