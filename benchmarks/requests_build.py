@@ -1,14 +1,27 @@
-"""Build and parse N vision requests through the real code paths; print time and peak memory.
+"""Build, submit and collect N vision requests through the real rule entry points; print time and
+peak memory per phase.
 
-    python benchmarks/requests_build.py                 # N = 25,000, 50,000, 100,000 (one process each)
+    python benchmarks/requests_build.py                 # N = 25,000, 50,000, 100,000
     python benchmarks/requests_build.py --n 100000      # one size
+    python benchmarks/requests_build.py --no-cache      # collect without response-cache writes
 
-build: ``providers.batch.build_requests`` over a synthetic images table (150-tag vocabulary, 4
-taxonomy facets, url transport so that no image file is needed), streaming requests.jsonl and the
-manifest to disk. parse: the per-line work of ``collect`` over N Batch API output lines (custom_id
-decoding, response parsing, strict-schema validation, cost rows streamed to a file, annotation rows
-spilled and read back in order with polars). Peak memory is the
-process's max RSS, measured per phase in a fresh process.
+Each phase runs in a fresh process (so its peak RSS is its own) over one shared temporary folder:
+
+* **build**: ``vision.openai.build`` (the ``vision_build`` rule) reads a synthetic ``images.jsonl``
+  (150-tag vocabulary, 4 taxonomy facets, 3 booleans, url transport so that no image file is needed)
+  and streams ``requests.jsonl`` and the manifest, with an empty response cache.
+* **submit**: ``vision.openai.submit`` (the ``vision_submit`` rule): content-addressed chunk files
+  (50,000 requests / 190 MB each), journal, one upload + batch per chunk, against an in-process stub
+  client (no network; the stub only returns ids).
+* **collect**: ``vision.openai.collect`` (the ``vision_collect`` rule) against the same stub, whose
+  batches are completed and whose output files (N answers in the Batch API output format, written
+  before the clock starts) are already downloaded: custom_id decoding, response parsing,
+  strict-schema validation, response-cache writes (one file per answer), cost rows streamed to the
+  cost file, annotation rows spilled and read back in order, annotations + losses written.
+
+``seconds`` is the phase's own work (imports and the synthetic input excluded); ``peak_rss_mb``
+is the process's max RSS and ``base_rss_mb`` its RSS just before the phase started (imports,
+synthetic input): the difference is what the phase itself holds.
 """
 
 from __future__ import annotations
@@ -36,100 +49,201 @@ def facets() -> dict:
     }
 
 
-def images(n: int):
+SETTINGS = {"model": "gpt-5-mini", "mode": "batch", "image_transport": "url", "image_detail": "low",
+            "metadata_columns": ["site"], "max_attempts": 3, "poll_seconds": 0, "max_requests_per_batch": 50000,
+            "max_bytes_per_batch": 190_000_000}
+
+
+def write_images(n: int, path: Path) -> None:
     import polars as pl
 
-    ids = [f"collection/part{i % 97:02d}/image_{i:07d}.jpg" for i in range(n)]
-    return pl.DataFrame({"image_id": ids, "image_url": [f"https://img.example/{i}" for i in ids],
-                         "sha256": [f"{i:064x}" for i in range(n)], "width": [1024] * n, "height": [768] * n,
-                         "site": [f"site {i % 13}" for i in range(n)]})
+    from benchmaker.formats import write_table
+
+    i = pl.col("i")
+    df = pl.DataFrame({"i": pl.int_range(0, n, eager=True)}).select(
+        image_id=pl.format("collection/part{}/image_{}.jpg", (i % 97).cast(pl.String).str.zfill(2),
+                           i.cast(pl.String).str.zfill(7)),
+        mime_type=pl.lit("image/jpeg"), width=pl.lit(1024), height=pl.lit(768), file_size=pl.lit(1000),
+        sha256=i.cast(pl.String).str.zfill(64), phash=pl.lit(None, pl.String), license=pl.lit("CC0-1.0"),
+        doi=pl.lit(None, pl.String), original_dataset_name=pl.lit("bench"),
+        site=pl.format("site {}", (i % 13).cast(pl.String)),
+    ).with_columns(image_url="https://img.example/" + pl.col("image_id"))
+    write_table(df, "images", path)
 
 
-SETTINGS = {"model": "gpt-5-mini", "mode": "batch", "image_transport": "url", "image_detail": "low",
-            "metadata_columns": ["site"], "max_attempts": 3}
+class _Obj(dict):
+    def __getattr__(self, k):
+        return self[k]
+
+    def to_dict(self):
+        return dict(self)
 
 
-def phase_build(n: int, tmp: Path) -> None:
-    from benchmaker.formats import FacetModel
-    from benchmaker.providers import batch as pb
-    from benchmaker.providers.engine import Runner
-    from benchmaker.vision.openai import vision_items
+class StubClient:
+    """The few client calls submit and collect make, answered in process (no network)."""
 
-    fm = FacetModel.from_config(facets())
-    runner = Runner(stage="vision", item_type="image", settings=SETTINGS, cache_dir=None)
-    imgs = images(n)
+    def __init__(self, state: Path):
+        self.state = state
+        stub = self
+
+        class Files:
+            def create(self, file, purpose):
+                return _Obj(id=f"file-{file[0]}")
+
+            def list(self, purpose=None):
+                return iter(())
+
+        class Batches:
+            def create(self, **kw):
+                return _Obj(id="batch_" + kw["metadata"]["bm_chunk"][:16], status="validating", **kw)
+
+            def retrieve(self, bid):
+                return _Obj(id=bid, status="completed", output_file_id=f"out-{bid}", error_file_id=None,
+                            request_counts={"total": 1, "completed": 1, "failed": 0})
+
+            def list(self, limit=100):
+                return iter(())
+
+        self.files, self.batches, self._stub = Files(), Batches(), stub
+
+
+def _paths(tmp: Path) -> dict:
+    return {"images": str(tmp / "images.jsonl"), "requests": str(tmp / "requests.jsonl"),
+            "manifest": str(tmp / "manifest.jsonl"), "submitted": str(tmp / "submitted.json"),
+            "annotations": str(tmp / "annotations.jsonl"), "losses": str(tmp / "losses.jsonl"),
+            "costs": str(tmp / "costs.jsonl"), "state_dir": str(tmp / "state"), "cache_dir": str(tmp / "cache")}
+
+
+def phase_build(n: int, tmp: Path, cache: bool) -> dict:
+    from benchmaker.vision import openai as vo
+
+    p = _paths(tmp)
+    write_images(n, Path(p["images"]))
+    base = _rss_now()
     t = time.perf_counter()
-    counts = pb.build_requests(runner, vision_items(imgs, fm, SETTINGS, "/nonexistent"),
-                               requests=str(tmp / "requests.jsonl"), manifest=str(tmp / "manifest.jsonl"))
+    vo.build(images=p["images"], requests=p["requests"], manifest=p["manifest"], settings=SETTINGS,
+             facets=facets(), image_root="/nonexistent", columns={}, cache_dir=p["cache_dir"])
     dt = time.perf_counter() - t
-    size = (tmp / "requests.jsonl").stat().st_size
-    print(json.dumps({"phase": "build", "n": n, "seconds": round(dt, 2), "requests": counts["requests"],
-                      "mb_written": round(size / 1e6, 1), "peak_rss_mb": _rss()}))
+    size = Path(p["requests"]).stat().st_size
+    return {"seconds": round(dt, 2), "mb_written": round(size / 1e6, 1), "base_rss_mb": base}
 
 
-def phase_parse(n: int, tmp: Path) -> None:
-    from benchmaker.formats import FacetModel
-    from benchmaker.io import dumps, iter_jsonl
-    from benchmaker.providers import batch as pb
-    from benchmaker.providers.engine import Item, Runner
-    from benchmaker.providers.spec import ImageRef, RequestSpec, Text
-    from benchmaker.vision.openai import AnswerSpill
-    from benchmaker.vision.prompts import check_answer, vision_schema
+def phase_submit(n: int, tmp: Path, cache: bool) -> dict:
+    from benchmaker.providers import openai as oai
+    from benchmaker.vision import openai as vo
 
-    fm = FacetModel.from_config(facets())
-    schema = vision_schema(fm)
-    out = tmp / "output.jsonl"
-    tags = facets()["tags"]["vocabulary"]
-    with open(out, "w") as fh:   # what a Batch API output file looks like
-        for i in range(n):
-            ans = {"summary": f"image {i} shows something", "subject": f"subject_{i % 12}", "setting": "outdoor",
-                   "shot": "wide", "season": "winter", "person_present": False, "animal_present": True,
-                   "text_visible": False, "tags": tags[i % 100: i % 100 + 14],
-                   "confidence": {k: 0.8 for k in fm.names}}
-            body = {"status": "completed", "output": [{"type": "message", "content": [
-                {"type": "output_text", "text": json.dumps(ans)}]}],
-                "usage": {"input_tokens": 1500, "output_tokens": 300, "input_tokens_details": {"cached_tokens": 1024},
-                          "output_tokens_details": {"reasoning_tokens": 128}}}
-            fh.write(dumps({"id": f"r{i}", "custom_id": f"vision-{i}-a1",
-                            "response": {"status_code": 200, "body": body}, "error": None}) + "\n")
-    runner = Runner(stage="vision", item_type="image", settings=SETTINGS, cache_dir=None)
-    check = check_answer(fm)
+    p = _paths(tmp)
+    oai.make_client = lambda settings, timeout=120.0: StubClient(tmp)
+    base = _rss_now()
     t = time.perf_counter()
-    # exactly what vision collect does per output line: costs streamed to a file, answers spilled
-    spill = AnswerSpill(tmp / "answers.part.jsonl", fm, "openai:gpt-5-mini", [f"img{i}" for i in range(n)])
-    with open(tmp / "costs.jsonl", "w") as cost_fh:
-        runner.cost_sink = lambda row: cost_fh.write(dumps(row) + "\n")
-        for row in iter_jsonl(out):
-            idx, att = pb.parse_custom_id(row["custom_id"])
-            item = Item(f"img{idx}", RequestSpec("", (Text(""), ImageRef("0")), schema, "x"), check, key="k")
-            obj = runner.settle(item, pb._line_outcome(row, "responses"), attempt=att, mode="batch")
-            if obj is not None:
-                spill(idx, obj)
-    frame = spill.frame()
+    vo.submit(requests=p["requests"], submitted=p["submitted"], settings=SETTINGS, state_dir=p["state_dir"],
+              benchmark="bench", shard="00000")
     dt = time.perf_counter() - t
-    assert frame.height == n, frame.height
-    usd = runner.cost_total
-    print(json.dumps({"phase": "parse", "n": n, "seconds": round(dt, 2), "answers": frame.height,
-                      "cost_usd": round(usd, 2), "peak_rss_mb": _rss()}))
+    sub = json.loads(Path(p["submitted"]).read_text())
+    return {"seconds": round(dt, 2), "batches": len(sub["batches"]), "base_rss_mb": base}
 
 
-def _rss() -> float:
+def _write_outputs(tmp: Path, n: int) -> None:
+    """The Batch API output file of every submitted batch (as collect would download it)."""
+    from benchmaker.providers import batch as pb
+
+    p = _paths(tmp)
+    fm_tags = facets()["tags"]["vocabulary"]
+    names = ["subject", "setting", "shot", "season", "person_present", "animal_present", "text_visible"]
+    sub = json.loads(Path(p["submitted"]).read_text())
+    dl = Path(p["state_dir"]) / "downloads"
+    dl.mkdir(parents=True, exist_ok=True)
+    for b in sub["batches"]:
+        chunk = Path(p["state_dir"]) / "chunks" / f"{b['digest']}.jsonl"
+        with open(dl / f"{b['batch_id']}.output.jsonl", "w") as fh:
+            for cid in pb._chunk_ids(str(chunk)):
+                i = int(cid.split("-")[1])
+                ans = {"summary": f"image {i} shows something", "subject": f"subject_{i % 12}", "setting": "outdoor",
+                       "shot": "wide", "season": "winter", "person_present": False, "animal_present": True,
+                       "text_visible": False, "tags": fm_tags[i % 100: i % 100 + 14],
+                       "confidence": {k: 0.8 for k in names}}
+                body = {"id": f"resp_{i}", "object": "response", "status": "completed",
+                        "output": [{"type": "message", "content": [{"type": "output_text", "text": json.dumps(ans)}]}],
+                        "usage": {"input_tokens": 1500, "output_tokens": 300,
+                                  "input_tokens_details": {"cached_tokens": 1024},
+                                  "output_tokens_details": {"reasoning_tokens": 128}}}
+                fh.write(json.dumps({"id": f"batch_req_{i}", "custom_id": cid,
+                                     "response": {"status_code": 200, "request_id": "r", "body": body},
+                                     "error": None}) + "\n")
+
+
+def phase_collect(n: int, tmp: Path, cache: bool) -> dict:
+    from benchmaker.providers import openai as oai
+    from benchmaker.vision import openai as vo
+
+    p = _paths(tmp)
+    oai.make_client = lambda settings, timeout=120.0: StubClient(tmp)
+    _write_outputs(tmp, n)
+    base = _rss_now()
+    t = time.perf_counter()
+    vo.collect(images=p["images"], manifest=p["manifest"], submitted=p["submitted"], annotations=p["annotations"],
+               losses=p["losses"], costs=p["costs"], settings=SETTINGS, facets=facets(), image_root="/nonexistent",
+               columns={}, state_dir=p["state_dir"], benchmark="bench", shard="00000",
+               cache_dir=p["cache_dir"] if cache else None)
+    dt = time.perf_counter() - t
+    with open(p["annotations"]) as fh:
+        rows = sum(1 for _ in fh)
+    assert rows == n, (rows, n)
+    usd = 0.0
+    with open(p["costs"]) as fh:
+        for line in fh:
+            usd += json.loads(line)["cost_usd"]
+    return {"seconds": round(dt, 2), "annotations": rows, "cost_usd": round(usd, 2), "cache": cache,
+            "base_rss_mb": base}
+
+
+def _rss_now() -> float:
+    """RSS now; also resets the tracemalloc peak (called right before a phase's timed part)."""
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        tracemalloc.reset_peak()
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _peak() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+PHASES = {"build": phase_build, "submit": phase_submit, "collect": phase_collect}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=None)
-    ap.add_argument("--phase", choices=["build", "parse"], default=None)
+    ap.add_argument("--phase", choices=list(PHASES), default=None)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--no-cache", action="store_true", help="collect without writing the response cache")
+    ap.add_argument("--tracemalloc", action="store_true",
+                    help="also report the phase's peak Python-heap allocation (slower)")
     args = ap.parse_args()
     if args.phase:
-        with tempfile.TemporaryDirectory() as d:
-            (phase_build if args.phase == "build" else phase_parse)(args.n, Path(d))
+        if args.tracemalloc:
+            import tracemalloc
+
+            tracemalloc.start()
+        out = PHASES[args.phase](args.n, Path(args.dir), not args.no_cache)
+        extra = {}
+        if args.tracemalloc:
+            extra["py_heap_peak_mb"] = round(tracemalloc.get_traced_memory()[1] / 1e6, 1)
+        print(json.dumps({"phase": args.phase, "n": args.n, **out, "peak_rss_mb": _peak(), **extra}), flush=True)
         return
     for n in ([args.n] if args.n else [25_000, 50_000, 100_000]):
-        for phase in ("build", "parse"):
-            subprocess.run([sys.executable, __file__, "--n", str(n), "--phase", phase], check=True,
-                           env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
+        with tempfile.TemporaryDirectory(prefix="bm-bench-") as d:
+            for phase in PHASES:
+                cmd = [sys.executable, __file__, "--n", str(n), "--phase", phase, "--dir", d]
+                cmd += (["--no-cache"] if args.no_cache else []) + (["--tracemalloc"] if args.tracemalloc else [])
+                subprocess.run(cmd, check=True,
+                               env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
 
 
 if __name__ == "__main__":

@@ -214,3 +214,49 @@ def test_wait_false_then_cli_cancel(fake, tmp_path, tiny_corpus, capsys):
     ann, losses, _ = sh.results()
     assert ann.height == 3 and {r["reason"] for r in losses} == {"batch_cancelled"} and len(losses) == 3
     assert fake.count("POST", "/v1/batches") == 1
+
+
+def _spec_variants():
+    from benchmaker.providers.spec import ImageRef, LLMSettings, RequestSpec, Text
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["a"],
+              "properties": {"a": {"type": "string", "enum": ["ü", "\"q\"", "x\u2028y"]}}}
+    specs = [RequestSpec("sys ü \"quoted\"\n\t", (Text("hello {x}"), ImageRef("ab" * 32, path="/p/ü.jpg",
+                                                                             url="https://h/ü?a=\"1\""),
+                                                Text("\u0000 tail é")), schema, "name"),
+             RequestSpec("", (), schema, "n2")]
+    settings = [LLMSettings(), LLMSettings(model="gpt-4o", api="chat", temperature=0.3, base_url="http://x/v1",
+                                           image_transport="url", reasoning_effort=None),
+                LLMSettings(model="o4-mini", reasoning_effort="high", max_output_tokens=123, image_detail="high",
+                            image_transport="url")]
+    return specs, settings
+
+
+def test_fast_request_key_equals_its_definition():
+    """request_key hashes the static fields once per (settings, schema, system): it must stay equal to
+    the canonical definition, or every existing cache entry would be missed (and paid again)."""
+    from benchmaker.providers.spec import request_key, request_key_reference
+
+    specs, settings = _spec_variants()
+    keys = set()
+    for s in settings:
+        for spec in specs:
+            k = request_key(spec, s)
+            assert k == request_key_reference(spec, s)
+            keys.add(k)
+    assert len(keys) == len(specs) * len(settings)
+
+
+def test_batch_line_body_equals_render_body():
+    """The spliced request line (static body serialised once) is the same JSON as render_body."""
+    from benchmaker.providers.spec import render_body, render_line
+
+    specs, settings = _spec_variants()
+    for s in settings:
+        if s.image_transport != "url":
+            continue
+        for spec in specs:
+            line = render_line(spec, s, '{"custom_id":"v-1-a1","method":"POST","url":"/v1/x","body":')
+            assert line.endswith("}\n") and "\n" not in line[:-1]
+            row = json.loads(line)
+            assert row["custom_id"] == "v-1-a1" and row["body"] == render_body(spec, s)

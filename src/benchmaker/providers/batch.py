@@ -37,15 +37,16 @@ from ..logs import get_logger
 from ..losses import Losses
 from . import openai as oai
 from .engine import Item, Runner
+from .fastjson import dumps as fast_dumps, loads
 from .parse import Outcome, RETRYABLE, parse_body
-from .spec import render_line
+from .spec import RequestSpec, render_line
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
            "TERMINAL", "Journal", "ordered_map"]
 
 log = get_logger("providers.batch")
 TERMINAL = ("completed", "failed", "expired", "cancelled")
-_CID = re.compile(r'^\{"custom_id":"([^"]+)"')
+_CID = re.compile(rb'^\{"custom_id":"([^"]+)"')
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -103,6 +104,9 @@ def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, mani
         except Exception as exc:  # unreadable image
             return idx, it, False, None, f"{type(exc).__name__}: {exc}"
 
+    # threads help only where a request reads and encodes images (PIL releases the GIL); otherwise
+    # the work is pure Python and a pool only adds overhead
+    threads = threads if runner.llm.image_transport == "base64" else 1
     with atomic_path(requests) as req_tmp, atomic_path(manifest) as man_tmp, \
             open(req_tmp, "w", encoding="utf-8") as req_fh, open(man_tmp, "w", encoding="utf-8") as man_fh:
         for idx, it, cached, line, err in ordered_map(prep, enumerate(items), threads):
@@ -113,8 +117,8 @@ def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, mani
             if err is not None:
                 n_bad += 1
                 bad.append((it.item_id, err))
-            man_fh.write(dumps({"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached,
-                                "error": err}) + "\n")
+            man_fh.write(fast_dumps({"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached,
+                                     "error": err}) + "\n")
     log.info("%s build: %d items, %d answered by the cache, %d to send, %d unreadable",
              stage, n, n_cached, n - n_cached - n_bad, n_bad)
     return {"items": n, "cached": n_cached, "requests": n - n_cached - n_bad, "bad": n_bad}
@@ -320,53 +324,110 @@ def _line_outcome(row: dict, api: str) -> Outcome:
 
 
 def _chunk_ids(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as fh:
+    """The custom ids of a request chunk, read from each line's head (the lines are large)."""
+    with open(path, "rb") as fh:
         for line in fh:
             m = _CID.match(line)
             if m:
-                yield m.group(1)
+                yield m.group(1).decode("utf-8")
             elif line.strip():
-                yield json.loads(line)["custom_id"]
+                yield loads(line)["custom_id"]
 
 
-def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, submitted: str, state_dir: str,
-                    losses: Losses, metadata: Mapping[str, str], wait: bool = True,
-                    poll_seconds: float = 30.0,
+def _iter_rows(path: Path) -> Iterator[dict]:
+    """Rows of a downloaded output / error file, streamed (a bad line is an error with its number)."""
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield loads(line)
+            except ValueError:
+                raise ValueError(f"{path}:{lineno}: not valid JSON") from None
+
+
+class _Slim:
+    """What collect keeps per item: its id, its content key (32 bytes) and a reference to its schema
+    and check (shared objects: one per stage for vision): not the request itself. Full items are
+    made again only for the requests that are retried."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.keys = bytearray()
+        self.protos: list[tuple] = []
+
+    def add(self, it: Item) -> None:
+        self.ids.append(it.item_id)
+        self.keys += bytes.fromhex(it.key)
+        last = self.protos[-1] if self.protos else None
+        if last is not None and last[0] is it.spec.schema and last[1] is it.check:
+            self.protos.append(last)
+        else:
+            self.protos.append((it.spec.schema, it.check, it.spec.schema_name))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def key(self, i: int) -> str:
+        return self.keys[32 * i: 32 * i + 32].hex()
+
+    def item(self, i: int) -> Item:
+        schema, check, name = self.protos[i]
+        return Item(self.ids[i], RequestSpec(system="", parts=(), schema=schema, schema_name=name), check,
+                    key=self.key(i))
+
+
+def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterable[Item]], *, manifest: str,
+                    submitted: str, state_dir: str, losses: Losses, metadata: Mapping[str, str],
+                    wait: bool = True, poll_seconds: float = 30.0,
                     on_answer: Callable[[int, dict], None] | None = None) -> dict[str, dict]:
     """Wait, download, parse, retry failures as new batches; returns item_id -> answer.
 
-    With ``on_answer(index, answer)`` answers are handed over as they are validated and not kept
-    (flat memory for large shards); the returned dict is then empty."""
+    ``items`` is a sequence, or a function that returns a fresh iterable of the same items each time
+    it is called (they are then streamed, and made again only for retries). With
+    ``on_answer(index, answer)`` answers are handed over as they are validated and not kept (flat
+    memory for large shards); the returned dict is then empty."""
+    make_items: Callable[[], Iterable[Item]] = items if callable(items) else (lambda: iter(items))
     done: set[int] = set()
+    results: dict[str, dict] = {}
+    slim = _Slim()
 
     def keep(i: int, obj: dict) -> None:
         done.add(i)
         if on_answer is not None:
             on_answer(i, obj)
         else:
-            results[items[i].item_id] = obj
+            results[slim.ids[i]] = obj
 
     stage, sd = runner.stage, Path(state_dir)
-    runner.keyed(items)
-    man = list(iter_jsonl(manifest))
-    if len(man) != len(items) or any(m["key"] != items[m["i"]].key for m in man):
-        raise RuntimeError(f"{stage}: the inputs changed since the requests were built ({manifest}); "
+    changed = RuntimeError(f"{stage}: the inputs changed since the requests were built ({manifest}); "
                            "Snakemake should have rebuilt them: rerun the workflow")
-    results: dict[str, dict] = {}
-    attempts = [0] * len(items)
     last: dict[int, Outcome] = {}
     failed: set[int] = set()
-    for m in man:
-        i = m["i"]
-        if m.get("error"):
-            losses.add(runner.item_type, items[i].item_id, "bad_input", m["error"])
-        elif m["cached"]:
-            obj = runner.from_cache(items[i], "batch")
-            if obj is not None:
-                keep(i, obj)
-            else:
-                failed.add(i)
-                last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
+    cached_idx: list[int] = []
+    with open(manifest, "rb") as man_fh:
+        man_lines = (ln for ln in man_fh if ln.strip())
+        for i, it in enumerate(make_items()):
+            ln = next(man_lines, None)
+            runner.keyed([it])
+            m = loads(ln) if ln is not None else None
+            if m is None or m["i"] != i or m["key"] != it.key:
+                raise changed
+            slim.add(it)
+            if m.get("error"):
+                losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
+            elif m["cached"]:
+                cached_idx.append(i)
+        if next(man_lines, None) is not None:
+            raise changed
+    for i in cached_idx:
+        obj = runner.from_cache(slim.item(i), "batch")
+        if obj is not None:
+            keep(i, obj)
+        else:
+            failed.add(i)
+            last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
+    attempts = [0] * len(slim)
     sub = json.loads(Path(submitted).read_text())
     round_batches = [b["batch_id"] for b in sub["batches"]]
     round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
@@ -383,14 +444,14 @@ def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, sub
                 for path in (out, err):
                     if path is None:
                         continue
-                    for row in iter_jsonl(path):
+                    for row in _iter_rows(path):
                         i, att = parse_custom_id(row["custom_id"])
-                        if i in seen or i >= len(items):
+                        if i in seen or i >= len(slim):
                             continue
                         seen.add(i)
                         attempts[i] = max(attempts[i], att)
                         oc = _line_outcome(row, runner.llm.api)
-                        obj = runner.settle(items[i], oc, attempt=att, mode="batch")
+                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch")
                         if obj is not None:
                             keep(i, obj)
                             failed.discard(i)
@@ -414,7 +475,9 @@ def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, sub
                 break
             rnd += 1
             log.info("%s: round %d: retrying %d failed request(s) as a new batch", stage, rnd, len(retry))
-            lines = (_request_line(runner, stage, i, attempts[i] + 1, items[i]) for i in retry)
+            want = set(retry)
+            lines = (_request_line(runner, stage, i, attempts[i] + 1, it)
+                     for i, it in enumerate(make_items()) if i in want)
             batches = _submit_lines(runner, lines, sd, journal, rnd=rnd, metadata=metadata)
             round_batches = [b["batch_id"] for b in batches]
             round_chunks = {b["batch_id"]: b["path"] for b in batches}
@@ -424,7 +487,7 @@ def collect_results(runner: Runner, items: Sequence[Item], *, manifest: str, sub
         if i in done:
             continue
         oc = last[i]
-        losses.add(runner.item_type, items[i].item_id, oc.reason or "api_error", oc.detail, attempts=max(1, attempts[i]))
+        losses.add(runner.item_type, slim.ids[i], oc.reason or "api_error", oc.detail, attempts=max(1, attempts[i]))
     log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), len(failed - done),
              runner.cost_count, runner.cost_total)
     return results

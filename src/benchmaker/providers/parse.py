@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 from jsonschema import Draft202012Validator
 
 from .cost import Usage, usage_from_body
+from .fastjson import loads
 
 __all__ = ["Outcome", "parse_body", "validate_answer", "RETRYABLE"]
 
@@ -78,7 +79,7 @@ def parse_body(body: Mapping[str, Any] | None, api: str) -> Outcome:
     if text is None or not str(text).strip():
         return Outcome(False, usage=usage, reason="invalid_json", detail="empty answer", paid=paid)
     try:
-        obj = json.loads(text)
+        obj = loads(text)
     except json.JSONDecodeError as exc:
         return Outcome(False, text=text, usage=usage, reason="invalid_json",
                        detail=f"{exc.msg} at char {exc.pos}: {text[:200]!r}", paid=paid)

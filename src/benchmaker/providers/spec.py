@@ -14,6 +14,7 @@ the requests that will be sent pay for reading, downscaling and base64-encoding.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import re
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .cache import content_key
+from .fastjson import dumps as fast_dumps
 
 __all__ = ["ImageRef", "Text", "RequestSpec", "LLMSettings", "render_body", "request_key",
-           "render_line", "encode_image", "fill_metadata", "METADATA_RE", "estimate_input_tokens"]
+           "render_line", "request_key_reference", "encode_image", "fill_metadata", "METADATA_RE", "estimate_input_tokens"]
 
 METADATA_RE = re.compile(r"\{metadata\.([A-Za-z0-9_]+)\}")
 _NON_REASONING = ("gpt-4", "gpt-3.5", "chatgpt-")
@@ -152,8 +154,48 @@ def _schema_memo(schema: dict) -> tuple[str, str]:
     return e[1], e[2]
 
 
+def _j(x: Any) -> str:
+    """JSON exactly as :func:`content_key` writes a value (sorted keys, compact, unicode kept)."""
+    return json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+# (id(settings), id(schema), system) -> (settings, schema, sha256 of the text before the parts, text after)
+_KEY_MEMO: dict[tuple, tuple] = {}
+
+
+def _key_frame(spec: RequestSpec, s: LLMSettings) -> tuple[Any, bytes]:
+    """The constant text around ``parts`` in a request key's canonical JSON, hashed once per
+    (settings, schema, system prompt): only the small per-item parts are serialised per request."""
+    mk = (id(s), id(spec.schema), spec.schema_name, spec.system)
+    e = _KEY_MEMO.get(mk)
+    if e is None or e[0] is not s or e[1] is not spec.schema:
+        if len(_KEY_MEMO) > 1024:
+            _KEY_MEMO.clear()
+        # the keys of the canonical object, sorted: api, base_url, max_output_tokens, model, parts,
+        # reasoning, schema, schema_name, system, temperature, v
+        head = (f'{{"api":{_j(s.api)},"base_url":{_j(s.base_url or "")},'
+                f'"max_output_tokens":{_j(s.max_output_tokens)},"model":{_j(s.model)},"parts":')
+        tail = (f',"reasoning":{_j(s.reasoning_effort if s.sends_reasoning else None)},'
+                f'"schema":{_j(_schema_memo(spec.schema)[0])},"schema_name":{_j(spec.schema_name)},'
+                f'"system":{_j(spec.system)},"temperature":{_j(s.temperature)},"v":1}}')
+        e = _KEY_MEMO[mk] = (s, spec.schema, hashlib.sha256(head.encode("utf-8")), tail.encode("utf-8"))
+    return e[2], e[3]
+
+
 def request_key(spec: RequestSpec, s: LLMSettings) -> str:
-    """Content key of a request: model, server, sampling, prompts, schema, image digests."""
+    """Content key of a request: model, server, sampling, prompts, schema, image digests.
+
+    Equal to ``content_key({"v": 1, "api": …, "parts": […], …})`` (the canonical JSON of those
+    fields, see :func:`request_key_reference`), computed without re-serialising the static fields."""
+    h0, tail = _key_frame(spec, s)
+    h = h0.copy()
+    h.update(_j([_key_part(p, s) for p in spec.parts]).encode("utf-8"))
+    h.update(tail)
+    return h.hexdigest()
+
+
+def request_key_reference(spec: RequestSpec, s: LLMSettings) -> str:
+    """The definition of :func:`request_key` (slow; tests check that both agree)."""
     return content_key({
         "v": 1, "api": s.api, "base_url": s.base_url or "", "model": s.model,
         "max_output_tokens": s.max_output_tokens,
@@ -164,27 +206,63 @@ def request_key(spec: RequestSpec, s: LLMSettings) -> str:
 
 
 _SENTINEL = "\u0000schema\u0000"
+_CONTENT = "\u0000content\u0000"
+# (id(settings), id(schema), schema_name, system) -> (settings, schema, body text before / after the content)
+_LINE_MEMO: dict[tuple, tuple] = {}
+
+
+def _line_frame(spec: RequestSpec, s: LLMSettings) -> tuple[str | None, str | None]:
+    mk = (id(s), id(spec.schema), spec.schema_name, spec.system)
+    e = _LINE_MEMO.get(mk)
+    if e is None or e[0] is not s or e[1] is not spec.schema:
+        if len(_LINE_MEMO) > 1024:
+            _LINE_MEMO.clear()
+        from ..io import dumps
+
+        frame = RequestSpec(system=spec.system, parts=(), schema=spec.schema, schema_name=spec.schema_name)
+        text = dumps(render_body(frame, s, schema=_SENTINEL, content=_CONTENT))
+        sen, con = json.dumps(_SENTINEL), json.dumps(_CONTENT)
+        if text.count(sen) == 1 and text.count(con) == 1:     # (a prompt holding a sentinel: no frame)
+            before, after = text.replace(sen, _schema_memo(spec.schema)[1], 1).split(con, 1)
+            e = _LINE_MEMO[mk] = (s, spec.schema, before, after)
+        else:
+            e = _LINE_MEMO[mk] = (s, spec.schema, None, None)
+    return e[2], e[3]
 
 
 def render_line(spec: RequestSpec, s: LLMSettings, head: str) -> str:
-    """``head`` + the JSON body, with the (shared) schema serialised once per schema, not per request."""
+    """``head`` + the JSON body + ``}\n``: the static body (instructions, schema, settings) is
+    serialised once per (settings, schema, system prompt); per request only the user content is."""
     from ..io import dumps
 
-    body = render_body(spec, s, schema=_SENTINEL)
-    text = dumps(body)
-    return head + text.replace(json.dumps(_SENTINEL), _schema_memo(spec.schema)[1], 1) + "}\n"
+    before, after = _line_frame(spec, s)
+    if before is None:
+        return head + dumps(render_body(spec, s)) + "}\n"
+    return head + before + fast_dumps(_content(spec, s)) + after + "}\n"
 
 
-def render_body(spec: RequestSpec, s: LLMSettings, schema: Any = None) -> dict:
-    """The request body for ``s.api`` (reads and encodes images when the transport is base64)."""
-    schema = spec.schema if schema is None else schema
+def _content(spec: RequestSpec, s: LLMSettings) -> list[dict]:
+    content: list[dict] = []
     if s.api == "chat":
-        content: list[dict] = []
         for p in spec.parts:
             if isinstance(p, Text):
                 content.append({"type": "text", "text": p.text})
             else:
                 content.append({"type": "image_url", "image_url": {"url": _image_url(p, s), "detail": s.image_detail}})
+    else:
+        for p in spec.parts:
+            if isinstance(p, Text):
+                content.append({"type": "input_text", "text": p.text})
+            else:
+                content.append({"type": "input_image", "image_url": _image_url(p, s), "detail": s.image_detail})
+    return content
+
+
+def render_body(spec: RequestSpec, s: LLMSettings, schema: Any = None, content: Any = None) -> dict:
+    """The request body for ``s.api`` (reads and encodes images when the transport is base64)."""
+    schema = spec.schema if schema is None else schema
+    content = _content(spec, s) if content is None else content
+    if s.api == "chat":
         body: dict[str, Any] = {
             "model": s.model,
             "messages": [{"role": "system", "content": spec.system}, {"role": "user", "content": content}],
@@ -195,12 +273,6 @@ def render_body(spec: RequestSpec, s: LLMSettings, schema: Any = None) -> dict:
         if s.sends_reasoning:
             body["reasoning_effort"] = s.reasoning_effort
     else:
-        content = []
-        for p in spec.parts:
-            if isinstance(p, Text):
-                content.append({"type": "input_text", "text": p.text})
-            else:
-                content.append({"type": "input_image", "image_url": _image_url(p, s), "detail": s.image_detail})
         body = {
             "model": s.model,
             "instructions": spec.system,

@@ -7,19 +7,21 @@ Sync mode runs inside the plain ``vision`` rule (:class:`OpenAIAnnotator`); batc
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import polars as pl
 
 from ..formats import FacetModel, empty_table, read_table, write_table
-from ..io import atomic_path, dumps
+from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
 from ..providers.engine import Item, Runner
-from ..providers.spec import ImageRef
-from .prompts import check_answer, default_system_prompt, vision_schema, vision_spec
+from ..providers.fastjson import dumps as fast_dumps
+from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
+from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
 
 __all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs"]
 
@@ -27,18 +29,25 @@ log = get_logger("vision.openai")
 
 
 def _image_ref(row: Mapping[str, Any], image_root: str) -> ImageRef:
-    return ImageRef(sha256=row["sha256"], path=str(Path(image_root) / row["image_id"]), url=row.get("image_url"),
+    return ImageRef(sha256=row["sha256"], path=os.path.join(image_root, row["image_id"]), url=row.get("image_url"),
                     width=int(row.get("width") or 0), height=int(row.get("height") or 0))
 
 
 def vision_items(images: pl.DataFrame, fm: FacetModel, settings: Mapping[str, Any], image_root: str) -> Iterator[Item]:
+    """One item per image row, streamed. Everything shared (prompt templates, the schema object, the
+    check) is built once: the schema is then serialised and compiled once, not per request."""
     prompts = settings.get("prompts") or {}
+    meta_cols = list(settings.get("metadata_columns") or []) or None
     system = prompts.get("system") or default_system_prompt(fm)
+    user = prompts.get("user") or default_user_prompt(meta_cols)
     check = check_answer(fm)
-    schema = vision_schema(fm)  # one object shared by every request: serialised and compiled once
+    schema = vision_schema(fm)
+    root = str(image_root)
     for row in images.iter_rows(named=True):
-        yield Item(row["image_id"], vision_spec(row, _image_ref(row, image_root), fm, settings, system=system,
-                                                schema=schema), check)
+        yield Item(row["image_id"], RequestSpec(
+            system=fill_metadata(system, row, meta_cols), parts=(Text(fill_metadata(user, row, meta_cols)),
+                                                                 _image_ref(row, root)),
+            schema=schema, schema_name=SCHEMA_NAME), check)
 
 
 def answers_to_frame(answers: Mapping[str, dict], order: list[str], fm: FacetModel, annotator: str) -> pl.DataFrame:
@@ -100,7 +109,7 @@ class AnswerSpill:
         self._fh = open(self.path, "w", encoding="utf-8")
 
     def __call__(self, i: int, answer: Mapping[str, Any]) -> None:
-        self._fh.write(dumps({"__i": i, **answer_row(self.ids[i], answer, self.fm, self.annotator)}) + "\n")
+        self._fh.write(fast_dumps({"__i": i, **answer_row(self.ids[i], answer, self.fm, self.annotator)}) + "\n")
 
     def frame(self) -> pl.DataFrame:
         self._fh.close()
@@ -178,11 +187,12 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
     imgs = read_table("images", images, columns=columns)
     runner = _runner(settings, cache_dir)
     loss = Losses("vision")
-    items = list(vision_items(imgs, fm, settings, image_root))
+    # items are streamed (and made again only for retries): collect holds ids and keys, not requests
+    items = lambda: vision_items(imgs, fm, settings, image_root)  # noqa: E731
     spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"openai:{runner.llm.model}",
-                        [it.item_id for it in items])
+                        imgs["image_id"].to_list())
     with atomic_path(costs) as costs_tmp, open(costs_tmp, "w", encoding="utf-8") as cost_fh:
-        runner.cost_sink = lambda row: cost_fh.write(dumps(row) + "\n")   # streamed, not held
+        runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
         pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
                            losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
                            wait=bool(settings.get("wait", True)),
