@@ -314,3 +314,16 @@ def test_card_sources_examples_and_readable_types(exported):
     assert "PIL.Image" not in card and "| List |" not in card
     # preprocess is described as it is: duplicates are reported, not quarantined
     assert "duplicate files were quarantined" not in card
+
+
+def test_nothing_to_export_is_an_error_not_an_unloadable_dataset(tmp_path, tiny_corpus):
+    """All pairs lost: the export fails with the counts instead of writing a dataset `datasets` cannot load."""
+    from benchmaker.export import run as export_run
+
+    kw = build_inputs(tmp_path, tiny_corpus)
+    kw.pop("_truth")
+    Path(kw["scored"]).write_text("")
+    out = tmp_path / "hf_dataset"
+    with pytest.raises(ValueError, match=r"no \(query, image\) pair to export.*0 pair\(s\).*'vision': 1"):
+        export_run(dataset=str(out), settings={}, similarity={}, public_config={}, **kw)
+    assert not out.exists()

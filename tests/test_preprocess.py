@@ -481,3 +481,18 @@ def test_user_files_are_never_modified_and_nothing_prompts(tmp_path, corpus, mon
     assert res["quarantined"] >= 4  # the corpus' broken files, zero.jpg and the dangling link
     assert _snapshot(corpus) == before
     assert (meta.read_bytes(), rights.read_bytes(), meta.stat().st_mtime_ns, rights.stat().st_mtime_ns) == inputs_before
+
+
+def test_non_utf8_file_name_is_quarantined_not_fatal(tmp_path):
+    root = tmp_path / "imgs"
+    root.mkdir()
+    support.draw_image((0, 200, 0), "circle", 64, 0).save(root / "good.png")
+    raw = os.path.join(os.fsencode(root), b"bad\xff-name.png")
+    with open(raw, "wb") as fh:
+        fh.write((root / "good.png").read_bytes())
+    res = _run(tmp_path, root, n_shards=1)
+    assert read_table("images", res["out"] / "images.jsonl")["image_id"].to_list() == ["good.png"]
+    q = read_table("quarantine", res["out"] / "quarantine.jsonl")
+    assert q["reason"].to_list() == ["invalid_filename"]
+    assert q["path"][0].startswith("bad") and q["path"][0].endswith("-name.png")
+    json.dumps(q.to_dicts())  # the quarantine row itself is valid UTF-8 JSON

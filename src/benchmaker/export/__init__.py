@@ -182,8 +182,6 @@ def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_fil
             cache: dict[str, bytes] = {}
             reads = 0
             with pq.ParquetWriter(out_dir / name, schema, compression="zstd") as writer:
-                if chunk.height == 0:
-                    writer.write_table(schema.empty_table())
                 for g in range(math.ceil(chunk.height / ROW_GROUP)):
                     part = chunk.slice(g * ROW_GROUP, ROW_GROUP)
                     ids = part["image_id"].to_list()
@@ -288,6 +286,14 @@ def run(
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
                       losses=losses, costs=costs, columns=columns, facets=facets)
     rows, export_losses, checks = build_rows(inp, image_root)
+    if rows.height == 0:
+        # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)
+        lost = {s: int(c) for s, c in pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
+                .group_by("stage").len().sort("stage").iter_rows()}
+        raise ValueError(
+            f"export: no (query, image) pair to export: {scored} has {inp.scored.height} pair(s), "
+            f"{checks['queries_dropped_missing_images']} query(s) left out for missing image files; "
+            f"losses by stage: {lost or 'none'} (see the losses/ files and the summary)")
     disk_names = to_disk_names(rows.head(0), columns).columns
     if image_col in disk_names:
         raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
