@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol
 
 import polars as pl
 
+from ..adapters import load_adapter
 from ..formats import FacetModel
 from ..losses import Losses
 
@@ -37,8 +37,5 @@ ADAPTERS: dict[str, str] = {
 
 def get_judge(name: str, *, facets: FacetModel, settings: dict[str, Any], image_root: str,
               cache_dir: str | None, threads: int = 1) -> Judge:
-    if name not in ADAPTERS:
-        raise ValueError(f"judge.adapter: unknown adapter {name!r} (known: {', '.join(ADAPTERS)})")
-    module, _, cls = ADAPTERS[name].partition(":")
-    klass = getattr(importlib.import_module(module), cls)
-    return klass(facets=facets, settings=settings, image_root=image_root, cache_dir=cache_dir, threads=threads)
+    return load_adapter("judge", ADAPTERS, name, facets=facets, settings=settings, image_root=image_root,
+                        cache_dir=cache_dir, threads=threads)

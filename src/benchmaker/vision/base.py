@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol
 
 import polars as pl
 
+from ..adapters import load_adapter
 from ..formats import FacetModel
 from ..losses import Losses
 
@@ -36,8 +36,5 @@ ADAPTERS: dict[str, str] = {
 
 def get_annotator(name: str, *, facets: FacetModel, settings: dict[str, Any], image_root: str,
                   cache_dir: str | None, threads: int = 1) -> VisionAnnotator:
-    if name not in ADAPTERS:
-        raise ValueError(f"vision.adapter: unknown adapter {name!r} (known: {', '.join(ADAPTERS)})")
-    module, _, cls = ADAPTERS[name].partition(":")
-    klass = getattr(importlib.import_module(module), cls)
-    return klass(facets=facets, settings=settings, image_root=image_root, cache_dir=cache_dir, threads=threads)
+    return load_adapter("vision", ADAPTERS, name, facets=facets, settings=settings, image_root=image_root,
+                        cache_dir=cache_dir, threads=threads)
