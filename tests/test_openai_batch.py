@@ -260,3 +260,49 @@ def test_batch_line_body_equals_render_body():
             assert line.endswith("}\n") and "\n" not in line[:-1]
             row = json.loads(line)
             assert row["custom_id"] == "v-1-a1" and row["body"] == render_body(spec, s)
+
+
+def test_wait_false_submit_and_exit_then_a_later_run_collects(fake, tmp_path, tiny_corpus):
+    fake.steps = 3
+    sh = Shard(tmp_path, tiny_corpus, fake, wait=False, max_requests_per_batch=4)
+    sh.build()
+    sh.submit()
+    pending = 0
+    for _ in range(10):                                  # "run the workflow again later", until done
+        try:
+            sh.collect()
+            break
+        except pb.BatchPending:
+            pending += 1
+            assert not (tmp_path / "annotations.jsonl").exists()
+    assert pending >= 1
+    ann, losses, costs = sh.results()
+    assert ann.height == 6 and losses == [] and len(costs) == 6
+    assert fake.count("POST", "/v1/batches") == 2 and fake.count("POST", "/v1/files") == 2
+
+
+@pytest.mark.parametrize("event", ["intent", "file", "batch"])
+def test_interrupt_inside_a_retry_round_never_submits_twice(fake, tmp_path, tiny_corpus, monkeypatch, event):
+    fake.fail = lambda cid, body: "invalid_json" if pb.parse_custom_id(cid) == (0, 1) else None
+    sh = Shard(tmp_path, tiny_corpus, fake)
+    sh.build()
+    sh.submit()
+    real_write = pb.Journal.write
+
+    def interrupted(self, rec):
+        if rec.get("event") == event and any(r.get("event") == "round" and r.get("round") == 2
+                                             for r in self.records):
+            if event == "intent":
+                real_write(self, rec)        # recorded, the upload never happened
+            raise KeyboardInterrupt          # "file"/"batch": the API call happened, its record did not
+        real_write(self, rec)
+
+    monkeypatch.setattr(pb.Journal, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sh.collect()
+    monkeypatch.setattr(pb.Journal, "write", real_write)
+    sh.collect()
+    ann, losses, _ = sh.results()
+    assert ann.height == 6 and losses == []
+    assert fake.count("POST", "/v1/batches") == 2            # round 1 + one retry batch, never a third
+    assert fake.count("POST", "/v1/files") == 2

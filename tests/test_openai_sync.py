@@ -231,3 +231,17 @@ def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_
     assert fake.count("POST", "/v1/responses") == 4
     out = finalize(plan, judged, loss, judge_name=j.name)
     assert out.height == 0 and len(loss) == 2        # not reported twice
+
+
+def test_price_table_matches_exact_names_and_dated_snapshots_only():
+    from benchmaker.providers.cost import PRICES, PRICES_DATE
+
+    assert PRICES_DATE >= "2026"
+    assert price_for("gpt-5.4") == price_for("gpt-5.4-2026-03-05") and price_for("gpt-5.4").input == 2.50
+    assert price_for("gpt-5.4-mini-2026-03-17").output == 4.50
+    assert price_for("o3-pro").input == 20.0 and price_for("o3-2025-04-16").input == 2.0
+    # a model that merely looks like a listed one is unknown, never priced as its lookalike
+    for lookalike in ("gpt-5.3-codex", "gpt-5.4-turbo", "o3-deep-research", "gpt-4o-audio-preview"):
+        assert not price_for(lookalike).known, lookalike
+    for name, (p_in, p_cached, p_out) in PRICES.items():    # plausible: cached <= input < output
+        assert 0 < p_cached <= p_in < p_out, name

@@ -208,7 +208,8 @@ def _ensure_batch(client, journal: Journal, chunk: dict, *, api: str, completion
     file_id = st.get("file_id")
     if "intent" in st.get("events", []):
         # an earlier run stopped between intent and record: look before creating anything
-        found = oai.find_batch(client, {"bm_chunk": digest[:40], "benchmaker": md["benchmaker"]})
+        found = oai.find_batch(client, {k: md[k] for k in ("benchmaker", "bm_stage", "bm_shard", "bm_chunk")
+                                        if k in md})
         if found:
             journal.write({"event": "batch", "digest": digest, "batch_id": found["id"],
                            "file_id": found.get("input_file_id"), "found_by": "metadata"})
