@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -295,3 +296,157 @@ def test_run_writes_plan_and_losses(tmp_path):
     assert set(zip(lost["item_type"], lost["reason"])) == {("image", "seed_not_annotated"),
                                                            ("query", "no_annotated_seed")}
     assert set(lost["stage"]) == {"plan"}
+
+
+# ---- more hand-worked cases --------------------------------------------------------------------------
+
+def test_reuse_cap_hand_worked(tmp_path):
+    # max_image_reuse=1: query 1 is the hand-worked plan above; query 2 (same seed, honoured above the cap)
+    # finds every red image used or a duplicate of S, b1/g1 used, the fallback squares r4/r6 used; the easy
+    # pool then fills with the only unused non-duplicates, b2 and g3 (both J .14, by id).
+    df = plan_hand(tmp_path, {"max_image_reuse": 1}, seeds=(["S"], ["S"]))
+    q1, q2 = df.rows(named=True)
+    assert q1["candidate_image_ids"] == ["S", "r2", "r4", "r5", "r6", "r3", "b1", "g1", "g2"]
+    assert pools(q2) == [("S", "seed"), ("b2", "easy"), ("g3", "easy")]
+    assert not set(q1["candidate_image_ids"][1:]) & set(q2["candidate_image_ids"][1:])
+    short = {s["pool"]: s for s in q2["shortfall"]}
+    assert {p: (s["wanted"], s["got"]) for p, s in short.items()} == {
+        "positive": (2, 0), "neutral": (1, 0), "hard": (2, 0), "nearmiss": (2, 0)}
+    # red bucket: S itself, r2..r6 used once already, r1 (sha256) and r7 (pHash) duplicates of S
+    assert short["positive"]["reason"] == (
+        "too few core-matching images: searched 8 images in the matching buckets; excluded 1 already in the "
+        "query, 5 at the reuse cap, 2 duplicates of a seed, 0 over the diversity cap")
+    assert "4 at the reuse cap" in short["nearmiss"]["reason"]  # b1, g1 (color) and r4, r6 (fallback)
+
+
+def test_diversity_cap_hand_worked(tmp_path):
+    # one candidate per shape and pool: positives r2 (circle), r4 (square); r6, r3, r5 refused by the cap.
+    # near-miss b1 (circle) then g1 (circle) refused; easy g2 (square), then the fill skips the squares
+    # b2, g3 and takes g1 (circle).
+    row = plan_hand(tmp_path, {"diversity_facets": ["shape"], "diversity_cap": 1, "pos_total": 3}).row(0, named=True)
+    assert pools(row) == [("S", "seed"), ("r2", "positive"), ("r4", "positive"), ("r5", "neutral"),
+                          ("r6", "hard"), ("r3", "hard"), ("b1", "nearmiss"), ("g2", "easy"), ("g1", "easy")]
+    short = {s["pool"]: s for s in row["shortfall"]}
+    assert (short["positive"]["got"], short["nearmiss"]["got"]) == (2, 1)
+    assert "3 over the diversity cap" in short["positive"]["reason"]
+    assert "1 over the diversity cap" in short["nearmiss"]["reason"]
+
+
+def test_no_core_facets_hand_worked(tmp_path):
+    # upstream's FireBench setting (no core facets): upstream drew every negative at random. Here positives
+    # and hard negatives are ranked by tag overlap over the whole collection, and near-misses are the images
+    # one facet (any facet) away from the seed.
+    # J ranking without S, r1, r7 (duplicates): b1 .60, r2 .60, r4 .60, r6 .50, g1 .33, r3 .33, ...
+    # positive: b1, r2 (ties by id); neutral: r4 (only shape differs); hard: r6, g1 (id before r3);
+    # near-miss: one of color/shape/bright differs, the rest equal: b1, r4 (taken), r5 -> 1 of 2;
+    # easy: g2 (2 of 3 facets differ, J 0), padded with the lowest J left: b2 (.14, before g3).
+    df = plan_hand(tmp_path, {"core_facets": [], "off_facets": []})
+    row = df.row(0, named=True)
+    assert "profile" not in df.columns
+    assert pools(row) == [("S", "seed"), ("b1", "positive"), ("r2", "positive"), ("r4", "neutral"),
+                          ("r6", "hard"), ("g1", "hard"), ("r5", "nearmiss"), ("g2", "easy"), ("b2", "easy")]
+    reasons = {c["image_id"]: c["reason"] for c in row["candidates"]}
+    assert reasons["r5"].startswith("bright differs (true vs false)")
+    assert reasons["r6"] == "no core facets; jaccard=0.50"
+    assert [(s["pool"], s["wanted"], s["got"]) for s in row["shortfall"]] == [("nearmiss", 2, 1)]
+    assert row["shortfall"][0]["reason"].startswith("too few images with exactly one facet different")
+
+
+def test_single_image_and_identical_facets(tmp_path):
+    row = plan_hand(tmp_path, rows=HAND[:1]).row(0, named=True)
+    assert pools(row) == [("S", "seed")]
+    assert {s["pool"]: s["got"] for s in row["shortfall"]} == {
+        "positive": 0, "neutral": 0, "hard": 0, "nearmiss": 0, "easy": 0}
+    assert all(s["reason"] for s in row["shortfall"])
+    # every image has the seed's facets: no neutral/near-miss exists; positives and hard by J, and the
+    # easy pool pads the missing negatives with the lowest overlap left
+    same = [(r[0], "red", "circle", False, *r[4:]) for r in HAND]
+    row = plan_hand(tmp_path, rows=same).row(0, named=True)
+    # J: r2 .60, r4 .60, b1 .60, r6 .50, g1 .33, r3 .33, r5 .14, b2 .14, g3 .14, g2 0 (r1, r7 duplicates)
+    # easy quota 1 + 2 missing near-misses: g2 (J <= .1), then the lowest J left: b2, g3 (.14, by id)
+    assert pools(row) == [("S", "seed"), ("b1", "positive"), ("r2", "positive"), ("r4", "hard"), ("r6", "hard"),
+                          ("g2", "easy"), ("b2", "easy"), ("g3", "easy")]
+    assert [(s["pool"], s["got"]) for s in row["shortfall"]] == [("neutral", 0), ("nearmiss", 0)]
+
+
+def test_seeds_beyond_collection_and_unknown_seed_ids(tmp_path):
+    loss = Losses("plan")
+    df = plan_frames(ann_frame(HAND[:3]), img_frame(HAND[:3]), FM, {**BASE, "num_seeds": 5}, "hand", loss)
+    # 3 images -> 3 one-seed queries; 2 queries lost with a reason
+    assert df.height == 3
+    assert sorted(r["item_id"] for r in loss.rows) == ["hand_q0004", "hand_q0005"]
+    assert {r["reason"] for r in loss.rows} == {"no_seed_available"}
+    # a seeds file whose ids are all unknown plans nothing and says why
+    loss = Losses("plan")
+    sf = seeds_file(tmp_path, [{"seed_image_ids": ["nope", "nada"]}])
+    df = plan_frames(ann_frame(HAND), img_frame(HAND), FM, BASE, "hand", loss, seeds_file=sf)
+    assert df.height == 0 and set(df.columns) >= {"query_id", "candidates", "shortfall"}
+    assert {(r["item_type"], r["reason"]) for r in loss.rows} == {("image", "seed_not_annotated"),
+                                                                 ("query", "no_annotated_seed")}
+
+
+def test_boolean_core_facet_hand_worked(tmp_path):
+    # core = bright (boolean), off = bright; seed r5 (red circle bright, tags a x y z). Bright images: r5, r6, g1.
+    # positives: r6 (J {a}/{a,b,x,y,z} = .20), g1 (J 0 ... but the only other bright one); hard: none left.
+    row = plan_hand(tmp_path, {"core_facets": ["bright"], "off_facets": ["bright"]}, seeds=(["r5"],)).row(0, named=True)
+    assert row["profile"] == {"bright": True}
+    assert [c for c, p in pools(row) if p == "positive"] == ["r6", "g1"]
+    assert row["difficulty"]["hard"] == 0 and row["difficulty"]["neutral"] == 0
+    assert {s["pool"] for s in row["shortfall"]} >= {"neutral", "hard"}
+    # near-miss: not bright, best J first: S/r1 .14 (a), r2, r3 .14, ... every one of them is not bright
+    bright = {r[0] for r in HAND if r[3]}
+    assert all(c not in bright for c, p in pools(row) if p == "nearmiss")
+
+
+def test_inverted_index_finds_best_overlap_outside_the_window():
+    # one big core bucket (300 red images with common tags) and one image sharing the seed's rare tags:
+    # with a window of 8 images, the rare-tag posting lists still bring it in as the first positive
+    rnd = random.Random(3)
+    common = [f"c{i}" for i in range(6)]
+    rows = [("seed", "red", "circle", False, "r1 r2 r3 c0", "h-seed", None),
+            ("best", "red", "circle", False, "r1 r2 r3 c1", "h-best", None)]
+    rows += [(f"x{i:03d}", "red", rnd.choice(["circle", "square"]), False, " ".join(rnd.sample(common, 3)),
+              f"h{i}", None) for i in range(300)]
+    for seed in range(5):
+        settings = {**BASE, "random_seed": seed, "pos_total": 3, "neg_hard": 3, "neg_total": 5,
+                    "neg_nearmiss": 1, "neg_easy": 1}
+        sf_rows = [{"seed_image_ids": ["seed"]}]
+        with tempfile.TemporaryDirectory() as d:
+            sf = seeds_file(Path(d), sf_rows)
+            df = plan_frames(ann_frame(rows), img_frame(rows), FM, settings, "ii", Losses("plan"),
+                             seeds_file=sf, sample_cap=8)
+        cands = df.row(0, named=True)["candidates"]
+        assert (cands[1]["image_id"], cands[1]["pool"]) == ("best", "positive")
+
+
+def test_deterministic_across_shards_and_file_order(tmp_path):
+    from benchmaker.merge import merge_annotations
+    rows = random_rows(120, seed=9)
+    ann, img = ann_frame(rows), img_frame(rows)
+    settings = {**PROPS, "num_seeds": 6}
+    img_p = tmp_path / "images.jsonl"
+    write_table(img.sample(fraction=1.0, shuffle=True, seed=1), "images", img_p, columns={})
+    outputs = []
+    for k, seed in ((1, 0), (3, 5), (7, 2)):
+        d = tmp_path / f"k{k}"
+        d.mkdir()
+        shuffled = ann.sample(fraction=1.0, shuffle=True, seed=seed)
+        parts = []
+        for i in range(k):  # shards of unequal sizes, each in its own order
+            part = d / f"ann_{i}.jsonl"
+            write_table(shuffled.gather_every(k, offset=i), "annotations", part, columns={}, facets=FM)
+            parts.append(str(part))
+        lp = d / "loss_0.jsonl"
+        Losses("vision").write(lp)
+        merged = d / "annotations.jsonl"
+        merge_annotations(parts=parts[::-1], loss_parts=[str(lp)], annotations=str(merged),
+                          losses=str(d / "losses.jsonl"), facets=FACETS, columns={})
+        for src in (merged, Path(parts[0]) if k == 1 else None):
+            if src is None:
+                continue
+            out = d / f"plan_{src.stem}.jsonl"
+            run(annotations=str(src), images=str(img_p), plan=str(out), losses=str(d / "pl.jsonl"),
+                settings=settings, facets=FACETS, benchmark_name="det", columns={})
+            outputs.append(out.read_bytes())
+    assert len(outputs) == 4 and all(o == outputs[0] for o in outputs)
+    assert outputs[0].count(b"\n") == 6

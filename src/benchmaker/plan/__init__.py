@@ -44,7 +44,8 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
         raise ValueError("plan.neg_total must equal neg_hard + neg_nearmiss + neg_easy")
     rng = np.random.default_rng(int(s["random_seed"]))
     t0 = time.perf_counter()
-    index = build_index(ann, images, facets, rng)
+    index = build_index(ann, images, facets, rng, postings_for=s["core_facets"], postings_min_bucket=sample_cap)
+    del ann, images  # the index holds what the planner needs
     n_fp = int(index.sha_ok.sum())
     if index.n and n_fp < index.n:
         log.warning("%d annotated images have no sha256/phash in images.jsonl; duplicate checks skip them",
@@ -75,6 +76,11 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
             planned.append(planner.plan(sq))
             bar.update(1)
     _report(planned)
+    cov = planner.coverage
+    log.info("core-bucket lookups: %d scored the whole bucket, %d a window plus every image sharing a seed tag "
+             "(exact ranking), %d a window plus the images carrying the seeds' rarest tags (window %d, "
+             "inverted-index budget %d)", cov["whole bucket"], cov["every image sharing a seed tag"],
+             cov["sampled"], planner.cap, planner.post_budget)
     return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]])
 
 
@@ -145,10 +151,12 @@ def run(
 ) -> None:
     fm = FacetModel.from_config(facets)
     # keep only what the planner needs, so the full tables can be freed early
-    ann = read_table("annotations", annotations, columns=columns, facets=fm).select(["image_id", "tags", *fm.names])
-    imgs = read_table("images", images, columns=columns).select("image_id", "sha256", "phash")
     loss = Losses("plan")
-    df = plan_frames(ann, imgs, fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns)
+    # read inside the call so that plan_frames holds the only references and can free the tables early
+    df = plan_frames(
+        read_table("annotations", annotations, columns=columns, facets=fm).select(["image_id", "tags", *fm.names]),
+        read_table("images", images, columns=columns).select("image_id", "sha256", "phash"),
+        fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns)
     n = write_table(df, "query_plan", plan, columns=columns)
     loss.write(losses)
     log.info("wrote %d planned queries to %s; %d losses", n, plan, len(loss))

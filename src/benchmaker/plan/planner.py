@@ -8,22 +8,26 @@ For each query, in query order, with one seeded RNG:
 * hard     = all core facets match, next Jaccard ranks (after positives and neutrals); when short,
              relaxed to the first k core facets, k = |core|-1 .. 1.
 * nearmiss = exactly one off facet differs, every other core/off facet matches; when short, images
-             that match the first core facet only.
+             that match the first core facet only. Off facets default to the core facets, and to every
+             facet when neither is configured (upstream then had no near-misses at all).
 * easy     = many facets differ and Jaccard <= easy_max_jaccard (random order); when short, low
              overlap only, then the lowest-overlap images left. Easy also pads negatives that the hard
              and near-miss pools could not supply, so a query has ``neg_total`` negatives if at all possible.
 
-Every lookup reads a bounded random *window* (``SAMPLE_CAP`` images) of one facet-key bucket, so the
-work per query does not grow with the collection. Exact (sha256) and near (pHash) duplicates of a
-seed, images already used by ``max_image_reuse`` queries and images already in the query are never
-candidates. Each pool keeps at most ``diversity_cap`` candidates per diversity-facet key.
+Bounded work per query: the core bucket is scored whole when it holds at most ``SAMPLE_CAP``
+images; a larger one contributes a random window of ``SAMPLE_CAP`` images plus, from the inverted
+index (``Index.postings``), the bucket's images that carry the seeds' rarest tags (up to
+``SAMPLE_CAP`` more), so the best-overlap candidates are found without scoring the whole bucket.
+Near-miss, relaxed-hard and easy lookups read bounded random windows. Exact (sha256) and near (pHash)
+duplicates of a seed, images already used by ``max_image_reuse`` queries and images already in the
+query are never candidates. Each pool keeps at most ``diversity_cap`` candidates per diversity-facet key.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -32,7 +36,9 @@ from .seeds import SeedQuery
 
 __all__ = ["Planner", "PlannedQuery", "SAMPLE_CAP", "DEFAULTS"]
 
-SAMPLE_CAP = 512  # images read from the core bucket per lookup (near-miss/easy lookups read less)
+SAMPLE_CAP = 2048  # random images of the core bucket scored per query (the whole bucket when smaller);
+#                   as many again come from the inverted index, and 2x as many are shared by the near-miss lookups
+FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
 DEFAULTS: dict[str, Any] = {
     "num_seeds": 100, "seeds_per_query": 1, "core_facets": [], "off_facets": [], "diversity_facets": [],
@@ -53,16 +59,54 @@ class PlannedQuery:
 
 @dataclass
 class _Stats:
-    seen: int = 0
-    reused: int = 0
-    dups: int = 0
-    taken: int = 0
+    """What one pool searched (for the shortfall reason) and how many picks the diversity cap refused."""
+
+    searched: list[np.ndarray] = field(default_factory=list)
     divcap: int = 0
 
-    def text(self) -> str:
-        return (f"searched {self.seen} images in the matching buckets; excluded {self.taken} already in the "
-                f"query, {self.reused} at the reuse cap, {self.dups} duplicates of a seed, "
-                f"{self.divcap} over the diversity cap")
+
+class _Lookup:
+    """The candidates of one lookup, visited best first: tag Jaccard descending, then image id.
+
+    Only the best-ranked part is sorted and checked for eligibility (``FIRST_CHUNK`` candidates, then
+    four times more each time a pool needs more), so a large lookup costs one vectorized Jaccard pass
+    plus a partial sort. Eligibility (reuse cap, duplicates of a seed) is fixed per query once
+    checked: the only thing that changes while pools are filled is which images are in the query,
+    and ``Planner._pick`` checks that itself.
+    """
+
+    def __init__(self, planner: "Planner", idx: np.ndarray, j: np.ndarray, seeds: np.ndarray, st: _Stats):
+        self.p, self.idx, self.j, self.seeds = planner, idx, j, seeds
+        self.rest = np.arange(idx.size)
+        self.chunks: list[np.ndarray] = []
+        self.size = FIRST_CHUNK
+        st.searched.append(idx)
+
+    def _more(self) -> bool:
+        rest = self.rest
+        if rest.size == 0:
+            return False
+        if rest.size <= self.size:
+            take, self.rest = rest, rest[:0]
+        else:
+            jr = self.j[rest]
+            cut = np.partition(jr, rest.size - self.size)[rest.size - self.size]
+            top = jr >= cut  # every tie of the cut value goes in, so the order never depends on chunking
+            take, self.rest = rest[top], rest[~top]
+            self.size *= 4
+        take = take[np.lexsort((self.idx[take], -self.j[take]))]
+        self.chunks.append(take[self.p._ok(self.idx[take], self.seeds)])
+        return True
+
+    def order(self, pred: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[int]:
+        """Positions into ``idx`` of eligible candidates, best first; ``pred`` filters (vectorized)."""
+        i = 0
+        while i < len(self.chunks) or self._more():
+            c = self.chunks[i]
+            i += 1
+            if pred is not None and c.size:
+                c = c[pred(c)]
+            yield from c.tolist()
 
 
 class Planner:
@@ -74,18 +118,24 @@ class Planner:
         self.rng = rng
         self.cap = int(sample_cap)
         col = index.col
+        nf = len(index.facet_names)
         self.core = [col(f) for f in s["core_facets"]]
-        self.off = [col(f) for f in (s["off_facets"] or s["core_facets"])]
+        # off facets as upstream (off_facets or core_facets); with neither configured, every facet, so that
+        # near-misses still mean "one facet away from the seed" instead of nothing (upstream: all random)
+        self.off = [col(f) for f in (s["off_facets"] or s["core_facets"])] or list(range(nf))
+        self.off_default_all = not (s["off_facets"] or s["core_facets"])
         self.div = [col(f) for f in s["diversity_facets"]]
         self.both = list(dict.fromkeys(self.core + self.off))  # core ∪ off, core first
-        self.noncore = [j for j in range(len(index.facet_names)) if j not in self.core]
-        self.easy_cols = self.both if len(self.both) >= 2 else list(range(len(index.facet_names)))
-        self.cap_near = max(64, self.cap // max(1, len(self.off)))
-        self.cap_easy = max(64, self.cap // 2)
+        self.noncore = [j for j in range(nf) if j not in self.core]
+        self.easy_cols = self.both if len(self.both) >= 2 else list(range(nf))
+        self.cap_near = max(64, (2 * self.cap) // max(1, len(self.off)))
+        self.cap_easy = max(64, min(512, self.cap // 2))
+        self.post_budget = self.cap
         ne = len(self.easy_cols)
         self.easy_min = min(ne, max(2, math.ceil(ne / 2))) if ne else 0
         self.usage = np.zeros(index.n, dtype=np.int32)
         self.in_query = np.zeros(index.n, dtype=bool)
+        self.coverage = {"whole bucket": 0, "every image sharing a seed tag": 0, "sampled": 0}
         if self.div:
             self.div_key = index.buckets(self.div)  # reuse mixed-radix key
             self.div_codes = (index.codes[:, self.div].astype(np.int64) * self.div_key.radix).sum(axis=1)
@@ -110,38 +160,46 @@ class Planner:
             w = np.concatenate([w, members[: size - w.size]])
         return w
 
-    def _eligible(self, idx: np.ndarray, seeds: np.ndarray, st: _Stats) -> np.ndarray:
-        st.seen += int(idx.size)
-        if idx.size == 0:
-            return idx
-        taken = self.in_query[idx]
-        reused = (self.usage[idx] >= self.s["max_image_reuse"]) & ~taken
-        dup = np.zeros(idx.size, dtype=bool)
+    def _dup(self, idx: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        """Exact (sha256) or near (pHash) duplicates of any seed."""
         ix = self.ix
+        dup = np.zeros(idx.size, dtype=bool)
         for sd in seeds:
             if ix.sha_ok[sd]:
                 dup |= ix.sha_ok[idx] & (ix.sha_code[idx] == ix.sha_code[sd])
             if ix.phash_ok[sd]:
                 dist = np.bitwise_count(ix.phash[idx] ^ ix.phash[sd])
                 dup |= ix.phash_ok[idx] & (dist <= self.s["phash_max_distance"])
-        dup &= ~taken
-        st.taken += int(taken.sum())
-        st.reused += int(reused.sum())
-        st.dups += int((dup & ~reused).sum())
-        return idx[~(taken | reused | dup)]
+        return dup
 
-    @staticmethod
-    def _rank(idx: np.ndarray, j: np.ndarray) -> np.ndarray:
-        order = np.lexsort((idx, -j))  # Jaccard desc, then image id
-        return order
+    def _ok(self, idx: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        """Eligible: not in the query, not at the reuse cap, not a duplicate of a seed."""
+        if idx.size == 0:
+            return np.zeros(0, dtype=bool)
+        bad = self.in_query[idx] | (self.usage[idx] >= self.s["max_image_reuse"])
+        return ~(bad | self._dup(idx, seeds))
 
-    def _pick(self, q: PlannedQuery, idx: np.ndarray, order: np.ndarray, quota: int, pool: str,
+    def _explain(self, st: _Stats, seeds: np.ndarray) -> str:
+        """Why the images a pool searched could not fill it (counted when the shortfall is recorded)."""
+        idx = np.unique(np.concatenate(st.searched)) if st.searched else np.zeros(0, np.int64)
+        taken = self.in_query[idx]
+        reused = (self.usage[idx] >= self.s["max_image_reuse"]) & ~taken
+        dups = self._dup(idx, seeds) & ~taken & ~reused
+        return (f"searched {idx.size} images in the matching buckets; excluded {int(taken.sum())} already in the "
+                f"query, {int(reused.sum())} at the reuse cap, {int(dups.sum())} duplicates of a seed, "
+                f"{st.divcap} over the diversity cap")
+
+    def _lookup(self, idx: np.ndarray, seeds: np.ndarray, seed_set, st: _Stats) -> tuple[_Lookup, np.ndarray]:
+        j = self.ix.jaccard(idx, seed_set)
+        return _Lookup(self, idx, j, seeds, st), j
+
+    def _pick(self, q: PlannedQuery, idx: np.ndarray, order: Iterable[int], quota: int, pool: str,
               reason: Callable[[int], str], st: _Stats, divcount: dict[int, int]) -> int:
         got = 0
+        if quota <= 0:
+            return 0
         cap = self.s["diversity_cap"]
         for k in order:
-            if got >= quota:
-                break
             i = int(idx[k])
             if self.in_query[i]:
                 continue
@@ -155,17 +213,45 @@ class Planner:
             self.usage[i] += 1
             q.picks.append((i, pool, reason(int(k))))
             got += 1
+            if got >= quota:
+                break
         return got
 
-    def _short(self, q: PlannedQuery, pool: str, wanted: int, got: int, why: str) -> None:
+    def _short(self, q: PlannedQuery, pool: str, wanted: int, got: int, why: Callable[[], str] | str) -> None:
         if got < wanted:
-            q.shortfall.append({"pool": pool, "wanted": int(wanted), "got": int(got), "reason": why})
+            text = why() if callable(why) else why
+            q.shortfall.append({"pool": pool, "wanted": int(wanted), "got": int(got), "reason": text})
 
     def _fname(self, j: int) -> str:
         return self.ix.facet_names[j]
 
     def _fval(self, j: int, code: int) -> str:
         return self.ix.values[j][code]
+
+    def _core_candidates(self, prof: np.ndarray, seed_set) -> np.ndarray:
+        """The core bucket when it fits ``cap``; else a random window of ``cap`` of it plus, within
+        ``post_budget``, the bucket's images carrying the seeds' rarest tags (inverted index)."""
+        ix = self.ix
+        b = ix.buckets(self.core)
+        members = b.get(prof)
+        if members.size <= self.cap:
+            self.coverage["whole bucket"] += 1
+            return members
+        lists = ix.postings(self.core).lists(b.key_of(prof), ix.seed_tag_codes(seed_set))
+        parts = [self._window(members)]
+        budget = self.post_budget
+        complete = True
+        for t in np.argsort([lst.size for lst in lists], kind="stable").tolist():  # rarest tag first
+            lst = lists[t]
+            if lst.size > budget:
+                complete = False
+                parts.append(lst[:budget])  # a prefix of the fixed random order: a random subset
+                break
+            parts.append(lst)
+            budget -= lst.size
+        self.coverage["every image sharing a seed tag" if complete else "sampled"] += 1
+        c = np.sort(np.concatenate(parts))
+        return c[np.append(True, c[1:] != c[:-1])]
 
     # ---- one query ---------------------------------------------------------------------------
     def plan(self, sq: SeedQuery) -> PlannedQuery:
@@ -189,58 +275,57 @@ class Planner:
 
     def _pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> None:
         ix, s = self.ix, self.s
-        jac = lambda idx: ix.jaccard(idx, seed_set)  # noqa: E731
 
         # positive, neutral, hard: the core bucket
         st_core = _Stats()
-        cand = self._eligible(self._window(ix.buckets(self.core).get(prof)), seeds, st_core)
-        j = jac(cand)
-        order = self._rank(cand, j)
+        cand = self._core_candidates(prof, seed_set)
+        look, j = self._lookup(cand, seeds, seed_set, st_core)
         ncore = len(self.core)
         core_txt = f"core match ({ncore}/{ncore})" if ncore else "no core facets"
+        why_core = lambda: self._explain(st_core, seeds)  # noqa: E731
 
         dc: dict[int, int] = {}
-        got = self._pick(q, cand, order, s["pos_total"], "positive",
+        got = self._pick(q, cand, look.order(), s["pos_total"], "positive",
                          lambda k: f"{core_txt}; jaccard={j[k]:.2f}", st_core, dc)
-        self._short(q, "positive", s["pos_total"], got, "too few core-matching images: " + st_core.text())
+        self._short(q, "positive", s["pos_total"], got, lambda: "too few core-matching images: " + why_core())
 
         dc = {}
-        if self.noncore and cand.size:
-            diff = ix.codes[cand][:, self.noncore] != prof[self.noncore]
-            one = diff.sum(axis=1) == 1
-            which = np.argmax(diff, axis=1)
-            sub = order[one[order]]
-            nc = self.noncore
-            got = self._pick(
-                q, cand, sub, s["neutral_total"], "neutral",
-                lambda k: (f"{core_txt}, {self._fname(nc[which[k]])}="
-                           f"{self._fval(nc[which[k]], ix.codes[cand[k], nc[which[k]]])} differs; jaccard={j[k]:.2f}"),
-                _Stats(), dc)
-            why = "too few core-matching images with exactly one other facet different: " + st_core.text()
+        nc = self.noncore
+        if nc:
+            def one_off(ks: np.ndarray) -> np.ndarray:
+                return (ix.codes[cand[ks]][:, nc] != prof[nc]).sum(axis=1) == 1
+
+            def why_neutral(k: int) -> str:
+                f = next(f for f in nc if ix.codes[cand[k], f] != prof[f])
+                return f"{core_txt}, {self._fname(f)}={self._fval(f, ix.codes[cand[k], f])} differs; jaccard={j[k]:.2f}"
+
+            got = self._pick(q, cand, look.order(one_off), s["neutral_total"], "neutral", why_neutral, st_core, dc)
+            why = lambda: ("too few core-matching images with exactly one other facet different: "  # noqa: E731
+                           + why_core())
         else:
-            got = 0
-            why = "no non-core facets to differ" if not self.noncore else "no core-matching images left"
+            got, why = 0, "no non-core facets to differ"
         self._short(q, "neutral", s["neutral_total"], got, why)
 
         dc = {}
-        got_hard = self._pick(q, cand, order, s["neg_hard"], "hard",
+        got_hard = self._pick(q, cand, look.order(), s["neg_hard"], "hard",
                               lambda k: f"{core_txt}; jaccard={j[k]:.2f}", st_core, dc)
         level = ncore
         for k_core in range(ncore - 1, 0, -1):
             if got_hard >= s["neg_hard"]:
                 break
             level = k_core
-            c2 = self._eligible(self._window(ix.buckets(self.core[:k_core]).get(prof)), seeds, st_core)
-            j2 = jac(c2)
+            c2 = self._window(ix.buckets(self.core[:k_core]).get(prof))
+            l2, j2 = self._lookup(c2, seeds, seed_set, st_core)
             names = ",".join(self._fname(f) for f in self.core[:k_core])
-            got_hard += self._pick(q, c2, self._rank(c2, j2), s["neg_hard"] - got_hard, "hard",
+            got_hard += self._pick(q, c2, l2.order(), s["neg_hard"] - got_hard, "hard",
                                    lambda k, j2=j2, kc=k_core, nm=names:
                                    f"relaxed to {kc}/{ncore} core facets ({nm}); jaccard={j2[k]:.2f}",
                                    st_core, dc)
         relaxed = f" even after relaxing to {level}/{ncore} core facets" if level < ncore else ""
-        self._short(q, "hard", s["neg_hard"], got_hard, f"too few core-matching images{relaxed}: " + st_core.text())
+        self._short(q, "hard", s["neg_hard"], got_hard,
+                    lambda: f"too few core-matching images{relaxed}: " + why_core())
 
-        # near-miss: exactly one off facet differs
+        # near-miss: exactly one off facet differs (every facet when neither off nor core facets are set)
         st_near = _Stats()
         dc = {}
         got_near = 0
@@ -248,37 +333,40 @@ class Planner:
             parts, facet_of = [], []
             for f in self.off:
                 others = [c for c in self.both if c != f]
-                w = self._eligible(self._window(ix.buckets(others).get(prof), self.cap_near), seeds, st_near)
+                w = self._window(ix.buckets(others).get(prof), self.cap_near)
                 w = w[ix.codes[w, f] != prof[f]]
                 parts.append(w)
                 facet_of.append(np.full(w.size, f, dtype=np.int64))
-            c3 = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-            f3 = np.concatenate(facet_of) if facet_of else np.zeros(0, np.int64)
-            j3 = jac(c3)
+            c3, f3 = np.concatenate(parts), np.concatenate(facet_of)
+            l3, j3 = self._lookup(c3, seeds, seed_set, st_near)
             got_near = self._pick(
-                q, c3, self._rank(c3, j3), s["neg_nearmiss"], "nearmiss",
+                q, c3, l3.order(), s["neg_nearmiss"], "nearmiss",
                 lambda k: (f"{self._fname(f3[k])} differs ({self._fval(f3[k], ix.codes[c3[k], f3[k]])} vs "
                            f"{self._fval(f3[k], prof[f3[k]])}); jaccard={j3[k]:.2f}"),
                 st_near, dc)
             if got_near < s["neg_nearmiss"] and self.core:
                 f0 = self.core[0]
-                c4 = self._eligible(self._window(ix.buckets([f0]).get(prof), self.cap_near), seeds, st_near)
+                c4 = self._window(ix.buckets([f0]).get(prof), self.cap_near)
                 c4 = c4[(ix.codes[c4][:, self.both] != prof[self.both]).any(axis=1)] if c4.size else c4
-                j4 = jac(c4)
-                got_near += self._pick(q, c4, self._rank(c4, j4), s["neg_nearmiss"] - got_near, "nearmiss",
+                l4, j4 = self._lookup(c4, seeds, seed_set, st_near)
+                got_near += self._pick(q, c4, l4.order(), s["neg_nearmiss"] - got_near, "nearmiss",
                                        lambda k: f"relaxed: matches {self._fname(f0)} only; jaccard={j4[k]:.2f}",
                                        st_near, dc)
-            why = "too few images with exactly one off facet different: " + st_near.text()
+            scope = "facet" if self.off_default_all else "off facet"
+            why = lambda: (f"too few images with exactly one {scope} different: "  # noqa: E731
+                           + self._explain(st_near, seeds))
         else:
-            why = "no off or core facets configured"
+            why = "no facets configured"
         self._short(q, "nearmiss", s["neg_nearmiss"], got_near, why)
 
         # easy (+ padding of the negatives the other pools could not supply)
         quota = s["neg_easy"] + (s["neg_hard"] - got_hard) + (s["neg_nearmiss"] - got_near)
         st_easy = _Stats()
         dc = {}
-        c5 = self._eligible(self._window(ix.global_order, self.cap_easy), seeds, st_easy)
-        j5 = jac(c5)
+        c5 = self._window(ix.global_order, self.cap_easy)
+        st_easy.searched.append(c5)
+        c5 = c5[self._ok(c5, seeds)]
+        j5 = ix.jaccard(c5, seed_set)
         if self.easy_cols:
             nd = (ix.codes[c5][:, self.easy_cols] != prof[self.easy_cols]).sum(axis=1)
         else:
@@ -301,8 +389,8 @@ class Planner:
         for tier, order5 in tiers:
             if got_easy >= quota:
                 break
-            got_easy += self._pick(q, c5, order5, quota - got_easy, "easy",
+            got_easy += self._pick(q, c5, order5.tolist(), quota - got_easy, "easy",
                                    lambda kk, t=tier: why_easy(kk, t), st_easy, dc)
-        easy_wanted = s["neg_easy"]
-        easy_for_easy = min(got_easy, easy_wanted)
-        self._short(q, "easy", easy_wanted, easy_for_easy, "too few eligible images left: " + st_easy.text())
+        easy_for_easy = min(got_easy, s["neg_easy"])
+        self._short(q, "easy", s["neg_easy"], easy_for_easy,
+                    lambda: "too few eligible images left: " + self._explain(st_easy, seeds))
