@@ -306,3 +306,24 @@ def test_interrupt_inside_a_retry_round_never_submits_twice(fake, tmp_path, tiny
     assert ann.height == 6 and losses == []
     assert fake.count("POST", "/v1/batches") == 2            # round 1 + one retry batch, never a third
     assert fake.count("POST", "/v1/files") == 2
+
+
+def test_empty_shard_and_unicode_ids(fake, tmp_path, tiny_corpus):
+    """An empty shard submits nothing and writes empty outputs; unicode ids survive the round trip."""
+    sh = Shard(tmp_path, tiny_corpus, fake, n=2)
+    df = images_frame(tiny_corpus, 2).with_columns(pl.Series("image_id", ["ünï/cødé 1.jpg", "日本/画像.jpg"]))
+    write_images(df.head(0), tmp_path / "images.jsonl")
+    sh.build()
+    sh.submit()
+    sh.collect()
+    ann, losses, costs = sh.results()
+    assert ann.height == 0 and losses == [] and costs == []
+    assert fake.count("POST", "/v1/batches") == 0 and fake.count("POST", "/v1/files") == 0
+    sh2 = Shard(tmp_path / "u", tiny_corpus, fake, n=2, image_transport="url")
+    write_images(df, tmp_path / "u" / "images.jsonl")
+    sh2.build()
+    sh2.submit()
+    sh2.collect()
+    ann, losses, costs = sh2.results()
+    assert sorted(ann["image_id"].to_list()) == sorted(df["image_id"].to_list()) and losses == []
+    assert {c["item_id"] for c in costs} == set(df["image_id"].to_list())

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -434,6 +435,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
     journal = Journal(sd / "journal.jsonl")
     rnd = 1
+    stack = contextlib.ExitStack()
+    stack.enter_context(runner.cache.background())      # cache files written by threads, overlapped
     try:
         while True:
             info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
@@ -484,6 +487,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             round_chunks = {b["batch_id"]: b["path"] for b in batches}
     finally:
         journal.close()
+        stack.close()                                   # every cache entry is written before we go on
     for i in sorted(failed):
         if i in done:
             continue

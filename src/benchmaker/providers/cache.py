@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .fastjson import dumpb, loads
 
@@ -34,6 +34,7 @@ class ResponseCache:
         self._root = str(self.dir) if self.dir is not None else ""
         self._made: set[str] = set()
         self._tag = f"{socket.gethostname()}.{os.getpid()}"
+        self._bg: Any = None
         self.hits = 0
         self.misses = 0
 
@@ -68,13 +69,19 @@ class ResponseCache:
         only, since a large collect writes one entry per answer."""
         if self.dir is None:
             return
+        if self._bg is not None:
+            self._bg(key, dumpb(record))
+            return
+        self._write(key, dumpb(record))
+
+    def _write(self, key: str, payload: bytes) -> None:
         sub = os.path.join(self._root, key[:2])
         if sub not in self._made:
             os.makedirs(sub, exist_ok=True)
             self._made.add(sub)
         final = os.path.join(sub, key + ".json")
         tmp = os.path.join(sub, f".{key}.{self._tag}.{threading.get_ident()}.tmp")
-        data = memoryview(dumpb(record))
+        data = memoryview(payload)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -87,3 +94,41 @@ class ResponseCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    @contextlib.contextmanager
+    def background(self, threads: int = 4, max_pending: int = 2048) -> Iterator[None]:
+        """Inside the block, :meth:`put` serialises the entry and leaves the file system calls to
+        ``threads`` writer threads (creating many small files is slow on some file systems; the calls
+        release the GIL, so they overlap with parsing and with each other). At most ``max_pending``
+        entries wait in memory. The block ends only when every entry is written; a failed write is
+        raised there."""
+        if self.dir is None or self._bg is not None:
+            yield
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        slots = threading.BoundedSemaphore(max_pending)
+        errors: list[BaseException] = []
+
+        def done(fut) -> None:
+            slots.release()
+            exc = fut.exception()
+            if exc is not None:
+                errors.append(exc)
+
+        ex = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="cache")
+
+        def submit(key: str, payload: bytes) -> None:
+            if errors:
+                raise errors[0]
+            slots.acquire()
+            ex.submit(self._write, key, payload).add_done_callback(done)
+
+        self._bg = submit
+        try:
+            yield
+        finally:
+            self._bg = None
+            ex.shutdown(wait=True)
+        if errors:
+            raise errors[0]
