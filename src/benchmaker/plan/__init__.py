@@ -50,8 +50,10 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
     if index.n and n_fp < index.n:
         log.warning("%d annotated images have no sha256/phash in images.jsonl; duplicate checks skip them",
                     index.n - n_fp)
-    log.info("indexed %d annotated images, %d distinct tags (%.1f s)", index.n, len(index.tag_vocab),
-             time.perf_counter() - t0)
+    log.info("indexed %d annotated images, %d distinct tags (%.1f s)%s", index.n, len(index.tag_vocab),
+             time.perf_counter() - t0,
+             "".join(f"; inverted index over {len(p.keys)} (core bucket, tag) lists, {p.members.size} entries"
+                     for p in index._postings.values()))
     if seeds_file:
         queries = read_seeds_file(seeds_file, index, benchmark_name, losses, columns)
         log.info("seeds file %s: %d queries", seeds_file, len(queries))
