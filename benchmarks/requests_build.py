@@ -82,10 +82,7 @@ class _Obj(dict):
 class StubClient:
     """The few client calls submit and collect make, answered in process (no network)."""
 
-    def __init__(self, state: Path):
-        self.state = state
-        stub = self
-
+    def __init__(self):
         class Files:
             def create(self, file, purpose):
                 return _Obj(id=f"file-{file[0]}")
@@ -104,7 +101,7 @@ class StubClient:
             def list(self, limit=100):
                 return iter(())
 
-        self.files, self.batches, self._stub = Files(), Batches(), stub
+        self.files, self.batches = Files(), Batches()
 
 
 def _paths(tmp: Path) -> dict:
@@ -133,7 +130,7 @@ def phase_submit(n: int, tmp: Path, cache: bool) -> dict:
     from benchmaker.vision import openai as vo
 
     p = _paths(tmp)
-    oai.make_client = lambda settings, timeout=120.0: StubClient(tmp)
+    oai.make_client = lambda settings, timeout=120.0: StubClient()
     base = _rss_now()
     t = time.perf_counter()
     vo.submit(requests=p["requests"], submitted=p["submitted"], settings=SETTINGS, state_dir=p["state_dir"],
@@ -177,7 +174,7 @@ def phase_collect(n: int, tmp: Path, cache: bool) -> dict:
     from benchmaker.vision import openai as vo
 
     p = _paths(tmp)
-    oai.make_client = lambda settings, timeout=120.0: StubClient(tmp)
+    oai.make_client = lambda settings, timeout=120.0: StubClient()
     _write_outputs(tmp, n)
     base = _rss_now()
     t = time.perf_counter()

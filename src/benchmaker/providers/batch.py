@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from ..io import JsonlAppender, atomic_path, dumps, ensure_parent, iter_jsonl, write_jsonl
+from ..io import JsonlAppender, atomic_path, dumps, iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
 from . import openai as oai

@@ -26,7 +26,8 @@ from .cache import content_key
 from .fastjson import dumps as fast_dumps
 
 __all__ = ["ImageRef", "Text", "RequestSpec", "LLMSettings", "render_body", "request_key",
-           "render_line", "request_key_reference", "encode_image", "fill_metadata", "METADATA_RE", "estimate_input_tokens"]
+           "render_line", "request_key_reference", "encode_image", "fill_metadata", "METADATA_RE",
+           "estimate_input_tokens"]
 
 METADATA_RE = re.compile(r"\{metadata\.([A-Za-z0-9_]+)\}")
 _NON_REASONING = ("gpt-4", "gpt-3.5", "chatgpt-")
