@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import logging
 import subprocess
@@ -310,3 +311,209 @@ def test_score_and_package_do_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# loader, cache concurrency, weight sources
+
+
+def test_dataloader_uses_worker_processes(setup, tmp_path, tiny_clip, monkeypatch):
+    """num_workers > 0 really decodes in separate processes (not in the main process)."""
+    import os
+
+    import torch.utils.data as tud
+
+    seen: dict = {}
+
+    class Recording(tud.DataLoader):
+        def _get_iterator(self):
+            it = super()._get_iterator()
+            seen["iter"] = type(it).__name__
+            seen["pids"] = [w.pid for w in getattr(it, "_workers", [])]
+            seen["kw"] = (self.num_workers, self.prefetch_factor, self.batch_size)
+            return it
+
+    monkeypatch.setattr(tud, "DataLoader", Recording)
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    imgs = read_table("images", setup["shards"][0])
+    out = embed.embed_image_table(imgs, clip, image_root=setup["corpus"], cache=None, losses=None,
+                                  batch_size=2, num_workers=2)
+    assert out.height == imgs.height
+    assert seen["iter"] == "_MultiProcessingDataLoaderIter"
+    assert len(seen["pids"]) == 2 and os.getpid() not in seen["pids"]
+    assert seen["kw"] == (2, 4, 2)
+
+
+def test_pipeline_decodes_large_jpegs_in_draft_mode(tmp_path, tiny_clip, monkeypatch):
+    """The embed path (not only load_image) asks libjpeg for a reduced-size decode."""
+    from PIL import Image, JpegImagePlugin
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    Image.new("RGB", (1800, 1200), (20, 120, 220)).save(corpus / "big.jpg", quality=90)
+    Image.new("RGB", (1800, 1200), (20, 120, 220)).save(corpus / "big.png")
+    calls = []
+    real = JpegImagePlugin.JpegImageFile.draft
+
+    def spy(self, mode, size):
+        res = real(self, mode, size)
+        calls.append((mode, tuple(size), self.size))
+        return res
+
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    imgs = images_table(corpus)
+    out = embed.embed_image_table(imgs, clip, image_root=corpus, cache=None, losses=None, num_workers=0)
+    assert out.height == 2
+    assert len(calls) == 1  # the JPEG only; PNGs have no draft mode
+    mode, asked, got = calls[0]
+    assert mode == "RGB" and asked == (224, 224)
+    assert got == (450, 300)  # 1/4 scale: the smallest DCT scale still >= 224 on both sides
+    # draft decoding changes pixels only slightly: the JPEG and the lossless PNG embed alike
+    e = out["embedding"].to_numpy()
+    assert float(e[0] @ e[1]) > 0.99
+
+
+def _embed_shard_subprocess(shard: Path, out: Path, barrier: Path, model: dict, runtime: dict, cache: Path,
+                            corpus: Path) -> subprocess.Popen:
+    code = f"""
+import os, sys, time
+from pathlib import Path
+os.environ["HF_HUB_OFFLINE"] = "1"
+from benchmaker.similarity import embed
+barrier = Path({str(barrier)!r})
+while not barrier.exists():
+    time.sleep(0.01)
+embed.run_images(images={str(shard)!r}, embeddings={str(out)!r}, losses={str(out) + '.losses.jsonl'!r},
+                 model={model!r}, runtime={runtime!r}, cache_dir={str(cache)!r}, image_root={str(corpus)!r})
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), HF_HUB_OFFLINE="1")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_two_shards_write_the_cache_concurrently(tmp_path, tiny_corpus, tiny_clip, monkeypatch):
+    """Two embed_images jobs at once, on overlapping shards, one fresh cache directory."""
+    ids = sorted(str(p.relative_to(tiny_corpus)) for p in tiny_corpus.rglob("*.jpg")
+                 if not str(p).startswith(str(tiny_corpus / "broken")))
+    assert len(ids) >= 8
+    imgs = images_table(tiny_corpus, ids)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_table(imgs[: 2 * len(ids) // 3], "images", a)  # overlap: the middle third is in both
+    write_table(imgs[len(ids) // 3:], "images", b)
+    model = {"model": f"local-dir:{tiny_clip}", "pretrained": None, "precision": "auto"}
+    runtime = {"device": "cpu", "batch_size": 2, "num_workers": 0}
+    cache, barrier = tmp_path / "cache", tmp_path / "go"
+    procs = [_embed_shard_subprocess(s, tmp_path / f"{s.stem}.parquet", barrier, model, runtime, cache,
+                                     tiny_corpus) for s in (a, b)]
+    barrier.touch()
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+    # both outputs equal an uncached computation
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    ref = embed.embed_image_table(imgs, clip, image_root=tiny_corpus, cache=None, losses=None, num_workers=0)
+    ref_by_id = dict(zip(ref["image_id"].to_list(), ref["embedding"].to_numpy()))
+    for shard in (a, b):
+        got = embed.read_embeddings(tmp_path / f"{shard.stem}.parquet")[0]
+        assert got["image_id"].to_list() == read_table("images", shard)["image_id"].to_list()
+        for iid, vec in zip(got["image_id"].to_list(), got["embedding"].to_numpy()):
+            assert np.allclose(vec, ref_by_id[iid], atol=1e-5), iid
+    # one model folder, one model.json, every part file complete and readable, no temporary left
+    (model_dir,) = [d for d in cache.iterdir() if d.is_dir()]
+    assert json.loads((model_dir / "model.json").read_text())["model_id"] == clip.model_id
+    parts = sorted(model_dir.glob("part-*.parquet"))
+    assert len(parts) == 2 and not list(model_dir.glob(".*"))
+    rows = pl.concat([pl.read_parquet(p) for p in parts])
+    assert set(rows["sha256"]) == set(imgs["sha256"])
+    # a third job finds everything in the cache and encodes nothing
+    cached = EmbeddingCache.for_model(cache, clip)
+    hit = cached.lookup(imgs["sha256"])
+    assert hit.height == imgs.height and cached.misses == 0
+
+
+_HAMMER = """
+import sys
+import numpy as np
+from benchmaker.similarity.cache import EmbeddingCache
+root, worker, n, barrier = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import os, time
+while not os.path.exists(barrier):
+    time.sleep(0.005)
+c = EmbeddingCache(root, model_id="m|w|p", cache_key="m-123", dim=8)
+for i in range(n):
+    sha = [f"{worker}-{i}-{j}" for j in range(3)] + [f"shared-{i}"]
+    c.put(sha, np.full((4, 8), worker * 1000 + i, np.float32))
+    found = c.lookup([f"shared-{k}" for k in range(i + 1)])  # reads while the other one writes
+    assert found.height == i + 1, (i, found.height)
+"""
+
+
+def test_cache_put_and_lookup_from_two_processes(tmp_path):
+    """Two processes create the same cache folder and put/lookup at once (separate interpreters:
+    polars' thread pool does not survive fork)."""
+    barrier = tmp_path / "go"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    procs = [subprocess.Popen([sys.executable, "-c", _HAMMER, str(tmp_path / "c"), str(w), "25", str(barrier)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for w in (1, 2)]
+    barrier.touch()
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+    c = EmbeddingCache(tmp_path / "c", model_id="m|w|p", cache_key="m-123", dim=8)
+    assert len(c.parts()) == 50
+    own = c.lookup([f"{w}-{i}-{j}" for w in (1, 2) for i in range(25) for j in range(3)])
+    assert own.height == 150
+    for sha, vec in own.iter_rows():
+        w, i, _ = sha.split("-")
+        assert vec == [float(int(w) * 1000 + int(i))] * 8
+    shared = c.lookup([f"shared-{i}" for i in range(25)])
+    assert shared.height == 25  # written by both; one row each, the first part file wins
+    with pytest.raises(Exception, match="belongs to"):
+        EmbeddingCache(tmp_path / "c", model_id="other", cache_key="m-123", dim=8)
+
+
+def test_checkpoint_file_as_pretrained(tmp_path, tiny_clip):
+    """`model: <architecture>, pretrained: /path/file.safetensors` loads those weights."""
+    from benchmaker import _tvshim
+    from benchmaker.tinyclip import TINY_CLIP_CFG
+
+    _tvshim.install()
+    import open_clip
+
+    cfg_dir = tmp_path / "arch"
+    cfg_dir.mkdir()
+    (cfg_dir / "bm-tiny-test.json").write_text(json.dumps(TINY_CLIP_CFG))
+    open_clip.add_model_config(cfg_dir)
+    ckpt = tiny_clip / "open_clip_model.safetensors"
+    by_file = load_clip("bm-tiny-test", str(ckpt), device="cpu", reuse=False)
+    by_dir = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    assert by_file.weights == f"file:sha256:{by_dir.weights.split(':')[-1]}"
+    assert by_file.model_id.startswith("bm-tiny-test|file:sha256:")
+    texts = ["a red circle", "blue"]
+    assert np.allclose(by_file.encode_texts(texts)[0], by_dir.encode_texts(texts)[0], atol=1e-6)
+
+
+def test_hf_hub_model_from_local_hub_cache(tmp_path, tiny_clip, monkeypatch):
+    """`model: hf-hub:org/repo` resolves through huggingface_hub (here: offline, from its cache)."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--bm-test--tiny-clip"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for f in ("open_clip_config.json", "open_clip_model.safetensors"):
+        shutil.copy(tiny_clip / f, snap / f)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    hub = load_clip("hf-hub:bm-test/tiny-clip", None, device="cpu", reuse=False)
+    assert hub.weights == f"hf-hub:bm-test/tiny-clip@{commit[:12]}"
+    ref = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    assert np.allclose(hub.encode_texts(["a red circle"])[0], ref.encode_texts(["a red circle"])[0], atol=1e-6)
+    with pytest.raises(ModelLoadError, match="hf-hub:bm-test/missing"):
+        load_clip("hf-hub:bm-test/missing", None, device="cpu", reuse=False)

@@ -116,7 +116,8 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
         return
     pil_tf, mean, std = _split_preprocess(clip.preprocess)
     to_uint8 = mean is not None
-    draft_size = clip.image_size if draft else None
+    # open_clip sizes are (height, width); PIL's draft() takes (width, height)
+    draft_size = (clip.image_size[1], clip.image_size[0]) if draft else None
     ds = ImageFiles(paths, pil_tf, draft_size, to_uint8)
     workers = max(0, int(num_workers))
     loader = torch.utils.data.DataLoader(

@@ -84,7 +84,7 @@ def resolve_device(device: str | None = "auto") -> str:
 
 
 def resolve_precision(precision: str | None, device: str):
-    """``auto`` → fp16 autocast on CUDA (bf16 if fp16 is unsupported), fp32 elsewhere.
+    """``auto`` → fp16 autocast on CUDA, fp32 elsewhere (mps and cpu: autocast there is slower or lossy).
 
     Returns the autocast dtype, or None for plain fp32.
     """
