@@ -4,11 +4,17 @@
         [--n 4096] [--batch-size 256] [--workers 8] [--size 1024x768] [--precision auto] [--device cuda]
 
 * **model-only**: uint8 pixel batches already on the device → normalise → ``encode_image`` under
-  autocast, synchronised; the ceiling for this model, batch size and precision.
+  autocast → L2-normalise → copy the embeddings to the host (the same ``ClipModel.encode_images`` call
+  the rule makes per batch). Warm-up batches first (kernels, allocator), then at least ``--min-seconds``
+  of batches, timed between two ``torch.cuda.synchronize()``: the ceiling for this model, batch size
+  and precision.
 * **end-to-end**: ``--n`` JPEG files written to a temporary folder (``--size``, photo-like) and
   embedded by ``benchmaker.similarity.embed.embed_image_table`` exactly as the ``embed_images`` rule
-  does (DataLoader with ``--workers`` processes, JPEG draft decoding, pinned memory), without cache.
-  Run twice; the second (warm page cache) run is reported.
+  does (DataLoader with ``--workers`` processes, JPEG draft decoding, uint8 batches in pinned memory,
+  normalisation on the device), without the embedding cache. Timed from the call to its return, so
+  worker start-up is included. A warm-up call on the first 4 batches comes first. The files were
+  just written, so they are in the page cache: this measures decoding, not the disk (for a cold-disk
+  number use ``--folder`` after ``sync; echo 3 > /proc/sys/vm/drop_caches``).
 
 Goal: end-to-end >= 70 % of model-only. If it is lower, the decoders are the bottleneck: raise
 ``--workers`` (similarity.num_workers) up to the CPU cores of the GPU node. Random weights unless
@@ -30,21 +36,28 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def model_only(clip, batch_size: int, iters: int) -> float:
+def model_only(clip, batch_size: int, min_iters: int, min_seconds: float = 3.0) -> float:
     import torch
 
+    cuda = clip.device.startswith("cuda")
     h, w = clip.image_size
     mean = torch.tensor(clip.preprocess_cfg.get("mean", (0.48, 0.46, 0.41)), device=clip.device).view(1, -1, 1, 1)
     std = torch.tensor(clip.preprocess_cfg.get("std", (0.27, 0.26, 0.28)), device=clip.device).view(1, -1, 1, 1)
-    x = torch.randint(0, 255, (batch_size, 3, h, w), dtype=torch.uint8, device=clip.device)
-    for _ in range(3):
-        clip.encode_images(x.float().div(255).sub(mean).div(std))
-    if clip.device.startswith("cuda"):
+    x = torch.randint(0, 256, (batch_size, 3, h, w), dtype=torch.uint8, device=clip.device)
+
+    def step() -> None:  # what iter_image_batches does with a batch once it is on the device
+        clip.encode_images(x.float().div_(255.0).sub_(mean).div_(std))
+
+    for _ in range(5):  # warm-up: kernel selection, allocator, autocast caches
+        step()
+    if cuda:
         torch.cuda.synchronize()
+    iters = 0
     t = time.perf_counter()
-    for _ in range(iters):
-        clip.encode_images(x.float().div(255).sub(mean).div(std))
-    if clip.device.startswith("cuda"):
+    while iters < min_iters or time.perf_counter() - t < min_seconds:
+        step()
+        iters += 1
+    if cuda:
         torch.cuda.synchronize()
     return batch_size * iters / (time.perf_counter() - t)
 
@@ -74,6 +87,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--size", default="1024x768")
     ap.add_argument("--folder", default=None, help="use these JPEGs instead of generating --n of them")
+    ap.add_argument("--min-seconds", type=float, default=3.0, help="shortest model-only timing window")
     args = ap.parse_args()
 
     import logging
@@ -90,11 +104,14 @@ def main() -> None:
           f"({torch.cuda.get_device_name() if clip.device.startswith('cuda') else 'no GPU'}), "
           f"precision {clip.precision}, torch {torch.__version__}, {os.cpu_count()} CPUs")
     print(f"model: {clip.model_id}")
-    mo = model_only(clip, args.batch_size, iters=max(5, args.n // args.batch_size))
+    mo = model_only(clip, args.batch_size, min_iters=max(5, args.n // args.batch_size),
+                    min_seconds=args.min_seconds)
     print(f"model-only:  {mo:10.1f} images/s  (batch {args.batch_size})")
     with tempfile.TemporaryDirectory() as tmp:
         if args.folder:
             paths = sorted(Path(args.folder).glob("*.jp*g"))[: args.n]
+            if not paths:
+                raise SystemExit(f"no *.jpg / *.jpeg files in {args.folder}")
         else:
             t = time.perf_counter()
             paths = make_images(Path(tmp), args.n, size=(w, h))
