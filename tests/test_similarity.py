@@ -517,3 +517,28 @@ def test_hf_hub_model_from_local_hub_cache(tmp_path, tiny_clip, monkeypatch):
     assert np.allclose(hub.encode_texts(["a red circle"])[0], ref.encode_texts(["a red circle"])[0], atol=1e-6)
     with pytest.raises(ModelLoadError, match="hf-hub:bm-test/missing"):
         load_clip("hf-hub:bm-test/missing", None, device="cpu", reuse=False)
+
+
+def test_loader_fits_small_dev_shm(setup, tiny_clip, monkeypatch, caplog):
+    """A Kubernetes pod's 64 MB /dev/shm cannot hold 2 workers x 4 prefetched batches of 128 images:
+    the loader shrinks its prefetch / workers instead of dying with SIGBUS."""
+    mb = 1_000_000
+    batch = 128 * 3 * 224 * 224  # uint8 bytes of one default batch: 19.3 MB
+    monkeypatch.setattr(embed, "_shm_free", lambda: 64 * mb)
+    with caplog.at_level(logging.WARNING):
+        assert embed.fit_loader_to_shm(2, 4, batch) == (2, 1)
+    assert "/dev/shm" in caplog.text and "medium: Memory" in caplog.text
+    assert embed.fit_loader_to_shm(8, 4, batch) == (2, 1)
+    assert embed.fit_loader_to_shm(2, 4, 8 * mb) == (2, 3)  # 51.2 MB usable // 8 MB = 6 batches
+    assert embed.fit_loader_to_shm(2, 4, 60 * mb) == (0, 1)
+    monkeypatch.setattr(embed, "_shm_free", lambda: 10_000 * mb)
+    assert embed.fit_loader_to_shm(8, 4, batch) == (8, 4)
+    monkeypatch.setattr(embed, "_shm_free", lambda: None)  # no /dev/shm (macOS)
+    assert embed.fit_loader_to_shm(8, 4, batch) == (8, 4)
+    # end to end: no room at all -> decoding in the main process, same embeddings
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu")
+    imgs = read_table("images", setup["shards"][0])
+    ref = embed.embed_image_table(imgs, clip, image_root=setup["corpus"], cache=None, losses=None, num_workers=0)
+    monkeypatch.setattr(embed, "_shm_free", lambda: 1000)
+    got = embed.embed_image_table(imgs, clip, image_root=setup["corpus"], cache=None, losses=None, num_workers=2)
+    assert np.allclose(ref["embedding"].to_numpy(), got["embedding"].to_numpy(), atol=1e-6)

@@ -106,6 +106,41 @@ def _collate(items):
     return idx, pixels, failed
 
 
+def _shm_free() -> int | None:
+    """Free bytes in /dev/shm (where DataLoader workers put their batches); None if there is none."""
+    import shutil
+
+    try:
+        return shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return None
+
+
+def fit_loader_to_shm(workers: int, prefetch: int, batch_bytes: int) -> tuple[int, int]:
+    """(workers, prefetch_factor) whose in-flight batches fit in /dev/shm.
+
+    Each worker keeps up to ``prefetch`` finished batches in shared memory; a container's default
+    /dev/shm (64 MB in Kubernetes pods) holds fewer than the defaults ask for, and a full /dev/shm
+    kills the workers with SIGBUS. Lower the prefetch first, then the workers (0 = decode in the
+    main process), with a warning naming the fix.
+    """
+    free = _shm_free()
+    if workers <= 0 or free is None or batch_bytes <= 0:
+        return workers, prefetch
+    fits = int(free * 0.8) // batch_bytes  # batches that fit, with headroom for the queues
+    if fits >= workers * prefetch:
+        return workers, prefetch
+    if fits >= workers:
+        new = (workers, max(1, fits // workers))
+    else:
+        new = (fits, 1)  # fits may be 0: decode in the main process
+    log.warning("/dev/shm has %.0f MB free, too little for %d loader workers x %d prefetched batches of "
+                "%.0f MB: using %d workers x %d. Give the job a larger /dev/shm (Kubernetes: an emptyDir "
+                "with medium: Memory at /dev/shm; docker: --shm-size) or lower similarity.batch_size.",
+                free / 1e6, workers, prefetch, batch_bytes / 1e6, *new)
+    return new
+
+
 def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_BATCH_SIZE,
                        num_workers: int = 2, draft: bool = True
                        ) -> Iterator[tuple[np.ndarray, np.ndarray, list[tuple[int, str, str]]]]:
@@ -119,10 +154,13 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
     # open_clip sizes are (height, width); PIL's draft() takes (width, height)
     draft_size = (clip.image_size[1], clip.image_size[0]) if draft else None
     ds = ImageFiles(paths, pil_tf, draft_size, to_uint8)
-    workers = max(0, int(num_workers))
+    batch_size = max(1, min(int(batch_size), len(paths)))
+    h, w = clip.image_size
+    workers, prefetch = fit_loader_to_shm(max(0, int(num_workers)), 4,
+                                          batch_size * 3 * h * w * (1 if to_uint8 else 4))
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=max(1, int(batch_size)), shuffle=False, num_workers=workers, collate_fn=_collate,
-        pin_memory=clip.device.startswith("cuda"), prefetch_factor=4 if workers else None,
+        ds, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=_collate,
+        pin_memory=clip.device.startswith("cuda"), prefetch_factor=prefetch if workers else None,
         persistent_workers=False,
     )
     if to_uint8:
