@@ -222,9 +222,10 @@ def test_deterministic_under_shuffles(cap):
     assert not a.equals(c)
 
 
-def test_properties_no_dups_reuse_cap_quotas_diversity():
+@pytest.mark.parametrize("cap", [None, 16])
+def test_properties_no_dups_reuse_cap_quotas_diversity(cap):
     rows = random_rows(300)
-    df, loss = sampled(rows)
+    df, loss = sampled(rows, sample_cap=cap)
     assert df.height == 12 and len(loss) == 0
     by_id = {r[0]: r for r in rows}
     use = Counter()
@@ -247,6 +248,9 @@ def test_properties_no_dups_reuse_cap_quotas_diversity():
         for c in row["candidates"]:
             if c["pool"] in ("positive", "neutral") or c["reason"].startswith("core match"):
                 assert by_id[c["image_id"]][1] == row["profile"]["color"]
+            if c["pool"] == "neutral":  # exactly one of shape/bright differs from the seed
+                x = by_id[c["image_id"]]
+                assert (x[2] != seed[2]) + (x[3] != seed[3]) == 1
             if c["pool"] == "nearmiss" and "differs" in c["reason"]:
                 s, x = seed, by_id[c["image_id"]]
                 assert (x[1] != row["profile"]["color"]) + (x[2] != s[2]) == 1
@@ -269,10 +273,19 @@ def test_stratified_seeds_balance():
         assert len(seeds) == 2 and seeds[0][1] == seeds[1][1]  # one query's seeds share the stratum
 
 
-def test_no_core_facets_plan_has_no_profile():
-    df, _ = sampled(random_rows(80), {**PROPS, "core_facets": [], "off_facets": [], "num_seeds": 3})
+@pytest.mark.parametrize("cap", [None, 16])
+def test_no_core_facets_plan_has_no_profile(cap):
+    rows = random_rows(80)
+    by_id = {r[0]: r for r in rows}
+    df, _ = sampled(rows, {**PROPS, "core_facets": [], "off_facets": [], "num_seeds": 3}, sample_cap=cap)
     assert "profile" not in df.columns and df.height == 3
     for row in df.iter_rows(named=True):
+        seed = by_id[row["seed_image_ids"][0]]
+        for c in row["candidates"]:
+            if c["pool"] in ("neutral", "nearmiss") and not c["reason"].startswith("relaxed"):
+                x = by_id[c["image_id"]]  # one facet of color/shape/bright away from the seed
+                assert sum(x[k] != seed[k] for k in (1, 2, 3)) == 1
+        assert row["difficulty"]["positive"] + row["difficulty"]["hard"] > 0
         assert {s["pool"] for s in row["shortfall"]} <= {"nearmiss", "neutral", "positive", "hard"}
         assert row["difficulty"]["hard"] + row["difficulty"]["nearmiss"] + row["difficulty"]["easy"] == 8
 
@@ -450,3 +463,27 @@ def test_deterministic_across_shards_and_file_order(tmp_path):
             outputs.append(out.read_bytes())
     assert len(outputs) == 4 and all(o == outputs[0] for o in outputs)
     assert outputs[0].count(b"\n") == 6
+
+
+def test_many_facets_bucket_keys_do_not_overflow():
+    # 20 facets x 10 values: 10^19 combinations do not fit a mixed-radix int64 key; buckets number the
+    # combinations present instead. No core facets: near-misses are the images one facet away.
+    facets = {"taxonomy": {f"f{k:02d}": [f"v{v}" for v in range(10)] for k in range(20)}, "boolean": [],
+              "tags": {"min": 0, "max": 10, "vocabulary": []}}
+    fm = FacetModel.from_config(facets)
+    base = [str(k % 10) for k in range(20)]
+    rows = {"seed": base, "one_off": base[:5] + ["9" if base[5] != "9" else "0"] + base[6:],
+            "same": base, "far": [str((int(v) + 1) % 10) for v in base]}
+    ann = pl.DataFrame({
+        "image_id": list(rows), "summary": ["x"] * 4, "tags": [["a", "b"], ["a"], ["a", "b", "c"], ["z"]],
+        "confidence": [{f: 1.0 for f in fm.names}] * 4, "annotator": ["hand"] * 4,
+        **{f: [f"v{vals[k]}" for vals in rows.values()] for k, f in enumerate(fm.names)},
+    })
+    img = img_frame([(i, "", "", False, "", f"sha-{i}", None) for i in rows])
+    settings = {**BASE, "core_facets": [], "off_facets": [], "pos_total": 1, "neutral_total": 0,
+                "neg_hard": 0, "neg_nearmiss": 1, "neg_easy": 1, "neg_total": 2}
+    with tempfile.TemporaryDirectory() as d:
+        sf = seeds_file(Path(d), [{"seed_image_ids": ["seed"]}])
+        df = plan_frames(ann, img, fm, settings, "many", Losses("plan"), seeds_file=sf)
+    assert pools(df.row(0, named=True)) == [("seed", "seed"), ("same", "positive"), ("one_off", "nearmiss"),
+                                            ("far", "easy")]

@@ -81,8 +81,9 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
     cov = planner.coverage
     log.info("core-bucket lookups: %d scored the whole bucket, %d a window plus every image sharing a seed tag "
              "(exact ranking), %d a window plus the images carrying the seeds' rarest tags (window %d, "
-             "inverted-index budget %d)", cov["whole bucket"], cov["every image sharing a seed tag"],
-             cov["sampled"], planner.cap, planner.post_budget)
+             "inverted-index budget %d); %d neutral pools also searched facet by facet", cov["whole bucket"],
+             cov["every image sharing a seed tag"], cov["sampled"], planner.cap, planner.post_budget,
+             cov["neutral per-facet search"])
     return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]])
 
 

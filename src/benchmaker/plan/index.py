@@ -24,11 +24,15 @@ class Buckets:
     """Images grouped by the values of a tuple of facets, each group in a fixed random order."""
 
     facets: tuple[int, ...]           # facet column numbers in Index.codes
-    radix: np.ndarray                 # multipliers for the mixed-radix key
+    radix: np.ndarray | None          # multipliers for the mixed-radix key (None: too many combinations)
     members: np.ndarray               # image positions, grouped by key, random order within a key
     spans: dict[int, tuple[int, int]]  # key -> (start, end) in members
+    image_keys: np.ndarray            # (N,) the key of every image
+    row_keys: dict[tuple[int, ...], int] | None = None  # facet codes -> key when radix is None
 
     def key_of(self, profile_codes: np.ndarray) -> int:
+        if self.radix is None:
+            return self.row_keys.get(tuple(int(c) for c in profile_codes[list(self.facets)]), -1)
         return int((profile_codes[list(self.facets)].astype(np.int64) * self.radix).sum())
 
     def get(self, profile_codes: np.ndarray) -> np.ndarray:
@@ -99,23 +103,31 @@ class Index:
 
     def _make_buckets(self, facets: tuple[int, ...]) -> Buckets:
         n = self.n
-        radix = np.ones(len(facets), dtype=np.int64)
+        radix: np.ndarray | None = np.ones(len(facets), dtype=np.int64)
+        row_keys = None
         mult = 1
         for i in range(len(facets) - 1, -1, -1):
             radix[i] = mult
             mult *= max(1, len(self.values[facets[i]]))
-            if mult > 2**62:
-                raise ValueError("too many facet combinations for a bucket key")
-        if facets:
+            if mult > 2**62:  # too many combinations for a mixed-radix int64: number the ones present
+                radix = None
+                break
+        if radix is None:
+            rows, key = np.unique(self.codes[:, list(facets)], axis=0, return_inverse=True)
+            key = key.reshape(-1).astype(np.int64)
+            row_keys = {tuple(int(c) for c in r): k for k, r in enumerate(rows)}
+        elif facets:
             key = (self.codes[:, list(facets)].astype(np.int64) * radix).sum(axis=1)
         else:
             key = np.zeros(n, dtype=np.int64)
-        order = np.lexsort((self.perm_rank, key))
+        perm = self.global_order
+        order = perm[np.argsort(key[perm], kind="stable")]  # by key, the fixed random order within a key
         skey = key[order]
         uniq, starts = np.unique(skey, return_index=True)
         ends = np.append(starts[1:], n)
         spans = {int(k): (int(s), int(e)) for k, s, e in zip(uniq, starts, ends)}
-        return Buckets(facets=facets, radix=radix, members=order.astype(np.int64), spans=spans)
+        return Buckets(facets=facets, radix=radix, members=order.astype(np.int64), spans=spans, image_keys=key,
+                       row_keys=row_keys)
 
     def seed_set(self, seeds: np.ndarray) -> tuple[np.ndarray, int]:
         """The union of the seeds' tags: (bitset row or boolean vocabulary mask, number of tags)."""
@@ -184,10 +196,7 @@ class Index:
         owner, tag = pairs if pairs is not None else self.tag_pairs()
         n, v = max(1, self.n), max(1, len(self.tag_vocab))
         n_keys = (max(b.spans) + 1) if b.spans else 1
-        if facets:
-            bkey = (self.codes[:, list(facets)].astype(np.int64) * b.radix).sum(axis=1)
-        else:
-            bkey = np.zeros(self.n, dtype=np.int64)
+        bkey = b.image_keys
         if n_keys * v * n < 2**62:  # one packed int64 sort: (bucket key, tag, random rank)
             packed = (bkey[owner] * v + tag) * n + self.perm_rank[owner]
             packed = pl.Series(packed).sort(multithreaded=True).to_numpy()

@@ -38,6 +38,7 @@ __all__ = ["Planner", "PlannedQuery", "SAMPLE_CAP", "DEFAULTS"]
 
 SAMPLE_CAP = 2048  # random images of the core bucket scored per query (the whole bucket when smaller);
 #                   as many again come from the inverted index, and 2x as many are shared by the near-miss lookups
+NEUTRAL_MIN_FACTOR = 8  # fewer one-off core candidates than 8x the neutral quota: search per facet too
 FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
 DEFAULTS: dict[str, Any] = {
@@ -130,15 +131,16 @@ class Planner:
         self.easy_cols = self.both if len(self.both) >= 2 else list(range(nf))
         self.cap_near = max(64, (2 * self.cap) // max(1, len(self.off)))
         self.cap_easy = max(64, min(512, self.cap // 2))
+        self.cap_neutral = max(64, self.cap // max(1, len(self.noncore)))
         self.post_budget = self.cap
         ne = len(self.easy_cols)
         self.easy_min = min(ne, max(2, math.ceil(ne / 2))) if ne else 0
         self.usage = np.zeros(index.n, dtype=np.int32)
         self.in_query = np.zeros(index.n, dtype=bool)
-        self.coverage = {"whole bucket": 0, "every image sharing a seed tag": 0, "sampled": 0}
+        self.coverage = {"whole bucket": 0, "every image sharing a seed tag": 0, "sampled": 0,
+                         "neutral per-facet search": 0}
         if self.div:
-            self.div_key = index.buckets(self.div)  # reuse mixed-radix key
-            self.div_codes = (index.codes[:, self.div].astype(np.int64) * self.div_key.radix).sum(axis=1)
+            self.div_codes = index.buckets(self.div).image_keys
         else:
             self.div_codes = None
 
@@ -228,7 +230,7 @@ class Planner:
     def _fval(self, j: int, code: int) -> str:
         return self.ix.values[j][code]
 
-    def _core_candidates(self, prof: np.ndarray, seed_set) -> np.ndarray:
+    def _core_candidates(self, prof: np.ndarray, seed_set) -> tuple[np.ndarray, bool]:
         """The core bucket when it fits ``cap``; else a random window of ``cap`` of it plus, within
         ``post_budget``, the bucket's images carrying the seeds' rarest tags (inverted index)."""
         ix = self.ix
@@ -236,9 +238,11 @@ class Planner:
         members = b.get(prof)
         if members.size <= self.cap:
             self.coverage["whole bucket"] += 1
-            return members
+            return members, False
         lists = ix.postings(self.core).lists(b.key_of(prof), ix.seed_tag_codes(seed_set))
         parts = [self._window(members)]
+        if len(self.core) < len(ix.facet_names):  # tags follow facets: the images equal on every facet
+            parts.append(self._window(ix.buckets(range(len(ix.facet_names))).get(prof), self.cap_neutral))
         budget = self.post_budget
         complete = True
         for t in np.argsort([lst.size for lst in lists], kind="stable").tolist():  # rarest tag first
@@ -251,7 +255,7 @@ class Planner:
             budget -= lst.size
         self.coverage["every image sharing a seed tag" if complete else "sampled"] += 1
         c = np.sort(np.concatenate(parts))
-        return c[np.append(True, c[1:] != c[:-1])]
+        return c[np.append(True, c[1:] != c[:-1])], True
 
     # ---- one query ---------------------------------------------------------------------------
     def plan(self, sq: SeedQuery) -> PlannedQuery:
@@ -278,7 +282,7 @@ class Planner:
 
         # positive, neutral, hard: the core bucket
         st_core = _Stats()
-        cand = self._core_candidates(prof, seed_set)
+        cand, sampled = self._core_candidates(prof, seed_set)
         look, j = self._lookup(cand, seeds, seed_set, st_core)
         ncore = len(self.core)
         core_txt = f"core match ({ncore}/{ncore})" if ncore else "no core facets"
@@ -292,16 +296,31 @@ class Planner:
         dc = {}
         nc = self.noncore
         if nc:
-            def one_off(ks: np.ndarray) -> np.ndarray:
-                return (ix.codes[cand[ks]][:, nc] != prof[nc]).sum(axis=1) == 1
+            # the core candidates one non-core facet away; when the core bucket was too large to score
+            # whole and those are few, also windows of the buckets "every facet but f equal" (f non-core)
+            ncodes = ix.codes[cand][:, nc] if cand.size else np.zeros((0, len(nc)), np.int32)
+            one = (ncodes != prof[nc]).sum(axis=1) == 1
+            cn, jn = cand[one], j[one]
+            if sampled and cn.size < NEUTRAL_MIN_FACTOR * s["neutral_total"]:
+                self.coverage["neutral per-facet search"] += 1
+                parts = [cn]
+                allf = range(len(ix.facet_names))
+                for f in nc:
+                    w = self._window(ix.buckets([c for c in allf if c != f]).get(prof), self.cap_neutral)
+                    parts.append(w[ix.codes[w, f] != prof[f]])
+                cn = np.sort(np.concatenate(parts))
+                cn = cn[np.append(True, cn[1:] != cn[:-1])] if cn.size else cn
+                jn = ix.jaccard(cn, seed_set)
+            st_neutral = _Stats()
+            ln = _Lookup(self, cn, jn, seeds, st_neutral)
 
             def why_neutral(k: int) -> str:
-                f = next(f for f in nc if ix.codes[cand[k], f] != prof[f])
-                return f"{core_txt}, {self._fname(f)}={self._fval(f, ix.codes[cand[k], f])} differs; jaccard={j[k]:.2f}"
+                f = next(f for f in nc if ix.codes[cn[k], f] != prof[f])
+                return f"{core_txt}, {self._fname(f)}={self._fval(f, ix.codes[cn[k], f])} differs; jaccard={jn[k]:.2f}"
 
-            got = self._pick(q, cand, look.order(one_off), s["neutral_total"], "neutral", why_neutral, st_core, dc)
+            got = self._pick(q, cn, ln.order(), s["neutral_total"], "neutral", why_neutral, st_neutral, dc)
             why = lambda: ("too few core-matching images with exactly one other facet different: "  # noqa: E731
-                           + why_core())
+                           + self._explain(st_neutral, seeds))
         else:
             got, why = 0, "no non-core facets to differ"
         self._short(q, "neutral", s["neutral_total"], got, why)
