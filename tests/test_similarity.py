@@ -542,3 +542,39 @@ def test_loader_fits_small_dev_shm(setup, tiny_clip, monkeypatch, caplog):
     monkeypatch.setattr(embed, "_shm_free", lambda: 1000)
     got = embed.embed_image_table(imgs, clip, image_root=setup["corpus"], cache=None, losses=None, num_workers=2)
     assert np.allclose(ref["embedding"].to_numpy(), got["embedding"].to_numpy(), atol=1e-6)
+
+
+def test_device_auto_and_precision(monkeypatch):
+    import torch
+
+    from benchmaker.similarity.model import resolve_device, resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda" and resolve_device(None) == "cuda"
+    assert resolve_precision("auto", "cuda") == torch.float16
+    assert resolve_precision("bf16", "cuda:1") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("auto") == "mps"
+    assert resolve_precision("auto", "mps") is None
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_device("AUTO") == "cpu"
+    assert resolve_precision("auto", "cpu") is None
+    with pytest.raises(ModelLoadError, match="CUDA is not available"):
+        resolve_device("cuda")
+    with pytest.raises(ModelLoadError, match="unknown precision"):
+        resolve_precision("fp8", "cpu")
+
+
+def test_autocast_is_applied_when_asked(setup, tiny_clip):
+    """precision bf16 really runs the encoders under autocast (results differ slightly from fp32)."""
+    fp32 = load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="fp32", reuse=False)
+    bf16 = load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="bf16", reuse=False)
+    assert fp32.model_id == bf16.model_id and bf16.precision == "bfloat16"
+    imgs = read_table("images", setup["shards"][0])
+    a = embed.embed_image_table(imgs, fp32, image_root=setup["corpus"], cache=None, losses=None, num_workers=0)
+    b = embed.embed_image_table(imgs, bf16, image_root=setup["corpus"], cache=None, losses=None, num_workers=0)
+    ea, eb = a["embedding"].to_numpy(), b["embedding"].to_numpy()
+    assert eb.dtype == np.float32 and np.allclose(np.linalg.norm(eb, axis=1), 1.0, atol=1e-5)
+    assert not np.array_equal(ea, eb)
+    assert (ea * eb).sum(axis=1).min() > 0.98
