@@ -16,8 +16,12 @@ Each phase runs in a fresh process (so its peak RSS is its own) over one shared 
 * **collect**: ``vision.openai.collect`` (the ``vision_collect`` rule) against the same stub, whose
   batches are completed and whose output files (N answers in the Batch API output format, written
   before the clock starts) are already downloaded: custom_id decoding, response parsing,
-  strict-schema validation, response-cache writes (one file per answer), cost rows streamed to the
-  cost file, annotation rows spilled and read back in order, annotations + losses written.
+  strict-schema validation, response-cache writes, cost rows streamed to the
+  cost file, annotation rows spilled and read back in order, annotations + losses written. Answers
+  go to the response cache's pack segments (one append per answer, a segment published every
+  25,000 entries; see docs/openai.md, "Response cache").
+* **rebuild**: ``vision_build`` again over the filled cache: every item is answered by the cache
+  (loading the segments' index, one look-up per item), nothing is written to ``requests.jsonl``.
 
 ``seconds`` is the phase's own work (imports and the synthetic input excluded); ``peak_rss_mb``
 is the process's max RSS and ``base_rss_mb`` its RSS just before the phase started (imports,
@@ -194,6 +198,24 @@ def phase_collect(n: int, tmp: Path, cache: bool) -> dict:
             "base_rss_mb": base}
 
 
+def phase_rebuild(n: int, tmp: Path, cache: bool) -> dict:
+    """Build again over the cache that collect filled: every request is answered by the cache (the
+    index of the pack segments is loaded once, then one in-memory look-up per item)."""
+    from benchmaker.vision import openai as vo
+
+    p = _paths(tmp)
+    base = _rss_now()
+    t = time.perf_counter()
+    counts = vo.build(images=p["images"], requests=str(tmp / "requests2.jsonl"), manifest=str(tmp / "manifest2.jsonl"),
+                      settings=SETTINGS, facets=facets(), image_root="/nonexistent", columns={},
+                      cache_dir=p["cache_dir"])
+    dt = time.perf_counter() - t
+    with open(tmp / "manifest2.jsonl") as fh:
+        cached = sum('"cached":true' in line for line in fh)
+    assert cached == (n if cache else 0), (cached, n, counts)
+    return {"seconds": round(dt, 2), "cached": cached, "base_rss_mb": base}
+
+
 def _rss_now() -> float:
     """RSS now; also resets the tracemalloc peak (called right before a phase's timed part)."""
     import tracemalloc
@@ -211,7 +233,7 @@ def _peak() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-PHASES = {"build": phase_build, "submit": phase_submit, "collect": phase_collect}
+PHASES = {"build": phase_build, "submit": phase_submit, "collect": phase_collect, "rebuild": phase_rebuild}
 
 
 def main() -> None:

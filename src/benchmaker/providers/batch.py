@@ -436,7 +436,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     journal = Journal(sd / "journal.jsonl")
     rnd = 1
     stack = contextlib.ExitStack()
-    stack.enter_context(runner.cache.background())      # cache files written by threads, overlapped
+    stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
     try:
         while True:
             info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
@@ -474,6 +474,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                         failed.add(i)
                     log.warning("%s: batch %s %s: %d request(s) without an answer (%s)", stage, bid, status,
                                 len(missing), reason)
+            runner.cache.flush()                        # publish this round's answers before any wait
             retry = sorted(i for i in failed if last[i].reason in RETRYABLE and attempts[i] < runner.max_attempts)
             if not retry:
                 break
@@ -487,7 +488,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             round_chunks = {b["batch_id"]: b["path"] for b in batches}
     finally:
         journal.close()
-        stack.close()                                   # every cache entry is written before we go on
+        stack.close()                                   # the segment is published before we go on
     for i in sorted(failed):
         if i in done:
             continue

@@ -2,9 +2,37 @@
 
 The key is a digest of everything that determines the answer: API flavour, server, model, sampling
 settings, prompts, schema and, for images, the image's sha256 plus how it is sent (never the API
-key). Only valid answers are stored, one small JSON file per key under ``<dir>/<k[:2]>/<k>.json``,
-written atomically, so parallel jobs and interrupted runs never see half an entry. A plain rerun
-therefore pays nothing, and after a config change only requests whose content changed are sent.
+key). Only valid answers are stored. A plain rerun therefore pays nothing, and after a config change
+only requests whose content changed are sent.
+
+Two kinds of entries live side by side under the cache directory; a look-up checks both:
+
+* **loose files** ``<dir>/<k[:2]>/<k>.json``: one small JSON file per key, written atomically (a
+  private temporary name, then a rename). :meth:`ResponseCache.put` writes these outside a bulk
+  block (sync mode: one answer per API round trip, each durable at once). Caches written before
+  pack segments existed consist of these only and stay valid.
+* **pack segments** ``<dir>/packs/<host>.<pid>.<uuid>.pack``: inside :meth:`ResponseCache.bulk`
+  (alias :meth:`~ResponseCache.background`; batch collects use it) puts are appended to a segment
+  owned by this process, written under a hidden temporary name (``.<name>.tmp``) and *published*
+  (index footer, fsync, rename, fsync of the directory) every ``segment_entries`` entries or
+  ``segment_seconds`` seconds, on :meth:`~ResponseCache.flush` and when the block ends. Readers
+  list only published names, so they never see a partial segment; a killed writer loses at most its
+  unpublished window (its temporary file is ignored). Every process writes only its own segments:
+  parallel shard jobs on several hosts over a shared file system need no locks.
+
+Segment layout (all integers little-endian)::
+
+    record*   <key> TAB <crc32 of json, 8 hex> TAB <json> LF       (one line per entry, JSONL-like)
+    footer    count x (sha256-or-hex key: 32 bytes, offset: u64, length: u32, pad: u32)
+    trailer   b"BMPACK01", data_end: u64, count: u64, crc32 of footer: u32, b"END\\n"   (32 bytes)
+
+The index of all published segments is loaded lazily from the footers only (no value is read): a
+sorted pair of ``uint64`` arrays of the keys' first 16 bytes plus segment number, offset and length
+(32 bytes per entry: ~32 MB for a million entries). A segment whose trailer does not check out
+(truncated or corrupted tail) is indexed by scanning its complete, well-formed lines instead. A
+record is returned only if its key and checksum match and its JSON parses to an object; anything
+else counts as a miss. Segments published by other processes after the index was loaded are picked
+up on a miss (at most once every ``refresh_seconds``).
 """
 
 from __future__ import annotations
@@ -14,13 +42,29 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import threading
+import time
+import uuid
+import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..logs import get_logger
 from .fastjson import dumpb, loads
 
 __all__ = ["ResponseCache", "content_key"]
+
+log = get_logger("providers.cache")
+
+PACKS = "packs"
+SUFFIX = ".pack"
+MAGIC = b"BMPACK01"
+TRAILER = struct.Struct("<8sQQI4s")          # magic, data_end, count, footer crc32, b"END\n"
+TRAILER_END = b"END\n"
+FOOTER_ENTRY = 48                            # key 32, offset 8, length 4, pad 4
+_FLUSH_BYTES = 1 << 20                       # the writer's buffer
 
 
 def content_key(obj: Any) -> str:
@@ -28,16 +72,212 @@ def content_key(obj: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _key_bytes(key: str) -> bytes:
+    """32 bytes that identify ``key`` in a segment's index: the key itself when it is a hex sha256
+    (every content key is), else the sha256 of the key."""
+    if len(key) == 64:
+        try:
+            return bytes.fromhex(key)
+        except ValueError:
+            pass
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def _footer_dtype():
+    import numpy as np
+
+    return np.dtype([("hi", ">u8"), ("lo", ">u8"), ("rest", "V16"), ("off", "<u8"), ("len", "<u4"),
+                     ("pad", "<u4")])
+
+
+class _Index:
+    """Sorted keys (first 16 bytes as two uint64) → segment number, offset, length."""
+
+    def __init__(self, hi, lo, seg, off, ln):
+        import numpy as np
+
+        order = np.argsort(hi, kind="stable")
+        self.hi, self.lo = hi[order], lo[order]
+        self.seg, self.off, self.ln = seg[order], off[order], ln[order]
+        self._np = np
+
+    def __len__(self) -> int:
+        return len(self.hi)
+
+    def find(self, hi: int, lo: int) -> list[tuple[int, int, int]]:
+        """Every location of the key (one per segment that holds it)."""
+        h = self.hi
+        i = int(h.searchsorted(self._np.uint64(hi)))
+        out = []
+        n = len(h)
+        while i < n and int(h[i]) == hi:
+            if int(self.lo[i]) == lo:
+                out.append((int(self.seg[i]), int(self.off[i]), int(self.ln[i])))
+            i += 1
+        return out
+
+
+def _read_footer(fd: int, size: int):
+    """The footer of a published segment as a structured array, or None if its tail does not check
+    out (truncated, appended to, corrupted)."""
+    import numpy as np
+
+    if size < TRAILER.size:
+        return None
+    tail = os.pread(fd, TRAILER.size, size - TRAILER.size)
+    try:
+        magic, data_end, count, crc, end = TRAILER.unpack(tail)
+    except struct.error:
+        return None
+    if magic != MAGIC or end != TRAILER_END or data_end + count * FOOTER_ENTRY + TRAILER.size != size:
+        return None
+    raw = os.pread(fd, count * FOOTER_ENTRY, data_end) if count else b""
+    if len(raw) != count * FOOTER_ENTRY or zlib.crc32(raw) != crc:
+        return None
+    arr = np.frombuffer(raw, dtype=_footer_dtype())
+    if count and int(arr["off"].max(initial=0)) >= data_end:
+        return None
+    return arr
+
+
+def _scan_records(path: str):
+    """Index a segment whose footer is unusable by reading its complete, well-formed lines (stops
+    at the first malformed one: that is where the damage or the footer starts)."""
+    import numpy as np
+
+    keys: list[bytes] = []
+    offs: list[int] = []
+    lens: list[int] = []
+    off = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            parts = line.split(b"\t", 2)
+            if (not line.endswith(b"\n") or len(parts) != 3 or len(parts[1]) != 8
+                    or not parts[2].startswith(b"{")):
+                break
+            try:
+                key = parts[0].decode("utf-8")
+            except UnicodeDecodeError:
+                break
+            keys.append(_key_bytes(key))
+            offs.append(off)
+            lens.append(len(line))
+            off += len(line)
+    arr = np.zeros(len(keys), dtype=_footer_dtype())
+    if keys:
+        kb = np.frombuffer(b"".join(keys), dtype=">u8").reshape(-1, 4)
+        arr["hi"], arr["lo"] = kb[:, 0], kb[:, 1]
+        arr["off"], arr["len"] = offs, lens
+    return arr
+
+
+class _Segment:
+    """This process's segment being written: a hidden temporary file, published by a rename."""
+
+    def __init__(self, packs: str, tag: str):
+        self.name = f"{tag}.{uuid.uuid4().hex}{SUFFIX}"
+        self.final = os.path.join(packs, self.name)
+        self.tmp = os.path.join(packs, f".{self.name}.tmp")
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.buf = bytearray()
+        self.flushed = 0                             # bytes on disk; the rest is in ``buf``
+        self.size = 0
+        self.entries: dict[str, tuple[bytes, int, int]] = {}    # key -> (key bytes, offset, length)
+        self.started = time.monotonic()
+
+    def append(self, key: str, payload: bytes) -> None:
+        kb = key.encode("utf-8")
+        if b"\t" in kb or b"\n" in kb or b"\n" in payload:
+            raise ValueError(f"cache key or entry not storable in a segment: {key!r}")
+        line = b"%s\t%08x\t%s\n" % (kb, zlib.crc32(payload), payload)
+        self.entries[key] = (_key_bytes(key), self.size, len(line))
+        self.buf += line
+        self.size += len(line)
+        if len(self.buf) >= _FLUSH_BYTES:
+            self._drain()
+
+    def read(self, off: int, length: int) -> bytes:
+        if off >= self.flushed:
+            return bytes(self.buf[off - self.flushed: off - self.flushed + length])
+        return os.pread(self.fd, length, off) if off + length <= self.flushed else b""
+
+    def _drain(self) -> None:
+        data = memoryview(self.buf)
+        while data:
+            data = data[os.write(self.fd, data):]
+        self.flushed += len(self.buf)
+        self.buf = bytearray()
+
+    def footer(self):
+        import numpy as np
+
+        arr = np.zeros(len(self.entries), dtype=_footer_dtype())
+        if self.entries:
+            kb = np.frombuffer(b"".join(v[0] for v in self.entries.values()), dtype="V32")
+            raw = arr.view(np.uint8).reshape(len(arr), FOOTER_ENTRY)
+            raw[:, :32] = kb.view(np.uint8).reshape(-1, 32)
+            arr["off"] = [v[1] for v in self.entries.values()]
+            arr["len"] = [v[2] for v in self.entries.values()]
+        return arr
+
+    def publish(self, packs: str):
+        """Footer, trailer, fsync, rename; returns the footer (the segment's index)."""
+        arr = self.footer()
+        raw = arr.tobytes()
+        self.buf += raw + TRAILER.pack(MAGIC, self.size, len(arr), zlib.crc32(raw), TRAILER_END)
+        self._drain()
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.replace(self.tmp, self.final)
+        _fsync_dir(packs)
+        return arr
+
+    def abandon(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 class ResponseCache:
-    def __init__(self, directory: str | Path | None):
+    """See the module docstring. ``directory=None`` disables the cache (every get is a miss)."""
+
+    def __init__(self, directory: str | Path | None, *, segment_entries: int = 25_000,
+                 segment_seconds: float = 60.0, refresh_seconds: float = 1.0, max_open: int = 64):
         self.dir = Path(directory) if directory else None
         self._root = str(self.dir) if self.dir is not None else ""
+        self._packs = os.path.join(self._root, PACKS)
         self._made: set[str] = set()
-        self._tag = f"{socket.gethostname()}.{os.getpid()}"
-        self._bg: Any = None
+        self._tag = f"{socket.gethostname().replace('/', '_')}.{os.getpid()}"
+        self.segment_entries = int(segment_entries)
+        self.segment_seconds = float(segment_seconds)
+        self.refresh_seconds = float(refresh_seconds)
+        self._max_open = int(max_open)
+        self._lock = threading.RLock()
+        self._bulk = 0
+        self._seg: _Segment | None = None
+        self._index = None                                       # _Index, loaded lazily
+        self._names: list[str] = []                              # segment number -> file name
+        self._known: set[str] = set()
+        self._parts: list[tuple] = []                            # per segment (hi, lo, seg, off, len)
+        self._fds: OrderedDict[int, int] = OrderedDict()
+        self._scanned = 0.0
         self.hits = 0
         self.misses = 0
 
+    # -- reading -------------------------------------------------------------------------------
     def _path(self, key: str) -> Path:
         assert self.dir is not None
         return self.dir / key[:2] / f"{key}.json"
@@ -49,30 +289,201 @@ class ResponseCache:
         if self.dir is None:
             self.misses += 1
             return None
-        try:
-            with open(self._file(key), "rb") as fh:
-                rec = loads(fh.read())
-        except (FileNotFoundError, NotADirectoryError, ValueError):
-            self.misses += 1
-            return None
-        if not isinstance(rec, dict):
+        rec = self._from_packs(key)
+        if rec is None:
+            rec = self._from_file(key)
+        if rec is None:
             self.misses += 1
             return None
         self.hits += 1
         return rec
 
     def contains(self, key: str) -> bool:
-        return self.dir is not None and os.path.exists(self._file(key))
+        if self.dir is None:
+            return False
+        return bool(self._locate(key)) or os.path.exists(self._file(key))
 
+    def _from_file(self, key: str) -> dict | None:
+        try:
+            with open(self._file(key), "rb") as fh:
+                rec = loads(fh.read())
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+            return None
+        return rec if isinstance(rec, dict) else None
+
+    def _locate(self, key: str) -> list[tuple[int, int, int]]:
+        """Locations of ``key`` in published segments (segment number, offset, length); -1 as
+        segment number: this process's unpublished segment."""
+        with self._lock:
+            out = []
+            if self._seg is not None and key in self._seg.entries:
+                _, off, ln = self._seg.entries[key]
+                out.append((-1, off, ln))
+            if self._index is None:
+                self._load()
+            kb = _key_bytes(key)
+            hi, lo = int.from_bytes(kb[:8], "big"), int.from_bytes(kb[8:16], "big")
+            found = self._index.find(hi, lo) if len(self._index) else []
+            if not found and not out and time.monotonic() - self._scanned >= self.refresh_seconds:
+                if self._refresh():
+                    found = self._index.find(hi, lo)
+            return out + found
+
+    def _from_packs(self, key: str) -> dict | None:
+        locs = self._locate(key)
+        if not locs:
+            return None
+        kb = key.encode("utf-8") + b"\t"
+        for seg, off, ln in locs:
+            try:
+                with self._lock:
+                    data = self._seg.read(off, ln) if seg < 0 else os.pread(self._fd(seg), ln, off)
+            except OSError:
+                continue
+            rec = _decode(data, kb)
+            if rec is not None:
+                return rec
+        return None
+
+    def _fd(self, seg: int) -> int:
+        fd = self._fds.get(seg)
+        if fd is not None:
+            self._fds.move_to_end(seg)
+            return fd
+        fd = os.open(os.path.join(self._packs, self._names[seg]), os.O_RDONLY)
+        self._fds[seg] = fd
+        while len(self._fds) > self._max_open:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    # -- the index -----------------------------------------------------------------------------
+    def _load(self) -> None:
+        self._refresh()
+
+    def _refresh(self) -> bool:
+        """Index segments published since the last look; True if any were added."""
+        self._scanned = time.monotonic()
+        try:
+            names = sorted(n for n in os.listdir(self._packs) if n.endswith(SUFFIX) and not n.startswith("."))
+        except OSError:
+            names = []
+        added = 0
+        for name in names:
+            if name in self._known:
+                continue
+            arr = self._read_segment(name)
+            if arr is None:
+                continue
+            self._add_part(name, arr)
+            added += 1
+        if added or self._index is None:
+            self._rebuild()
+        return bool(added)
+
+    def _read_segment(self, name: str):
+        path = os.path.join(self._packs, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            arr = _read_footer(fd, os.fstat(fd).st_size)
+        except OSError:
+            arr = None
+        finally:
+            os.close(fd)
+        if arr is None:
+            log.warning("response cache: segment %s has a damaged tail; indexing its complete records", path)
+            try:
+                arr = _scan_records(path)
+            except OSError:
+                return None
+        return arr
+
+    def _add_part(self, name: str, arr) -> None:
+        import numpy as np
+
+        seg = len(self._names)
+        self._names.append(name)
+        self._known.add(name)
+        self._parts.append((np.asarray(arr["hi"], dtype=np.uint64), np.asarray(arr["lo"], dtype=np.uint64),
+                            np.full(len(arr), seg, dtype=np.uint32), np.asarray(arr["off"], dtype=np.uint64),
+                            np.asarray(arr["len"], dtype=np.uint32)))
+
+    def _rebuild(self) -> None:
+        import numpy as np
+
+        if not self._parts:
+            e = np.zeros(0, dtype=np.uint64)
+            self._index = _Index(e, e, e.astype(np.uint32), e, e.astype(np.uint32))
+            return
+        cols = [np.concatenate([p[j] for p in self._parts]) if len(self._parts) > 1 else self._parts[0][j]
+                for j in range(5)]
+        ix = self._index = _Index(*cols)
+        # merged (and sorted): the next rebuild concatenates this part and the new ones
+        self._parts = [(ix.hi, ix.lo, ix.seg, ix.off, ix.ln)]
+
+    def index_size(self) -> int:
+        """Entries in the loaded index of published segments (loads it if needed)."""
+        with self._lock:
+            if self._index is None:
+                self._load()
+            return len(self._index)
+
+    # -- writing -------------------------------------------------------------------------------
     def put(self, key: str, record: dict) -> None:
-        """Write one entry atomically (a private temporary name, then a rename): lean system calls
-        only, since a large collect writes one entry per answer."""
+        """Store one entry: appended to this process's pack segment inside :meth:`bulk`, else
+        written as a loose file atomically (a private temporary name, then a rename)."""
         if self.dir is None:
             return
-        if self._bg is not None:
-            self._bg(key, dumpb(record))
+        payload = dumpb(record)
+        if self._bulk:
+            self._append(key, payload)
+        else:
+            self._write(key, payload)
+
+    def _append(self, key: str, payload: bytes) -> None:
+        with self._lock:
+            seg = self._seg
+            if seg is None:
+                if self._packs not in self._made:
+                    os.makedirs(self._packs, exist_ok=True)
+                    self._made.add(self._packs)
+                seg = self._seg = _Segment(self._packs, self._tag)
+            seg.append(key, payload)
+            if (len(seg.entries) >= self.segment_entries
+                    or time.monotonic() - seg.started >= self.segment_seconds):
+                self._publish()
+
+    def _publish(self) -> None:
+        seg = self._seg
+        if seg is None:
             return
-        self._write(key, dumpb(record))
+        self._seg = None
+        if not seg.entries:
+            seg.abandon()
+            return
+        try:
+            arr = seg.publish(self._packs)
+        except BaseException:
+            seg.abandon()
+            raise
+        if self._index is not None:                 # our own entries are visible at once
+            self._add_part(seg.name, arr)
+            self._rebuild()
+
+    def flush(self) -> None:
+        """Publish this process's current segment (durable, visible to every reader)."""
+        with self._lock:
+            self._publish()
+
+    def close(self) -> None:
+        """:meth:`flush` and close the segment files opened for reading."""
+        with self._lock:
+            self._publish()
+            while self._fds:
+                os.close(self._fds.popitem()[1])
 
     def _write(self, key: str, payload: bytes) -> None:
         sub = os.path.join(self._root, key[:2])
@@ -96,39 +507,42 @@ class ResponseCache:
             raise
 
     @contextlib.contextmanager
-    def background(self, threads: int = 4, max_pending: int = 2048) -> Iterator[None]:
-        """Inside the block, :meth:`put` serialises the entry and leaves the file system calls to
-        ``threads`` writer threads (creating many small files is slow on some file systems; the calls
-        release the GIL, so they overlap with parsing and with each other). At most ``max_pending``
-        entries wait in memory. The block ends only when every entry is written; a failed write is
-        raised there."""
-        if self.dir is None or self._bg is not None:
+    def bulk(self) -> Iterator[None]:
+        """Inside the block, :meth:`put` appends to this process's pack segment (a buffered write,
+        no file created per entry). Segments are published every ``segment_entries`` entries or
+        ``segment_seconds`` seconds, on :meth:`flush`, and when the (outermost) block ends, also
+        when it ends by an exception (every appended entry is a validated answer)."""
+        if self.dir is None:
             yield
             return
-        from concurrent.futures import ThreadPoolExecutor
-
-        slots = threading.BoundedSemaphore(max_pending)
-        errors: list[BaseException] = []
-
-        def done(fut) -> None:
-            slots.release()
-            exc = fut.exception()
-            if exc is not None:
-                errors.append(exc)
-
-        ex = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="cache")
-
-        def submit(key: str, payload: bytes) -> None:
-            if errors:
-                raise errors[0]
-            slots.acquire()
-            ex.submit(self._write, key, payload).add_done_callback(done)
-
-        self._bg = submit
+        with self._lock:
+            self._bulk += 1
         try:
             yield
         finally:
-            self._bg = None
-            ex.shutdown(wait=True)
-        if errors:
-            raise errors[0]
+            with self._lock:
+                self._bulk -= 1
+                if not self._bulk:
+                    self._publish()
+
+    def background(self, threads: int | None = None, max_pending: int | None = None):
+        """Same as :meth:`bulk` (kept for callers written when bulk puts went to writer threads;
+        ``threads`` and ``max_pending`` no longer apply: appending to a segment is cheap)."""
+        return self.bulk()
+
+
+def _decode(data: bytes, kb: bytes) -> dict | None:
+    """A segment record's JSON object, or None if the record is not intact."""
+    if not data.startswith(kb) or not data.endswith(b"\n"):
+        return None
+    body = data[len(kb):-1]
+    if len(body) < 10 or body[8:9] != b"\t":
+        return None
+    payload = body[9:]
+    try:
+        if int(body[:8], 16) != zlib.crc32(payload):
+            return None
+        rec = loads(payload)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None

@@ -546,7 +546,8 @@ class GeminiRunner(Runner):
                 state_dir = tempfile.mkdtemp(prefix="bm-gemini-batches-")
                 log.warning("%s: batch mode without a cache dir: batch state in %s, an interrupted run cannot "
                             "resume", self.stage, state_dir)
-        return _BatchJobs(self, Path(state_dir), wait=wait, poll_seconds=poll_seconds).run(list(items), losses)
+        with self.cache.bulk():        # answers go to a pack segment, published before any wait
+            return _BatchJobs(self, Path(state_dir), wait=wait, poll_seconds=poll_seconds).run(list(items), losses)
 
 
 # -- batch mode ---------------------------------------------------------------------------------------
@@ -696,6 +697,7 @@ class _BatchJobs:
                 else:
                     final.add(k)
             if waiting:
+                r.cache.flush()
                 self._wait(list(waiting.values()))
                 continue
             if not to_send:
