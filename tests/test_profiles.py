@@ -224,7 +224,7 @@ def test_slurm_dry_run_with_default_workflow_profile(tmp_path):
         assert "mem_mb=8000" in r and "gpu" not in r and "slurm_partition" not in r
 
 
-def test_bare_profile_name_resolves_after_install(tmp_path):
+def test_bare_profile_name_resolves_after_install(tmp_path, monkeypatch):
     home = tmp_path / "xdg"
     env = {"XDG_CONFIG_HOME": str(home)}
     before = _dry_run(tmp_path / "w1", ["--profile", "slurm"], env)
@@ -242,9 +242,15 @@ def test_bare_profile_name_resolves_after_install(tmp_path):
             os.environ.pop("XDG_CONFIG_HOME")
         else:
             os.environ["XDG_CONFIG_HOME"] = saved
-    paths = install_profiles(dest)
-    assert paths == [dest / "slurm", dest / "nrp"]
+    # the documented one-time step, as the user types it (the console script benchmaker.cli:main)
+    cli = subprocess.run(
+        [sys.executable, "-c", "import sys; from benchmaker.cli import main; sys.exit(main())",
+         "install-profiles"], capture_output=True, text=True, timeout=120,
+        env=clean_env(XDG_CONFIG_HOME=str(home), PYTHONPATH=str(ROOT / "src")), cwd=tmp_path)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    paths = [dest / "slurm", dest / "nrp"]
     assert all(p.is_symlink() and (p / "profile.yaml").is_file() for p in paths)
+    assert [Path(os.path.realpath(p)) for p in paths] == [PROFILES / "slurm", PROFILES / "nrp"]
     assert install_profiles(dest) == paths  # idempotent
 
     after = _dry_run(tmp_path / "w2", ["--profile", "slurm"], env)
@@ -252,6 +258,11 @@ def test_bare_profile_name_resolves_after_install(tmp_path):
     assert after.returncode == 0, out[-3000:]
     assert "Using profiles slurm and workflow specific profile profiles/default" in out
     assert all("gpu=1" in r for r in _job_resources(out, GPU_RULE))
+    # `snakemake --profile nrp` resolves the same way (its dry run needs S3: test_nrp_dryrun.py)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    args = _parse(["--profile", "nrp", "-n"], monkeypatch)
+    assert args.executor == "kubernetes" and args.set_resources[GPU_RULE]["gpu"].value == 1
+    assert "gpu_manufacturer" in args.set_resources[GPU_RULE] and args.default_storage_provider == "s3"
 
 
 def test_install_never_replaces_foreign_entries(tmp_path):
