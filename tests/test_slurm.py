@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -50,21 +51,64 @@ def _slurmctld_running() -> bool:
         return False
 
 
+START_TIMEOUT = 1200  # the script's apt budget (600 s) + five daemons at <= 60 s each + slack
+
+
+def _script(action: str, timeout: float) -> tuple[int, str, str]:
+    """Run slurm-local.sh in its own session; on timeout kill the whole session (apt included)."""
+    proc = subprocess.Popen(["bash", str(SCRIPT), action], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # our own process group only (start_new_session)
+        out, err = proc.communicate()
+        return 124, out, err + f"\n[test] slurm-local.sh {action} timed out after {timeout:.0f}s"
+    return proc.returncode, out, err
+
+
+def _our_daemons() -> dict[str, int]:
+    """name -> PID of every daemon slurm-local.sh recorded as started by it (and still running)."""
+    pids = {}
+    for f in (Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/slurm-local")) / "pids").glob("*.pid"):
+        try:
+            pid = int(f.read_text().strip())
+            if Path(f"/proc/{pid}/comm").read_text().strip().startswith(f.stem[:15]):
+                pids[f.stem] = pid
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def _stop_cluster() -> None:
+    started = _our_daemons()
+    rc, out, err = _script("stop", 300)
+    assert rc == 0, f"slurm-local.sh stop failed:\n{out}\n{err}"
+    assert not _slurmctld_running()
+    left = {name: pid for name, pid in started.items()
+            if Path(f"/proc/{pid}/comm").exists()
+            and Path(f"/proc/{pid}/comm").read_text().strip().startswith(name[:15])}
+    assert not left, f"daemons still running after stop: {left}"
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster():
     was_up = _slurmctld_running()
     t0 = time.monotonic()
-    res = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
-    if res.returncode == 3:
-        reason = (res.stderr.strip().splitlines() or ["cannot set up SLURM here"])[-1]
+    rc, out, err = _script("start", START_TIMEOUT)
+    if rc == 3:
+        reason = (err.strip().splitlines() or ["cannot set up SLURM here"])[-1]
         pytest.skip(f"local SLURM unavailable: {reason}")
-    assert res.returncode == 0, f"slurm-local.sh start failed:\n{res.stdout}\n{res.stderr}"
+    if rc != 0:
+        if not was_up:  # daemons started before the failure must not outlive the test
+            _stop_cluster()
+        pytest.fail(f"slurm-local.sh start failed (rc {rc}):\n{out}\n{err[-6000:]}")
     print(f"local SLURM up in {time.monotonic() - t0:.1f}s (already running: {was_up})")
-    yield
-    if not was_up:
-        stop = subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, timeout=300)
-        assert stop.returncode == 0, stop.stderr
-        assert not _slurmctld_running()
+    try:
+        yield
+    finally:
+        if not was_up:
+            _stop_cluster()
 
 
 def _run(workdir: Path, config: Path, extra: list[str], env: dict) -> subprocess.CompletedProcess:

@@ -17,6 +17,8 @@
 #   SLURM_LOCAL_PARTITION=debug        the only (default) partition
 #   SLURM_LOCAL_CLUSTER=localcluster
 #   SLURM_LOCAL_TIMEOUT=60             seconds to wait for each daemon / the node
+#   SLURM_LOCAL_APT_BUDGET=600         seconds for all apt-get calls together (lock wait, update,
+#                                      install); over budget = exit 3 (skip), not a hang
 #
 # Configs go to /etc/slurm (Debian's compiled-in default, so sbatch/sacct need no SLURM_CONF).
 # Daemons run in the foreground under setsid; their PIDs go to $SLURM_LOCAL_DIR/pids/<name>.pid and
@@ -31,6 +33,8 @@ GPUS=${SLURM_LOCAL_GPUS:-1}
 PARTITION=${SLURM_LOCAL_PARTITION:-debug}
 CLUSTER=${SLURM_LOCAL_CLUSTER:-localcluster}
 TIMEOUT=${SLURM_LOCAL_TIMEOUT:-60}
+APT_BUDGET=${SLURM_LOCAL_APT_BUDGET:-600}
+APT_T0=0
 HOST=$(hostname -s)
 ETC=/etc/slurm
 PKGS=(munge slurm-client slurmctld slurmd slurmdbd mariadb-server mariadb-client)
@@ -76,28 +80,48 @@ wait_for() { # wait_for DESCRIPTION CMD...
     return 1
 }
 
+# apt_get ARGS...: apt-get bounded by what is left of the APT_BUDGET seconds; waits for a dpkg lock
+# held by e.g. unattended-upgrades on a freshly booted CI machine instead of failing at once
+apt_get() {
+    local left=$((APT_BUDGET - (SECONDS - APT_T0)))
+    ((left > 10)) || { log "apt time budget (${APT_BUDGET}s) spent"; return 124; }
+    timeout --kill-after=10 "$left" env DEBIAN_FRONTEND=noninteractive apt-get -q -y \
+        -o DPkg::Lock::Timeout=$((left < 180 ? left : 180)) -o Acquire::Retries=3 \
+        -o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30 "$@" >>"$DIR/log/apt.out" 2>&1
+}
+
 install_packages() {
     local missing=() p
     for p in "${PKGS[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     ((${#missing[@]})) || return 0
-    log "installing ${missing[*]}"
+    log "installing ${missing[*]} (apt budget ${APT_BUDGET}s; log: $DIR/log/apt.out)"
     local made_policy=0
     if [[ ! -e /usr/sbin/policy-rc.d ]]; then # keep the distribution's units from starting
         printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
         chmod +x /usr/sbin/policy-rc.d
         made_policy=1
     fi
+    APT_T0=$SECONDS
+    : >"$DIR/log/apt.out"
     local rc=0
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >"$DIR/log/apt.out" 2>&1 ||
-        { apt-get update -q >>"$DIR/log/apt.out" 2>&1 &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$DIR/log/apt.out" 2>&1; }; } || rc=$?
+    # a fresh machine often has no package lists at all: update first then; otherwise try the
+    # install as is and update only if it fails (stale lists)
+    if ! compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
+        apt_get update || true
+    fi
+    apt_get install --no-install-recommends "${missing[@]}" ||
+        { apt_get update && apt_get install --no-install-recommends "${missing[@]}"; } || rc=$?
     ((made_policy)) && rm -f /usr/sbin/policy-rc.d
     if ((rc)); then
         tail -5 "$DIR/log/apt.out" >&2
-        cannot "apt-get install ${missing[*]} failed (see $DIR/log/apt.out)"
+        if ((rc == 124 || rc == 137)); then
+            cannot "installing ${missing[*]} took longer than ${APT_BUDGET}s (SLURM_LOCAL_APT_BUDGET; see $DIR/log/apt.out)"
+        fi
+        cannot "apt-get install ${missing[*]} failed (no package source reachable? see $DIR/log/apt.out)"
     fi
+    log "packages installed in $((SECONDS - APT_T0))s"
 }
 
 # write_if_changed PATH MODE: stdin -> PATH; returns 0 if the content changed
@@ -221,6 +245,7 @@ start() {
     [[ $(id -u) == 0 ]] || cannot "needs root (apt-get, munge key, /etc/slurm)"
     command -v apt-get >/dev/null && command -v dpkg-query >/dev/null || cannot "no apt-get/dpkg (not Debian/Ubuntu)"
     command -v setsid >/dev/null && command -v setpriv >/dev/null || cannot "setsid/setpriv missing (util-linux)"
+    command -v timeout >/dev/null || cannot "timeout missing (coreutils)"
     mkdir -p "$DIR"/{log,pids}
     install_packages
     local restart=0
