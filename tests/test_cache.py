@@ -237,3 +237,35 @@ def test_index_of_many_entries(tmp_path):
     for i in range(0, n, 997):
         assert fresh.get(keys[i]) == {"answer": {"i": i}}
     assert not any(fresh.contains(k(("other", i))) for i in range(1000))
+
+
+def test_batch_collect_writes_a_segment_and_a_lost_window_is_parsed_again_for_free(tmp_path, tiny_corpus,
+                                                                                    monkeypatch):
+    """Collect appends its answers to one pack segment (no loose file). If those answers never reach
+    the cache (a collect killed before publishing), collect run again re-reads the batch output it
+    had downloaded into the state dir: no new batch, no new download, nothing paid again."""
+    import fake_openai
+    from test_openai_batch import Shard
+
+    f = fake_openai.start(steps=2)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    try:
+        sh = Shard(tmp_path, tiny_corpus, f)
+        sh.build()
+        sh.submit()
+        sh.collect()
+        cache = Path(sh.cache)
+        assert len(packs(cache)) == 1 and [p.name for p in cache.iterdir()] == ["packs"]
+        ann, _, costs = sh.results()
+        assert ann.height == 6 and not any(c["cached"] for c in costs)
+        calls = {p: f.count(m, p) for m, p in (("POST", "/v1/batches"), ("GET", r"/v1/files/[^/]+/content"))}
+        for p in packs(cache):                                    # the window that a kill would lose
+            p.unlink()
+        sh.collect()
+        ann2, _, _ = sh.results()
+        assert ann2.equals(ann)
+        assert {p: f.count(m, p) for m, p in (("POST", "/v1/batches"), ("GET", r"/v1/files/[^/]+/content"))} == calls
+        c = ResponseCache(cache)
+        assert len(packs(cache)) == 1 and c.index_size() == 6
+    finally:
+        fake_openai.stop(f)

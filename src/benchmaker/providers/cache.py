@@ -93,12 +93,16 @@ def _footer_dtype():
 class _Index:
     """Sorted keys (first 16 bytes as two uint64) → segment number, offset, length."""
 
-    def __init__(self, hi, lo, seg, off, ln):
+    def __init__(self, cols: list):
+        """``cols`` = [hi, lo, seg, off, ln]; emptied here (each column is replaced by its sorted
+        copy one at a time, so at most one extra column is alive)."""
         import numpy as np
 
-        order = np.argsort(hi, kind="stable")
-        self.hi, self.lo = hi[order], lo[order]
-        self.seg, self.off, self.ln = seg[order], off[order], ln[order]
+        order = np.argsort(cols[0], kind="stable")
+        for j in range(5):
+            cols[j] = cols[j][order]
+        self.hi, self.lo, self.seg, self.off, self.ln = cols
+        cols.clear()
         self._np = np
 
     def __len__(self) -> int:
@@ -402,25 +406,30 @@ class ResponseCache:
         return arr
 
     def _add_part(self, name: str, arr) -> None:
+        """Keep the footer's columns as compact copies (the footer's own buffer is freed)."""
         import numpy as np
 
         seg = len(self._names)
         self._names.append(name)
         self._known.add(name)
-        self._parts.append((np.asarray(arr["hi"], dtype=np.uint64), np.asarray(arr["lo"], dtype=np.uint64),
-                            np.full(len(arr), seg, dtype=np.uint32), np.asarray(arr["off"], dtype=np.uint64),
-                            np.asarray(arr["len"], dtype=np.uint32)))
+        self._parts.append((arr["hi"].astype(np.uint64), arr["lo"].astype(np.uint64),
+                            np.full(len(arr), seg, dtype=np.uint32), arr["off"].astype(np.uint64),
+                            arr["len"].astype(np.uint32)))
 
     def _rebuild(self) -> None:
         import numpy as np
 
-        if not self._parts:
+        parts, self._parts, self._index = self._parts, [], None
+        if not parts:
             e = np.zeros(0, dtype=np.uint64)
-            self._index = _Index(e, e, e.astype(np.uint32), e, e.astype(np.uint32))
-            return
-        cols = [np.concatenate([p[j] for p in self._parts]) if len(self._parts) > 1 else self._parts[0][j]
-                for j in range(5)]
-        ix = self._index = _Index(*cols)
+            parts = [(e, e, e.astype(np.uint32), e, e.astype(np.uint32))]
+        cols = []
+        for j in range(5):
+            cols.append(np.concatenate([p[j] for p in parts]) if len(parts) > 1 else parts[0][j])
+            if len(parts) > 1:
+                parts = [tuple(None if i == j else c for i, c in enumerate(p)) for p in parts]
+        del parts
+        ix = self._index = _Index(cols)
         # merged (and sorted): the next rebuild concatenates this part and the new ones
         self._parts = [(ix.hi, ix.lo, ix.seg, ix.off, ix.ln)]
 
