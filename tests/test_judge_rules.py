@@ -117,19 +117,19 @@ def test_query_text_distinctive_tags_and_uniqueness():
     texts = out.group_by("query_id", maintain_order=True).agg(pl.col("query_text").first())
     t = dict(texts.iter_rows())
     # s1's tags by IDF: saucer (in 2 images), then sofa and window (4 each; by name) -> "saucer and sofa"
-    assert t["q1"] == "a photo of cat, indoor setting, with saucer and sofa"
+    assert t["q1"] == "a photo of a cat, indoor setting, with saucer and sofa"
     # q2 and q3 would collide with q1 (and each other): one more distinctive tag each time
-    assert t["q2"] == "a photo of cat, indoor setting, with saucer, sofa and window"
-    assert t["q3"] == "a photo of cat, indoor setting, with saucer, sofa, window and cat"
+    assert t["q2"] == "a photo of a cat, indoor setting, with saucer, sofa and window"
+    assert t["q3"] == "a photo of a cat, indoor setting, with saucer, sofa, window and cat"
     assert len(set(t.values())) == 3
 
 
 def test_compose_text_phrasing():
     assert compose_text([("subject", "cat", False), ("setting", "indoor", False), ("person_present", True, True),
                          ("is_grayscale", False, True)], ["coffee_cup"]) == \
-        "a photo of cat, indoor setting, person present, not grayscale, with coffee cup"
+        "a photo of a cat, indoor setting, person present, not grayscale, with coffee cup"
     assert compose_text([("viewpoint", "fixed_long_range", False), ("confounder_type", "none", False),
-                         ("lighting", "unknown", False)], []) == "a photo of fixed long range viewpoint, no confounder"
+                         ("lighting", "unknown", False)], []) == "a photo of a fixed long range viewpoint, no confounder"
     assert compose_text([], ["a", "b", "c"]) == "a photo, with a, b and c"
 
 
@@ -165,7 +165,7 @@ def test_get_judge_and_run(tmp_path):
                                    "adapter_settings": {"query_tags": 1, "relevant_min_jaccard": 0.25}},
         facets=FACETS, image_root=".", columns=cols)
     first = json.loads(q_p.read_text().splitlines()[0])
-    assert first["text"] == "a photo of cat, indoor setting, with saucer" and first["img"] == "s1"
+    assert first["text"] == "a photo of a cat, indoor setting, with saucer" and first["img"] == "s1"
     qrels = read_table("qrels", q_p, columns=cols)
     assert dict(zip(qrels["image_id"], qrels["relevance_label"])) == labels(judge()[1])
     assert read_losses(l_p).height == 0

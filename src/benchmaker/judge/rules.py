@@ -1,7 +1,7 @@
 """The ``rules`` judge: a deterministic, offline baseline (docs/judge-rules.md).
 
 * Query text: composed from the seed profile's facets and the seeds' most distinctive tags (highest
-  inverse document frequency over the annotations), e.g. ``a photo of cat, indoor setting, with saucer
+  inverse document frequency over the annotations), e.g. ``a photo of a cat, indoor setting, with saucer
   and coffee cup``; texts are made unique across queries by adding further distinctive tags.
 * Relevance: agreement with the plan's seed profile on the core facets (the fields of the plan's
   ``profile``) and tag Jaccard with the union of the seeds' tags:
@@ -78,6 +78,20 @@ def _phrase(facet: str, value: Any, boolean: bool) -> str | None:
     return f"{_words(v)} {_facet_words(facet)}"
 
 
+# heads that read better without an article ("a photo of food", "a photo of space")
+MASS_NOUNS = {"food", "food drink", "water", "grass", "sand", "text", "space", "smoke", "fire", "snow", "rain",
+              "fog", "haze", "dust", "landscape", "nature", "scenery", "traffic", "furniture", "art",
+              "texture", "microscopy", "other", "people", "wildlife"}
+
+
+def with_article(head: str) -> str:
+    """``cat`` -> ``a cat``, ``astronaut`` -> ``an astronaut``; plurals and mass nouns stay bare."""
+    h = head.strip()
+    if not h or h.lower() in MASS_NOUNS or h.lower().endswith("s") or " and " in h:
+        return h
+    return ("an " if h[0].lower() in "aeiou" else "a ") + h
+
+
 def compose_text(facet_values: list[tuple[str, Any, bool]], tags: list[str]) -> str:
     """``a photo of <head>, <facet phrases>, with <tag> and <tag>`` (natural-ish English)."""
     head = None
@@ -92,7 +106,7 @@ def compose_text(facet_values: list[tuple[str, Any, bool]], tags: list[str]) -> 
             phrases.append(p)
     if head is None and phrases:
         head = phrases.pop(0)
-    text = f"a photo of {head}" if head else "a photo"
+    text = f"a photo of {with_article(head)}" if head else "a photo"
     if phrases:
         text += ", " + ", ".join(phrases)
     tag_words = [_words(t) for t in tags]
