@@ -327,3 +327,21 @@ def test_nothing_to_export_is_an_error_not_an_unloadable_dataset(tmp_path, tiny_
     with pytest.raises(ValueError, match=r"no \(query, image\) pair to export.*0 pair\(s\).*'vision': 1"):
         export_run(dataset=str(out), settings={}, similarity={}, public_config={}, **kw)
     assert not out.exists()
+
+
+def test_ir_views_beir_and_trec(exported):
+    """Corpus-level views: each image once in the corpus, one qrels line per exported pair."""
+    import pyarrow.parquet as pq
+
+    out, meta, _, _ = exported
+    table = pl.concat([pl.from_arrow(pq.read_table(p).drop([COLS["image"]]))
+                       for p in sorted((out / "data").glob("*.parquet"))], how="vertical_relaxed")
+    queries = pl.read_ndjson(out / "beir" / "queries.jsonl")
+    corpus = pl.read_ndjson(out / "beir" / "corpus.jsonl")
+    qrels = pl.read_csv(out / "beir" / "qrels" / "test.tsv", separator="\t")
+    assert queries.height == table[COLS["query_id"]].n_unique() and queries["_id"].n_unique() == queries.height
+    assert corpus["_id"].n_unique() == corpus.height == table[COLS["image_id"]].n_unique()
+    assert qrels.columns == ["query-id", "corpus-id", "score"] and qrels.height == table.height
+    trec = (out / "trec" / "qrels.txt").read_text().splitlines()
+    assert len(trec) == table.height and all(len(line.split()) == 4 and line.split()[1] == "0" for line in trec)
+    assert meta["checks"]["ir_views"] == {"queries": queries.height, "corpus": corpus.height, "qrels": qrels.height}

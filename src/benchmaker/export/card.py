@@ -243,6 +243,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         "- `losses.jsonl`: every item lost by a stage, with the reason.\n"
         "- `config.yaml`: the public configuration (private `_` keys and secrets removed).\n"
         "- `dataset_metadata.json`: counts, digests and versions.\n"
+        "- `beir/` (`queries.jsonl`, `corpus.jsonl`, `qrels/<split>.tsv`) and `trec/qrels.txt`: corpus-level views of "
+        "the same judgments, each image once, for evaluators that rank a whole corpus.\n"
         "- `summary/`: statistics and charts (`summary/report.md`), `summary/config_values.csv`.\n")
     authors = meta.get("authors") or []
     if authors:
