@@ -21,6 +21,7 @@ example: $(STAMP)
 example-offline: $(STAMP)
 	$(PY) -m benchmaker.tinyclip .cache/tiny-clip
 	HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores $(CORES) --configfile config/config.yaml config/offline.yaml
+	@echo "Smoke-test benchmark written to results/example-bench-offline/ (open results/example-bench-offline/summary/report.html)"
 
 ## Run the test suite (unit tests, workflow tests on a tiny corpus, fake OpenAI/Hub/S3 servers).
 test: $(STAMP)

@@ -7,7 +7,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# the example config, unless config files are given on the command line: `--configfile my.yaml`
+# then replaces it instead of being deep-merged into it (example facets would leak into yours)
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "rules/common.smk"
