@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_example_dry_run_from_repo_root():
-    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-c2", "--workflow-profile", "none"],
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-F", "-c2", "--workflow-profile", "none"],
                        cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "PATH": support.no_slurm_path()})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import polars as pl
 import pytest
@@ -116,3 +118,13 @@ def test_losses_roundtrip_and_merge(tmp_path):
     assert m.height == 2 and set(m["reason"]) == {"invalid_json", "image_decode_error"}
     with pytest.raises(ValueError):
         a.add("file", "z", "r")
+
+
+def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
+    old = os.umask(0o022)
+    try:
+        p = tmp_path / "out.jsonl"
+        write_jsonl(p, [{"a": 1}])
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644
+    finally:
+        os.umask(old)

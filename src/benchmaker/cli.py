@@ -1,9 +1,10 @@
-"""The ``benchmaker`` command, for what is not a pipeline target.
+"""The benchmaker command, for what is not a pipeline target.
 
     benchmaker validate-config CONFIG          check a config file (errors name the key)
     benchmaker estimate CONFIG [--json]        requests, tokens and dollars before anything is submitted
     benchmaker batches list CONFIG             this benchmark's batches (found by their metadata)
     benchmaker batches cancel CONFIG --yes     cancel this benchmark's unfinished batches
+    benchmaker install-profiles                make `snakemake --profile slurm|nrp` resolve
 
 The pipeline itself runs with Snakemake (see README). Imports are lazy: the command starts fast.
 """

@@ -9,13 +9,25 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent", "JsonlAppender"]
+__all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent", "JsonlAppender"]
 
 
 def ensure_parent(path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def publish_mode(path: str | os.PathLike, directory: bool = False) -> None:
+    """Give a temporary file/folder the mode a plain open()/mkdir() would (mkstemp/mkdtemp make 0600/0700):
+    outputs on a shared cluster file system stay readable by the group, as the user's umask allows."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
 @contextlib.contextmanager
@@ -27,6 +39,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():
+            publish_mode(tmp_path, directory=tmp_path.is_dir())
         os.replace(tmp_path, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

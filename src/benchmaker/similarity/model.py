@@ -267,7 +267,8 @@ def _local_dir_weights(folder: Path) -> tuple[str, str]:
 def _load_error(model: str, pretrained: str | None, exc: BaseException) -> ModelLoadError:
     offline = os.environ.get("HF_HUB_OFFLINE", "")
     hint_offline = (f"HF_HUB_OFFLINE={offline} is set, so nothing is downloaded" if offline not in ("", "0")
-                    else "no network access (or a blocked Hugging Face Hub) may be why")
+                    else "no network access (or a blocked Hugging Face Hub) may be why; with HF_HUB_OFFLINE=1 "
+                         "this fails at once instead of after the Hub client's retries")
     what = f"model={model!r}" + ("" if model.startswith((_LOCAL_DIR, _HF_HUB)) else f", pretrained={pretrained!r}")
     return ModelLoadError(
         f"could not load the CLIP weights for {what}: {type(exc).__name__}: {exc}\n"
@@ -276,7 +277,8 @@ def _load_error(model: str, pretrained: str | None, exc: BaseException) -> Model
         "    similarity.pretrained: /path/to/open_clip_model.safetensors   (with similarity.model: <architecture>)\n"
         "  or\n"
         "    similarity.model: local-dir:/path/to/folder   (a folder with open_clip_config.json + open_clip_model.safetensors)\n"
-        "  (the same keys exist under vision.clip for the clip vision adapter)."
+        "  (the same keys exist under vision.clip for the clip vision adapter).\n"
+        "  To try the pipeline with no download at all: `make example-offline` (random tiny CLIP, a smoke test)."
     )
 
 

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from ..io import publish_mode
+
 __all__ = ["staged_dir"]
 
 
@@ -27,6 +29,7 @@ def staged_dir(target: str | os.PathLike, marker: str) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         yield tmp
+        publish_mode(tmp, directory=True)
         if target.exists():
             old = target.with_name(f".{target.name}.old.{os.getpid()}")
             os.replace(target, old)
