@@ -154,6 +154,11 @@ def _cross_checks(cfg: dict) -> None:
             llm = sec[sec["adapter"]]
             if llm.get("image_transport") == "url" and not cfg["preprocess"]["image_base_url"] and stage == "vision":
                 problems.append(f"{stage}.{sec['adapter']}.image_transport: 'url' needs preprocess.image_base_url")
+    meta = cfg["vision"]["metadata"]
+    for key in ("tags_column", "summary_column"):
+        if meta.get(key) in RESERVED_COLUMNS | set(cols.values()):
+            problems.append(f"vision.metadata.{key}: '{meta[key]}' is a built-in column name, which preprocess "
+                            "keeps out of images.jsonl; give the labels their own name (e.g. label_tags)")
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 

@@ -198,7 +198,10 @@ class RulesJudge:
         union = pl.col("tags").list.set_union("seed_tags").list.len()
         df = df.with_columns(
             agree.alias("_agree"), share.alias("_share"),
-            pl.when(union > 0).then(inter / union).otherwise(0.0).alias("_jac"),
+            # seeds without tags (e.g. labels imported by the metadata adapter): tags say nothing, the
+            # facets decide alone
+            pl.when(pl.col("seed_tags").list.len().fill_null(0) == 0).then(1.0)
+            .when(union > 0).then(inter / union).otherwise(0.0).alias("_jac"),
         ).with_columns(self._labels(pl.col("_share"), pl.col("_jac")).alias("relevance_label"))
         cents = (pl.col("_jac") * 100).round(0).cast(pl.Int64)
         jtxt = pl.format("{}.{}", cents // 100, (cents % 100).cast(pl.String).str.zfill(2))

@@ -29,6 +29,7 @@ class VisionAnnotator(Protocol):
 # name -> "module:Class"; classes take (facets=, settings=, image_root=, cache_dir=, threads=)
 ADAPTERS: dict[str, str] = {
     "clip": "benchmaker.vision.clip:ClipAnnotator",
+    "metadata": "benchmaker.vision.metadata:MetadataAnnotator",
     "openai": "benchmaker.vision.openai:OpenAIAnnotator",
     "gemini": "benchmaker.vision.gemini:GeminiAnnotator",
 }
