@@ -4,6 +4,7 @@
     benchmaker estimate CONFIG [--json]        requests, tokens and dollars before anything is submitted
     benchmaker batches list CONFIG             this benchmark's batches (found by their metadata)
     benchmaker batches cancel CONFIG --yes     cancel this benchmark's unfinished batches
+    benchmaker check-urls CONFIG [--out F]     every image_url of images.jsonl answers (image_transport: url)
     benchmaker install-profiles                make `snakemake --profile slurm|nrp` resolve
 
 The pipeline itself runs with Snakemake (see README). Imports are lazy: the command starts fast.
@@ -40,6 +41,33 @@ def cmd_validate(args) -> int:
     print(f"{args.config}: valid (benchmark {cfg['benchmark']['name']}, vision {cfg['vision']['adapter']}, "
           f"judge {cfg['judge']['adapter']})")
     return 0
+
+
+def cmd_check_urls(args) -> int:
+    from .config import results_dir
+    from .formats import read_table
+    from .io import write_jsonl
+    from .urlcheck import check_urls
+
+    cfg = _load(args.config)
+    path = Path(results_dir(cfg)) / "images.jsonl"
+    if not path.exists():
+        print(f"benchmaker: {path} does not exist yet: run `snakemake {path}` (preprocess) first", file=sys.stderr)
+        return 2
+    images = read_table("images", path, columns=cfg["columns"])
+    results = check_urls(images.select("image_id", "image_url").iter_rows(), workers=args.workers,
+                         timeout=args.timeout)
+    bad = [r for r in results if not r.ok]
+    print(f"{len(results)} image URLs checked: {len(results) - len(bad)} ok, {len(bad)} failed")
+    for r in bad[:20]:
+        print(f"  {r.image_id}: {r.detail} ({r.url})")
+    if len(bad) > 20:
+        print(f"  ... {len(bad) - 20} more")
+    if args.out:
+        write_jsonl(args.out, ({"image_id": r.image_id, "url": r.url, "status": r.status, "detail": r.detail}
+                               for r in bad))
+        print(f"failures written to {args.out}")
+    return 1 if bad else 0
 
 
 # -- estimate -----------------------------------------------------------------------------------------
@@ -253,6 +281,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--stage", choices=["vision", "judge"], default=None)
     p.add_argument("--yes", action="store_true", help="cancel: really cancel")
     p.set_defaults(fn=cmd_batches)
+    p = sub.add_parser("check-urls", help="check that every image_url of images.jsonl answers (image_transport: url)")
+    p.add_argument("config")
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--out", default=None, help="write the failures as JSONL")
+    p.set_defaults(fn=cmd_check_urls)
     p = sub.add_parser("install-profiles",
                        help="make `snakemake --profile slurm|nrp` resolve (links into Snakemake's config dir)")
     p.add_argument("--dest", default=None, help="target folder (default: Snakemake's user config dir)")
