@@ -54,18 +54,25 @@ class Runner:
                         stage, self.llm.model)
 
     # -- pieces shared with batch mode -------------------------------------------------------
+    # provider hooks: a provider subclass overrides these two and inherits the rest
+    def make_client(self):
+        from .openai import make_client
+
+        return make_client(self.settings)
+
+    def request_key(self, spec) -> str:
+        return request_key(spec, self.llm)
+
     @property
     def client(self):
         if self._client is None:
-            from .openai import make_client
-
-            self._client = make_client(self.settings)
+            self._client = self.make_client()
         return self._client
 
     def keyed(self, items: Iterable[Item]) -> list[Item]:
         out = []
         for it in items:
-            it.key = it.key or request_key(it.spec, self.llm)
+            it.key = it.key or self.request_key(it.spec)
             out.append(it)
         return out
 

@@ -499,18 +499,11 @@ class GeminiRunner(Runner):
             log.warning("%s: no price known for Gemini model %r and no `prices` configured; costs are reported "
                         "as 0", stage, s["model"])
 
-    @property
-    def client(self):
-        if self._client is None:
-            self._client = make_client(self.settings)
-        return self._client
+    def make_client(self):
+        return make_client(self.settings)
 
-    def keyed(self, items: Iterable[Item]) -> list[Item]:
-        out = []
-        for it in items:
-            it.key = it.key or gemini_request_key(it.spec, self.llm)
-            out.append(it)
-        return out
+    def request_key(self, spec) -> str:
+        return gemini_request_key(spec, self.llm)
 
     def render(self, item: Item) -> dict:
         return render_request(item.spec, self.llm)
