@@ -44,7 +44,7 @@ from ..losses import Losses
 from .cache import content_key
 from .cost import Price, Usage, cost_row
 from .engine import Item, Runner
-from .parse import RETRYABLE, Outcome, validate_answer
+from .parse import RETRYABLE, Outcome, parse_json_answer, validate_answer
 from .spec import ImageRef, LLMSettings, RequestSpec, Text, encode_image, request_key
 from .transport import SyncTransport
 
@@ -377,17 +377,7 @@ def parse_response(d: Mapping[str, Any] | None) -> Outcome:
         if fm:
             detail += f"; {fm}"
         return Outcome(False, text=text or None, usage=usage, reason="incomplete", detail=detail[:500], paid=paid)
-    if not text.strip():
-        return Outcome(False, usage=usage, reason="invalid_json", detail="empty answer", paid=paid)
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return Outcome(False, text=text, usage=usage, reason="invalid_json",
-                       detail=f"{exc.msg} at char {exc.pos}: {text[:200]!r}", paid=paid)
-    if not isinstance(obj, dict):
-        return Outcome(False, text=text, usage=usage, reason="schema_violation", detail="answer is not an object",
-                       paid=paid)
-    return Outcome(True, obj=obj, text=text, usage=usage, paid=paid)
+    return parse_json_answer(text, usage=usage, paid=paid)
 
 
 # -- sync transport -----------------------------------------------------------------------------------

@@ -76,6 +76,12 @@ def parse_body(body: Mapping[str, Any] | None, api: str) -> Outcome:
         text, refusal = _responses_text(body)
         if refusal and not text:
             return Outcome(False, usage=usage, reason="refusal", detail=str(refusal)[:500], paid=paid)
+    return parse_json_answer(text, usage=usage, paid=paid)
+
+
+def parse_json_answer(text: str | None, *, usage: Any = None, paid: bool = True) -> Outcome:
+    """The answer text of a completed response -> Outcome: empty / invalid JSON / not an object / ok.
+    Shared by every provider, so all of them report the same reasons for the same failures."""
     if text is None or not str(text).strip():
         return Outcome(False, usage=usage, reason="invalid_json", detail="empty answer", paid=paid)
     try:
