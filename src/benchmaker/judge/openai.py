@@ -85,14 +85,23 @@ def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], j
 
 
 class OpenAIJudge:
-    """Sync mode (the plain ``judge`` rule)."""
+    """Sync mode (the plain ``judge`` rule). Other providers subclass it and override
+    ``make_runner`` / ``answers`` (see judge/gemini.py)."""
+
+    provider = "openai"
 
     def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
                  threads: int = 1, client: Any = None):
-        self.facets, self.settings, self.image_root = facets, dict(settings), image_root
-        self.runner = Runner(stage="judge", item_type="query", settings=self.settings, cache_dir=cache_dir,
-                             client=client)
-        self.name = f"openai:{self.runner.llm.model}"
+        self.facets, self.image_root = facets, image_root
+        self.runner = self.make_runner(merged_settings(settings), cache_dir, client)
+        self.settings = self.runner.settings
+        self.name = f"{self.provider}:{self.runner.llm.model}"
+
+    def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
+        return Runner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
+
+    def answers(self, items: list, losses: Losses) -> dict[str, dict]:
+        return self.runner.run_sync(items, losses)
 
     @property
     def costs(self) -> list[dict]:
@@ -101,7 +110,7 @@ class OpenAIJudge:
     def judge(self, plan: pl.DataFrame, annotations: pl.DataFrame, images: pl.DataFrame,
               losses: Losses) -> pl.DataFrame:
         pairs = list(judge_items(plan, annotations, images, self.facets, self.settings, self.image_root, losses))
-        answers = self.runner.run_sync([it for it, _ in pairs], losses)
+        answers = self.answers([it for it, _ in pairs], losses)
         return answers_to_frame(answers, {it.item_id: k for it, k in pairs}, self.name,
                                 bool(self.settings.get("rationale")))
 

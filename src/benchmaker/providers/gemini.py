@@ -519,6 +519,13 @@ class GeminiRunner(Runner):
         return super().run_sync(items, losses, transport=transport)
 
     # -- batch mode -------------------------------------------------------------------------------
+    def run(self, items: list[Item], losses: Losses) -> dict[str, dict]:
+        """``mode: batch`` (default) or ``mode: sync``, as configured."""
+        if self.settings.get("mode", "batch") == "batch":
+            return self.run_batch(items, losses, wait=bool(self.settings.get("wait", True)),
+                                  poll_seconds=float(self.settings.get("poll_seconds", 30)))
+        return self.run_sync(items, losses)
+
     def run_batch(self, items: Iterable[Item], losses: Losses, *, state_dir: str | None = None,
                   wait: bool = True, poll_seconds: float = 30.0) -> dict[str, dict]:
         """Inline-request batch jobs (see :class:`_BatchJobs`); returns item_id -> answer."""

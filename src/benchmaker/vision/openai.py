@@ -135,24 +135,33 @@ def write_costs(rows: list[dict], path: str | None) -> None:
 
 
 class OpenAIAnnotator:
-    """Sync mode (the plain ``vision`` rule): bounded concurrency, cache, retries, costs."""
+    """Sync mode (the plain ``vision`` rule): bounded concurrency, cache, retries, costs. Other providers
+    subclass it and override ``make_runner`` / ``answers`` (see vision/gemini.py)."""
+
+    provider = "openai"
 
     def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
                  threads: int = 1, client: Any = None):
-        self.facets, self.settings, self.image_root = facets, dict(settings), image_root
-        self.runner = Runner(stage="vision", item_type="image", settings=self.settings, cache_dir=cache_dir,
-                             client=client)
-        self.name = f"openai:{self.runner.llm.model}"
+        self.facets, self.image_root = facets, image_root
+        self.runner = self.make_runner(dict(settings), cache_dir, client)
+        self.settings = self.runner.settings
+        self.name = f"{self.provider}:{self.runner.llm.model}"
+
+    def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
+        return Runner(stage="vision", item_type="image", settings=settings, cache_dir=cache_dir, client=client)
+
+    def answers(self, items: list, losses: Losses) -> dict[str, dict]:
+        if self.settings.get("mode", "batch") == "batch":
+            log.warning("vision.openai.mode is 'batch' but the plain vision rule runs: sending synchronously")
+        return self.runner.run_sync(items, losses)
 
     @property
     def costs(self) -> list[dict]:
         return self.runner.cost_rows
 
     def annotate(self, images: pl.DataFrame, losses: Losses) -> pl.DataFrame:
-        if self.settings.get("mode", "batch") == "batch":
-            log.warning("vision.openai.mode is 'batch' but the plain vision rule runs: sending synchronously")
         items = list(vision_items(images, self.facets, self.settings, self.image_root))
-        answers = self.runner.run_sync(items, losses)
+        answers = self.answers(items, losses)
         return answers_to_frame(answers, images["image_id"].to_list(), self.facets, self.name)
 
 
