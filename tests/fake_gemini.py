@@ -23,6 +23,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+import support
+
 KEY = "gm-test-key-0123456789"
 USAGE = {"promptTokenCount": 1000, "cachedContentTokenCount": 200, "candidatesTokenCount": 100,
          "thoughtsTokenCount": 50}
@@ -256,14 +258,9 @@ def _handler(fake: Fake):
 
 def start(steps: int = 2) -> Fake:
     fake = Fake(steps=steps)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    srv.daemon_threads = True
-    fake.server = srv
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    fake.server = support.serve(_handler(fake))
     return fake
 
 
 def stop(fake: Fake) -> None:
-    if fake.server is not None:
-        fake.server.shutdown()
-        fake.server.server_close()
+    support.shutdown(fake.server)

@@ -21,6 +21,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+import support
+
 USAGE = {"input_tokens": 1000, "cached_tokens": 200, "output_tokens": 150, "reasoning_tokens": 50}
 
 
@@ -265,14 +267,9 @@ def _handler(fake: Fake):
 
 def start(steps: int = 3) -> Fake:
     fake = Fake(steps=steps)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    srv.daemon_threads = True
-    fake.server = srv
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    fake.server = support.serve(_handler(fake))
     return fake
 
 
 def stop(fake: Fake) -> None:
-    if fake.server is not None:
-        fake.server.shutdown()
-        fake.server.server_close()
+    support.shutdown(fake.server)

@@ -8,6 +8,8 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
@@ -177,3 +179,17 @@ def snakemake(args: list[str], workdir: Path, config: Path, env: dict | None = N
 def copy_tree(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def serve(handler) -> ThreadingHTTPServer:
+    """Start a stdlib HTTP server for ``handler`` on 127.0.0.1 (ephemeral port) in a daemon thread."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def shutdown(srv) -> None:
+    if srv is not None:
+        srv.shutdown()
+        srv.server_close()

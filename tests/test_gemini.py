@@ -5,7 +5,6 @@ resubmitting, and the API key never written anywhere."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -15,6 +14,7 @@ import polars as pl
 import pytest
 
 import fake_gemini
+from openai_helpers import images_frame
 from support import TINY_FACETS
 
 from benchmaker.formats import FacetModel, read_table, validate_table, write_table
@@ -46,20 +46,6 @@ def settings(fake, **kw) -> dict:
     return {"model": "gemini-2.5-flash", "base_url": fake.base_url, "mode": "sync", "api_key_env": "OPENAI_API_KEY",
             "max_attempts": 3, "concurrency": 4, "image_max_side": 64, "poll_seconds": 0, "batch_discount": 0.5,
             "reasoning_effort": "low", **kw}
-
-
-def images_frame(corpus: Path, n: int) -> pl.DataFrame:
-    rows = []
-    for p in sorted(corpus.rglob("*")):
-        if p.suffix not in (".jpg", ".png") or "broken" in p.parts:
-            continue
-        data = p.read_bytes()
-        rid = str(p.relative_to(corpus))
-        rows.append({"image_id": rid, "image_url": f"https://img.example/{rid}", "mime_type": "image/jpeg",
-                     "width": 100, "height": 100, "file_size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                     "phash": None, "license": "CC0-1.0", "doi": None, "original_dataset_name": "tiny",
-                     "caption": f"caption of {p.stem}"})
-    return pl.DataFrame(rows).head(n)
 
 
 def no_key_under(root: Path) -> None:
