@@ -28,6 +28,7 @@ test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
 lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/snakemake --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules
 

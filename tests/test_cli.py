@@ -10,8 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import support
+
 from benchmaker.cli import main
 from benchmaker.formats import write_table
 

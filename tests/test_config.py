@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmaker.config import ConfigError, load_config, validate_config, section_digest, results_dir
+from benchmaker.config import ConfigError, load_config, results_dir, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,11 +107,6 @@ def test_validate_does_not_mutate_input_and_is_idempotent():
     once = validate_config(raw)
     assert raw == before
     assert validate_config(once) == once
-
-
-def test_section_digest_stable_under_key_order():
-    assert section_digest({"a": 1, "b": [1, 2]}) == section_digest({"b": [1, 2], "a": 1})
-    assert section_digest({"a": 1}) != section_digest({"a": 2})
 
 
 def test_missing_file_and_bad_yaml(tmp_path):

@@ -113,7 +113,7 @@ def _sample(schema: dict) -> Any:
 
 
 def _line(stage: str, s: dict, n_req: int, n_cached: int, tok_in: int, tok_out: int) -> dict:
-    from .providers.cost import cost_usd, price_for, Usage
+    from .providers.cost import Usage, cost_usd, price_for
 
     price = price_for(s["model"], s.get("prices") or {})
     batch = s["mode"] == "batch"

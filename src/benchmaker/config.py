@@ -8,8 +8,6 @@ Secrets are never read from config: only the *name* of an environment variable i
 from __future__ import annotations
 
 import copy
-import json
-import hashlib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,7 +21,6 @@ __all__ = [
     "validate_config",
     "load_schema",
     "results_dir",
-    "section_digest",
     "RESERVED_COLUMNS",
 ]
 
@@ -192,8 +189,3 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
 def results_dir(cfg: Mapping[str, Any]) -> str:
     return f"{cfg['paths']['results']}/{cfg['benchmark']['name']}"
 
-
-def section_digest(obj: Any) -> str:
-    """A short stable digest of a JSON-able object (used for params and cache keys)."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]

@@ -8,9 +8,8 @@ so the same image always lands in the same shard on every machine.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
 
-__all__ = ["shard_of", "shard_names", "shard_name", "assign_shards"]
+__all__ = ["shard_of", "shard_names", "shard_name"]
 
 
 def shard_of(image_id: str, n_shards: int) -> int:
@@ -27,6 +26,3 @@ def shard_name(index: int) -> str:
 def shard_names(n_shards: int) -> list[str]:
     return [shard_name(i) for i in range(n_shards)]
 
-
-def assign_shards(image_ids: Iterable[str], n_shards: int) -> list[int]:
-    return [shard_of(i, n_shards) for i in image_ids]

@@ -225,9 +225,6 @@ class Index:
         s = self.tag_start[i]
         return self.tag_flat[s:s + self.tag_len[i]]
 
-    def tags_of(self, i: int) -> list[str]:
-        return [self.tag_vocab[t] for t in self.tag_codes(i)]
-
 
 MAX_BITSET_TAGS = 1024
 

@@ -131,10 +131,6 @@ class ClipAnnotator:
                 torch.set_num_threads(self.threads)
         return self._clip
 
-    @property
-    def annotator_id(self) -> str:
-        return f"clip:{self._model().model_id}"
-
     # ---------------------------------------------------------------------------------------- annotate
     def annotate(self, images: pl.DataFrame, losses: Losses) -> pl.DataFrame:
         from ..similarity.cache import EmbeddingCache

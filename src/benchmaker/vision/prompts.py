@@ -10,12 +10,11 @@ prefix); the per-image part (metadata, the image) comes last.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from ..formats import FacetModel
-from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
 
-__all__ = ["vision_schema", "default_system_prompt", "default_user_prompt", "vision_spec", "check_answer",
+__all__ = ["vision_schema", "default_system_prompt", "default_user_prompt", "check_answer",
            "SCHEMA_NAME"]
 
 SCHEMA_NAME = "image_annotation"
@@ -71,20 +70,6 @@ def default_user_prompt(metadata_columns: list[str] | None = None) -> str:
         ctx = "; ".join(f"{c}: {{metadata.{c}}}" for c in metadata_columns)
         text += f" Context from the collection (use as a guide, trust the image): {ctx}."
     return text
-
-
-def vision_spec(row: Mapping[str, Any], image: ImageRef, fm: FacetModel, settings: Mapping[str, Any],
-                *, system: str | None = None, schema: dict | None = None) -> RequestSpec:
-    """One image's request; pass ``system`` and ``schema`` built once when making many."""
-    prompts = settings.get("prompts") or {}
-    meta_cols = list(settings.get("metadata_columns") or [])
-    sys_t = system if system is not None else (prompts.get("system") or default_system_prompt(fm))
-    user_t = prompts.get("user") or default_user_prompt(meta_cols)
-    return RequestSpec(
-        system=fill_metadata(sys_t, row, meta_cols or None),
-        parts=(Text(fill_metadata(user_t, row, meta_cols or None)), image),
-        schema=schema if schema is not None else vision_schema(fm), schema_name=SCHEMA_NAME,
-    )
 
 
 def check_answer(fm: FacetModel):
