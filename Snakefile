@@ -34,3 +34,18 @@ rule all:
         f"{RESULTS}/qrels_with_score.jsonl",
         f"{RESULTS}/summary",
         f"{RESULTS}/hf_dataset",
+
+
+# the run's final block on failure: each failed stage's problem and fix (its <log>.error, written by
+# benchmaker.logs), printed last so that it is not buried under Snakemake's job report
+import time as _time
+
+RUN_STARTED = _time.time()
+
+
+onerror:
+    from benchmaker.logs import failure_summary
+
+    _summary = failure_summary(LOGS, RUN_STARTED)
+    if _summary:
+        print(_summary, file=sys.stderr)

@@ -14,6 +14,10 @@ from benchmaker.versions import stage_version
 
 try:
     _validated = validate_config(config)
+    # missing paths fail here, before planning (benchmaker.preflight; `benchmaker validate-config` runs the same)
+    from benchmaker.preflight import workflow_preflight
+
+    workflow_preflight(_validated, workflow)
 except ConfigError as exc:
     raise WorkflowError(str(exc))
 config.clear()

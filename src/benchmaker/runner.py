@@ -2,12 +2,16 @@
 
 ``run_stage(snakemake, "benchmaker.plan:run")`` passes every *named* input, output and param of the
 rule as a keyword argument (file lists become lists of str), plus ``threads``; the stage's logging and
-any traceback go to the rule's ``log:`` file and to the terminal.
+any traceback go to the rule's ``log:`` file. When the stage fails under Snakemake, the terminal gets
+the short block of ``logs.error_block`` and the script exits with status 1 without printing the
+traceback a second time (it is in the log).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 from typing import Any, Callable
 
 from .logs import stage_logging
@@ -36,9 +40,20 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr or "run")
 
 
+@contextlib.contextmanager
+def _exit_quietly(smk: Any):
+    """Under Snakemake, a failed stage exits 1 instead of letting Python print the traceback again."""
+    try:
+        yield
+    except Exception:
+        if type(smk).__module__.startswith("snakemake"):
+            sys.exit(1)
+        raise
+
+
 def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
     log = smk.log[0] if len(smk.log) else None
-    with stage_logging(log) as logger:
+    with _exit_quietly(smk), stage_logging(log, rule=getattr(smk, "rule", None)) as logger:
         kwargs: dict[str, Any] = {}
         for part in (smk.input, smk.output, smk.params):
             for k, v in named_items(part).items():

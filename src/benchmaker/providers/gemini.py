@@ -443,6 +443,10 @@ class GeminiTransport(SyncTransport):
                     config={**req["config"], "automatic_function_calling": {"disable": True}})
             except errors.APIError as exc:
                 code = int(exc.code or 0)
+                if code in (401, 403) or (code == 400 and "api key" in str(exc.message or "").lower()):
+                    from ..errors import key_rejected   # every later request would fail the same way
+
+                    raise key_rejected("gemini", code, str(exc.message or exc.status or "")) from exc
                 if code in self.RETRY_STATUS or code >= 500:
                     if attempt >= self.max_transport_retries:
                         return Outcome(False, reason="api_error",

@@ -86,6 +86,10 @@ class SyncTransport:
                 log.debug("transport: %s (status %s); retrying in %.2f s", type(exc).__name__, status, d)
                 self.sleep(d)
                 continue
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+                from ..errors import key_rejected   # every later request would fail the same way
+
+                raise key_rejected("openai", exc.status_code, getattr(exc, "message", "") or str(exc)) from exc
             except openai.APIStatusError as exc:
                 if exc.status_code >= 500:
                     if attempt < self.max_transport_retries:

@@ -1,0 +1,203 @@
+"""Checks before anything runs: config files merged like Snakemake merges them, paths, API keys.
+
+Used by ``benchmaker validate-config a.yaml b.yaml`` and by the workflow at parse time
+(``rules/common.smk``), so that both say the same thing and ``snakemake -n`` fails at once on, say, a
+missing image folder.
+
+* ``read_config_file(path)``: one YAML (or JSON) file; a syntax error names the file, line and column.
+* ``merge_config_files(paths)``: merged exactly as ``snakemake --configfile a.yaml b.yaml`` merges them
+  (a port of ``snakemake.utils.update_config``: mappings are merged key by key, recursively; any other
+  value, lists included, replaces the earlier one). The library never imports Snakemake.
+* ``path_problems(cfg)``: every path the config names exists and is readable (folders: listable).
+* ``env_problems(cfg)``: the environment variables the configured API adapters read are set.
+* ``preflight(cfg)``: all of the above at once, raising one ``ConfigError`` listing every problem.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from .config import ConfigError, validate_config
+
+__all__ = ["read_config_file", "merge_config_files", "snakemake_update", "path_problems", "env_problems",
+           "required_env", "preflight", "load_config_files", "workflow_preflight"]
+
+API_ADAPTERS = ("openai", "gemini")
+OPENAI_DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+GEMINI_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A config file as a dict (JSON first, then YAML, as Snakemake reads it)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (PermissionError, IsADirectoryError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text, object_pairs_hook=dict)
+    except ValueError:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            context = getattr(exc, "context", None)
+            detail = f"{context}, {problem}" if context else problem
+            raise ConfigError(f"{where}: not valid YAML: {detail} (check the indentation and quoting on "
+                              "that line or the one before it; tabs are not allowed)") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping of keys (got "
+                          f"{type(data).__name__})")
+    return data
+
+
+def snakemake_update(config: dict, overwrite: Mapping[str, Any]) -> dict:
+    """``snakemake.utils.update_config``, ported: updates ``config`` in place and returns it."""
+
+    def _update(cfg: Any, over: Mapping[str, Any]) -> Any:
+        for key, value in over.items():
+            if not isinstance(cfg, collections.abc.Mapping):
+                cfg = {}
+            if isinstance(value, collections.abc.Mapping):
+                cfg[key] = _update(cfg.get(key, {}), value)
+            else:
+                cfg[key] = value
+        return cfg
+
+    _update(config, overwrite)
+    return config
+
+
+def merge_config_files(paths: Iterable[str | Path]) -> dict:
+    """Files merged left to right, as ``snakemake --configfile a.yaml b.yaml`` does."""
+    merged: dict = {}
+    for p in paths:
+        snakemake_update(merged, read_config_file(p))
+    return merged
+
+
+def _resolve(path: str, base_dir: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base_dir is None else base_dir / p
+
+
+def _named_paths(cfg: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(config key, path, 'dir' | 'file') for every path the config names."""
+    paths = cfg.get("paths", {})
+    out: list[tuple[str, str, str]] = []
+    if paths.get("image_root"):
+        out.append(("paths.image_root", paths["image_root"], "dir"))
+    for key in ("rights_map", "metadata_jsonl", "seeds_file"):
+        if paths.get(key):
+            out.append((f"paths.{key}", paths[key], "file"))
+    for section in ("similarity", "vision.clip"):
+        node: Any = cfg
+        for part in section.split("."):
+            node = node.get(part, {}) if isinstance(node, Mapping) else {}
+        model, pretrained = node.get("model") or "", node.get("pretrained")
+        if model.startswith("local-dir:"):
+            out.append((f"{section}.model", model[len("local-dir:"):], "dir"))
+        elif pretrained and ("/" in pretrained or Path(pretrained).suffix in (".safetensors", ".bin", ".pt",
+                                                                             ".pth")):
+            out.append((f"{section}.pretrained", pretrained, "file"))
+    return out
+
+
+def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> list[str]:
+    """Every named path that is missing, of the wrong kind or unreadable, with the key to fix."""
+    base = Path(base_dir) if base_dir is not None else None
+    problems = []
+    for key, raw, kind in _named_paths(cfg):
+        p = _resolve(raw, base)
+        shown = f"'{raw}'" + (f" (= {p.resolve()})" if not Path(raw).is_absolute() else "")
+        if not p.exists():
+            what = "folder" if kind == "dir" else "file"
+            problems.append(f"{key}: {what} {shown} does not exist; fix the path in your config "
+                            "(relative paths are relative to the directory snakemake runs in)")
+        elif kind == "dir" and not p.is_dir():
+            problems.append(f"{key}: {shown} is a file, not a folder")
+        elif kind == "file" and not p.is_file():
+            problems.append(f"{key}: {shown} is a folder, not a file")
+        elif not os.access(p, os.R_OK | (os.X_OK if kind == "dir" else 0)):
+            problems.append(f"{key}: {shown} is not readable by this user (check its permissions)")
+    return problems
+
+
+def required_env(cfg: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """(config key, environment variables of which one must be set) for each configured API adapter."""
+    out = []
+    for stage in ("vision", "judge"):
+        sec = cfg.get(stage, {})
+        adapter = sec.get("adapter")
+        if adapter not in API_ADAPTERS:
+            continue
+        env = (sec.get(adapter) or {}).get("api_key_env") or OPENAI_DEFAULT_KEY_ENV
+        if adapter == "gemini" and env == OPENAI_DEFAULT_KEY_ENV:
+            names = GEMINI_KEY_ENVS      # the shared schema default means Gemini's own variables
+        else:
+            names = (env,)
+        out.append((f"{stage}.{adapter}.api_key_env", names))
+    return out
+
+
+def env_problems(cfg: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> list[str]:
+    environ = os.environ if environ is None else environ
+    problems = []
+    for key, names in required_env(cfg):
+        if not any(environ.get(n) for n in names):
+            problems.append(f"{key}: environment variable {' or '.join(names)} is not set; `export "
+                            f"{names[0]}=...` before running (the key itself never goes in the config), or "
+                            f"set {key} to the variable that holds it")
+    return problems
+
+
+def preflight(cfg: Mapping[str, Any], *, base_dir: str | Path | None = None, paths: bool = True,
+              env: bool = True, environ: Mapping[str, str] | None = None) -> None:
+    """Raise one ConfigError listing every missing path and unset key of a validated config."""
+    problems = (path_problems(cfg, base_dir) if paths else []) + (env_problems(cfg, environ) if env else [])
+    if problems:
+        raise ConfigError("the configuration names things that are not there:\n  - " + "\n  - ".join(problems))
+
+
+def load_config_files(paths: Iterable[str | Path], *, check_paths: bool = True, check_env: bool = True,
+                      base_dir: str | Path | None = None) -> dict:
+    """Merge, validate (schema, defaults, cross-key checks) and preflight: what validate-config runs."""
+    paths = list(paths)
+    if not paths:
+        raise ConfigError("no config file given")
+    cfg = validate_config(merge_config_files(paths))
+    preflight(cfg, base_dir=base_dir, paths=check_paths, env=check_env)
+    return cfg
+
+
+def workflow_preflight(cfg: Mapping[str, Any], workflow: Any = None) -> None:
+    """The workflow's parse-time check (rules/common.smk), in Snakemake's main process only.
+
+    Missing or unreadable paths raise ConfigError, so that even ``snakemake -n`` stops at once;
+    skipped when a default storage provider is set (``--profile nrp``: the image folder lives on a
+    volume of the pods, not on the controller). Unset API keys are a warning here (a rerun whose API
+    stages are done needs none, and a dry-run should still plan); the stage that needs the key
+    fails with the same message before sending anything.
+    """
+    import sys
+
+    if workflow is not None and not getattr(workflow, "is_main_process", True):
+        return
+    storage = getattr(workflow, "storage_settings", None) if workflow is not None else None
+    remote = bool(getattr(storage, "default_storage_provider", None))
+    if not remote:
+        preflight(cfg, paths=True, env=False)
+    for problem in env_problems(cfg):
+        print(f"benchmaker: warning: {problem}", file=sys.stderr)
