@@ -55,6 +55,11 @@ NOISY = ("httpx", "httpx2", "httpcore", "urllib3", "PIL", "matplotlib", "fileloc
          "huggingface_hub", "fsspec", "asyncio", "h5py", "numexpr", "timm")
 
 
+# third-party loggers whose warnings (retries, mostly) go to the log file only
+NETWORK_CHATTER = ("huggingface_hub", "urllib3", "httpx", "httpcore", "requests", "filelock", "openai",
+                   "google_genai")
+
+
 def verbose() -> bool:
     return os.environ.get("BENCHMAKER_VERBOSE", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -119,13 +124,31 @@ class _TermFilter(logging.Filter):
             return False
         if kind is None and not getattr(record, "term", False) and record.levelno < self.level:
             return False
+        if record.levelno < logging.ERROR and record.name.startswith(NETWORK_CHATTER):
+            self.repeated += 1     # retry warnings of HTTP/Hub clients: the log has them, the error says why
+            return False
         if record.levelno == logging.WARNING:
-            key = (record.name, str(record.msg))
+            key = (record.name, str(record.msg) if record.msg != "%s" else record.getMessage()[:300])
             if key in self.seen:
                 self.repeated += 1
                 return False
             self.seen.add(key)
         return True
+
+
+def _mute_own_handlers(name: str) -> list[logging.Handler]:
+    """Remove the stderr handler a library installs on its own logger (huggingface_hub does, on import,
+    and prints every download retry through it); its records still propagate to our handlers."""
+    if name == "huggingface_hub":
+        try:
+            import huggingface_hub.utils.logging  # noqa: F401  (installs the handler now, not mid-stage)
+        except ImportError:
+            return []
+    lg = logging.getLogger(name)
+    removed = [h for h in lg.handlers if type(h) is logging.StreamHandler]
+    for h in removed:
+        lg.removeHandler(h)
+    return removed
 
 
 @contextlib.contextmanager
@@ -158,12 +181,15 @@ def stage_logging(log_path: str | None, level: int = logging.WARNING, *,
         for name in NOISY:
             logging.getLogger(name).setLevel(logging.WARNING)
     root.setLevel(logging.DEBUG if (log_path or show_all) else min(level, logging.INFO))
+    hub_handlers = [] if show_all else _mute_own_handlers("huggingface_hub")
+    old_capture = logging.getLogger("py.warnings").handlers == [] and not show_all
+    logging.captureWarnings(True)   # warnings.warn(...) -> the log file, and once to the terminal
     logger = get_logger("stage")
     t0 = time.perf_counter()
     try:
         yield logger
         if term_filter.repeated:
-            logger.info("%d repeated warning(s) not shown here%s", term_filter.repeated,
+            logger.info("%d repeated or third-party warning(s) not shown here%s", term_filter.repeated,
                         f"; every one is in {log_path}" if log_path else "", extra={"term": True})
         logger.info("finished in %.1f s", time.perf_counter() - t0)
     except BaseException as exc:
@@ -185,6 +211,10 @@ def stage_logging(log_path: str | None, level: int = logging.WARNING, *,
             if h is not term:
                 h.close()
         root.handlers, root.level = old_handlers, old_level
+        if old_capture:
+            logging.captureWarnings(False)
+        logging.getLogger("huggingface_hub").handlers.extend(h for h in hub_handlers
+                                                              if h not in logging.getLogger("huggingface_hub").handlers)
 
 
 class _LogWriter:
