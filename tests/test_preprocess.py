@@ -430,7 +430,7 @@ def test_stage_log_gets_progress_and_summary(tmp_path, corpus, capfd):
     assert re.search(rf"preprocess: 100%.*\b{n}/{n} \[.*img/s\]", text), text
     assert f"accepted {res['accepted']} image(s); quarantined {res['quarantined']}" in text
     err = capfd.readouterr().err
-    assert re.search(rf"\b{n}/{n} \[.*img/s\]", err)  # the same progress on the terminal
+    assert re.search(rf"\b{n}/{n} img done in .*img/s", err)  # one progress line on the terminal
 
 
 def test_failing_stage_writes_its_traceback_to_the_log(tmp_path, corpus):

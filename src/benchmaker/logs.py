@@ -47,7 +47,8 @@ ERROR_SUFFIX = ".error"   # <log>.error: the short failure block of a stage, rea
 # matched by class name along the MRO so that this module imports none of the libraries defining them
 USER_ERROR_NAMES = frozenset({
     "ConfigError", "ModelLoadError", "MissingKey", "UploadError", "UserError", "ProfileInstallError",
-    "FormatError", "FileNotFoundError", "PermissionError", "NotADirectoryError", "IsADirectoryError",
+    "FormatError", "RightsMapError", "BatchPending", "FileNotFoundError", "PermissionError", "NotADirectoryError",
+    "IsADirectoryError",
     "AuthenticationError", "PermissionDeniedError", "KeyRejected",
 })
 # third-party loggers whose records below WARNING never reach a handler
