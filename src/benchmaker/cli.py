@@ -1,12 +1,17 @@
 """The benchmaker command, for what is not a pipeline target.
 
-    benchmaker validate-config CONFIG          check a config file (errors name the key)
-    benchmaker estimate CONFIG [--json]        requests, tokens and dollars before anything is submitted
-    benchmaker batches list CONFIG             this benchmark's batches (found by their metadata)
-    benchmaker batches cancel CONFIG --yes     cancel this benchmark's unfinished batches
-    benchmaker check-urls CONFIG [--out F]     every image_url of images.jsonl answers (image_transport: url)
+    benchmaker validate-config CONFIG...       check config files merged like `--configfile A B` (keys,
+                                               paths, API key variables, YAML syntax with file:line)
+    benchmaker estimate CONFIG... [--json]     requests, tokens and dollars before anything is submitted
+    benchmaker batches list CONFIG...          this benchmark's batches (found by their metadata)
+    benchmaker batches cancel CONFIG... --yes  cancel this benchmark's unfinished batches
+    benchmaker check-urls CONFIG... [--out F]  every image_url of images.jsonl answers (image_transport: url)
     benchmaker install-profiles                make `snakemake --profile slurm|nrp` resolve
+    benchmaker import-upstream CONFIG.toml     an imsearch_benchmaker config (and outputs) -> benchmaker
 
+Several CONFIG files are merged left to right exactly as `snakemake --configfile A B` merges them.
+Exit status: 0 success (also: nothing to do or list), 1 failure (invalid config, failed check, API or
+file error), 2 usage error (bad arguments, or a destructive action without --yes).
 The pipeline itself runs with Snakemake (see README). Imports are lazy: the command starts fast.
 """
 
@@ -24,23 +29,30 @@ API_ADAPTERS = ("openai",)
 REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
 
 
-def _load(path: str) -> dict:
-    from .config import load_config
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-    return load_config(path)
+
+def _load(paths: str | Sequence[str]) -> dict:
+    """Config files merged as `snakemake --configfile A B` merges them, validated, defaults filled."""
+    from .preflight import load_config_files
+
+    return load_config_files([paths] if isinstance(paths, str) else paths, check_paths=False, check_env=False)
 
 
 def cmd_validate(args) -> int:
     from .config import ConfigError
+    from .preflight import load_config_files
 
+    names = " + ".join(args.config)
     try:
-        cfg = _load(args.config)
+        cfg = load_config_files(args.config, check_paths=not args.no_paths, check_env=not args.no_env)
     except ConfigError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.config}: valid (benchmark {cfg['benchmark']['name']}, vision {cfg['vision']['adapter']}, "
-          f"judge {cfg['judge']['adapter']})")
-    return 0
+        print(f"{names}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    checked = ["schema"] + (["paths"] if not args.no_paths else []) + (["API key variables"] if not args.no_env else [])
+    print(f"{names}: valid (benchmark {cfg['benchmark']['name']}, vision {cfg['vision']['adapter']}, "
+          f"judge {cfg['judge']['adapter']}; checked: {', '.join(checked)})")
+    return EXIT_OK
 
 
 def cmd_check_urls(args) -> int:
@@ -53,14 +65,15 @@ def cmd_check_urls(args) -> int:
     path = Path(results_dir(cfg)) / "images.jsonl"
     if not path.exists():
         print(f"benchmaker: {path} does not exist yet: run `snakemake {path}` (preprocess) first", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
     images = read_table("images", path, columns=cfg["columns"])
     results = check_urls(images.select("image_id", "image_url").iter_rows(), workers=args.workers,
                          timeout=args.timeout)
     bad = [r for r in results if not r.ok]
     print(f"{len(results)} image URLs checked: {len(results) - len(bad)} ok, {len(bad)} failed")
     for r in bad[:20]:
-        print(f"  {r.image_id}: {r.detail} ({r.url})")
+        detail = r.detail or (f"HTTP {r.status}" if r.status else "failed")
+        print(f"  {r.image_id}: {detail}" + (f" ({r.url})" if r.url else ""))
     if len(bad) > 20:
         print(f"  ... {len(bad) - 20} more")
     if args.out:
@@ -201,8 +214,6 @@ def _clients(cfg: dict):
             key = (s.get("base_url"), s.get("api_key_env"))
             if key not in seen:
                 seen[key] = make_client(s)
-    if not seen:
-        raise SystemExit("no OpenAI adapter configured in vision or judge: no batches to list")
     return list(seen.values())
 
 
@@ -227,6 +238,10 @@ def cmd_batches(args) -> int:
     from .providers.openai import cancel_batch
 
     cfg = _load(args.config)
+    if not any(cfg[stage]["adapter"] in API_ADAPTERS for stage in ("vision", "judge")):
+        print(f"no OpenAI adapter configured (vision {cfg['vision']['adapter']}, judge {cfg['judge']['adapter']}): "
+              "this benchmark has no batches")
+        return EXIT_OK
     rows = _ours(cfg, args)
     if args.action == "list":
         print(f"{'batch':32} {'stage':7} {'shard':6} {'round':5} {'status':12} {'done/total':>12} failed")
@@ -244,7 +259,7 @@ def cmd_batches(args) -> int:
         for _, b in open_:
             print(f"would cancel {b['id']} ({b.get('status')})")
         print("add --yes to cancel them")
-        return 1
+        return EXIT_USAGE
     for c, b in open_:
         r = cancel_batch(c, b["id"])
         print(f"cancelled {b['id']}: {r.get('status')}")
@@ -258,49 +273,103 @@ def cmd_install_profiles(args) -> int:
         paths = install_profiles(Path(args.dest) if args.dest else None, copy=args.copy)
     except (ProfileInstallError, FileNotFoundError) as exc:
         print(f"benchmaker: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
     for p in paths:
         print(f"installed {p}")
     print("now `snakemake --profile slurm` / `snakemake --profile nrp` resolve from any directory")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmaker", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("validate-config", help="check a config file")
-    p.add_argument("config")
-    p.set_defaults(fn=cmd_validate)
-    p = sub.add_parser("estimate", help="requests, tokens and dollars before anything is submitted")
-    p.add_argument("config")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_estimate)
-    p = sub.add_parser("batches", help="list or cancel this benchmark's batches")
-    p.add_argument("action", choices=["list", "cancel"])
-    p.add_argument("config")
-    p.add_argument("--stage", choices=["vision", "judge"], default=None)
-    p.add_argument("--yes", action="store_true", help="cancel: really cancel")
-    p.set_defaults(fn=cmd_batches)
-    p = sub.add_parser("check-urls", help="check that every image_url of images.jsonl answers (image_transport: url)")
-    p.add_argument("config")
-    p.add_argument("--workers", type=int, default=16)
-    p.add_argument("--timeout", type=float, default=10.0)
-    p.add_argument("--out", default=None, help="write the failures as JSONL")
-    p.set_defaults(fn=cmd_check_urls)
-    p = sub.add_parser("install-profiles",
-                       help="make `snakemake --profile slurm|nrp` resolve (links into Snakemake's config dir)")
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the layout of descriptions and shows every option's default (flags: off unless given)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or not action.option_strings or action.default is argparse.SUPPRESS:
+            return text
+        if isinstance(action, argparse._StoreTrueAction):
+            return text + " (default: off)"
+        return text + " (default: %(default)s)"
+
+
+CONFIG_HELP = ("benchmaker config file(s) (YAML); several are merged left to right exactly as "
+               "`snakemake --configfile A B` merges them")
+
+
+def _parser() -> argparse.ArgumentParser:
+    doc = __doc__ or ""
+    ap = argparse.ArgumentParser(prog="benchmaker", description=doc.split("\n\n")[0], formatter_class=_Formatter,
+                                 epilog=doc.split("\n\n", 1)[1] if "\n\n" in doc else None)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def add(name: str, help: str, fn, description: str | None = None) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=description or help, formatter_class=_Formatter)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("validate-config", "check config files: schema, every named path, API key variables", cmd_validate,
+            "Merge the files like `snakemake --configfile A B`, validate them against the schema (unknown or "
+            "misspelt keys are named by their path), check that every path they name exists and is readable, "
+            "and that the environment variables of the configured API adapters are set. A YAML syntax error "
+            "names the file and line. The workflow runs the same path checks before planning.")
+    p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
+    p.add_argument("--no-paths", action="store_true", help="skip the path checks (e.g. checking on another machine)")
+    p.add_argument("--no-env", action="store_true", help="skip the API key variable checks")
+    p = add("estimate", "requests, tokens and dollars before anything is submitted", cmd_estimate)
+    p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON lines instead of a table")
+    p = add("batches", "list or cancel this benchmark's provider batches (found by their metadata)", cmd_batches)
+    p.add_argument("action", choices=["list", "cancel"], help="list: show them; cancel: cancel the unfinished ones")
+    p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
+    p.add_argument("--stage", choices=["vision", "judge"], default=None, help="only this stage's batches (default: both)")
+    p.add_argument("--yes", action="store_true", help="cancel: really cancel (without it: show what would be cancelled, "
+                   "exit 2)")
+    p = add("check-urls", "check that every image_url of images.jsonl answers (image_transport: url)",
+            cmd_check_urls)
+    p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
+    p.add_argument("--workers", type=int, default=16, help="parallel requests")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the failures as JSONL to FILE")
+    p = add("install-profiles", "make `snakemake --profile slurm|nrp` resolve (links into Snakemake's config dir)",
+            cmd_install_profiles)
     p.add_argument("--dest", default=None, help="target folder (default: Snakemake's user config dir)")
-    p.add_argument("--copy", action="store_true", help="copy instead of linking")
-    p.set_defaults(fn=cmd_install_profiles)
-    args = ap.parse_args(argv)
+    p.add_argument("--copy", action="store_true", help="copy the profiles instead of linking them")
+    p = add("import-upstream", "convert an imsearch_benchmaker config.toml (and its outputs) to benchmaker",
+            cmd_import_upstream,
+            "Write a benchmaker config from an imsearch_benchmaker config.toml (unknown keys listed, secrets "
+            "dropped with a warning) and, with --outputs, convert upstream's images.jsonl, annotations.jsonl, "
+            "query_plan.jsonl and qrels.jsonl into this project's files and response caches, so that running "
+            "the workflow pays nothing for what upstream already paid. See docs/upstream.md.")
+    p.add_argument("toml", metavar="CONFIG.toml", help="the upstream config file")
+    p.add_argument("--outputs", default=None, metavar="DIR",
+                   help="upstream's output folder (images.jsonl, annotations.jsonl, query_plan.jsonl, qrels.jsonl)")
+    p.add_argument("--out", default="config/imported.yaml", metavar="FILE", help="the benchmaker config to write")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="paths.results of the new config (default: upstream's output folder's parent, else results)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE and converted outputs that exist")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     from .config import ConfigError
+    from .errors import UserError
     from .providers.openai import MissingKey
 
     try:
         return int(args.fn(args) or 0)
-    except (ConfigError, MissingKey) as exc:
+    except (ConfigError, MissingKey, UserError) as exc:
         print(f"benchmaker: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
+
+
+def cmd_import_upstream(args) -> int:
+    from .upstream import import_upstream
+
+    report = import_upstream(args.toml, outputs=args.outputs, out=args.out, results=args.results, force=args.force)
+    for line in report.lines():
+        print(line)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -124,8 +124,12 @@ def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None) ->
         shown = f"'{raw}'" + (f" (= {p.resolve()})" if not Path(raw).is_absolute() else "")
         if not p.exists():
             what = "folder" if kind == "dir" else "file"
+            hint = ""
+            if key.endswith(".model"):
+                hint = (" (a local-dir: folder holds open_clip_config.json and the weights; for a smoke test "
+                        f"`python -m benchmaker.tinyclip {raw}` builds a random tiny one)")
             problems.append(f"{key}: {what} {shown} does not exist; fix the path in your config "
-                            "(relative paths are relative to the directory snakemake runs in)")
+                            f"(relative paths are relative to the directory snakemake runs in){hint}")
         elif kind == "dir" and not p.is_dir():
             problems.append(f"{key}: {shown} is a file, not a folder")
         elif kind == "file" and not p.is_file():
