@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from support import tiny_config, write_config
 
 from benchmaker.cli import _parser, main
 from benchmaker.urlcheck import UrlResult
-from support import tiny_config, write_config
 
 
 def _subparsers(ap: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 from snakemake.utils import update_config
+from support import tiny_config, write_config
 
 from benchmaker.cli import main
 from benchmaker.config import ConfigError
-from benchmaker.preflight import (env_problems, merge_config_files, path_problems, read_config_file,
-                                  snakemake_update)
-from support import tiny_config, write_config
+from benchmaker.preflight import env_problems, merge_config_files, path_problems, read_config_file, snakemake_update
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -189,7 +189,8 @@ def cmd_estimate(args) -> int:
         print("no API adapter configured: nothing to pay (vision "
               f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
         return 0
-    print(f"{'stage':8} {'model':18} {'mode':6} {'requests':>9} {'cached':>7} {'input tok':>12} {'output tok':>11} {'USD':>10}")
+    print(f"{'stage':8} {'model':18} {'mode':6} {'requests':>9} {'cached':>7} {'input tok':>12} "
+          f"{'output tok':>11} {'USD':>10}")
     for ln in lines:
         print(f"{ln['stage']:8} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>9,} {ln['cached']:>7,} "
               f"{ln['input_tokens']:>12,} {ln['output_tokens']:>11,} {ln['usd']:>10.2f}"
@@ -321,9 +322,10 @@ def _parser() -> argparse.ArgumentParser:
     p = add("batches", "list or cancel this benchmark's provider batches (found by their metadata)", cmd_batches)
     p.add_argument("action", choices=["list", "cancel"], help="list: show them; cancel: cancel the unfinished ones")
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
-    p.add_argument("--stage", choices=["vision", "judge"], default=None, help="only this stage's batches (default: both)")
-    p.add_argument("--yes", action="store_true", help="cancel: really cancel (without it: show what would be cancelled, "
-                   "exit 2)")
+    p.add_argument("--stage", choices=["vision", "judge"], default=None,
+                   help="only this stage's batches (default: both)")
+    p.add_argument("--yes", action="store_true",
+                   help="cancel: really cancel (without it: show what would be cancelled, exit 2)")
     p = add("check-urls", "check that every image_url of images.jsonl answers (image_transport: url)",
             cmd_check_urls)
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
