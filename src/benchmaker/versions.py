@@ -17,16 +17,16 @@ _PKG = Path(__file__).resolve().parent
 
 # paths relative to src/benchmaker; a directory means every .py file under it
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "preprocess": ("preprocess", "formats.py"),
+    "preprocess": ("preprocess", "formats.py", "imaging.py"),
     "vision": ("vision", "providers", "formats.py", "similarity/model.py", "similarity/embed.py",
-               "similarity/cache.py"),
+               "similarity/cache.py", "imaging.py"),
     "merge": ("formats.py", "losses.py"),
     "plan": ("plan", "formats.py"),
-    "judge": ("judge", "providers", "formats.py"),
-    "embed": ("similarity/model.py", "similarity/embed.py", "similarity/cache.py"),
+    "judge": ("judge", "providers", "formats.py", "imaging.py"),
+    "embed": ("similarity/model.py", "similarity/embed.py", "similarity/cache.py", "imaging.py"),
     "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
-    "summary": ("summary", "formats.py", "losses.py"),
-    "export": ("export", "summary", "formats.py", "losses.py"),
+    "summary": ("summary", "formats.py", "losses.py", "imaging.py"),
+    "export": ("export", "summary", "formats.py", "losses.py", "imaging.py"),
 }
 
 

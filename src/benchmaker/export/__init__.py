@@ -24,6 +24,7 @@ import yaml
 
 from .. import __version__
 from ..formats import FORMAT_VERSION, RENAMABLE, FormatError, to_disk_names, write_table
+from ..imaging import export_bytes
 from ..io import atomic_write_text
 from ..logs import get_logger, progress
 from ..losses import Losses
@@ -151,7 +152,7 @@ class _ImageReader:
         if want and hashlib.sha256(data).hexdigest() != want:
             raise RuntimeError(f"export: {self.root / image_id} changed since preprocess (sha256 differs from "
                                "images.jsonl); rerun the pipeline from preprocess")
-        return image_id, data
+        return image_id, export_bytes(data)   # the pixels every stage saw (docs/export.md, imaging.py)
 
 
 def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int, image_root: str | Path,

@@ -20,6 +20,8 @@ from typing import Iterator
 
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from ..imaging import flatten
+
 __all__ = ["Accepted", "Rejected", "InspectSettings", "inspect_file", "pil_limits", "REASONS"]
 
 # Stable quarantine reason codes (documented in docs/preprocess.md). Never rename one.
@@ -125,7 +127,7 @@ def _phash_of(im: Image.Image) -> str:
     """
     import imagehash
 
-    small = im if im.mode == "L" else im.convert("L")
+    small = im if im.mode == "L" else flatten(im, "L", orient=False)   # 16-bit scaled, alpha on white
     factor = min(small.size) // PHASH_DRAFT_SIZE
     if factor > 1:
         small = small.reduce(factor)

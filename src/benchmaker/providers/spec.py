@@ -105,23 +105,18 @@ def fill_metadata(template: str, row: Mapping[str, Any], allowed: Sequence[str] 
 
 def encode_image(ref: ImageRef, max_side: int) -> tuple[str, str]:
     """Read, downscale (longest side <= max_side) and encode an image; returns (mime, base64)."""
-    from PIL import Image, ImageOps
+    from PIL import Image
+
+    from ..imaging import decode
 
     if not ref.path:
         raise ValueError(f"image {ref.sha256[:12]}: base64 transport needs a local path")
-    with Image.open(ref.path) as im:
-        im = ImageOps.exif_transpose(im)
-        if max(im.size) > max_side:
-            im.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-        has_alpha = im.mode in ("RGBA", "LA") or (im.mode == "P" and "transparency" in im.info)
-        buf = io.BytesIO()
-        if has_alpha:
-            im.convert("RGBA").save(buf, format="PNG", optimize=True)
-            mime = "image/png"
-        else:
-            im.convert("RGB").save(buf, format="JPEG", quality=85)
-            mime = "image/jpeg"
-    return mime, base64.b64encode(buf.getvalue()).decode("ascii")
+    im = decode(ref.path)   # upright RGB, first frame, 16-bit scaled, transparency composited on white
+    if max(im.size) > max_side:
+        im.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=85)
+    return "image/jpeg", base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _image_url(ref: ImageRef, s: LLMSettings) -> str:

@@ -40,15 +40,11 @@ DEFAULT_BATCH_SIZE = 128
 
 # --------------------------------------------------------------------------------------------- decoding
 def load_image(path: str, draft_size: tuple[int, int] | None):
-    """Open an image file as an RGB PIL image; JPEGs are decoded in draft mode at >= ``draft_size``."""
-    from PIL import Image, ImageOps
+    """Open an image file as an RGB PIL image (``benchmaker.imaging.decode``: upright, first frame, 16-bit
+    scaled, transparency on white); JPEGs are decoded in draft mode at >= ``draft_size``."""
+    from ..imaging import decode
 
-    with Image.open(path) as im:
-        if draft_size is not None and im.format == "JPEG":
-            im.draft("RGB", draft_size)  # smallest DCT scale whose result is still >= draft_size
-        im.load()
-        im = ImageOps.exif_transpose(im)
-        return im.convert("RGB")
+    return decode(path, draft_size=draft_size)
 
 
 def _split_preprocess(preprocess) -> tuple[Any, tuple[float, ...] | None, tuple[float, ...] | None]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..imaging import IMAGING_VERSION
 from ..logs import get_logger
 
 __all__ = [
@@ -38,7 +39,7 @@ log = get_logger("similarity.model")
 # bump when the image decoding / preprocessing code changes what pixels reach the model
 PREPROCESS_VERSION = 1
 # how images are decoded before open_clip's transforms (part of the model identity)
-DECODE = "pil-draft-exif-rgb"
+DECODE = f"pil-draft-imaging{IMAGING_VERSION}"
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
 

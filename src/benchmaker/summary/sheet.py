@@ -25,7 +25,9 @@ def sample_images(images: pl.DataFrame, used: pl.Series, n: int) -> pl.DataFrame
 
 def contact_sheet(sample: pl.DataFrame, image_root: str | Path, path: Path, scale_factor: float = 1.0) -> int:
     """Write a grid of thumbnails with their image_id; unreadable files become grey tiles. Returns tiles drawn."""
-    from PIL import Image, ImageDraw, ImageFont, ImageOps
+    from PIL import Image, ImageDraw, ImageFont
+
+    from ..imaging import decode
 
     n = sample.height
     cell = int(CELL * max(scale_factor, 0.5))
@@ -42,12 +44,10 @@ def contact_sheet(sample: pl.DataFrame, image_root: str | Path, path: Path, scal
     for i, image_id in enumerate(sample["image_id"].to_list()):
         x, y = (i % cols) * cell, (i // cols) * (cell + label)
         try:
-            with Image.open(Path(image_root) / image_id) as im:
-                im.draft("RGB", (cell, cell))
-                im = ImageOps.exif_transpose(im).convert("RGB")
-                im.thumbnail((cell - 6, cell - 6))
-                sheet.paste(im, (x + (cell - im.width) // 2, y + (cell - im.height) // 2))
-                ok += 1
+            im = decode(Path(image_root) / image_id, draft_size=(cell, cell))
+            im.thumbnail((cell - 6, cell - 6))
+            sheet.paste(im, (x + (cell - im.width) // 2, y + (cell - im.height) // 2))
+            ok += 1
         except Exception:  # missing or unreadable: grey tile, reported by the caller
             draw.rectangle([x + 3, y + 3, x + cell - 3, y + cell - 3], fill=(200, 200, 200))
             draw.text((x + 8, y + cell // 2), "unreadable", fill=(90, 90, 90), font=font)
