@@ -106,9 +106,22 @@ def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = Non
     if errors:
         raise ConfigError("invalid configuration after filling defaults: " + _format_error(errors[0]))
     _cross_checks(cfg)
+    _mark_smoke_test(cfg)
     if base_dir is not None:
         cfg.setdefault("_base_dir", str(Path(base_dir).resolve()))
     return cfg
+
+
+def _mark_smoke_test(cfg: dict) -> None:
+    """benchmark.smoke_test / smoke_reason from the models and the flag (benchmaker.smoke)."""
+    from .smoke import smoke_reasons
+
+    reasons = smoke_reasons(cfg)
+    if reasons:
+        bench = cfg["benchmark"]
+        bench["smoke_test"] = True
+        known = [r for r in (bench.get("smoke_reason") or "").split("; ") if r]
+        bench["smoke_reason"] = "; ".join(dict.fromkeys([*known, *reasons]))
 
 
 def _cross_checks(cfg: dict) -> None:

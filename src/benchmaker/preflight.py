@@ -115,11 +115,15 @@ def _named_paths(cfg: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> list[str]:
-    """Every named path that is missing, of the wrong kind or unreadable, with the key to fix."""
+def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None, *,
+                  models: bool = True) -> list[str]:
+    """Every named path that is missing, of the wrong kind or unreadable, with the key to fix.
+    ``models=False`` leaves out the CLIP weight paths (similarity.*, vision.clip.*)."""
     base = Path(base_dir) if base_dir is not None else None
     problems = []
     for key, raw, kind in _named_paths(cfg):
+        if not models and not key.startswith("paths."):
+            continue
         p = _resolve(raw, base)
         shown = f"'{raw}'" + (f" (= {p.resolve()})" if not Path(raw).is_absolute() else "")
         if not p.exists():
@@ -189,11 +193,12 @@ def load_config_files(paths: Iterable[str | Path], *, check_paths: bool = True, 
 def workflow_preflight(cfg: Mapping[str, Any], workflow: Any = None) -> None:
     """The workflow's parse-time check (rules/common.smk), in Snakemake's main process only.
 
-    Missing or unreadable paths raise ConfigError, so that even ``snakemake -n`` stops at once;
+    Missing or unreadable ``paths.*`` raise ConfigError, so that even ``snakemake -n`` stops at once;
     skipped when a default storage provider is set (``--profile nrp``: the image folder lives on a
-    volume of the pods, not on the controller). Unset API keys are a warning here (a rerun whose API
-    stages are done needs none, and a dry-run should still plan); the stage that needs the key
-    fails with the same message before sending anything.
+    volume of the pods, not on the controller). Missing CLIP weight folders/files and unset API keys
+    are warnings here (a run of later targets, or a rerun whose model and API stages are done, needs
+    neither, and a dry-run should still plan); the stage that needs them fails with the same message
+    before doing any work. ``benchmaker validate-config`` treats all of them as errors.
     """
     import sys
 
@@ -202,6 +207,10 @@ def workflow_preflight(cfg: Mapping[str, Any], workflow: Any = None) -> None:
     storage = getattr(workflow, "storage_settings", None) if workflow is not None else None
     remote = bool(getattr(storage, "default_storage_provider", None))
     if not remote:
-        preflight(cfg, paths=True, env=False)
-    for problem in env_problems(cfg):
+        problems = path_problems(cfg, models=False)
+        if problems:
+            raise ConfigError("the configuration names things that are not there:\n  - " + "\n  - ".join(problems)
+                              + "\n(check a config without running anything: benchmaker validate-config CONFIG...)")
+    warnings = [p for p in path_problems(cfg) if not p.startswith("paths.")] if not remote else []
+    for problem in warnings + env_problems(cfg):
         print(f"benchmaker: warning: {problem}", file=sys.stderr)

@@ -41,6 +41,7 @@ def make_tiny_clip(dest: str | Path, seed: int = 0) -> Path:
     (dest / "open_clip_config.json").write_text(json.dumps({
         "model_cfg": TINY_CLIP_CFG,
         "preprocess_cfg": {"mean": OPENAI_MEAN, "std": OPENAI_STD},
+        "benchmaker_tinyclip": True,   # read by benchmaker.smoke: runs with this model are smoke tests
     }, indent=2))
     del open_clip
     return dest

@@ -358,6 +358,7 @@ def run(
 
         metadata = {
             "benchmark": meta.get("name"), "title": meta.get("title"), "version": meta.get("version"),
+            "smoke_test": bool(meta.get("smoke_test")), "smoke_reason": meta.get("smoke_reason"),
             "split": split, "image_column": image_col, "columns": {k: columns.get(k, k) for k in
                                                                     (*RENAMABLE, "image")},
             "counts": n, "checks": checks,

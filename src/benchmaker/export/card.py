@@ -119,11 +119,19 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
     name = meta.get("name") or "benchmark"
     title = meta.get("title") or name
+    if meta.get("smoke_test") and "smoke" not in title.lower():
+        title = f"SMOKE TEST - {title}"
     c = counts
     tags = ["image-retrieval", "text-to-image-retrieval", "benchmark", "benchmaker"]
+    if meta.get("smoke_test"):
+        tags = ["image-retrieval", "benchmaker", "smoke-test", "not-a-benchmark"]
     fm = _front_matter(meta, features, files, split, c["rows"], tags)
     col = lambda k: columns.get(k, k)  # noqa: E731
     out = [f"---\n{fm.rstrip()}\n---\n", f"# {title}\n"]
+    if meta.get("smoke_test"):   # a random / tiny model (benchmaker.smoke): first thing a reader sees
+        from ..smoke import BANNER
+
+        out.append("> **" + BANNER.format(reason=meta.get("smoke_reason") or "a smoke-test configuration") + "**\n")
     if meta.get("description"):
         out.append(meta["description"].strip() + "\n")
     out.append(
@@ -163,7 +171,9 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         out.append("\nExample queries (the first in the file):\n\n" + md_table(examples.rename(
             {"query_id": col("query_id"), "query_text": col("query_text")}), max_rows=examples.height))
     rk = (summary or {}).get("clip_ranking") or {}
-    if rk.get("ndcg@10") is not None:
+    if rk.get("ndcg@10") is not None and meta.get("smoke_test"):
+        out.append(f"\nNo baseline: the `{col('clip_score')}` of a smoke test is random.\n")
+    elif rk.get("ndcg@10") is not None:
         out.append(
             f"\nBaseline: ranking each query's pool by `{col('clip_score')}` gives nDCG@10 "
             f"{rk['ndcg@10']:.4f}, MRR {rk.get('mrr') or 0:.4f}, MAP {rk.get('map') or 0:.4f} over "

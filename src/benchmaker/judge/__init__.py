@@ -93,6 +93,8 @@ def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_
     n_flag = kept.filter(pl.col("is_seed") & pl.col("seed_not_relevant")).select("query_id").n_unique()
     if n_flag:
         log.warning("%d queries have a seed judged not relevant to its own query (a bad query signal)", n_flag)
+    if kept["rationale"].null_count() == kept.height:   # judge.rationale: false: no empty column downstream
+        kept = kept.drop("rationale")
     return kept
 
 

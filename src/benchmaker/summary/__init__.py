@@ -277,4 +277,11 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
             empty="No API request was recorded: the vision and judge adapters of this run are offline."))
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
-    write_report(out, title, meta.get("description") or "", sections)
+    intro = meta.get("description") or ""
+    if meta.get("smoke_test"):   # a random / tiny model: say so before anything else (benchmaker.smoke)
+        from ..smoke import BANNER
+
+        title = f"SMOKE TEST - {title}"
+        intro = BANNER.format(reason=meta.get("smoke_reason") or "a smoke-test configuration") + (
+            f"\n\n{intro}" if intro else "")
+    write_report(out, title, intro, sections)
