@@ -176,3 +176,16 @@ def test_clip_loader_and_phash_use_the_decoder(files):
         flat = inspect_file(str(files["palette_trns"]), "p.png", settings)
     assert acc.phash and acc.phash != "0" * 16 and acc.phash != "f" * 16
     assert flat.phash
+
+
+def test_export_reader_stores_decoded_pixels(files):
+    import hashlib
+
+    from benchmaker.export import _ImageReader
+
+    p = files["grey16"]
+    reader = _ImageReader(p.parent, {p.name: hashlib.sha256(p.read_bytes()).hexdigest()})
+    iid, data = reader(p.name)
+    assert iid == p.name and data == export_bytes(p.read_bytes()) != p.read_bytes()
+    plain = files["plain"]
+    assert _ImageReader(plain.parent, {})(plain.name)[1] == plain.read_bytes()

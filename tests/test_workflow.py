@@ -177,3 +177,25 @@ def test_similarity_model_change_does_not_rerun_vision_or_judge(full_run):
     stats = job_stats(r.stdout + r.stderr)
     assert "vision" not in stats and "judge" not in stats and "plan" not in stats
     assert stats.get("embed_images") == cfg["n_shards"]
+
+
+@pytest.mark.slow
+def test_tiny_clip_run_is_marked_smoke_test_and_ships_no_empty_rationale(full_run):
+    """A run with the random tiny CLIP says so in the report, the card and the dataset metadata; the
+    rules judge without rationale ships no all-null `rationale` column (#14)."""
+    import pyarrow.parquet as pq
+
+    tmp, cfg, _ = full_run
+    assert cfg["benchmark"]["smoke_test"] and "tinyclip" in cfg["benchmark"]["smoke_reason"]
+    res = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"]
+    html = (res / "summary" / "report.html").read_text()
+    assert "<h1>SMOKE TEST" in html and "meaningless" in html
+    ds = res / "hf_dataset"
+    card = (ds / "README.md").read_text()
+    assert "SMOKE TEST" in card and "smoke-test" in card and "Baseline:" not in card
+    assert "rationale" not in card
+    md = json.loads((ds / "dataset_metadata.json").read_text())
+    assert md["smoke_test"] is True and "tinyclip" in md["smoke_reason"]
+    for f in (ds / "data").glob("*.parquet"):
+        assert "rationale" not in pq.read_schema(f).names
+    assert "rationale" not in json.loads((res / "qrels.jsonl").read_text().splitlines()[0])
