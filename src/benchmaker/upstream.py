@@ -1,0 +1,543 @@
+"""Migrating from ``imsearch_benchmaker``: its ``config.toml`` and its (paid-for) outputs.
+
+``import_upstream(toml, outputs=DIR, out=FILE)``
+
+* **config**: every key upstream documents (docs/upstream.md, "Migrating") is mapped to this
+  project's config, which is validated before it is written. Keys without an equivalent are listed,
+  never dropped silently; secrets (``_openai_api_key``, ``_hf_token``, ``_email``) are dropped with a
+  warning (keys come from environment variables here). Prices keep their meaning: upstream only ran
+  the OpenAI Batch API and its ``price_per_million_*`` are the prices it paid, i.e. batch prices, so
+  the imported adapters say ``mode: batch`` with ``prices`` = upstream's and ``batch_discount: 0``
+  (the discount is already in the prices and is not applied twice).
+* **outputs** (``--outputs DIR`` or the folders of upstream's ``*_jsonl`` paths):
+  ``images.jsonl`` -> ``<results>/imported/metadata.jsonl`` (license, doi, original_dataset_name and
+  every extra column, as ``paths.metadata_jsonl`` unless a rights map / metadata file is configured);
+  ``annotations.jsonl`` -> **vision response cache** entries under ``<results>/.cache/vision``, keyed
+  exactly as the ``vision`` stage keys its requests for the imported config, so the first run sends
+  no vision request for an image upstream annotated (its costs file shows them as cached, $0);
+  ``query_plan.jsonl`` -> ``<results>/imported/seeds.jsonl`` (``paths.seeds_file``: the same query
+  ids and seed images); ``qrels.jsonl`` -> ``<results>/imported/upstream_qrels.jsonl`` in this
+  project's qrels format (for comparison; see below).
+* What cannot be reused: upstream's judge labels. This project's planner builds different candidate
+  pools (positives, neutrals, reuse caps) and its judge sees opaque keys, so its judge requests are
+  new requests; ``benchmaker estimate`` shows their cost before anything is sent. Upstream's labels
+  stay in ``upstream_qrels.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import quote
+
+import yaml
+
+from .config import ConfigError, validate_config
+from .errors import UserError
+from .logs import get_logger
+
+__all__ = ["import_upstream", "convert_config", "ImportReport", "UPSTREAM_KEYS"]
+
+log = get_logger("upstream")
+
+SECRETS = ("_openai_api_key", "_hf_token", "_email", "_gemini_api_key", "_google_api_key")
+
+COLUMN_KEYS = {
+    "column_image": "image", "column_image_id": "image_id", "column_mime_type": "mime_type",
+    "column_license": "license", "column_doi": "doi", "column_original_dataset_name": "original_dataset_name",
+    "column_query": "query_text", "column_query_id": "query_id", "column_relevance": "relevance_label",
+    "column_tags": "tags", "column_summary": "summary", "column_confidence": "confidence",
+    "query_plan_seed_image_ids_column": "seed_image_ids",
+    "query_plan_candidate_image_ids_column": "candidate_image_ids", "image_url_temp_column": "image_url",
+}
+PLAN_KEYS = {
+    "query_plan_num_seeds": "num_seeds", "query_plan_core_facets": "core_facets",
+    "query_plan_off_facets": "off_facets", "query_plan_diversity_facets": "diversity_facets",
+    "query_plan_neg_total": "neg_total", "query_plan_neg_hard": "neg_hard",
+    "query_plan_neg_nearmiss": "neg_nearmiss", "query_plan_neg_easy": "neg_easy",
+    "query_plan_random_seed": "random_seed",
+}
+OUTPUT_PATHS = ("images_jsonl", "seeds_jsonl", "annotations_jsonl", "query_plan_jsonl", "qrels_jsonl",
+                "qrels_with_score_jsonl", "summary_output_dir", "hf_dataset_dir", "hf_dataset_card_path")
+# keys that are understood but have no equivalent, with the reason shown in the report
+NO_EQUIVALENT = {
+    "log_level": "logging: the terminal shows progress and warnings; BENCHMAKER_VERBOSE=1 shows everything",
+    "upload_use_local_image_paths": "the export always embeds the image bytes from paths.image_root",
+    "_hf_num_proc": "the export writes parquet itself",
+    "hf_dataset_card_path": "the dataset card is generated from the data (docs/export.md)",
+    "vision_config.stage": "fixed stage names",
+    "judge_config.stage": "fixed stage names",
+    "judge_config.max_candidates": "never used upstream; pool sizes are plan.*_total",
+    "vision_config.price_per_million_image_input_tokens": "the Responses API reports no image tokens",
+    "vision_config.price_per_million_image_output_tokens": "the Responses API reports no image tokens",
+    "judge_config.price_per_million_image_input_tokens": "the Responses API reports no image tokens",
+    "judge_config.price_per_million_image_output_tokens": "the Responses API reports no image tokens",
+    "similarity_config.use_safetensors": "open_clip reads safetensors when present",
+    "similarity_config.adapter": "similarity always uses open_clip",
+}
+TOP_KEYS = ({"benchmark_name", "benchmark_description", "benchmark_author", "_affiliation", "_orcid", "_github",
+             "image_root_dir", "meta_json", "metadata_jsonl", "image_base_url", "_hf_repo_id", "_hf_private",
+             "vision_config", "judge_config", "similarity_config"}
+            | set(COLUMN_KEYS) | set(PLAN_KEYS) | set(OUTPUT_PATHS) | {"columns_taxonomy", "columns_boolean"}
+            | set(SECRETS) | {k for k in NO_EQUIVALENT if "." not in k})
+LLM_KEYS = {"adapter", "model", "system_prompt", "user_prompt", "max_output_tokens", "reasoning_effort",
+            "image_detail", "completion_window", "price_per_million_input_tokens",
+            "price_per_million_cached_input_tokens", "price_per_million_output_tokens",
+            "max_images_per_batch", "max_queries_per_batch", "controlled_tag_vocab", "min_tags", "max_tags",
+            "vision_metadata_columns", "stage", "max_candidates", "price_per_million_image_input_tokens",
+            "price_per_million_image_output_tokens", "temperature"}
+SIM_KEYS = {"adapter", "model", "model_name", "device", "torch_dtype", "use_safetensors", "col_name"}
+UPSTREAM_KEYS = sorted(TOP_KEYS | {f"vision_config.{k}" for k in LLM_KEYS} | {f"judge_config.{k}" for k in LLM_KEYS}
+                       | {f"similarity_config.{k}" for k in SIM_KEYS})
+
+# transformers CLIP names upstream used -> open_clip (architecture, pretrained tag)
+HF_TO_OPEN_CLIP = {
+    "openai/clip-vit-base-patch32": ("ViT-B-32", "openai"),
+    "openai/clip-vit-base-patch16": ("ViT-B-16", "openai"),
+    "openai/clip-vit-large-patch14": ("ViT-L-14", "openai"),
+    "openai/clip-vit-large-patch14-336": ("ViT-L-14-336", "openai"),
+}
+DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", None: "auto"}
+
+
+@dataclass
+class ImportReport:
+    config_path: str = ""
+    benchmark: str = ""
+    mapped: list[str] = field(default_factory=list)         # "upstream -> ours"
+    unknown: list[str] = field(default_factory=list)        # keys upstream does not document either
+    no_equivalent: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    vision_cached: int = 0
+    vision_skipped: dict[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        out = [f"wrote {self.config_path} (benchmark {self.benchmark}); check it: benchmaker validate-config "
+               f"{self.config_path}"]
+        out += [f"  mapped: {m}" for m in self.mapped]
+        out += [f"warning: secret {s} dropped: keys come from environment variables here "
+                "(OPENAI_API_KEY, HF_TOKEN)" for s in self.secrets]
+        out += [f"not imported (no equivalent): {k}" for k in self.no_equivalent]
+        out += [f"warning: unknown upstream key {k}: not imported" for k in self.unknown]
+        out += [f"note: {n}" for n in self.notes]
+        out += [f"wrote {f}" for f in self.files]
+        if self.files or self.vision_cached:
+            out.append(f"vision: {self.vision_cached} upstream annotation(s) stored as cached answers: the vision "
+                       "stage sends no request (and pays nothing) for those images")
+            for reason, n in sorted(self.vision_skipped.items()):
+                out.append(f"  vision: {n} upstream annotation(s) not reusable: {reason}")
+        return out
+
+
+def _slug(name: str) -> str:
+    s = re.sub(r"[^a-z0-9._-]+", "-", str(name).lower()).strip("-._")
+    return s or "imported"
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"upstream config not found: {path}") from None
+    if path.suffix.lower() in (".toml", ".tml"):
+        try:
+            return tomllib.loads(raw.decode("utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON (upstream reads .toml/.tml as TOML, anything else as JSON): "
+                        f"{exc}") from None
+
+
+def _llm(sec: Mapping[str, Any], stage: str, rep: ImportReport) -> dict:
+    out: dict[str, Any] = {"mode": "batch", "image_transport": "url"} if stage == "vision" else {"mode": "batch"}
+    for k in ("model", "max_output_tokens", "reasoning_effort", "completion_window", "temperature"):
+        if sec.get(k) is not None:
+            out[k] = sec[k]
+            rep.mapped.append(f"{stage}_config.{k} -> {stage}.openai.{k}")
+    if stage == "vision" and sec.get("image_detail") is not None:
+        out["image_detail"] = sec["image_detail"]
+        rep.mapped.append("vision_config.image_detail -> vision.openai.image_detail")
+    prompts = {}
+    for up, ours in (("system_prompt", "system"), ("user_prompt", "user")):
+        if sec.get(up):
+            prompts[ours] = sec[up]
+            rep.mapped.append(f"{stage}_config.{up} -> {stage}.openai.prompts.{ours}")
+    if prompts:
+        out["prompts"] = prompts
+    shard = sec.get("max_images_per_batch" if stage == "vision" else "max_queries_per_batch")
+    if shard:
+        out["max_requests_per_batch"] = int(shard)
+        rep.mapped.append(f"{stage}_config.max_{'images' if stage == 'vision' else 'queries'}_per_batch -> "
+                          f"{stage}.openai.max_requests_per_batch")
+    prices = {}
+    for up, ours in (("price_per_million_input_tokens", "input"),
+                     ("price_per_million_cached_input_tokens", "cached_input"),
+                     ("price_per_million_output_tokens", "output")):
+        if sec.get(up) is not None:
+            prices[ours] = float(sec[up])
+            rep.mapped.append(f"{stage}_config.{up} -> {stage}.openai.prices.{ours}")
+    if prices:
+        out["prices"] = prices
+        out["batch_discount"] = 0.0
+        rep.notes.append(f"{stage}: upstream's prices are the Batch API prices it paid; imported with mode: batch "
+                         "and batch_discount: 0, so the discount is not applied twice (to run in sync mode, "
+                         "set the list prices and remove batch_discount)")
+    if stage == "vision" and sec.get("vision_metadata_columns"):
+        out["metadata_columns"] = list(sec["vision_metadata_columns"])
+        rep.mapped.append("vision_config.vision_metadata_columns -> vision.openai.metadata_columns")
+    return out
+
+
+def convert_config(up: Mapping[str, Any], *, results: str = "results") -> tuple[dict, ImportReport]:
+    """An upstream config mapping -> (a validated benchmaker config, the report)."""
+    rep = ImportReport()
+    cfg: dict[str, Any] = {}
+    for k in up:
+        if k not in TOP_KEYS:
+            rep.unknown.append(k)
+        elif k in SECRETS:
+            rep.secrets.append(k)
+        elif k in NO_EQUIVALENT:
+            rep.no_equivalent.append(f"{k} ({NO_EQUIVALENT[k]})")
+    for name in ("vision_config", "judge_config", "similarity_config"):
+        sec = up.get(name) or {}
+        known = SIM_KEYS if name == "similarity_config" else LLM_KEYS
+        for k in sec:
+            full = f"{name}.{k}"
+            if k.startswith("_") or k in ("api_key", "openai_api_key"):
+                rep.secrets.append(full)
+            elif k not in known:
+                rep.unknown.append(full)
+            elif full in NO_EQUIVALENT:
+                rep.no_equivalent.append(f"{full} ({NO_EQUIVALENT[full]})")
+
+    name = up.get("benchmark_name") or "imported"
+    bench: dict[str, Any] = {"name": _slug(name), "title": str(name)}
+    rep.mapped.append("benchmark_name -> benchmark.name (slug) + benchmark.title")
+    if up.get("benchmark_description"):
+        bench["description"] = up["benchmark_description"]
+        rep.mapped.append("benchmark_description -> benchmark.description")
+    if up.get("benchmark_author"):
+        author = {"name": up["benchmark_author"]}
+        for k in ("affiliation", "orcid", "github"):
+            if up.get(f"_{k}"):
+                author[k] = up[f"_{k}"]
+                rep.mapped.append(f"_{k} -> benchmark.authors[0].{k}")
+        bench["authors"] = [author]
+        rep.mapped.append("benchmark_author -> benchmark.authors[0].name")
+    cfg["benchmark"] = bench
+
+    paths: dict[str, Any] = {"image_root": up.get("image_root_dir") or "images", "results": results}
+    if not up.get("image_root_dir"):
+        rep.notes.append("image_root_dir is not set upstream: paths.image_root set to 'images'; fix it")
+    else:
+        rep.mapped.append("image_root_dir -> paths.image_root")
+    if up.get("meta_json"):
+        paths["rights_map"] = up["meta_json"]
+        rep.mapped.append("meta_json -> paths.rights_map (same default / files / prefixes format)")
+    if up.get("metadata_jsonl"):
+        paths["metadata_jsonl"] = up["metadata_jsonl"]
+        rep.mapped.append("metadata_jsonl -> paths.metadata_jsonl")
+    cfg["paths"] = paths
+
+    cols = {ours: up[k] for k, ours in COLUMN_KEYS.items() if up.get(k)}
+    rep.mapped += [f"{k} -> columns.{ours}" for k, ours in COLUMN_KEYS.items() if up.get(k)]
+
+    vis = up.get("vision_config") or {}
+    tags: dict[str, Any] = {}
+    if vis.get("controlled_tag_vocab"):
+        tags["vocabulary"] = list(vis["controlled_tag_vocab"])
+        rep.mapped.append("vision_config.controlled_tag_vocab -> facets.tags.vocabulary")
+    # upstream's defaults are 14 and 25 tags
+    tags["min"] = int(vis.get("min_tags") if vis.get("min_tags") is not None else 14)
+    tags["max"] = int(vis.get("max_tags") if vis.get("max_tags") is not None else 25)
+    rep.mapped.append("vision_config.min_tags / max_tags -> facets.tags.min / max (upstream defaults 14 / 25)")
+    cfg["facets"] = {"taxonomy": dict(up.get("columns_taxonomy") or {}), "boolean": list(up.get("columns_boolean")
+                                                                                         or []), "tags": tags}
+    rep.mapped.append("columns_taxonomy / columns_boolean -> facets.taxonomy / facets.boolean")
+
+    if up.get("image_base_url"):
+        cfg["preprocess"] = {"image_base_url": up["image_base_url"]}
+        rep.mapped.append("image_base_url -> preprocess.image_base_url")
+
+    vis_adapter = vis.get("adapter")
+    if vis_adapter == "openai":
+        cfg["vision"] = {"adapter": "openai", "openai": _llm(vis, "vision", rep)}
+        if not up.get("image_base_url"):
+            cfg["vision"]["openai"]["image_transport"] = "base64"
+            rep.notes.append("no image_base_url upstream: vision sends images inline (base64); upstream annotations "
+                             "were made from URLs, so they are not reused as cached answers")
+    elif vis_adapter:
+        rep.notes.append(f"vision_config.adapter {vis_adapter!r} has no equivalent; vision uses the clip adapter")
+    judge = up.get("judge_config") or {}
+    if judge.get("adapter") in ("openai", "gemini"):
+        ad = judge["adapter"]
+        cfg["judge"] = {"adapter": ad, "labels": "binary", ad: _llm(judge, "judge", rep)}
+        rep.notes.append("judge: upstream judged binary labels only; imported as judge.labels: binary")
+    elif judge.get("adapter"):
+        rep.notes.append(f"judge_config.adapter {judge['adapter']!r} has no equivalent; judge uses the rules adapter")
+
+    sim = up.get("similarity_config") or {}
+    sim_out: dict[str, Any] = {}
+    model = sim.get("model") or sim.get("model_name")
+    if model:
+        if model in HF_TO_OPEN_CLIP:
+            sim_out["model"], sim_out["pretrained"] = HF_TO_OPEN_CLIP[model]
+        else:
+            sim_out["model"], sim_out["pretrained"] = f"hf-hub:{model}", None
+            rep.notes.append(f"similarity: {model!r} is loaded as hf-hub:{model} (the repo must hold open_clip "
+                             "weights, e.g. apple/DFN5B-CLIP-ViT-H-14-378); else set similarity.model")
+        rep.mapped.append(f"similarity_config.{'model' if sim.get('model') else 'model_name'} -> similarity.model "
+                          f"{sim_out['model']} / pretrained {sim_out['pretrained']}")
+    if sim.get("device"):
+        sim_out["device"] = sim["device"]
+        rep.mapped.append("similarity_config.device -> similarity.device")
+    if "torch_dtype" in sim:
+        sim_out["precision"] = DTYPES.get(sim["torch_dtype"], "auto")
+        rep.mapped.append("similarity_config.torch_dtype -> similarity.precision")
+    col = sim.get("col_name") or "clip_score"
+    # upstream's score was CLIP's logit (logit_scale x cosine); here clip_score is the cosine
+    sim_out["logit_column"] = "clip_logit" if col == "clip_score" else col
+    rep.mapped.append(f"similarity_config.col_name ({col}: upstream's logit-scaled score) -> similarity.logit_column "
+                      f"{sim_out['logit_column']} (clip_score here is the cosine)")
+    cfg["similarity"] = sim_out
+    if vis_adapter != "openai" and model:
+        cfg.setdefault("vision", {})["clip"] = {k: sim_out[k] for k in ("model", "pretrained")}
+
+    plan = {ours: up[k] for k, ours in PLAN_KEYS.items() if up.get(k) is not None}
+    rep.mapped += [f"{k} -> plan.{ours}" for k, ours in PLAN_KEYS.items() if up.get(k) is not None]
+    if plan.get("random_seed") == 0:
+        plan["random_seed"] = 42
+        rep.notes.append("query_plan_random_seed 0 meant 42 upstream; imported as 42")
+    plan.update({"pos_total": 0, "neutral_total": 0, "diversity_cap": 6})
+    rep.notes.append("plan: upstream had no positive or neutral pools: plan.pos_total and plan.neutral_total are 0 "
+                     "(raise them to get likely positives and neutrals judged too)")
+    for k, v in (("neg_total", 30), ("neg_hard", 15), ("neg_nearmiss", 10), ("neg_easy", 5)):
+        plan.setdefault(k, v)
+    if cols.get("seed_image_ids") or cols.get("candidate_image_ids"):
+        pass
+    cfg["plan"] = plan
+    if cols:
+        cfg["columns"] = cols
+
+    export: dict[str, Any] = {}
+    if up.get("_hf_repo_id"):
+        export["repo_id"] = up["_hf_repo_id"]
+        rep.mapped.append("_hf_repo_id -> export.repo_id (token from HF_TOKEN)")
+    if up.get("_hf_private") is not None:
+        export["private"] = bool(up["_hf_private"])
+        rep.mapped.append("_hf_private -> export.private")
+    if export:
+        cfg["export"] = export
+    rep.no_equivalent += [f"{k} (an output path: outputs go to <paths.results>/<benchmark.name>/)"
+                          for k in OUTPUT_PATHS if k in up and k != "hf_dataset_card_path"]
+    try:
+        validated = validate_config(cfg)
+    except ConfigError as exc:
+        raise UserError(f"the converted config is not valid: {exc}\n(fix the upstream file, or edit the "
+                        "converted config and check it with `benchmaker validate-config`)") from None
+    rep.benchmark = validated["benchmark"]["name"]
+    return cfg, rep
+
+
+# -- outputs ------------------------------------------------------------------------------------------
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    for ln, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}: line {ln} is not JSON: {exc}") from None
+    return rows
+
+
+def _output_file(up: Mapping[str, Any], outputs: Path | None, key: str, default: str) -> Path | None:
+    cands = []
+    if outputs is not None:
+        cands.append(outputs / default)
+        if up.get(key):
+            cands.append(outputs / Path(up[key]).name)
+    if up.get(key):
+        cands.append(Path(up[key]))
+    for c in cands:
+        if c.is_file():
+            return c
+    return None
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows),
+                    encoding="utf-8")
+
+
+def _vision_answer(row: Mapping[str, Any], cfg: Mapping[str, Any], up_cols: Mapping[str, str]) -> dict:
+    fac = cfg["facets"]
+    ans: dict[str, Any] = {"summary": row.get(up_cols.get("summary", "summary"), row.get("summary"))}
+    for n in fac["taxonomy"]:
+        ans[n] = row.get(n)
+    for n in fac.get("boolean", []):
+        ans[n] = row.get(n)
+    tags = row.get(up_cols.get("tags", "tags"), row.get("tags"))
+    ans["tags"] = list(tags) if isinstance(tags, list) else []
+    names = [*fac["taxonomy"], *fac.get("boolean", [])]
+    if names:
+        conf = row.get(up_cols.get("confidence", "confidence"), row.get("confidence")) or {}
+        ans["confidence"] = {n: conf.get(n) for n in names}
+    return ans
+
+
+def _prefill_vision(cfg: dict, images_rows: list[dict], ann_rows: list[dict], rep: ImportReport,
+                    up_cols: Mapping[str, str]) -> None:
+    import polars as pl
+
+    from .formats import FacetModel
+    from .providers.cache import ResponseCache
+    from .providers.parse import validate_answer
+    from .providers.spec import LLMSettings, request_key
+    from .vision.openai import vision_items
+
+    full = validate_config(cfg)
+    s = full["vision"]["openai"]
+    root = Path(full["paths"]["image_root"])
+    if not root.is_dir():
+        rep.notes.append(f"paths.image_root {root} is not a folder here: the image hashes that key the vision "
+                         "cache cannot be computed; rerun import-upstream where the images are")
+        rep.vision_skipped["image folder not found"] = len(ann_rows)
+        return
+    fm = FacetModel.from_config(full["facets"])
+    base = full["preprocess"]["image_base_url"]
+    meta = {r.get("image_id"): r for r in images_rows}
+    frame_rows, answers, skipped = [], {}, rep.vision_skipped
+    for a in ann_rows:
+        iid = a.get("image_id")
+        f = root / str(iid)
+        if not iid or not f.is_file():
+            skipped["image file missing under image_root"] = skipped.get("image file missing under image_root", 0) + 1
+            continue
+        sha = hashlib.sha256(f.read_bytes()).hexdigest()
+        row = {**{k: v for k, v in meta.get(iid, {}).items() if not isinstance(v, (dict, list))}, "image_id": iid,
+               "sha256": sha, "width": 0, "height": 0,
+               "image_url": (base.rstrip("/") + "/" + quote(iid, safe="/")) if base else None}
+        frame_rows.append(row)
+        answers[iid] = _vision_answer(a, full, up_cols)
+    if not frame_rows:
+        return
+    cols = sorted({k for r in frame_rows for k in r})
+    frame = pl.DataFrame([{c: r.get(c) for c in cols} for r in frame_rows], infer_schema_length=None)
+    llm = LLMSettings.from_config(s)
+    cache = ResponseCache(Path(full["paths"]["results"]) / ".cache" / "vision")
+    with cache.bulk():
+        for it in vision_items(frame, fm, s, str(root)):
+            ans = answers[it.item_id]
+            problem = validate_answer(ans, it.spec.schema, it.check)
+            if problem is not None:
+                reason = f"does not fit this config's vision schema ({problem.split(':')[0]})"
+                skipped[reason] = skipped.get(reason, 0) + 1
+                continue
+            cache.put(request_key(it.spec, llm), {"answer": ans, "model": llm.model, "source": "imsearch_benchmaker",
+                                                  "usage": {"input_tokens": 0, "cached_input_tokens": 0,
+                                                            "output_tokens": 0, "reasoning_tokens": 0}})
+            rep.vision_cached += 1
+    cache.close()
+
+
+def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out: str | Path = "config/imported.yaml",
+                    results: str | None = None, force: bool = False) -> ImportReport:
+    """Convert an upstream config (and outputs); writes ``out`` and files under ``<results>/<name>/imported``."""
+    toml = Path(toml)
+    up = _read_toml(toml)
+    outputs_dir = Path(outputs) if outputs else None
+    if outputs_dir is not None and not outputs_dir.is_dir():
+        raise UserError(f"--outputs {outputs_dir}: not a folder")
+    if results is None:
+        results = str(outputs_dir.parent / "results") if outputs_dir is not None else "results"
+    cfg, rep = convert_config(up, results=results)
+    out = Path(out)
+    if out.exists() and not force:
+        raise UserError(f"{out} exists: pass --force to overwrite it, or --out another file")
+    up_cols = {ours: up[k] for k, ours in COLUMN_KEYS.items() if up.get(k)}
+    imported = Path(results) / rep.benchmark / "imported"
+
+    images_f = _output_file(up, outputs_dir, "images_jsonl", "images.jsonl")
+    ann_f = _output_file(up, outputs_dir, "annotations_jsonl", "annotations.jsonl")
+    plan_f = _output_file(up, outputs_dir, "query_plan_jsonl", "query_plan.jsonl")
+    qrels_f = _output_file(up, outputs_dir, "qrels_jsonl", "qrels.jsonl")
+    images_rows = _read_jsonl(images_f) if images_f else []
+    id_col = up_cols.get("image_id", "image_id")
+    if images_rows:
+        meta_rows = []
+        for r in images_rows:
+            r = dict(r)
+            r["image_id"] = r.pop(id_col, r.get("image_id"))
+            meta_rows.append({k: v for k, v in r.items() if k not in ("image_url", "mime_type")})
+        images_rows = meta_rows
+        rights_keys = {"license": up_cols.get("license", "license"), "doi": up_cols.get("doi", "doi"),
+                       "dataset_name": up_cols.get("original_dataset_name", "original_dataset_name")}
+        if not cfg["paths"].get("rights_map"):
+            # upstream's per-image license / doi / dataset name, as a rights map (preprocess computes them)
+            files = {r["image_id"]: {k: r.get(col) for k, col in rights_keys.items()} for r in meta_rows}
+            imported.mkdir(parents=True, exist_ok=True)
+            (imported / "rights_map.json").write_text(json.dumps(
+                {"default": {"license": None, "doi": None, "dataset_name": None}, "files": files}, indent=1,
+                sort_keys=True) + "\n", encoding="utf-8")
+            cfg["paths"]["rights_map"] = str(imported / "rights_map.json")
+            rep.files.append(f"{imported / 'rights_map.json'} (upstream's license, doi, dataset name per image; "
+                             "paths.rights_map)")
+        extra = [{k: v for k, v in r.items() if k not in rights_keys.values()} for r in meta_rows]
+        if not cfg["paths"].get("metadata_jsonl") and any(len(r) > 1 for r in extra):
+            _write_jsonl(imported / "metadata.jsonl", extra)
+            cfg["paths"]["metadata_jsonl"] = str(imported / "metadata.jsonl")
+            rep.files.append(f"{imported / 'metadata.jsonl'} (upstream images.jsonl's extra columns; "
+                             "paths.metadata_jsonl)")
+    if plan_f:
+        seeds = []
+        qcol = up_cols.get("query_id", "query_id")
+        scol = up_cols.get("seed_image_ids", "seed_image_ids")
+        for r in _read_jsonl(plan_f):
+            seeds.append({"query_id": r.get(qcol, r.get("query_id")), "seed_image_ids": r.get(scol, [])})
+        _write_jsonl(imported / "seeds.jsonl", seeds)
+        cfg["paths"]["seeds_file"] = str(imported / "seeds.jsonl")
+        rep.files.append(f"{imported / 'seeds.jsonl'} ({len(seeds)} queries with upstream's ids and seeds; "
+                         "paths.seeds_file)")
+    if qrels_f:
+        rows = []
+        for r in _read_jsonl(qrels_f):
+            rows.append({"query_id": r.get(up_cols.get("query_id", "query_id")),
+                         "query_text": r.get(up_cols.get("query_text", "query_text")),
+                         "image_id": r.get(id_col), "relevance_label": r.get(up_cols.get("relevance_label",
+                                                                                          "relevance_label")),
+                         "judge": "imsearch_benchmaker"})
+        _write_jsonl(imported / "upstream_qrels.jsonl", rows)
+        rep.files.append(f"{imported / 'upstream_qrels.jsonl'} ({len(rows)} upstream judgments, for comparison: "
+                         "this project plans its own pools, so the judge runs again; see `benchmaker estimate`)")
+    if ann_f and cfg.get("vision", {}).get("adapter") == "openai" and \
+            cfg["vision"]["openai"].get("image_transport") == "url":
+        ann_rows = _read_jsonl(ann_f)
+        for r in ann_rows:
+            r["image_id"] = r.get(id_col, r.get("image_id"))
+        _prefill_vision(cfg, images_rows, ann_rows, rep, up_cols)
+    elif ann_f:
+        rep.notes.append("upstream annotations not reused: the imported vision adapter does not send the same "
+                         "requests (needs vision.adapter openai with image_transport url)")
+    if outputs_dir is not None and not any((images_f, ann_f, plan_f, qrels_f)):
+        rep.notes.append(f"no upstream output found in {outputs_dir} (images.jsonl, annotations.jsonl, "
+                         "query_plan.jsonl, qrels.jsonl)")
+    validate_config(cfg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# converted from {toml} by `benchmaker import-upstream` (docs/upstream.md, Migrating)\n"
+              "# secrets are not here: export OPENAI_API_KEY / HF_TOKEN\n")
+    out.write_text(header + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    rep.config_path = str(out)
+    return rep

@@ -1,0 +1,234 @@
+"""`benchmaker import-upstream`: a realistic imsearch_benchmaker config.toml and outputs become a valid
+benchmaker config plus cached vision answers, so that the first run pays nothing upstream paid for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fake_openai
+import pytest
+import support
+import yaml
+
+from benchmaker.cli import main
+from benchmaker.config import load_config
+from benchmaker.upstream import convert_config
+
+FACETS = support.TINY_FACETS
+
+
+def upstream_toml(root: Path, corpus: Path, outputs: Path) -> Path:
+    tax = "\n".join(f"{k} = {json.dumps(v)}" for k, v in FACETS["taxonomy"].items())
+    text = f'''
+benchmark_name = "Tiny Upstream Bench"
+benchmark_description = "A benchmark made with imsearch_benchmaker"
+benchmark_author = "Ada Lovelace"
+_email = "ada@example.org"
+_affiliation = "Analytical Engines"
+_orcid = "0000-0000-0000-0001"
+log_level = "DEBUG"
+column_image = "image"
+column_query_id = "query_id"
+column_relevance = "relevance_label"
+columns_boolean = {json.dumps(FACETS["boolean"])}
+image_root_dir = "{corpus}"
+images_jsonl = "{outputs}/images.jsonl"
+annotations_jsonl = "{outputs}/annotations.jsonl"
+query_plan_jsonl = "{outputs}/query_plan.jsonl"
+qrels_jsonl = "{outputs}/qrels.jsonl"
+summary_output_dir = "{outputs}/summary"
+hf_dataset_dir = "{outputs}/hf_dataset"
+image_base_url = "http://127.0.0.1:9/images"
+upload_use_local_image_paths = false
+_hf_token = "hf_secret_token_value"
+_hf_repo_id = "sage/tiny-upstream"
+_hf_private = true
+query_plan_num_seeds = 3
+query_plan_core_facets = ["color"]
+query_plan_off_facets = ["shape"]
+query_plan_diversity_facets = []
+query_plan_neg_total = 3
+query_plan_neg_hard = 1
+query_plan_neg_nearmiss = 1
+query_plan_neg_easy = 1
+query_plan_random_seed = 0
+a_key_upstream_never_had = 1
+
+[columns_taxonomy]
+{tax}
+
+[vision_config]
+adapter = "openai"
+model = "gpt-5-mini"
+system_prompt = "You label shapes. Collection: {{metadata.category}}."
+user_prompt = "Analyze the image; output JSON."
+max_output_tokens = 4000
+reasoning_effort = "low"
+image_detail = "low"
+max_images_per_batch = 900
+controlled_tag_vocab = {json.dumps(FACETS["tags"]["vocabulary"])}
+min_tags = 2
+max_tags = 4
+vision_metadata_columns = ["category"]
+_openai_api_key = "sk-upstream-secret"
+completion_window = "24h"
+price_per_million_input_tokens = 0.125
+price_per_million_cached_input_tokens = 0.0125
+price_per_million_output_tokens = 1.0
+price_per_million_image_input_tokens = 0.1
+max_concurrent_batches = 2
+
+[judge_config]
+adapter = "openai"
+model = "gpt-5-mini"
+system_prompt = "You judge relevance."
+user_prompt = "Write a query and label each candidate."
+max_queries_per_batch = 500
+max_candidates = 20
+price_per_million_input_tokens = 0.125
+price_per_million_output_tokens = 1.0
+
+[similarity_config]
+adapter = "local_clip"
+model_name = "openai/clip-vit-base-patch32"
+device = "cpu"
+torch_dtype = "float32"
+col_name = "clip_score"
+'''
+    p = root / "config.toml"
+    p.write_text(text)
+    return p
+
+
+def upstream_outputs(outputs: Path, corpus: Path, skip: int = 2) -> list[str]:
+    """images.jsonl, annotations.jsonl (all but `skip` images), query_plan.jsonl, qrels.jsonl."""
+    outputs.mkdir(parents=True, exist_ok=True)
+    ids = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*") if p.is_file())
+    images, ann = [], []
+    for i in ids:
+        color, shape = i.split("/")[0], i.split("/")[1].split("_")[0]
+        images.append({"image_id": i, "image_url": f"http://127.0.0.1:9/images/{i}", "mime_type": "image/jpeg",
+                       "license": "CC0-1.0", "doi": None, "original_dataset_name": "tiny", "category": color})
+        ann.append({"image_id": i, "summary": f"A {color} {shape}.", "color": color, "shape": shape,
+                    "is_bright": color in ("yellow", "red"), "tags": [color, shape, "pattern"],
+                    "confidence": {"color": 0.9, "shape": 0.8, "is_bright": 0.7},
+                    "license": "CC0-1.0", "doi": None})
+    (outputs / "images.jsonl").write_text("".join(json.dumps(r) + "\n" for r in images))
+    (outputs / "annotations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ann[skip:]))
+    plan = [{"query_id": f"query_{n:03d}", "seed_image_ids": [ids[n * 5]],
+             "candidate_image_ids": [ids[n * 5], ids[n * 5 + 1], ids[n * 5 + 2]]} for n in range(1, 4)]
+    (outputs / "query_plan.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plan))
+    qrels = [{"query_id": q["query_id"], "query_text": "a shape", "image_id": c, "relevance_label": int(c == q[
+        "seed_image_ids"][0])} for q in plan for c in q["candidate_image_ids"]]
+    (outputs / "qrels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qrels))
+    return ids
+
+
+@pytest.fixture()
+def upstream(tmp_path):
+    corpus = support.make_corpus(tmp_path / "images", with_bad=False)
+    outputs = tmp_path / "upstream_outputs"
+    ids = upstream_outputs(outputs, corpus)
+    return upstream_toml(tmp_path, corpus, outputs), outputs, ids
+
+
+def test_config_conversion(upstream, tmp_path, capsys):
+    toml, outputs, ids = upstream
+    out = tmp_path / "imported.yaml"
+    assert main(["import-upstream", str(toml), "--outputs", str(outputs), "--out", str(out),
+                 "--results", str(tmp_path / "results")]) == 0
+    text = capsys.readouterr().out
+    # secrets dropped with a warning, never written
+    for s in ("_openai_api_key", "_hf_token", "_email"):
+        assert f"warning: secret {s} dropped" in text or f"secret vision_config.{s}" in text
+    written = out.read_text()
+    for secret in ("sk-upstream-secret", "hf_secret_token_value", "ada@example.org"):
+        assert secret not in written and secret not in text
+    # unknown keys listed, never silently dropped
+    assert "unknown upstream key a_key_upstream_never_had" in text
+    assert "unknown upstream key vision_config.max_concurrent_batches" in text
+    assert "not imported (no equivalent): log_level" in text
+    assert "vision_config.price_per_million_image_input_tokens" in text
+    cfg = load_config(out)
+    assert cfg["benchmark"]["name"] == "tiny-upstream-bench" and cfg["benchmark"]["title"] == "Tiny Upstream Bench"
+    author = cfg["benchmark"]["authors"][0]
+    assert (author["name"], author["affiliation"], author["orcid"]) == ("Ada Lovelace", "Analytical Engines",
+                                                                         "0000-0000-0000-0001")
+    assert cfg["facets"]["taxonomy"] == FACETS["taxonomy"] and cfg["facets"]["boolean"] == ["is_bright"]
+    assert cfg["facets"]["tags"]["vocabulary"] == FACETS["tags"]["vocabulary"]
+    assert (cfg["facets"]["tags"]["min"], cfg["facets"]["tags"]["max"]) == (2, 4)
+    v = cfg["vision"]["openai"]
+    assert cfg["vision"]["adapter"] == "openai" and v["model"] == "gpt-5-mini" and v["mode"] == "batch"
+    assert v["prompts"]["system"].startswith("You label shapes") and v["metadata_columns"] == ["category"]
+    assert v["image_transport"] == "url" and cfg["preprocess"]["image_base_url"] == "http://127.0.0.1:9/images"
+    assert v["max_requests_per_batch"] == 900 and v["image_detail"] == "low"
+    # prices keep their meaning: upstream's batch prices, no second discount
+    assert v["prices"] == {"input": 0.125, "cached_input": 0.0125, "output": 1.0} and v["batch_discount"] == 0.0
+    j = cfg["judge"]["openai"]
+    assert cfg["judge"]["adapter"] == "openai" and j["prices"]["input"] == 0.125 and j["batch_discount"] == 0.0
+    assert j["max_requests_per_batch"] == 500
+    assert cfg["similarity"]["model"] == "ViT-B-32" and cfg["similarity"]["pretrained"] == "openai"
+    assert cfg["similarity"]["precision"] == "fp32" and cfg["similarity"]["logit_column"] == "clip_logit"
+    p = cfg["plan"]
+    assert (p["num_seeds"], p["core_facets"], p["off_facets"], p["random_seed"]) == (3, ["color"], ["shape"], 42)
+    assert (p["neg_total"], p["neg_hard"], p["pos_total"], p["neutral_total"]) == (3, 1, 0, 0)
+    assert cfg["export"]["repo_id"] == "sage/tiny-upstream" and cfg["export"]["private"] is True
+    seeds = [json.loads(x) for x in Path(cfg["paths"]["seeds_file"]).read_text().splitlines()]
+    assert [s["query_id"] for s in seeds] == ["query_001", "query_002", "query_003"]
+    meta = [json.loads(x) for x in Path(cfg["paths"]["metadata_jsonl"]).read_text().splitlines()]
+    assert len(meta) == len(ids) and meta[0]["category"] and "image_url" not in meta[0]
+    rights = json.loads(Path(cfg["paths"]["rights_map"]).read_text())
+    assert rights["files"][ids[0]] == {"license": "CC0-1.0", "doi": None, "dataset_name": "tiny"}
+    assert f"vision: {len(ids) - 2} upstream annotation(s) stored as cached answers" in text
+    # the written config is also valid for the workflow's own checks
+    assert main(["validate-config", "--no-env", str(out)]) == 0
+    # refusing to overwrite without --force
+    assert main(["import-upstream", str(toml), "--out", str(out)]) == 1
+
+
+def test_batch_prices_are_not_discounted_twice():
+    from benchmaker.providers.cost import Usage, cost_usd, price_for
+
+    cfg, _ = convert_config({"benchmark_name": "x", "image_root_dir": "/tmp", "columns_taxonomy": {"a": ["b", "c"]},
+                             "vision_config": {"adapter": "openai", "model": "gpt-5-mini",
+                                               "price_per_million_input_tokens": 0.125,
+                                               "price_per_million_output_tokens": 1.0}})
+    s = cfg["vision"]["openai"]
+    usd = cost_usd(Usage(1_000_000, 0, 1_000_000, 0), price_for(s["model"], s["prices"]),
+                   batch=s["mode"] == "batch", batch_discount=s["batch_discount"])
+    assert usd == pytest.approx(1.125)          # what upstream's own cost formula gives for its batch run
+
+
+@pytest.mark.slow
+def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path):
+    toml, outputs, ids = upstream
+    out = tmp_path / "imported.yaml"
+    assert main(["import-upstream", str(toml), "--outputs", str(outputs), "--out", str(out),
+                 "--results", str(tmp_path / "results")]) == 0
+    fake = fake_openai.start(steps=1)
+    try:
+        cfg = yaml.safe_load(out.read_text())
+        cfg["vision"]["openai"]["poll_seconds"] = 0.05      # not part of the request key
+        support.write_config(out, cfg)
+        target = f"{tmp_path}/results/tiny-upstream-bench/annotations.jsonl"
+        r = support.snakemake(["--cores", "2", target], tmp_path, out,
+                              env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": fake.base_url})
+        assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+        res = tmp_path / "results" / "tiny-upstream-bench"
+        costs = [json.loads(x) for f in sorted((res / "costs" / "vision").glob("*.jsonl"))
+                 for x in f.read_text().splitlines()]
+        cached = [c for c in costs if c["cached"]]
+        paid = [c for c in costs if not c["cached"]]
+        assert len(cached) == len(ids) - 2 and all(c["cost_usd"] == 0 for c in cached)
+        assert len(paid) == 2                               # only the two images upstream never annotated
+        ann = [json.loads(x) for x in (res / "annotations.jsonl").read_text().splitlines()]
+        assert len(ann) == len(ids)
+        by_id = {a["image_id"]: a for a in ann}
+        some = ids[5]
+        assert by_id[some]["summary"] == f"A {some.split('/')[0]} {some.split('/')[1].split('_')[0]}."
+        images = [json.loads(x) for x in (res / "images.jsonl").read_text().splitlines()]
+        assert {i["license"] for i in images} == {"CC0-1.0"} and {i["original_dataset_name"] for i in images} == {"tiny"}
+        assert "reserved" not in r.stderr
+    finally:
+        fake_openai.stop(fake)
