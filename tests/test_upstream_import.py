@@ -228,7 +228,8 @@ def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path):
         some = ids[5]
         assert by_id[some]["summary"] == f"A {some.split('/')[0]} {some.split('/')[1].split('_')[0]}."
         images = [json.loads(x) for x in (res / "images.jsonl").read_text().splitlines()]
-        assert {i["license"] for i in images} == {"CC0-1.0"} and {i["original_dataset_name"] for i in images} == {"tiny"}
+        assert {i["license"] for i in images} == {"CC0-1.0"}
+        assert {i["original_dataset_name"] for i in images} == {"tiny"}
         assert "reserved" not in r.stderr
     finally:
         fake_openai.stop(fake)
