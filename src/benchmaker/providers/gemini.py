@@ -444,7 +444,8 @@ class GeminiTransport(SyncTransport):
             except errors.APIError as exc:
                 code = int(exc.code or 0)
                 if code in (401, 403) or (code == 400 and "api key" in str(exc.message or "").lower()):
-                    from ..errors import key_rejected   # every later request would fail the same way
+                    # a rejected key: every later request would fail the same way
+                    from ..errors import key_rejected
 
                     raise key_rejected("gemini", code, str(exc.message or exc.status or "")) from exc
                 if code in self.RETRY_STATUS or code >= 500:

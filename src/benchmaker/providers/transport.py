@@ -87,7 +87,8 @@ class SyncTransport:
                 self.sleep(d)
                 continue
             except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-                from ..errors import key_rejected   # every later request would fail the same way
+                # a rejected key: every later request would fail the same way
+                from ..errors import key_rejected
 
                 raise key_rejected("openai", exc.status_code, getattr(exc, "message", "") or str(exc)) from exc
             except openai.APIStatusError as exc:
