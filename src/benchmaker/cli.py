@@ -346,8 +346,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", default=None, metavar="DIR",
                    help="upstream's output folder (images.jsonl, annotations.jsonl, query_plan.jsonl, qrels.jsonl)")
     p.add_argument("--out", default="config/imported.yaml", metavar="FILE", help="the benchmaker config to write")
-    p.add_argument("--results", default=None, metavar="DIR",
-                   help="paths.results of the new config (default: upstream's output folder's parent, else results)")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="paths.results of the new config; converted files go to DIR/<name>/imported")
     p.add_argument("--force", action="store_true", help="overwrite FILE and converted outputs that exist")
     return ap
 

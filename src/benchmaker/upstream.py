@@ -462,7 +462,7 @@ def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out:
     if outputs_dir is not None and not outputs_dir.is_dir():
         raise UserError(f"--outputs {outputs_dir}: not a folder")
     if results is None:
-        results = str(outputs_dir.parent / "results") if outputs_dir is not None else "results"
+        results = "results"
     cfg, rep = convert_config(up, results=results)
     out = Path(out)
     if out.exists() and not force:
