@@ -105,3 +105,10 @@ def test_unexpected_error_says_so(tmp_path, term):
             raise ZeroDivisionError("division by zero")
     out = term.getvalue()
     assert "ZeroDivisionError" in out and "unexpected error" in out and "Traceback" not in out
+
+
+def test_empty_progress_says_nothing_to_do(tmp_path, term):
+    with logs.stage_logging(str(tmp_path / "s.log")):
+        with logs.progress(total=0, desc="embed 00000", unit="img"):
+            pass
+    assert "embed 00000: nothing to do (0 img)" in term.getvalue()

@@ -248,7 +248,9 @@ class _Progress(tqdm):
         n, total, elapsed = d["n"], d["total"], d["elapsed"]
         rate = (n / elapsed) if elapsed > 0 else 0.0
         what = f"{self.desc + ': ' if self.desc else ''}{n:,}" + (f"/{total:,}" if total else "") + f" {self.unit}"
-        if final:
+        if final and not n:
+            text = f"{self.desc + ': ' if self.desc else ''}nothing to do (0 {self.unit})"
+        elif final:
             text = f"{what} done in {elapsed:.1f} s ({rate:.1f} {self.unit}/s)"
         else:
             eta = (total - n) / rate if total and rate > 0 else None
