@@ -96,3 +96,22 @@ def test_bad_api_key_against_fake_server(tmp_path, tiny_corpus, tiny_clip, mode)
         assert "sk-wrong" not in r.stdout + r.stderr
     finally:
         fake_openai.stop(fake)
+
+
+def test_bad_gemini_key_against_fake_server(tmp_path, tiny_corpus, tiny_clip):
+    """Gemini answers a wrong key with 400 INVALID_ARGUMENT "API key not valid": a rejected key too."""
+    import fake_gemini
+
+    fake = fake_gemini.start()
+    try:
+        cfg = tiny_config(tmp_path, tiny_corpus, tiny_clip,
+                          vision={"adapter": "gemini", "gemini": {"base_url": fake.base_url, "mode": "sync",
+                                                                  "concurrency": 1, "image_max_side": 64}})
+        config = write_config(tmp_path / "config.yaml", cfg)
+        target = f"{tmp_path}/results/tiny/annotations.jsonl"
+        r = snakemake(["--cores", "1", target], tmp_path, config, env={"GEMINI_API_KEY": "gm-wrong"})
+        assert_quiet_failure(r, "gemini API rejected the API key", "GEMINI_API_KEY", "api_key_env",
+                             log_glob="results/tiny/logs/vision/*.log", workdir=tmp_path)
+        assert "gm-wrong" not in r.stdout + r.stderr
+    finally:
+        fake_gemini.stop(fake)
