@@ -198,6 +198,8 @@ def stage_logging(log_path: str | None, level: int = logging.WARNING, *,
             raise
         tb = "".join(traceback.format_exception(exc))
         logger.error("stage failed after %.1f s:\n%s", time.perf_counter() - t0, tb, extra={"file_only": True})
+        if isinstance(exc, KeyboardInterrupt):   # Ctrl-C: Snakemake says so; no failure block
+            raise
         block = error_block(exc, rule=rule, log_path=log_path)
         if log_path:
             try:
