@@ -27,6 +27,9 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
     "summary": ("summary", "formats.py", "losses.py"),
     "export": ("export", "summary", "formats.py", "losses.py"),
+    "audit_sample": ("audit/sample.py", "audit/files.py", "formats.py"),
+    "audit_labelling": ("audit/labelling.py", "audit/page.html", "audit/files.py", "formats.py"),
+    "audit_report": ("audit", "formats.py", "ids.py"),
 }
 
 

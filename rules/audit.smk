@@ -1,0 +1,194 @@
+# Judge audit (docs/audit.md): a stratified sample of judged pairs -> labelling files for people ->
+# agreement of the judge with people (and with a second judge) -> audit/report/, read by the summary
+# and the dataset card. Human label files are inputs of audit_report only: labels arriving later never
+# re-draw the sample (audit_sample reads qrels, plan and annotations, nothing else).
+
+from benchmaker.config import deep_merge
+
+AUDIT = config["audit"]
+AUDIT_ON = AUDIT["enabled"]
+AUDIT_REPORT = f"{RESULTS}/audit/report"
+AUDIT_SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
+
+for _s in AUDIT["strata"]:
+    if _s not in ("pool", "judge_label", "difficulty") and _s not in list(
+        FACETS["taxonomy"]
+    ) + list(FACETS.get("boolean", [])):
+        raise WorkflowError(
+            f"audit.strata: '{_s}' is neither pool, judge_label, difficulty nor a facet"
+        )
+for _f in AUDIT["facets"] or []:
+    if _f not in list(FACETS["taxonomy"]) + list(FACETS.get("boolean", [])):
+        raise WorkflowError(f"audit.facets: '{_f}' is not a facet")
+
+
+def second_judge_config():
+    """The judge section of the second judge (config judge + audit.second_judge.judge), validated."""
+    sj = AUDIT["second_judge"]
+    if not sj:
+        return None
+    merged = deep_merge(
+        {k: v for k, v in config.items() if not str(k).startswith("_")},
+        {"judge": sj["judge"]},
+    )
+    try:
+        judge = validate_config(merged)["judge"]
+    except ConfigError as exc:
+        raise WorkflowError(f"audit.second_judge.judge: {exc}")
+    if judge["adapter"] in API_ADAPTERS:
+        # the second judge runs as one sync job (no build/submit/collect rules)
+        judge[judge["adapter"]]["mode"] = "sync"
+    return judge
+
+
+JUDGE2 = second_judge_config()
+JUDGE2_DIR = (
+    f"{RESULTS}/audit/judge2/{AUDIT['second_judge']['name']}" if JUDGE2 else None
+)
+
+
+def evaluate_systems():
+    """Names of the evaluate stage's systems (config evaluate.systems), when that stage exists."""
+    return [s["name"] for s in (config.get("evaluate") or {}).get("systems") or []]
+
+
+def audit_report_inputs(wildcards):
+    out = {
+        "sample": f"{RESULTS}/audit/sample.jsonl",
+        "sample_meta": f"{RESULTS}/audit/sample.json",
+        "qrels": f"{RESULTS}/qrels.jsonl",
+        "human": [h["path"] for h in AUDIT["human_labels"]],
+        "runs": [f"{RESULTS}/evaluate/runs/{n}.trec" for n in evaluate_systems()],
+    }
+    if JUDGE2:
+        out["judge2"] = f"{JUDGE2_DIR}/qrels.jsonl"
+    return out
+
+
+def audit_input(wildcards=None):
+    """The optional `audit` input of the summary and export rules."""
+    return {"audit": AUDIT_REPORT} if AUDIT_ON else {}
+
+
+if AUDIT_ON:
+
+    rule audit_sample:
+        input:
+            qrels=f"{RESULTS}/qrels.jsonl",
+            plan=f"{RESULTS}/query_plan.jsonl",
+            annotations=f"{RESULTS}/annotations.jsonl",
+        output:
+            sample=f"{RESULTS}/audit/sample.jsonl",
+            sample_meta=f"{RESULTS}/audit/sample.json",
+        log:
+            f"{LOGS}/audit_sample.log",
+        benchmark:
+            f"{BENCH}/audit_sample.tsv"
+        localrule: True
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings={k: AUDIT[k] for k in AUDIT_SAMPLE_KEYS},
+            facets=FACETS,
+            columns=COLUMNS,
+            labels=config["judge"]["labels"],
+            benchmark=config["benchmark"]["name"],
+            version=stage_version("audit_sample"),
+        script:
+            "../scripts/audit_sample.py"
+
+    rule audit_labelling:
+        input:
+            sample=f"{RESULTS}/audit/sample.jsonl",
+            sample_meta=f"{RESULTS}/audit/sample.json",
+            images=f"{RESULTS}/images.jsonl",
+        output:
+            labelling=directory(f"{RESULTS}/audit/labelling"),
+        log:
+            f"{LOGS}/audit_labelling.log",
+        benchmark:
+            f"{BENCH}/audit_labelling.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings={
+                k: AUDIT[k]
+                for k in (
+                    "show_judge_label",
+                    "thumbnail_max_side",
+                    "label_studio_image_prefix",
+                )
+            },
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            labels=config["judge"]["labels"],
+            benchmark_meta=config["benchmark"],
+            version=stage_version("audit_labelling"),
+        script:
+            "../scripts/audit_labelling.py"
+
+    if JUDGE2:
+
+        rule audit_judge2:
+            input:
+                plan=f"{RESULTS}/query_plan.jsonl",
+                annotations=f"{RESULTS}/annotations.jsonl",
+                images=f"{RESULTS}/images.jsonl",
+                sample=f"{RESULTS}/audit/sample.jsonl",
+            output:
+                sub_plan=f"{JUDGE2_DIR}/plan.jsonl",
+                qrels=f"{JUDGE2_DIR}/qrels.jsonl",
+                losses=f"{JUDGE2_DIR}/losses.jsonl",
+                costs=f"{JUDGE2_DIR}/costs.jsonl",
+            log:
+                f"{LOGS}/audit_judge2.log",
+            benchmark:
+                f"{BENCH}/audit_judge2.tsv"
+            localrule: JUDGE2["adapter"] in API_ADAPTERS
+            conda:
+                "../envs/benchmaker.yaml"
+            params:
+                adapter=JUDGE2["adapter"],
+                settings=judge_settings(JUDGE2),
+                scope=AUDIT["second_judge"]["scope"],
+                facets=FACETS,
+                image_root=IMAGE_ROOT,
+                columns=COLUMNS,
+                cache_dir=f"{config['paths']['results']}/.cache/judge-audit/{AUDIT['second_judge']['name']}",
+                version=stage_version("judge"),
+            script:
+                "../scripts/audit_judge2.py"
+
+    rule audit_report:
+        input:
+            unpack(audit_report_inputs),
+        output:
+            report=directory(AUDIT_REPORT),
+        log:
+            f"{LOGS}/audit_report.log",
+        benchmark:
+            f"{BENCH}/audit_report.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        params:
+            settings={
+                k: AUDIT[k]
+                for k in (
+                    "seed",
+                    "facets",
+                    "require_complete",
+                    "bootstrap",
+                    "confidence",
+                    "metrics",
+                )
+            },
+            human_labels=AUDIT["human_labels"],
+            judge2_name=AUDIT["second_judge"]["name"] if JUDGE2 else None,
+            judge2_scope=AUDIT["second_judge"]["scope"] if JUDGE2 else "sample",
+            systems=evaluate_systems(),
+            labels=config["judge"]["labels"],
+            facets=FACETS,
+            columns=COLUMNS,
+            version=stage_version("audit_report"),
+        script:
+            "../scripts/audit_report.py"
