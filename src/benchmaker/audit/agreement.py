@@ -92,34 +92,36 @@ def percentile_ci(values: np.ndarray, confidence: float) -> tuple[float | None, 
     return _nan_to_none(lo), _nan_to_none(hi)
 
 
+BLOCK = 16  # replicates per random stream: the replicates do not depend on how they are batched
+
+
 def bootstrap_pair(a: np.ndarray, b: np.ndarray, labels: Sequence[int], *, strata: Sequence[Any] | None,
-                   reps: int, seed: int, confidence: float, weights: str | None = None,
-                   max_cells: int = 5_000_000) -> dict[str, tuple[float | None, float | None]]:
-    """Percentile intervals of raw agreement and Cohen's kappa (and weighted kappa when ``weights``)."""
+                   reps: int, seed: int, confidence: float,
+                   weights: str | None = None) -> dict[str, tuple[float | None, float | None]]:
+    """Percentile intervals of raw agreement and Cohen's kappa (and weighted kappa when ``weights``).
+
+    Replicates come in blocks of ``BLOCK``, each from its own stream of ``SeedSequence(seed)``, so
+    memory stays at ``BLOCK x pairs`` indices whatever the number of pairs."""
     n = len(a)
     if reps <= 0 or n == 0:
         return {"agreement": (None, None), "kappa": (None, None), "kappa_weighted": (None, None)}
-    rng = np.random.default_rng(seed)
     index = {v: i for i, v in enumerate(labels)}
     k = len(labels)
     code = np.array([index[int(x)] * k + index[int(y)] for x, y in zip(a, b)], dtype=np.int64)
     agree_all, kappa_all, wk_all = [], [], []
-    chunk = max(1, min(reps, max_cells // max(n, 1)))
-    done = 0
-    while done < reps:
-        m = min(chunk, reps - done)
-        idx = bootstrap_indices(strata, n, m, rng)
+    streams = np.random.SeedSequence(seed).spawn((reps + BLOCK - 1) // BLOCK)
+    for block, ss in enumerate(streams):
+        m = min(BLOCK, reps - block * BLOCK)
+        idx = bootstrap_indices(strata, n, m, np.random.default_rng(ss))
         codes = code[idx] + (np.arange(m)[:, None] * k * k)
         counts = np.bincount(codes.ravel(), minlength=m * k * k).reshape(m, k, k)
         agree_all.append(np.trace(counts, axis1=1, axis2=2) / n)
         kappa_all.append(kappa_from_counts(counts))
         if weights:
             wk_all.append(kappa_from_counts(counts, weights))
-        done += m
-    out = {"agreement": percentile_ci(np.concatenate(agree_all), confidence),
-           "kappa": percentile_ci(np.concatenate(kappa_all), confidence),
-           "kappa_weighted": (percentile_ci(np.concatenate(wk_all), confidence) if weights else (None, None))}
-    return out
+    return {"agreement": percentile_ci(np.concatenate(agree_all), confidence),
+            "kappa": percentile_ci(np.concatenate(kappa_all), confidence),
+            "kappa_weighted": (percentile_ci(np.concatenate(wk_all), confidence) if weights else (None, None))}
 
 
 def krippendorff_alpha(matrix: np.ndarray, level: str) -> float | None:
