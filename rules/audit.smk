@@ -25,7 +25,7 @@ for _f in AUDIT["facets"] or []:
 def second_judge_config():
     """The judge section of the second judge (config judge + audit.second_judge.judge), validated."""
     sj = AUDIT["second_judge"]
-    if not sj:
+    if sj["judge"] is None:
         return None
     merged = deep_merge(
         {k: v for k, v in config.items() if not str(k).startswith("_")},
