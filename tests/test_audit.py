@@ -421,3 +421,27 @@ def test_graded_report(tmp_path):
     assert "weighted kappa (quadratic)" in (tmp_path / "rep" / "audit.md").read_text()
     with pytest.raises(LabelImportError, match="label '4' is not on the graded scale"):
         import_labels([_csv(tmp_path / "bad.csv", [(s["item_id"][0], 4)])], s, Scale("graded"))
+
+
+def test_second_judge_on_the_whole_benchmark(bench, tmp_path):
+    """scope all: the judge stage over the whole plan; judge vs judge on every pair, no strata."""
+    from benchmaker.audit.judge2 import run as judge2_run
+
+    sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
+    j2 = tmp_path / "j2"
+    judge2_run(plan=str(bench["plan"]), annotations=str(bench["annotations"]), images=str(bench["images"]),
+               sample=str(sample_p), sub_plan=str(j2 / "plan.jsonl"), qrels=str(j2 / "qrels.jsonl"),
+               losses=str(j2 / "losses.jsonl"), costs=str(j2 / "costs.jsonl"), adapter="rules",
+               settings={"labels": "binary", "adapter_settings": {}}, scope="all", facets=audit_support.FACETS,
+               image_root=str(bench["image_root"]))
+    q = read_table("qrels", bench["qrels"])
+    other = read_table("qrels", j2 / "qrels.jsonl")
+    assert other.height == q.height
+    info = R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(tmp_path / "r"),
+                 settings={"bootstrap": 20}, judge2=str(j2 / "qrels.jsonl"), judge2_name="judge2",
+                 judge2_scope="all", labels="binary")
+    whole = [c for c in info["comparisons"] if c.get("scope") == "all"]
+    assert len(whole) == 1 and whole[0]["pairs"] == q.height
+    joined = q.join(other, on=["query_id", "image_id"])
+    assert whole[0]["agreement"] == pytest.approx((joined["relevance_label"] == joined["relevance_label_right"]).mean())
+    assert "(all pairs)" in (tmp_path / "r" / "audit.md").read_text()
