@@ -127,11 +127,10 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
         .join(_facet_values(annotations, facet_names), on="image_id", how="left")
         .with_columns([pl.col(n).fill_null("(none)") for n in facet_names])
     )
+    qids, iids = df["query_id"].to_list(), df["image_id"].to_list()
     df = df.with_columns(
-        pl.struct("query_id", "image_id").map_elements(
-            lambda r: priority(seed, r["query_id"], r["image_id"]), return_dtype=pl.Int64).alias("priority"),
-        pl.struct("query_id", "image_id").map_elements(
-            lambda r: item_id(r["query_id"], r["image_id"]), return_dtype=pl.String).alias("item_id"),
+        pl.Series("priority", [priority(seed, q, i) for q, i in zip(qids, iids)], dtype=pl.Int64),
+        pl.Series("item_id", [item_id(q, i) for q, i in zip(qids, iids)], dtype=pl.String),
     )
     if strata:
         key = pl.concat_str([pl.lit(f"{s}=") + pl.col(s).cast(pl.String) for s in strata], separator="|")
