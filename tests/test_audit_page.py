@@ -104,7 +104,10 @@ def test_label_reload_resume_export(page_dir, tmp_path):
         assert b.state() == (0, 0)
         assert b.page.locator("#count").inner_text() == f"0 / {n} labelled"
         b.page.fill("#rater", "alice")
-        b.page.locator("#query").click()  # leave the name field: digits label again
+        b.page.keyboard.press("1")  # typed into the name field, not a label
+        assert b.state() == (0, 0) and b.page.input_value("#rater") == "alice1"
+        b.page.keyboard.press("Backspace")
+        b.page.keyboard.press("Enter")  # leave the name field: digits label again
         for k, key in enumerate("101"):
             b.page.keyboard.press(key)
             pressed[k] = int(key)
@@ -193,4 +196,23 @@ def test_graded_keys_and_visible_judge(tmp_path):
         text = b.page.evaluate("window.benchmakerAudit.exportText('json')")
         assert json.loads(text)["labels"][0]["label"] == 3
         _assert_offline(b, url)
+        b.close()
+
+
+def test_the_checks_can_fail(tmp_path):
+    """The listeners used above do see requests and console errors (on a page that makes them)."""
+    exe = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!doctype html><body data-labelled="0" data-pos="0"><img src="http://127.0.0.1:9/x.png">'
+                   '<script>console.error("boom")</script></body>')
+    with sync_playwright() as pw:
+        b = Browser(pw, exe, tmp_path / "profile", tmp_path / "dl")
+        b.open(bad.as_uri())
+        b.page.wait_for_timeout(500)
+        with pytest.raises(AssertionError):
+            _assert_offline(b, bad.as_uri())
+        assert any(u.startswith("http://127.0.0.1:9/") for u in b.requests)
+        assert any("boom" in m for m in b.console)
         b.close()
