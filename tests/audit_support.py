@@ -61,7 +61,8 @@ def make_bench(root: Path, *, n_queries: int = 12, seed: int = 0, images: bool =
         })
         text = f"query number {q + 1} about {cands[0]['image_id'].split('/')[0]}"
         for c in cands:
-            p_rel = {"seed": 0.95, "positive": 0.8, "neutral": 0.4, "hard": 0.3, "nearmiss": 0.2, "easy": 0.05}[c["pool"]]
+            p_rel = {"seed": 0.95, "positive": 0.8, "neutral": 0.4, "hard": 0.3, "nearmiss": 0.2,
+                     "easy": 0.05}[c["pool"]]
             if graded:
                 lab = min(3, int(rnd.random() < p_rel) * rnd.choice([1, 2, 3]))
             else:

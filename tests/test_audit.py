@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+import audit_support
 import numpy as np
 import polars as pl
 import pytest
 
-import audit_support
 from benchmaker.audit import agreement as A
 from benchmaker.audit import labelling as L
 from benchmaker.audit import report as R
@@ -104,7 +104,8 @@ def test_more_queries_keep_the_sample_of_unchanged_strata(tmp_path):
     kept = set(small["item_id"]) & set(big["item_id"])
     new = set(big["item_id"]) - kept
     worst_kept_small = small["priority"].max()
-    assert all(r["priority"] < worst_kept_small for r in big.filter(pl.col("item_id").is_in(list(new))).iter_rows(named=True))
+    added = big.filter(pl.col("item_id").is_in(list(new)))
+    assert all(r["priority"] < worst_kept_small for r in added.iter_rows(named=True))
 
 
 # ---- labelling files -------------------------------------------------------------------------------------
@@ -187,7 +188,8 @@ def test_import_formats_and_validation(bench, tmp_path):
         with pytest.raises(LabelImportError, match=match):
             import_labels([_csv(tmp_path / "bad.csv", rows, header)], s, scale, **kw)
 
-    err([(i, 0) for i in ids] + [("ffffffffffffffff", 1)], r"bad.csv: row 12: item 'ffffffffffffffff' is not in the audit sample")
+    err([(i, 0) for i in ids] + [("ffffffffffffffff", 1)],
+        r"bad.csv: row 12: item 'ffffffffffffffff' is not in the audit sample")
     err([(i, 2 if k == 3 else 0) for k, i in enumerate(ids)], r"bad.csv: row 5: label '2' is not on the binary scale")
     err([(i, 0) for i in ids[:-1]], r"bad.csv: rater 'bad' has no label for 1 of 10 sample pair\(s\), first: item "
         + ids[-1])
@@ -298,8 +300,8 @@ def _write_run(path, name, scores):
 def test_report_people_second_judge_and_rankings(bench, tmp_path):
     from scipy.stats import kendalltau
 
-    from benchmaker.judge import run as judge_run
     from benchmaker.audit.judge2 import run as judge2_run
+    from benchmaker.judge import run as judge_run
 
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=30)
     s = read_sample(sample_p)

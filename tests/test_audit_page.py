@@ -14,9 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
+import audit_support
 import pytest
 
-import audit_support
 from benchmaker.audit import labelling as L
 from benchmaker.audit.files import Scale, read_sample
 from benchmaker.audit.labels import import_labels

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import support
+
 from benchmaker.audit.files import read_sample
 
 ROOT = Path(__file__).resolve().parents[1]

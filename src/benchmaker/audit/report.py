@@ -338,7 +338,8 @@ def _prose(info: Mapping[str, Any] | None) -> str:
     parts.append(f"Intervals: {int(b['confidence'] * 100)}% bootstrap ({b['replicates']} replicates, {b['method']}). "
                  "Per pool, query difficulty and facet value: agreement_by_group.csv; confusion matrices: "
                  "confusion.csv (audit/report/).")
-    bench = [c for c in info["comparisons"] if c.get("agreement_benchmark") is not None and c["kind"] == "judge vs person"]
+    bench = [c for c in info["comparisons"]
+             if c.get("agreement_benchmark") is not None and c["kind"] == "judge vs person"]
     if bench:
         parts.append("Re-weighted to the whole benchmark (stratum weights): " + "; ".join(
             f"{c['comparison']}: agreement {_f(c['agreement_benchmark'])}, kappa {_f(c.get('kappa_benchmark'))}"
@@ -391,7 +392,8 @@ def card_markdown(report_dir: str | Path | None) -> str:
     info = load_audit(report_dir)
     text = "## Judge audit\n\n" + render_markdown(info)
     if info is not None:
-        text += "\nThe audit's numbers and the imported human labels are in `audit/` (docs: benchmaker docs/audit.md).\n"
+        text += ("\nThe audit's numbers and the imported human labels are in `audit/` "
+                 "(docs: benchmaker docs/audit.md).\n")
     return text
 
 

@@ -152,7 +152,7 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
     # priority, so neither the pool nor the judge's label can be guessed from the position
     qprio = df.group_by("query_id").agg(pl.col("priority").min().alias("_qp"))
     df = df.join(qprio, on="query_id").sort("_qp", "query_id", "priority", "item_id")
-    facets = pl.struct([pl.col(n) for n in facet_names]).alias("facets") if facet_names else pl.lit(None).alias("facets")
+    facets = (pl.struct([pl.col(n) for n in facet_names]) if facet_names else pl.lit(None)).alias("facets")
     return df.with_row_index("order", offset=1).select(
         pl.col("order").cast(pl.Int64), "item_id", "query_id", "query_text", "image_id", "pool", "is_seed",
         "judge_label", "judge", "difficulty", facets, "stratum", "stratum_size", "stratum_sample", "weight",
