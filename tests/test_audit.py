@@ -447,3 +447,21 @@ def test_second_judge_on_the_whole_benchmark(bench, tmp_path):
     joined = q.join(other, on=["query_id", "image_id"])
     assert whole[0]["agreement"] == pytest.approx((joined["relevance_label"] == joined["relevance_label_right"]).mean())
     assert "(all pairs)" in (tmp_path / "r" / "audit.md").read_text()
+
+
+def test_same_inputs_same_bytes(bench, tmp_path):
+    """Sample, labelling files and report are byte-identical when made again from the same inputs."""
+    def make(d):
+        sample_p, meta_p = audit_support.draw(bench, d)
+        L.run(sample=str(sample_p), sample_meta=str(meta_p), images=str(bench["images"]), labelling=str(d / "lab"),
+              settings={"thumbnail_max_side": 48}, image_root=str(bench["image_root"]))
+        s = read_sample(sample_p)
+        f = _csv(d / "zoe.csv", [(i, k % 2) for k, i in enumerate(s["item_id"].to_list())])
+        R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(d / "rep"),
+              settings={"bootstrap": 100, "seed": 3}, human_labels=[f | {"rater": "zoe"}], labels="binary",
+              facets=audit_support.FACETS)
+        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+    first, second = make(tmp_path / "one"), make(tmp_path / "two")
+    assert first.keys() == second.keys() and len(first) > 10
+    assert [k for k in first if first[k] != second[k]] == []
