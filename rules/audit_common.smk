@@ -7,16 +7,7 @@ AUDIT_ON = AUDIT["enabled"]
 AUDIT_REPORT = f"{RESULTS}/audit/report"
 AUDIT_SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
 
-for _s in AUDIT["strata"]:
-    if _s not in ("pool", "judge_label", "difficulty") and _s not in list(
-        FACETS["taxonomy"]
-    ) + list(FACETS.get("boolean", [])):
-        raise WorkflowError(
-            f"audit.strata: '{_s}' is neither pool, judge_label, difficulty nor a facet"
-        )
-for _f in AUDIT["facets"] or []:
-    if _f not in list(FACETS["taxonomy"]) + list(FACETS.get("boolean", [])):
-        raise WorkflowError(f"audit.facets: '{_f}' is not a facet")
+# audit.strata and audit.facets are checked with the config (benchmaker.audit.settings)
 
 
 def second_judge_config():

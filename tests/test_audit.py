@@ -465,3 +465,15 @@ def test_same_inputs_same_bytes(bench, tmp_path):
     first, second = make(tmp_path / "one"), make(tmp_path / "two")
     assert first.keys() == second.keys() and len(first) > 10
     assert [k for k in first if first[k] != second[k]] == []
+
+
+def test_config_names_wrong_strata_and_facets():
+    from benchmaker.config import ConfigError, validate_config
+
+    cfg = {"benchmark": {"name": "x"}, "paths": {"image_root": "."}, "facets": audit_support.FACETS,
+           "audit": {"strata": ["pool", "colour"], "facets": ["shape", "size"]}}
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg)
+    assert "audit.strata: 'colour'" in str(e.value) and "audit.facets: 'size'" in str(e.value)
+    cfg["audit"] = {"strata": ["difficulty", "color", "is_bright"], "second_judge": {"judge": {}}}
+    assert validate_config(cfg)["audit"]["second_judge"] == {"judge": {}, "name": "judge2", "scope": "sample"}

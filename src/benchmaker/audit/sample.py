@@ -28,12 +28,12 @@ from ..formats import FacetModel, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
 from .files import write_sample
+from .settings import BUILTIN_STRATA
 
 __all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "run", "BUILTIN_STRATA"]
 
 log = get_logger("audit")
 
-BUILTIN_STRATA = ("pool", "judge_label", "difficulty")
 
 
 def priority(seed: int, query_id: str, image_id: str) -> int:
