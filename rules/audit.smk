@@ -68,10 +68,7 @@ if AUDIT_ON:
 
         rule audit_judge2:
             input:
-                plan=f"{RESULTS}/query_plan.jsonl",
-                annotations=f"{RESULTS}/annotations.jsonl",
-                images=f"{RESULTS}/images.jsonl",
-                sample=f"{RESULTS}/audit/sample.jsonl",
+                unpack(judge2_inputs),
             output:
                 sub_plan=f"{JUDGE2_DIR}/plan.jsonl",
                 qrels=f"{JUDGE2_DIR}/qrels.jsonl",

@@ -53,6 +53,18 @@ def audit_report_inputs(wildcards):
     return out
 
 
+def judge2_inputs(wildcards):
+    """The second judge reads the sample only when it judges the sample (scope: sample)."""
+    out = {
+        "plan": f"{RESULTS}/query_plan.jsonl",
+        "annotations": f"{RESULTS}/annotations.jsonl",
+        "images": f"{RESULTS}/images.jsonl",
+    }
+    if AUDIT["second_judge"]["scope"] == "sample":
+        out["sample"] = f"{RESULTS}/audit/sample.jsonl"
+    return out
+
+
 def audit_input(wildcards=None):
     """The optional `audit` input of the summary and export rules."""
     return {"audit": AUDIT_REPORT} if AUDIT_ON else {}

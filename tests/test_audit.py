@@ -432,7 +432,7 @@ def test_second_judge_on_the_whole_benchmark(bench, tmp_path):
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
     j2 = tmp_path / "j2"
     judge2_run(plan=str(bench["plan"]), annotations=str(bench["annotations"]), images=str(bench["images"]),
-               sample=str(sample_p), sub_plan=str(j2 / "plan.jsonl"), qrels=str(j2 / "qrels.jsonl"),
+               sub_plan=str(j2 / "plan.jsonl"), qrels=str(j2 / "qrels.jsonl"),
                losses=str(j2 / "losses.jsonl"), costs=str(j2 / "costs.jsonl"), adapter="rules",
                settings={"labels": "binary", "adapter_settings": {}}, scope="all", facets=audit_support.FACETS,
                image_root=str(bench["image_root"]))

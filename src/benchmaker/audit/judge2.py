@@ -43,14 +43,17 @@ def restrict_plan(plan: pl.DataFrame, sample: pl.DataFrame) -> pl.DataFrame:
     return out.select(plan.columns)
 
 
-def run(*, plan: str, annotations: str, images: str, sample: str, sub_plan: str, qrels: str, losses: str,
-        costs: str, adapter: str, settings: Mapping[str, Any], scope: str = "sample", facets: Mapping[str, Any],
+def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, losses: str,
+        costs: str, adapter: str, settings: Mapping[str, Any], scope: str = "sample", sample: str | None = None,
+        facets: Mapping[str, Any],
         image_root: str, columns: Mapping[str, str] | None = None, cache_dir: str | None = None,
         threads: int = 1, version: str | None = None, **_: Any) -> None:
     from ..judge import run as judge_run
 
     p = read_table("query_plan", plan, columns=columns)
     if scope == "sample":
+        if not sample:
+            raise ValueError("audit second judge: scope 'sample' needs the audit sample (input `sample`)")
         p = restrict_plan(p, read_sample(sample))
     elif scope != "all":
         raise ValueError(f"audit.second_judge.scope: {scope!r} is neither 'sample' nor 'all'")
