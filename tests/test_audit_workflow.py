@@ -100,3 +100,19 @@ def test_bad_audit_settings_are_named(tmp_path, tiny_corpus, tiny_clip):
     r = support.snakemake(["-n", "-c1"], tmp_path, support.write_config(tmp_path / "e.yaml", cfg))
     assert r.returncode == 0, r.stderr[-3000:]
     assert not any(k.startswith("audit") for k in job_stats(r.stdout + r.stderr))
+
+
+def test_second_judge_scope_decides_its_inputs(tmp_path, tiny_corpus, tiny_clip):
+    """scope sample: the second judge follows the sample; scope all: a new sample never reruns it."""
+    def edges(scope):
+        cfg = _cfg(tmp_path, tiny_corpus, tiny_clip, second_judge={"judge": {}, "scope": scope})
+        r = support.snakemake(["--rulegraph"], tmp_path, support.write_config(tmp_path / f"{scope}.yaml", cfg))
+        assert r.returncode == 0, r.stderr[-3000:]
+        names = dict(re.findall(r'(\d+)\[label = "(\w+)"', r.stdout))
+        return {(names[a], names[b]) for a, b in re.findall(r"(\d+) -> (\d+)", r.stdout)}
+
+    sample = edges("sample")
+    assert ("audit_sample", "audit_judge2") in sample and ("audit_judge2", "audit_report") in sample
+    whole = edges("all")
+    assert ("audit_sample", "audit_judge2") not in whole and ("audit_judge2", "audit_report") in whole
+    assert ("plan", "audit_judge2") in whole
