@@ -20,6 +20,7 @@ include: "rules/vision.smk"
 include: "rules/plan.smk"
 include: "rules/judge.smk"
 include: "rules/similarity.smk"
+include: "rules/audit.smk"  # before summary/export: they take its optional input
 include: "rules/summary.smk"
 include: "rules/export.smk"
 
@@ -34,6 +35,8 @@ rule all:
         f"{RESULTS}/qrels_with_score.jsonl",
         f"{RESULTS}/summary",
         f"{RESULTS}/hf_dataset",
+        # the judge audit's labelling files (docs/audit.md)
+        [f"{RESULTS}/audit/labelling"] if AUDIT_ON else [],
 
 
 # the run's final block on failure: each failed stage's problem and fix (its <log>.error, written by

@@ -1,5 +1,7 @@
 rule export:
     input:
+        # the judge audit's report when the audit is enabled (rules/audit.smk)
+        unpack(audit_input),
         # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
         losses=list(loss_files().values()),
         costs=cost_files(),

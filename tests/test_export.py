@@ -280,8 +280,10 @@ def test_rules_summary_and_export_through_snakemake(tmp_path, tiny_corpus):
         p = tmp_path / "results" / "tiny" / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("")
-    r = support.snakemake(["-c1", "export", "--allowed-rules", "summary", "export"], tmp_path,
-                          tmp_path / "config.yaml", timeout=600)
+    # the judge audit (summary and export take its report) reads the judge's qrels: qrels_with_score has them all
+    shutil.copyfile(tmp_path / "results" / "tiny" / "qrels_with_score.jsonl", tmp_path / "results" / "tiny" / "qrels.jsonl")
+    r = support.snakemake(["-c1", "export", "--allowed-rules", "summary", "export", "audit_sample", "audit_report"],
+                          tmp_path, tmp_path / "config.yaml", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = tmp_path / "results" / "tiny" / "hf_dataset"
     md = json.loads((out / "dataset_metadata.json").read_text())
@@ -289,6 +291,7 @@ def test_rules_summary_and_export_through_snakemake(tmp_path, tiny_corpus):
     assert md["losses"]["plan"] == {"no_candidates": 2}  # the plan losses file, not the query plan
     assert (tmp_path / "results" / "tiny" / "summary" / "summary.json").is_file()
     assert "rule export" in (tmp_path / "results" / "tiny" / "logs" / "export.log").read_text()
+    assert "## Judge audit" in (out / "README.md").read_text() and (out / "audit" / "audit.json").is_file()
 
 
 def test_card_sources_examples_and_readable_types(exported):

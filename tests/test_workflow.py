@@ -161,7 +161,8 @@ def test_judge_change_reruns_only_judge_and_downstream(full_run):
     r = support.snakemake(["-n", "-c1"], tmp, cfg2)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all"}, stats
+    assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all",
+                          "audit_sample", "audit_labelling", "audit_report"}, stats  # the audit reads qrels
 
 
 @pytest.mark.slow

@@ -156,6 +156,15 @@ KINDS: dict[str, Spec] = {
         optional={"attempt": Int, "cached": Bool},
         doc="one row per paid API request (actual usage x price table); cached=true rows cost nothing now",
     ),
+    "audit_sample": Spec(
+        required={
+            "order": Int, "item_id": Str, "query_id": Str, "query_text": Str, "image_id": Str, "pool": Str,
+            "is_seed": Bool, "judge_label": Int, "judge": Str, "difficulty": Str, "facets": None,
+            "stratum": Str, "stratum_size": Int, "stratum_sample": Int, "weight": Float, "priority": Int,
+        },
+        key=("item_id",),
+        doc="the judge audit's sample: one row per drawn (query, image) pair (docs/audit.md)",
+    ),
 }
 
 

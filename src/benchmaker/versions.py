@@ -25,8 +25,11 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "judge": ("judge", "providers", "formats.py", "imaging.py"),
     "embed": ("similarity/model.py", "similarity/embed.py", "similarity/cache.py", "imaging.py"),
     "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
-    "summary": ("summary", "formats.py", "losses.py", "imaging.py"),
-    "export": ("export", "summary", "formats.py", "losses.py", "imaging.py"),
+    "summary": ("summary", "formats.py", "losses.py", "imaging.py", "audit/report.py"),
+    "export": ("export", "summary", "formats.py", "losses.py", "imaging.py", "audit/report.py"),
+    "audit_sample": ("audit/sample.py", "audit/files.py", "formats.py"),
+    "audit_labelling": ("audit/labelling.py", "audit/page.html", "audit/files.py", "formats.py", "imaging.py"),
+    "audit_report": ("audit", "formats.py", "ids.py"),
 }
 
 

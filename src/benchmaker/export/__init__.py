@@ -299,6 +299,7 @@ def run(
     public_config: Mapping[str, Any] | None = None,
     version: str | None = None,
     threads: int = 1,
+    audit: str | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -381,7 +382,10 @@ def run(
                            similarity=dict(similarity or {}), summary=summary_numbers, columns=columns,
                            image_col=image_col, facets=inp.facets, repo_id=settings.get("repo_id"),
                            config_digest=metadata["digests"]["config"], version=version,
-                           sources=sources, examples=examples)
+                           sources=sources, examples=examples, audit=audit)
+        from ..audit.report import export_files
+
+        export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)
         atomic_write_text(out / "README.md", card)
         leaked = find_secrets(out, secrets)
         if leaked:

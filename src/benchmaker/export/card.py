@@ -114,7 +114,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 config: Mapping[str, Any], similarity: Mapping[str, Any], summary: Mapping[str, Any],
                 columns: Mapping[str, str], image_col: str, facets: FacetModel, repo_id: str | None,
                 config_digest: str, version: str | None,
-                sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None) -> str:
+                sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
+                audit: str | None = None) -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
     name = meta.get("name") or "benchmark"
@@ -178,6 +179,9 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             f"\nBaseline: ranking each query's pool by `{col('clip_score')}` gives nDCG@10 "
             f"{rk['ndcg@10']:.4f}, MRR {rk.get('mrr') or 0:.4f}, MAP {rk.get('map') or 0:.4f} over "
             f"{rk.get('evaluated_queries')} queries with a positive (see summary/clip_ranking_metrics.csv).\n")
+    from ..audit.report import card_markdown  # judge vs people; "not audited yet" without an audit
+
+    out.append(card_markdown(audit))
     out.append("## How it was built\n")
     cfg = config or {}
     plan = cfg.get("plan") or {}

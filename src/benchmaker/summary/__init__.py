@@ -150,6 +150,7 @@ def run(
     benchmark_meta: Mapping[str, Any] | None = None,
     version: str | None = None,
     threads: int = 1,
+    audit: str | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     settings = dict(settings or {})
@@ -200,7 +201,7 @@ def run(
         numbers["sample_images"] = sample["image_id"].to_list()
         log.info("summary: %d charts and the contact sheet in %.1f s", len(pngs), time.perf_counter() - t1)
         atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
-        _report(out, meta, numbers, tables, fm)
+        _report(out, meta, numbers, tables, fm, audit=audit)
     log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
              numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
     return numbers
@@ -210,7 +211,8 @@ def _num(v: Any) -> str:
     return "n/a" if v is None else f"{v:g}"
 
 
-def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm) -> None:
+def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
+            audit: str | None = None) -> None:
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
     overview = pl.DataFrame({
@@ -277,6 +279,9 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
             empty="No API request was recorded: the vision and judge adapters of this run are offline."))
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
+    from ..audit.report import summary_section  # the judge audit (docs/audit.md): "not audited yet" without one
+
+    sections.append(summary_section(audit))
     intro = meta.get("description") or ""
     if meta.get("smoke_test"):   # a random / tiny model: say so before anything else (benchmaker.smoke)
         from ..smoke import BANNER

@@ -1,0 +1,65 @@
+"""Rule ``audit_judge2``: a second judge configuration over the audit sample or the whole benchmark.
+
+It is the judge stage itself (:func:`benchmaker.judge.run`) with the judge section overridden
+(``audit.second_judge.judge`` deep-merged into ``judge``), so any adapter (rules, openai, gemini) can be
+the second judge. With ``scope: sample`` the plan is cut down to the sampled pairs first
+(``audit/judge2/<name>/plan.jsonl``: the sampled queries, each with only its sampled candidates; seeds stay
+in ``seed_image_ids``). API adapters run in sync mode here, with their own response cache
+(``<paths.results>/.cache/judge-audit/<name>/``), so the same judge configuration under a new name is asked
+again: that measures the judge's consistency with itself instead of reading back its cached answers.
+
+A judge writes the query text and the labels together, so the second judge labels the same seed and
+candidates under its own query text (for the rules judge, the same text).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import polars as pl
+
+from ..formats import read_table, write_table
+from ..logs import get_logger
+from .files import read_sample
+
+__all__ = ["run", "restrict_plan"]
+
+log = get_logger("audit")
+
+
+def restrict_plan(plan: pl.DataFrame, sample: pl.DataFrame) -> pl.DataFrame:
+    """The plan's sampled queries, each with only its sampled candidates (plan order kept)."""
+    keep = sample.select("query_id", "image_id").with_columns(pl.lit(True).alias("_keep"))
+    cands = (
+        plan.select("query_id", "candidates").with_row_index("_q").explode("candidates")
+        .with_columns(pl.int_range(pl.len()).over("query_id").alias("_pos"))
+        .with_columns(pl.col("candidates").struct.field("image_id").alias("image_id"))
+        .join(keep, on=["query_id", "image_id"], how="inner")
+        .sort("_q", "_pos")
+        .group_by("query_id", maintain_order=True)
+        .agg(pl.col("candidates"), pl.col("image_id").alias("candidate_image_ids"))
+    )
+    out = plan.drop("candidates", "candidate_image_ids").join(cands, on="query_id", how="inner")
+    return out.select(plan.columns)
+
+
+def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, losses: str,
+        costs: str, adapter: str, settings: Mapping[str, Any], scope: str = "sample", sample: str | None = None,
+        facets: Mapping[str, Any],
+        image_root: str, columns: Mapping[str, str] | None = None, cache_dir: str | None = None,
+        threads: int = 1, version: str | None = None, **_: Any) -> None:
+    from ..judge import run as judge_run
+
+    p = read_table("query_plan", plan, columns=columns)
+    if scope == "sample":
+        if not sample:
+            raise ValueError("audit second judge: scope 'sample' needs the audit sample (input `sample`)")
+        p = restrict_plan(p, read_sample(sample))
+    elif scope != "all":
+        raise ValueError(f"audit.second_judge.scope: {scope!r} is neither 'sample' nor 'all'")
+    write_table(p, "query_plan", sub_plan, columns=columns)
+    log.info("audit second judge [%s]: %d queries, %d pairs (scope %s)", adapter, p.height,
+             int(p["candidates"].list.len().sum() or 0), scope)
+    judge_run(plan=sub_plan, annotations=annotations, images=images, qrels=qrels, losses=losses, costs=costs,
+              adapter=adapter, settings=settings, facets=facets, image_root=image_root, columns=columns,
+              cache_dir=cache_dir, threads=threads, version=version)

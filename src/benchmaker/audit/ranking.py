@@ -1,0 +1,106 @@
+"""Does the judge change conclusions? System rankings under the judge's labels vs people's labels.
+
+For each retrieval system of the evaluate stage (``{RESULTS}/evaluate/runs/{name}.trec``, TREC run
+format, ids encoded with :func:`benchmaker.ids.trec_id`), the run is restricted to the audited pairs
+(a condensed list: documents without a human label are removed before scoring, Sakai 2007) and scored
+with ranx under two qrels over the same pairs: the judge's labels and the people's consensus label
+(majority; a tie goes to the lower label). Reported per system: each metric under both, their difference,
+and, over systems, Kendall's tau-b (scipy) between the two orderings of the primary metric and whether
+the winner is the same. ranx's conventions apply: a query none of whose audited pairs is relevant scores 0.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+
+from ..ids import from_trec_id
+from ..logs import get_logger
+
+__all__ = ["read_run", "compare_rankings", "consensus"]
+
+log = get_logger("audit")
+
+
+def consensus(labels: pl.DataFrame) -> pl.DataFrame:
+    """(item_id, label): the people's majority label per pair; ties go to the lower label."""
+    counts = labels.group_by("item_id", "label").len("votes")
+    return (counts.sort(["item_id", "votes", "label"], descending=[False, True, False])
+            .group_by("item_id", maintain_order=True).first().select("item_id", "label"))
+
+
+def read_run(path: str | Path) -> dict[str, dict[str, float]]:
+    """A TREC run file as {query_id: {image_id: score}} with the ids decoded (``from_trec_id``)."""
+    from ranx import Run
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: run file not found (written by the evaluate stage)")
+    try:
+        run = Run.from_file(str(path), kind="trec").to_dict()
+    except Exception as exc:  # noqa: BLE001 - ranx raises plain errors on malformed lines
+        raise ValueError(f"{path}: not a TREC run file (query Q0 doc rank score name per line): {exc}") from None
+    return {from_trec_id(q): {from_trec_id(d): float(s) for d, s in docs.items()} for q, docs in run.items()}
+
+
+def _clean(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def compare_rankings(audited: pl.DataFrame, runs: Mapping[str, str | Path], metrics: Sequence[str]) -> dict[str, Any]:
+    """``audited``: query_id, image_id, judge_label, human_label for every audited pair."""
+    from ranx import Qrels, Run, evaluate
+    from scipy.stats import kendalltau
+
+    metrics = list(metrics)
+    if not runs:
+        return {"status": "no systems", "systems": [], "metrics": metrics}
+    pairs = {(q, i) for q, i in audited.select("query_id", "image_id").iter_rows()}
+    qj: dict[str, dict[str, int]] = {}
+    qh: dict[str, dict[str, int]] = {}
+    for q, i, j, h in audited.select("query_id", "image_id", "judge_label", "human_label").iter_rows():
+        qj.setdefault(q, {})[i] = int(j)
+        qh.setdefault(q, {})[i] = int(h)
+    rows = []
+    for name, path in runs.items():
+        run = read_run(path)
+        cut = {q: {d: s for d, s in docs.items() if (q, d) in pairs} for q, docs in run.items() if q in qj}
+        cut = {q: docs for q, docs in cut.items() if docs}
+        covered = sum(len(d) for d in cut.values())
+        row: dict[str, Any] = {"system": name, "queries": len(cut), "audited_pairs_ranked": covered}
+        if not cut:
+            log.warning("audit: run %s ranks none of the audited pairs", name)
+            for m in metrics:
+                row[f"{m}_judge"] = row[f"{m}_human"] = row[f"{m}_diff"] = None
+            rows.append(row)
+            continue
+        for label, qrels in (("judge", qj), ("human", qh)):
+            q = Qrels.from_dict({k: v for k, v in qrels.items() if k in cut})
+            res = evaluate(q, Run.from_dict(cut), metrics, make_comparable=True)
+            res = res if isinstance(res, dict) else {metrics[0]: res}
+            for m in metrics:
+                row[f"{m}_{label}"] = _clean(res[m])
+        for m in metrics:
+            j, h = row[f"{m}_judge"], row[f"{m}_human"]
+            row[f"{m}_diff"] = None if j is None or h is None else j - h
+        rows.append(row)
+    primary = metrics[0]
+    ok = [r for r in rows if r[f"{primary}_judge"] is not None and r[f"{primary}_human"] is not None]
+    out: dict[str, Any] = {"status": "ok", "metrics": metrics, "primary_metric": primary, "systems": rows}
+    if len(ok) < 2:
+        out.update(status="fewer than two systems", kendall_tau=None, kendall_p=None, same_winner=None)
+        return out
+    js = [r[f"{primary}_judge"] for r in ok]
+    hs = [r[f"{primary}_human"] for r in ok]
+    res = kendalltau(js, hs)
+    win_j = max(ok, key=lambda r: (r[f"{primary}_judge"], r["system"]))["system"]
+    win_h = max(ok, key=lambda r: (r[f"{primary}_human"], r["system"]))["system"]
+    out.update(kendall_tau=_clean(res.statistic), kendall_p=_clean(res.pvalue), winner_judge=win_j,
+               winner_human=win_h, same_winner=win_j == win_h)
+    return out

@@ -1,0 +1,410 @@
+"""Rule ``audit_report``: import human labels, compute agreement, write ``audit/report/``; and the audit
+section of the summary report and of the dataset card (``summary_section``, ``card_markdown``).
+
+``audit/report/`` holds ``audit.json`` (every number below), ``agreement.csv`` (one row per pair of
+raters), ``agreement_by_group.csv`` (per pool, query difficulty and facet value), ``confusion.csv``,
+``multi_rater.csv`` (Krippendorff's alpha, Fleiss' kappa), ``ranking.csv`` (systems under judge vs human
+labels), ``human_labels.jsonl`` (the imported labels) and ``audit.md`` (the section as markdown).
+Formats: docs/formats.md; meaning: docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from ..formats import read_table
+from ..io import atomic_path, atomic_write_text
+from ..logs import get_logger
+from ..summary.outdir import staged_dir
+from . import agreement as A
+from .files import Scale, read_sample, read_sample_meta
+from .labels import import_labels
+from .ranking import compare_rankings, consensus
+
+__all__ = ["run", "compute", "summary_section", "card_markdown", "load_audit", "render_markdown",
+           "export_files", "MARKER"]
+
+log = get_logger("audit")
+MARKER = "audit.json"
+JUDGE = "judge"
+
+
+def _ci(lo_hi: tuple[float | None, float | None]) -> list[float | None]:
+    return [lo_hi[0], lo_hi[1]]
+
+
+def _compare(a: np.ndarray, b: np.ndarray, *, labels: list[int], graded: bool, strata: np.ndarray | None,
+             weights: np.ndarray | None, reps: int, seed: int, confidence: float) -> dict[str, Any]:
+    n = int(len(a))
+    out: dict[str, Any] = {"pairs": n}
+    if n == 0:
+        return out | {"agreement": None, "kappa": None}
+    out["agreement"] = float(np.mean(a == b))
+    out["kappa"] = A.cohen(a, b, labels)
+    boot = A.bootstrap_pair(a, b, labels, strata=strata, reps=reps, seed=seed, confidence=confidence,
+                            weights="quadratic" if graded else None)
+    out["agreement_ci"] = _ci(boot["agreement"])
+    out["kappa_ci"] = _ci(boot["kappa"])
+    if graded:
+        out["kappa_quadratic"] = A.cohen(a, b, labels, weights="quadratic")
+        out["kappa_quadratic_ci"] = _ci(boot["kappa_weighted"])
+    if weights is not None:  # the whole benchmark, re-weighted by stratum (inverse sampling rate)
+        out["agreement_benchmark"] = float(np.sum(weights * (a == b)) / np.sum(weights))
+        out["kappa_benchmark"] = A.cohen(a, b, labels, sample_weight=weights)
+    return out
+
+
+def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame, scale: Scale, *,
+            judge2: pl.DataFrame | None = None, judge2_name: str | None = None, judge2_scope: str = "sample",
+            qrels: pl.DataFrame | None = None, runs: Mapping[str, str] | None = None,
+            settings: Mapping[str, Any] | None = None, facets: Sequence[str] = ()) -> dict[str, Any]:
+    """Every audit number as one JSON-able dict plus the tables (key ``tables``: name -> frame)."""
+    s = dict(settings or {})
+    reps = int(s.get("bootstrap", 1000))
+    conf = float(s.get("confidence", 0.95))
+    seed = int(s.get("seed", 0))
+    graded = scale.kind == "graded"
+    labels = scale.values
+    level = "ordinal" if graded else "nominal"
+    items = sample["item_id"].to_list()
+    pos = {iid: k for k, iid in enumerate(items)}
+    strata_all = np.asarray(sample["stratum"].to_list())
+    weight_all = np.asarray(sample["weight"].to_list(), dtype=float)
+
+    raters: dict[str, np.ndarray] = {JUDGE: np.asarray(sample["judge_label"].to_list(), dtype=float)}
+    people = humans["rater"].unique(maintain_order=True).to_list() if humans.height else []
+    for r in people:
+        col = np.full(len(items), np.nan)
+        for iid, lab in humans.filter(pl.col("rater") == r).select("item_id", "label").iter_rows():
+            col[pos[iid]] = lab
+        raters[r] = col
+    j2 = None
+    if judge2 is not None and judge2_name:
+        j2 = judge2_name
+        col = np.full(len(items), np.nan)
+        lookup = {(q, i): lab for q, i, lab in judge2.select("query_id", "image_id", "relevance_label").iter_rows()}
+        for k, (q, i) in enumerate(sample.select("query_id", "image_id").iter_rows()):
+            if (q, i) in lookup:
+                col[k] = lookup[(q, i)]
+        raters[j2] = col
+    if len(people) >= 2:
+        cons = consensus(humans)
+        col = np.full(len(items), np.nan)
+        for iid, lab in cons.iter_rows():
+            col[pos[iid]] = lab
+        raters["people (majority)"] = col
+
+    comparisons: list[tuple[str, str, str]] = [(JUDGE, p, "judge vs person") for p in people]
+    if len(people) >= 2:
+        comparisons.append((JUDGE, "people (majority)", "judge vs people"))
+    if j2:
+        comparisons.append((JUDGE, j2, "judge vs judge"))
+        comparisons += [(j2, p, "second judge vs person") for p in people]
+    comparisons += [(a, b, "person vs person") for i, a in enumerate(people) for b in people[i + 1:]]
+
+    group_cols = ["pool", "difficulty"]
+    fac = sample.select(pl.col("facets").struct.unnest()) if facets else None
+    group_values: dict[str, list[str]] = {g: [str(v) for v in sample[g].to_list()] for g in group_cols}
+    for f in facets:
+        if fac is not None and f in fac.columns:
+            group_values[f"facet:{f}"] = [str(v) for v in fac[f].to_list()]
+
+    pair_rows, group_rows, conf_rows = [], [], []
+    for c_i, (a_name, b_name, kind) in enumerate(comparisons):
+        a_all, b_all = raters[a_name], raters[b_name]
+        both = ~np.isnan(a_all) & ~np.isnan(b_all)
+        a, b = a_all[both].astype(int), b_all[both].astype(int)
+        st = strata_all[both]
+        res = _compare(a, b, labels=labels, graded=graded, strata=st,
+                       weights=weight_all[both] if a_name == JUDGE else None, reps=reps, seed=seed + c_i,
+                       confidence=conf)
+        pair_rows.append({"comparison": f"{a_name} vs {b_name}", "kind": kind, "rater_a": a_name,
+                          "rater_b": b_name, "scope": "sample", **res})
+        cm = A.confusion(a, b, labels)
+        for i, la in enumerate(labels):
+            for j, lb in enumerate(labels):
+                conf_rows.append({"comparison": f"{a_name} vs {b_name}", "rater_a": a_name, "rater_b": b_name,
+                                  "label_a": la, "label_b": lb, "pairs": int(cm[i, j])})
+        if kind == "person vs person":
+            continue
+        for g, vals in group_values.items():
+            v_both = np.asarray(vals)[both]
+            for v in sorted(set(v_both.tolist())):
+                m = v_both == v
+                r = _compare(a[m], b[m], labels=labels, graded=False, strata=st[m], weights=None,
+                             reps=reps, seed=seed + c_i, confidence=conf)
+                group_rows.append({"comparison": f"{a_name} vs {b_name}", "group_by": g, "group": v,
+                                   "pairs": r["pairs"], "agreement": r.get("agreement"),
+                                   "agreement_lo": (r.get("agreement_ci") or [None])[0],
+                                   "agreement_hi": (r.get("agreement_ci") or [None, None])[1],
+                                   "kappa": r.get("kappa"), "kappa_lo": (r.get("kappa_ci") or [None])[0],
+                                   "kappa_hi": (r.get("kappa_ci") or [None, None])[1]})
+
+    whole: dict[str, Any] | None = None
+    if j2 and judge2_scope == "all" and qrels is not None and judge2 is not None:
+        joined = qrels.select("query_id", "image_id", "pool", pl.col("relevance_label").alias("a")).join(
+            judge2.select("query_id", "image_id", pl.col("relevance_label").alias("b")),
+            on=["query_id", "image_id"], how="inner")
+        a = joined["a"].to_numpy().astype(int)
+        b = joined["b"].to_numpy().astype(int)
+        whole = {"comparison": f"{JUDGE} vs {j2}", "kind": "judge vs judge", "rater_a": JUDGE, "rater_b": j2,
+                 "scope": "all", **_compare(a, b, labels=labels, graded=graded, strata=None, weights=None,
+                                            reps=reps, seed=seed + 999, confidence=conf)}
+        pair_rows.append(whole)
+        cm = A.confusion(a, b, labels)
+        for i, la in enumerate(labels):
+            for j, lb in enumerate(labels):
+                conf_rows.append({"comparison": f"{JUDGE} vs {j2} (all pairs)", "rater_a": JUDGE, "rater_b": j2,
+                                  "label_a": la, "label_b": lb, "pairs": int(cm[i, j])})
+
+    multi_rows = []
+    if len(people) >= 2:
+        for name, who in (("people", people), ("people and judge", people + [JUDGE])):
+            mat = np.vstack([raters[r] for r in who])
+            keep = (~np.isnan(mat)).sum(axis=0) >= 2
+            alpha = A.krippendorff_alpha(mat[:, keep], level)
+            lo, hi = A.bootstrap_alpha(mat[:, keep], level, strata=strata_all[keep], reps=min(reps, 1000),
+                                       seed=seed + 7, confidence=conf)
+            fk, n_full = A.fleiss(mat, labels)
+            multi_rows.append({"raters": name, "n_raters": len(who), "pairs": int(keep.sum()),
+                               "krippendorff_alpha": alpha, "alpha_lo": lo, "alpha_hi": hi,
+                               "alpha_level": level, "fleiss_kappa": fk, "fleiss_pairs": n_full})
+
+    ranking = None
+    if people and runs:
+        audited = sample.select("item_id", "query_id", "image_id", "judge_label").join(
+            consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
+        ranking = compare_rankings(audited, runs, list(s.get("metrics") or ["ndcg@10"]))
+
+    audited = bool(people) or j2 is not None
+    info: dict[str, Any] = {
+        "status": "audited" if audited else "not audited yet",
+        "sample_id": meta["sample_id"], "labels": scale.kind,
+        "sample": {k: meta.get(k) for k in ("population_pairs", "population_queries", "sample_pairs",
+                                            "sample_queries", "settings")},
+        "people": [{"rater": p, "pairs": int((~np.isnan(raters[p])).sum())} for p in people],
+        "second_judge": None if not j2 else {"name": j2, "scope": judge2_scope,
+                                              "judge": (judge2["judge"][0] if judge2 is not None and judge2.height
+                                                        else None),
+                                              "pairs_on_sample": int((~np.isnan(raters[j2])).sum())},
+        "judge": sample["judge"][0] if sample.height else None,
+        "bootstrap": {"replicates": reps, "confidence": conf, "method": "percentile, pairs resampled within strata"},
+        "comparisons": pair_rows, "multi_rater": multi_rows, "ranking": ranking,
+    }
+    tables = {
+        "agreement": _flat(pair_rows),
+        "agreement_by_group": pl.DataFrame(group_rows, schema={
+            "comparison": pl.String, "group_by": pl.String, "group": pl.String, "pairs": pl.Int64,
+            "agreement": pl.Float64, "agreement_lo": pl.Float64, "agreement_hi": pl.Float64, "kappa": pl.Float64,
+            "kappa_lo": pl.Float64, "kappa_hi": pl.Float64}),
+        "confusion": pl.DataFrame(conf_rows, schema={"comparison": pl.String, "rater_a": pl.String,
+                                                     "rater_b": pl.String, "label_a": pl.Int64,
+                                                     "label_b": pl.Int64, "pairs": pl.Int64}),
+        "multi_rater": pl.DataFrame(multi_rows) if multi_rows else pl.DataFrame(schema={"raters": pl.String}),
+        "ranking": pl.DataFrame(ranking["systems"]) if ranking and ranking["systems"] else
+        pl.DataFrame(schema={"system": pl.String}),
+    }
+    return info | {"tables": tables}
+
+
+def _flat(rows: list[dict]) -> pl.DataFrame:
+    flat = []
+    for r in rows:
+        f = {}
+        for k, v in r.items():
+            if isinstance(v, list):
+                f[f"{k.removesuffix('_ci')}_lo"], f[f"{k.removesuffix('_ci')}_hi"] = v
+            else:
+                f[k] = v
+        flat.append(f)
+    return pl.DataFrame(flat, infer_schema_length=None) if flat else pl.DataFrame(schema={"comparison": pl.String})
+
+
+def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Mapping[str, Any],
+        human: str | Sequence[str] | None = None, human_labels: Sequence[Mapping[str, Any]] | None = None,
+        judge2: str | None = None, judge2_name: str | None = None, judge2_scope: str = "sample",
+        runs: str | Sequence[str] | None = None, systems: Sequence[str] | None = None,
+        labels: str = "binary", facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
+        version: str | None = None, **_: Any) -> dict[str, Any]:
+    s = read_sample(sample)
+    meta = read_sample_meta(sample_meta)
+    scale = Scale(labels)
+    files = list(human_labels or [])
+    humans = import_labels(files, s, scale, require_complete=bool(settings.get("require_complete", True)),
+                           sample_id=meta["sample_id"]) if files else import_labels([], s, scale)
+    j2 = read_table("qrels", judge2, columns=columns) if judge2 else None
+    q = read_table("qrels", qrels, columns=columns) if (judge2 and judge2_scope == "all") else None
+    run_paths = [runs] if isinstance(runs, str) else list(runs or [])
+    run_map = dict(zip(list(systems or []), run_paths))
+    fnames = settings.get("facets")
+    if fnames is None and facets:
+        fnames = list((facets.get("taxonomy") or {}).keys()) + list(facets.get("boolean") or [])
+    info = compute(s, meta, humans, scale, judge2=j2, judge2_name=judge2_name if judge2 else None,
+                   judge2_scope=judge2_scope, qrels=q, runs=run_map, settings=settings, facets=list(fnames or []))
+    tables = info.pop("tables")
+    info["stage_version"] = version
+    with staged_dir(report, MARKER) as out:
+        for name, df in tables.items():
+            with atomic_path(out / f"{name}.csv", suffix=".csv") as tmp:
+                df.write_csv(tmp)
+        pairs = s.select("item_id", "query_id", "image_id")
+        hl = humans.join(pairs, on="item_id", how="left").select("rater", "item_id", "query_id", "image_id", "label")
+        with atomic_path(out / "human_labels.jsonl") as tmp:
+            tmp.write_text("") if not hl.height else hl.write_ndjson(tmp)
+        atomic_write_text(out / "audit.md", "## Judge audit\n\n" + render_markdown(info))
+        atomic_write_text(out / MARKER, json.dumps(info, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+    log.info("audit report: %s; %d people, %d comparisons", info["status"], len(info["people"]),
+             len(info["comparisons"]))
+    return info
+
+
+def _json_default(o: Any):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    raise TypeError(type(o))
+
+
+# ---- the section on the report and the card ---------------------------------------------------------
+
+def load_audit(report_dir: str | Path | None) -> dict[str, Any] | None:
+    if not report_dir:
+        return None
+    p = Path(report_dir) / MARKER
+    if not p.is_file():
+        return None
+    return json.loads(p.read_text())
+
+
+def _f(x: Any, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _with_ci(v: Any, ci: Sequence[Any] | None) -> str:
+    if v is None:
+        return "n/a (undefined)"
+    if not ci or ci[0] is None:
+        return _f(v)
+    return f"{_f(v)} [{_f(ci[0])}, {_f(ci[1])}]"
+
+
+def key_table(info: Mapping[str, Any]) -> pl.DataFrame:
+    rows = []
+    for c in info.get("comparisons") or []:
+        rows.append({"comparison": c["comparison"] + (" (all pairs)" if c.get("scope") == "all" else ""),
+                     "pairs": str(c["pairs"]), "raw agreement": _with_ci(c.get("agreement"), c.get("agreement_ci")),
+                     "Cohen's kappa": _with_ci(c.get("kappa"), c.get("kappa_ci"))}
+                    | ({"weighted kappa (quadratic)": _with_ci(c.get("kappa_quadratic"), c.get("kappa_quadratic_ci"))}
+                       if info.get("labels") == "graded" else {}))
+    for m in info.get("multi_rater") or []:
+        rows.append({"comparison": f"Krippendorff's alpha, {m['raters']} ({m['n_raters']} raters)",
+                     "pairs": str(m["pairs"]), "raw agreement": "",
+                     "Cohen's kappa": f"alpha {_with_ci(m['krippendorff_alpha'], [m['alpha_lo'], m['alpha_hi']])}; "
+                                      f"Fleiss' kappa {_f(m['fleiss_kappa'])} ({m['fleiss_pairs']} pairs)"}
+                    | ({"weighted kappa (quadratic)": ""} if info.get("labels") == "graded" else {}))
+    return pl.DataFrame(rows) if rows else pl.DataFrame()
+
+
+def _prose(info: Mapping[str, Any] | None) -> str:
+    if info is None:
+        return ("Not audited yet: the judge's labels have not been compared with human labels or with another "
+                "judge (the audit stage did not run: audit.enabled is false).")
+    smp = info["sample"]
+    st = smp.get("settings") or {}
+    head = (f"Audit sample: {smp['sample_pairs']} of {smp['population_pairs']} judged pairs "
+            f"({smp['sample_queries']} of {smp['population_queries']} queries), stratified by "
+            f"{', '.join(st.get('strata') or []) or 'nothing'} (seed {st.get('seed')}, sample id "
+            f"{info['sample_id']}); labels {info['labels']}; judge `{info.get('judge')}`.")
+    if info["status"] != "audited":
+        return (head + "\n\nNot audited yet: no human labels have been imported and no second judge has run. "
+                "Label the sample with audit/labelling/label.html (or Label Studio, or the CSV), list the "
+                "exported files under audit.human_labels and rerun (docs/audit.md).")
+    parts = [head]
+    who = [f"{p['rater']} ({p['pairs']} pairs)" for p in info["people"]]
+    j2 = info.get("second_judge")
+    if who:
+        parts.append("Labelled by people: " + ", ".join(who) + ", blind to the judge's labels unless "
+                     "audit.show_judge_label was set.")
+    if j2:
+        parts.append(f"Second judge `{j2['judge']}` (config `{j2['name']}`) labelled the "
+                     + ("sample" if j2["scope"] == "sample" else "whole benchmark") + ".")
+    b = info["bootstrap"]
+    parts.append(f"Intervals: {int(b['confidence'] * 100)}% bootstrap ({b['replicates']} replicates, {b['method']}). "
+                 "Per pool, query difficulty and facet value: agreement_by_group.csv; confusion matrices: "
+                 "confusion.csv (audit/report/).")
+    bench = [c for c in info["comparisons"]
+             if c.get("agreement_benchmark") is not None and c["kind"] == "judge vs person"]
+    if bench:
+        parts.append("Re-weighted to the whole benchmark (stratum weights): " + "; ".join(
+            f"{c['comparison']}: agreement {_f(c['agreement_benchmark'])}, kappa {_f(c.get('kappa_benchmark'))}"
+            for c in bench) + ".")
+    rk = info.get("ranking")
+    if rk and rk.get("kendall_tau") is not None:
+        parts.append(f"Does it change conclusions? Over {len(rk['systems'])} systems, Kendall's tau between the "
+                     f"rankings by {rk['primary_metric']} under the judge's and the people's labels on the audited "
+                     f"pairs is {_f(rk['kendall_tau'])}; the winner is "
+                     + (f"the same ({rk['winner_judge']})." if rk["same_winner"] else
+                        f"different (judge: {rk['winner_judge']}, people: {rk['winner_human']}).")
+                     + " Metric differences: ranking.csv.")
+    elif rk:
+        parts.append(f"System rankings were not compared: {rk['status']}.")
+    elif who:
+        parts.append("System rankings were not compared: no evaluated systems (evaluate.systems).")
+    return "\n\n".join(parts)
+
+
+def render_markdown(info: Mapping[str, Any] | None) -> str:
+    from ..summary.report import md_table
+
+    text = _prose(info) + "\n"
+    if info is not None and info["status"] == "audited":
+        t = key_table(info)
+        if t.height:
+            text += "\n" + md_table(t, max_rows=100)
+        rk = info.get("ranking")
+        if rk and rk.get("systems"):
+            m = rk["primary_metric"]
+            rows = pl.DataFrame([{"system": r["system"], f"{m} (judge)": _f(r.get(f"{m}_judge"), 4),
+                                  f"{m} (people)": _f(r.get(f"{m}_human"), 4),
+                                  "difference": _f(r.get(f"{m}_diff"), 4)} for r in rk["systems"]])
+            text += "\n" + md_table(rows, max_rows=100)
+    return text
+
+
+def summary_section(report_dir: str | Path | None):
+    """The report's "Judge audit" section (summary/report.md and .html)."""
+    from ..summary.report import Section
+
+    info = load_audit(report_dir)
+    table = key_table(info) if info is not None and info["status"] == "audited" else None
+    return Section("Judge audit", text=_prose(info), table=table if table is not None and table.width else None,
+                   max_rows=100)
+
+
+def card_markdown(report_dir: str | Path | None) -> str:
+    """The dataset card's "Judge audit" section."""
+    info = load_audit(report_dir)
+    text = "## Judge audit\n\n" + render_markdown(info)
+    if info is not None:
+        text += ("\nThe audit's numbers and the imported human labels are in `audit/` "
+                 "(docs: benchmaker docs/audit.md).\n")
+    return text
+
+
+def export_files(report_dir: str | Path | None, dataset_dir: Path) -> None:
+    """Copy the audit's report (numbers, tables, human labels) into the dataset folder as ``audit/``."""
+    if not report_dir or not (Path(report_dir) / MARKER).is_file():
+        return
+    import shutil
+
+    dest = Path(dataset_dir) / "audit"
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(Path(report_dir).iterdir()):
+        if f.is_file() and not f.name.startswith("."):
+            shutil.copyfile(f, dest / f.name)

@@ -1,0 +1,25 @@
+"""Cross-key checks of the ``audit`` config section (called by ``benchmaker.config``'s cross checks)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+__all__ = ["audit_problems"]
+
+BUILTIN_STRATA = ("pool", "judge_label", "difficulty")
+
+
+def audit_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """Messages naming the key, for strata and facets that are not facets of the config."""
+    audit = cfg.get("audit") or {}
+    facets = cfg.get("facets") or {}
+    names = list(facets.get("taxonomy") or {}) + list(facets.get("boolean") or [])
+    out = []
+    for s in audit.get("strata") or []:
+        if s not in BUILTIN_STRATA and s not in names:
+            out.append(f"audit.strata: '{s}' is neither {', '.join(BUILTIN_STRATA)} nor a facet "
+                       f"(facets: {', '.join(names)})")
+    for f in audit.get("facets") or []:
+        if f not in names:
+            out.append(f"audit.facets: '{f}' is not a facet (facets: {', '.join(names)})")
+    return out
