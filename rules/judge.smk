@@ -106,6 +106,8 @@ else:
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
             cache_dir=f"{config['paths']['results']}/.cache/judge",
+            # crash-safe record of every paid request (providers/ledger.py): outside the outputs
+            ledger=f"{RESULTS}/.ledger/judge/all.jsonl",
             version=stage_version("judge"),
         script:
             "../scripts/judge.py"

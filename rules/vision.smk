@@ -117,6 +117,8 @@ else:
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
             cache_dir=f"{config['paths']['results']}/.cache/vision",
+            # crash-safe record of every paid request (providers/ledger.py): outside the outputs
+            ledger=lambda wc: f"{RESULTS}/.ledger/vision/{wc.shard}.jsonl",
             version=stage_version("vision"),
         script:
             "../scripts/vision.py"

@@ -148,22 +148,25 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
             columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
             **_: Any) -> None:
-    from ..vision.openai import batch_metadata, write_costs
+    from ..vision.openai import attach_ledger, batch_metadata, write_costs
     from . import finalize
 
     s = merged_settings(settings)
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
     runner = _runner(s, cache_dir)
+    attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
     loss = Losses("judge")
     pairs = list(judge_items(plan_df, ann, imgs, fm, s, image_root, loss))
-    answers = pb.collect_results(runner, [it for it, _ in pairs], manifest=manifest, submitted=submitted,
-                                 state_dir=state_dir, losses=loss, metadata=batch_metadata(benchmark, "judge", "all"),
-                                 wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
+    with runner.ledger:
+        answers = pb.collect_results(runner, [it for it, _ in pairs], manifest=manifest, submitted=submitted,
+                                     state_dir=state_dir, losses=loss,
+                                     metadata=batch_metadata(benchmark, "judge", "all"),
+                                     wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
     name = f"openai:{runner.llm.model}"
     judged = answers_to_frame(answers, {it.item_id: k for it, k in pairs}, name, bool(s.get("rationale")))
     out = finalize(plan_df, judged, loss, judge_name=name, graded=s.get("labels") == "graded")
     write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
-    write_costs(runner.cost_rows, costs)
+    write_costs(runner.cost_rows, costs, runner.ledger)
     log.info("judge collect: %d qrels rows for %d queries; %d losses", out.height, out["query_id"].n_unique(),
              len(loss))

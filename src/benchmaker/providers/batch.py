@@ -40,6 +40,7 @@ from . import openai as oai
 from .engine import Item, Runner
 from .fastjson import dumps as fast_dumps, loads
 from .parse import Outcome, RETRYABLE, parse_body
+from .retry import RetryPolicy
 from .spec import RequestSpec, render_line
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
@@ -90,39 +91,59 @@ def _request_line(runner: Runner, stage: str, idx: int, attempt: int, item: Item
 
 # -- build --------------------------------------------------------------------------------------------
 def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, manifest: str, threads: int = 1) -> dict:
-    """Stream requests (cache misses only) and the manifest; returns counts."""
-    stage = runner.stage
-    n = n_cached = n_bad = 0
-    bad: list[tuple[str, str]] = []
+    """Stream requests (cache misses only, each distinct content once) and the manifest; returns counts.
 
-    def prep(arg: tuple[int, Item]) -> tuple[int, Item, bool, str | None, str | None]:
-        idx, it = arg
-        runner.keyed([it])
-        if runner.cache.contains(it.key):
-            return idx, it, True, None, None
+    An item whose request content (cache key) equals an earlier item's is not sent again: its
+    manifest line names the earlier item (``dup``) and collect hands it the same answer."""
+    stage = runner.stage
+    n = n_cached = n_bad = n_dup = 0
+    first: dict[bytes, int] = {}          # content key (32 bytes) -> index of the item that sends it
+    errors: dict[int, str] = {}
+
+    def keyed(it_: Iterable[Item]) -> Iterator[tuple[int, Item, int | None, bool]]:
+        for idx, it in enumerate(it_):          # in order, in this thread: decides who sends what
+            runner.keyed([it])
+            kb = bytes.fromhex(it.key) if len(it.key) == 64 else it.key.encode()
+            dup = first.get(kb)
+            cached = dup is None and runner.cache.contains(it.key)
+            if dup is None and not cached:
+                first[kb] = idx
+            yield idx, it, dup, cached
+
+    def prep(arg: tuple[int, Item, int | None, bool]) -> tuple[int, Item, bool, str | None, str | None, int | None]:
+        idx, it, dup, cached = arg
+        if dup is not None or cached:
+            return idx, it, cached, None, None, dup
         try:
-            return idx, it, False, _request_line(runner, stage, idx, 1, it), None
+            return idx, it, False, _request_line(runner, stage, idx, 1, it), None, None
         except Exception as exc:  # unreadable image
-            return idx, it, False, None, f"{type(exc).__name__}: {exc}"
+            return idx, it, False, None, f"{type(exc).__name__}: {exc}", None
 
     # threads help only where a request reads and encodes images (PIL releases the GIL); otherwise
     # the work is pure Python and a pool only adds overhead
     threads = threads if runner.llm.image_transport == "base64" else 1
     with atomic_path(requests) as req_tmp, atomic_path(manifest) as man_tmp, \
             open(req_tmp, "w", encoding="utf-8") as req_fh, open(man_tmp, "w", encoding="utf-8") as man_fh:
-        for idx, it, cached, line, err in ordered_map(prep, enumerate(items), threads):
+        for idx, it, cached, line, err, dup in ordered_map(prep, keyed(items), threads):
             n += 1
             if line is not None:
                 req_fh.write(line)
             n_cached += cached
+            if dup is not None:
+                n_dup += 1
+                err = errors.get(dup)
             if err is not None:
                 n_bad += 1
-                bad.append((it.item_id, err))
-            man_fh.write(fast_dumps({"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached,
-                                     "error": err}) + "\n")
-    log.info("%s build: %d items, %d answered by the cache, %d to send, %d unreadable",
-             stage, n, n_cached, n - n_cached - n_bad, n_bad)
-    return {"items": n, "cached": n_cached, "requests": n - n_cached - n_bad, "bad": n_bad}
+                if dup is None:
+                    errors[idx] = err
+            rec = {"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached, "error": err}
+            if dup is not None:
+                rec["dup"] = dup
+            man_fh.write(fast_dumps(rec) + "\n")
+    n_send = len(first) - len(errors)
+    log.info("%s build: %d items, %d answered by the cache, %d to send, %d same content as an earlier item "
+             "(sent once), %d unreadable", stage, n, n_cached, n_send, n_dup, n_bad)
+    return {"items": n, "cached": n_cached, "requests": n_send, "bad": n_bad, "duplicates": n_dup}
 
 
 # -- submit -------------------------------------------------------------------------------------------
@@ -199,30 +220,36 @@ class Journal:
 
 
 def _ensure_batch(client, journal: Journal, chunk: dict, *, api: str, completion_window: str,
-                  metadata: Mapping[str, str]) -> dict:
+                  metadata: Mapping[str, str], policy: RetryPolicy | None = None) -> dict:
+    policy = policy or RetryPolicy()
     digest = chunk["digest"]
     st = journal.chunk(digest)
     if st.get("batch_id"):
         return {**chunk, "batch_id": st["batch_id"], "file_id": st.get("file_id"), "reused": True}
     md = {**metadata, "bm_chunk": digest[:40]}
+    look = {k: md[k] for k in ("benchmaker", "bm_stage", "bm_shard", "bm_chunk") if k in md}
     fname = f"bm-{digest[:40]}.jsonl"
     file_id = st.get("file_id")
     if "intent" in st.get("events", []):
         # an earlier run stopped between intent and record: look before creating anything
-        found = oai.find_batch(client, {k: md[k] for k in ("benchmaker", "bm_stage", "bm_shard", "bm_chunk")
-                                        if k in md})
+        found = policy.call(lambda: oai.find_batch(client, look), "list batches")
         if found:
             journal.write({"event": "batch", "digest": digest, "batch_id": found["id"],
                            "file_id": found.get("input_file_id"), "found_by": "metadata"})
             log.info("resume: found batch %s for chunk %s by its metadata", found["id"], digest[:12])
             return {**chunk, "batch_id": found["id"], "file_id": found.get("input_file_id"), "reused": True}
-        file_id = file_id or oai.find_file(client, fname)
+        file_id = file_id or policy.call(lambda: oai.find_file(client, fname), "list files")
     else:
         journal.write({"event": "intent", "digest": digest, "n": chunk["n"], "bytes": chunk["bytes"]})
     if not file_id:
-        file_id = oai.upload_batch_file(client, chunk["path"], fname)
+        # a failed try may have stored the file anyway: look it up before uploading again
+        file_id = policy.call(lambda: oai.upload_batch_file(client, chunk["path"], fname), "upload batch file",
+                              on_retry=lambda exc: oai.find_file(client, fname))
         journal.write({"event": "file", "digest": digest, "file_id": file_id})
-    b = oai.create_batch(client, file_id=file_id, api=api, completion_window=completion_window, metadata=md)
+    # a failed try may have created the batch anyway: look it up by its metadata before trying again
+    b = policy.call(lambda: oai.create_batch(client, file_id=file_id, api=api, completion_window=completion_window,
+                                             metadata=md), "create batch",
+                    on_retry=lambda exc: oai.find_batch(client, look))
     journal.write({"event": "batch", "digest": digest, "batch_id": b["id"], "file_id": file_id})
     log.info("submitted batch %s: %d requests, %.1f MB (chunk %s)", b["id"], chunk["n"], chunk["bytes"] / 1e6,
              digest[:12])
@@ -237,7 +264,7 @@ def _submit_lines(runner: Runner, lines: Iterable[str], state_dir: Path, journal
     if journal.round_digests(rnd) is None:
         journal.write({"event": "round", "round": rnd, "digests": [c["digest"] for c in chunks]})
     md = {k: str(v)[:500] for k, v in metadata.items()} | {"bm_round": str(rnd)}
-    return [_ensure_batch(runner.client, journal, c, api=runner.llm.api,
+    return [_ensure_batch(runner.client, journal, c, api=runner.llm.api, policy=runner.policy,
                           completion_window=str(s.get("completion_window", "24h")), metadata=md) for c in chunks]
 
 
@@ -260,7 +287,9 @@ def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir:
 
 
 # -- collect ------------------------------------------------------------------------------------------
-def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, stage: str) -> dict[str, dict]:
+def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, stage: str,
+          policy: RetryPolicy | None = None) -> dict[str, dict]:
+    policy = policy or RetryPolicy()
     from ..logs import progress
 
     info: dict[str, dict] = {}
@@ -270,7 +299,7 @@ def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, 
         for bid in batch_ids:
             if bid in info and info[bid].get("status") in TERMINAL:
                 continue
-            info[bid] = oai.retrieve_batch(client, bid)
+            info[bid] = policy.call(lambda: oai.retrieve_batch(client, bid), f"poll batch {bid}")
         open_ = [b for b in batch_ids if info[b].get("status") not in TERMINAL]
         total = sum((info[b].get("request_counts") or {}).get("total", 0) or 0 for b in batch_ids)
         done = sum(((info[b].get("request_counts") or {}).get("completed", 0) or 0)
@@ -295,7 +324,8 @@ def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, 
         time.sleep(poll_seconds)
 
 
-def _download(client, b: dict, state_dir: Path) -> tuple[Path | None, Path | None]:
+def _download(client, b: dict, state_dir: Path, policy: RetryPolicy | None = None) -> tuple[Path | None, Path | None]:
+    policy = policy or RetryPolicy()
     out = err = None
     for key, suffix in (("output_file_id", "output"), ("error_file_id", "error")):
         fid = b.get(key)
@@ -303,7 +333,7 @@ def _download(client, b: dict, state_dir: Path) -> tuple[Path | None, Path | Non
             continue
         dest = state_dir / "downloads" / f"{b['id']}.{suffix}.jsonl"
         if not dest.exists():
-            oai.download_file(client, fid, str(dest))
+            policy.call(lambda: oai.download_file(client, fid, str(dest)), f"download {fid} of batch {b['id']}")
         if suffix == "output":
             out = dest
         else:
@@ -394,12 +424,15 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     results: dict[str, dict] = {}
     slim = _Slim()
 
+    dups: dict[int, list[int]] = {}      # index that sends a content -> later items with the same content
+
     def keep(i: int, obj: dict) -> None:
-        done.add(i)
-        if on_answer is not None:
-            on_answer(i, obj)
-        else:
-            results[slim.ids[i]] = obj
+        for j in (i, *dups.get(i, ())):
+            done.add(j)
+            if on_answer is not None:
+                on_answer(j, obj)
+            else:
+                results[slim.ids[j]] = obj
 
     stage, sd = runner.stage, Path(state_dir)
     changed = RuntimeError(f"{stage}: the inputs changed since the requests were built ({manifest}); "
@@ -418,6 +451,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             slim.add(it)
             if m.get("error"):
                 losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
+            elif m.get("dup") is not None:
+                dups.setdefault(int(m["dup"]), []).append(i)
             elif m["cached"]:
                 cached_idx.append(i)
         if next(man_lines, None) is not None:
@@ -439,11 +474,14 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
     try:
         while True:
-            info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
+            info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage,
+                         policy=runner.policy)
             for bid in round_batches:
                 b = info[bid]
                 status = b.get("status")
-                out, err = _download(runner.client, b, sd)
+                out, err = _download(runner.client, b, sd, runner.policy)
+                # this batch's paid rows go to the ledger once (a re-read after an interruption skips them)
+                record = runner.ledger is None or not runner.ledger.is_done(bid)
                 seen: set[int] = set()
                 for path in (out, err):
                     if path is None:
@@ -455,13 +493,16 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                         seen.add(i)
                         attempts[i] = max(attempts[i], att)
                         oc = _line_outcome(row, runner.llm.api)
-                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch")
+                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch",
+                                            rid=f"{bid}/{row['custom_id']}", record=record)
                         if obj is not None:
                             keep(i, obj)
                             failed.discard(i)
                         else:
                             last[i] = oc
                             failed.add(i)
+                if record and runner.ledger is not None:
+                    runner.ledger.mark_done(bid)
                 missing = [parse_custom_id(c) for c in _chunk_ids(round_chunks[bid])]
                 missing = [(i, a) for i, a in missing if i not in seen]
                 if missing:
@@ -493,7 +534,10 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
         if i in done:
             continue
         oc = last[i]
-        losses.add(runner.item_type, slim.ids[i], oc.reason or "api_error", oc.detail, attempts=max(1, attempts[i]))
-    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), len(failed - done),
+        for j in (i, *dups.get(i, ())):
+            losses.add(runner.item_type, slim.ids[j], oc.reason or "api_error", oc.detail,
+                       attempts=max(1, attempts[i]))
+    n_lost = sum(1 + len(dups.get(i, ())) for i in failed - done)
+    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), n_lost,
              runner.cost_count, runner.cost_total)
     return results

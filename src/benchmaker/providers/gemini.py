@@ -46,6 +46,7 @@ from .cost import Price, Usage, cost_row
 from .engine import Item, Runner
 from .parse import RETRYABLE, Outcome, parse_json_answer, validate_answer
 from .spec import ImageRef, LLMSettings, RequestSpec, Text, encode_image, request_key
+from .retry import PermanentAPIError
 from .transport import SyncTransport
 
 __all__ = ["GEMINI_PRICES", "LONG_CONTEXT_PRICES", "DEFAULT_MODEL", "KEY_ENVS", "gemini_price", "api_key",
@@ -381,42 +382,10 @@ def parse_response(d: Mapping[str, Any] | None) -> Outcome:
 
 
 # -- sync transport -----------------------------------------------------------------------------------
-def _duration_s(v: Any) -> float | None:
-    m = re.fullmatch(r"\s*([0-9.]+)s\s*", str(v or ""))
-    return float(m.group(1)) if m else None
-
-
-def _retry_headers(exc: Any) -> dict[str, str] | None:
-    """Retry-After of the response, else the ``google.rpc.RetryInfo`` delay in the error body."""
-    resp = getattr(exc, "response", None)
-    headers = getattr(resp, "headers", None)
-    if headers is not None and (headers.get("retry-after") or headers.get("retry-after-ms")):
-        return {k: headers.get(k) for k in ("retry-after", "retry-after-ms") if headers.get(k)}
-    body = getattr(exc, "details", None) or {}
-    err = body.get("error", body) if isinstance(body, dict) else {}
-    for det in (err.get("details") or []) if isinstance(err, dict) else []:
-        if isinstance(det, dict) and str(det.get("@type", "")).endswith("RetryInfo"):
-            s = _duration_s(det.get("retryDelay"))
-            if s is not None:
-                return {"retry-after": str(s)}
-    return None
-
-
-def _transient_network_errors() -> tuple[type, ...]:
-    out: list[type] = []
-    for mod in ("httpx2", "httpx"):
-        try:
-            m = __import__(mod)
-            out.append(m.TransportError)
-        except (ImportError, AttributeError):
-            pass
-    return tuple(out) or (OSError,)
-
-
 class GeminiTransport(SyncTransport):
     """:class:`SyncTransport` (thread pool, back-off, counters) sending ``generate_content`` calls."""
 
-    RETRY_STATUS = (408, 429)
+    name = "gemini"
 
     def __init__(self, client: Any = None, *, client_factory: Any = None, concurrency: int = 8, **kw: Any):
         super().__init__(client, "gemini", concurrency=concurrency, **kw)
@@ -428,44 +397,14 @@ class GeminiTransport(SyncTransport):
                 self.client = self._factory()
             return self.client
 
-    def send(self, body: dict) -> Outcome:
-        from google.genai import errors
-
-        net = _transient_network_errors()
+    def _call(self, body: dict) -> Any:
         req = request_to_sdk(body)
-        client = self._get_client()
-        for attempt in range(self.max_transport_retries + 1):
-            with self._lock:
-                self.sent += 1
-            try:
-                resp = client.models.generate_content(
-                    model=req["model"], contents=req["contents"],
-                    config={**req["config"], "automatic_function_calling": {"disable": True}})
-            except errors.APIError as exc:
-                code = int(exc.code or 0)
-                if code in self.RETRY_STATUS or code >= 500:
-                    if attempt >= self.max_transport_retries:
-                        return Outcome(False, reason="api_error",
-                                       detail=f"gave up after {attempt + 1} tries: HTTP {code} {exc.status or ''}")
-                    d = self._delay(attempt, _retry_headers(exc))
-                    with self._lock:
-                        self.waits.append(d)
-                    log.debug("transport: HTTP %s %s; retrying in %.2f s", code, exc.status, d)
-                    self.sleep(d)
-                    continue
-                return Outcome(False, reason="api_error",
-                               detail=f"HTTP {code} {exc.status or ''}: {str(exc.message or '')[:400]}")
-            except net as exc:
-                if attempt >= self.max_transport_retries:
-                    return Outcome(False, reason="api_error",
-                                   detail=f"gave up after {attempt + 1} tries: {type(exc).__name__}")
-                d = self._delay(attempt, None)
-                with self._lock:
-                    self.waits.append(d)
-                self.sleep(d)
-                continue
-            return parse_response(response_dict(resp))
-        return Outcome(False, reason="api_error", detail="transport retries exhausted")
+        return self._get_client().models.generate_content(
+            model=req["model"], contents=req["contents"],
+            config={**req["config"], "automatic_function_calling": {"disable": True}})
+
+    def _parse(self, resp: Any) -> Outcome:
+        return parse_response(response_dict(resp))
 
 
 # -- the runner ---------------------------------------------------------------------------------------
@@ -503,11 +442,11 @@ class GeminiRunner(Runner):
             return self.long_price
         return self.price
 
-    def settle(self, item: Item, outcome: Outcome, *, attempt: int, mode: str) -> dict | None:
+    def settle(self, item: Item, outcome: Outcome, *, attempt: int, mode: str, **kw: Any) -> dict | None:
         base = self.price
         self.price = self.price_of(outcome.usage)     # settle runs on the calling thread only
         try:
-            return super().settle(item, outcome, attempt=attempt, mode=mode)
+            return super().settle(item, outcome, attempt=attempt, mode=mode, **kw)
         finally:
             self.price = base
 
@@ -711,7 +650,7 @@ class _BatchJobs:
                            attempts=max(1, attempts.get(k, 1)))
         log.info("%s batch: %d answers, %d lost, %d paid requests, $%.4f", r.stage, len(results),
                  sum(len(by_key[k]) for k in pending if by_key[k][0].item_id not in results),
-                 sum(not c["cached"] for c in r.cost_rows), sum(c["cost_usd"] for c in r.cost_rows))
+                 r.cost_count, r.cost_total)
         return results
 
     def _accept(self, item: Item, oc: Outcome) -> dict | None:
@@ -804,32 +743,12 @@ class _BatchJobs:
                  chunk["bytes"] / 1e6, digest[:12])
         return job
 
-    def _create(self, src: list[dict], dn: str, tries: int = 6) -> str:
+    def _create(self, src: list[dict], dn: str) -> str:
         """``batches.create``; after a transient failure the job may exist anyway: look it up by its
         display name before trying again (never two jobs for one chunk)."""
-        from google.genai import errors
-
-        net = _transient_network_errors()
-        for attempt in range(tries):
-            try:
-                return self.r.client.batches.create(model=self.r.llm.model, src=src,
-                                                    config={"display_name": dn}).name
-            except errors.APIError as exc:
-                code = int(exc.code or 0)
-                if attempt + 1 >= tries or not (code in GeminiTransport.RETRY_STATUS or code >= 500):
-                    raise
-                from .transport import retry_after_seconds
-
-                d = retry_after_seconds(_retry_headers(exc))
-                time.sleep(min(d if d is not None else 2.0 ** attempt, 120.0))
-            except net:
-                if attempt + 1 >= tries:
-                    raise
-                time.sleep(min(2.0 ** attempt, 60.0))
-            found = self._find(dn)
-            if found:
-                return found
-        raise RuntimeError("unreachable")
+        return self.r.policy.call(
+            lambda: self.r.client.batches.create(model=self.r.llm.model, src=src, config={"display_name": dn}).name,
+            "create Gemini batch job", on_retry=lambda exc: self._find(dn))
 
     def _find(self, display_name: str, max_scan: int = 2000) -> str | None:
         pager = self._call(lambda: self.r.client.batches.list(config={"page_size": 100}))
@@ -840,33 +759,12 @@ class _BatchJobs:
                 break
         return None
 
-    def _call(self, fn, tries: int = 8):
-        """An API call with back-off on 429 / 408 / 5xx / network errors."""
-        from google.genai import errors
-
-        net = _transient_network_errors()
-        for attempt in range(tries):
-            try:
-                return fn()
-            except errors.APIError as exc:
-                code = int(exc.code or 0)
-                if attempt + 1 < tries and (code in GeminiTransport.RETRY_STATUS or code >= 500):
-                    from .transport import retry_after_seconds
-
-                    d = retry_after_seconds(_retry_headers(exc))
-                    time.sleep(min(d if d is not None else 2.0 ** attempt, 120.0))
-                    continue
-                raise
-            except net:
-                if attempt + 1 < tries:
-                    time.sleep(min(2.0 ** attempt, 60.0))
-                    continue
-                raise
+    def _call(self, fn, what: str = "Gemini batch API call"):
+        """An API call through the runner's retry policy."""
+        return self.r.policy.call(fn, what)
 
     # -- wait and read ---------------------------------------------------------------------------
     def _wait(self, jobs: list[_Job]) -> None:
-        from google.genai import errors
-
         from .batch import BatchPending
 
         open_ = list(jobs)
@@ -876,8 +774,8 @@ class _BatchJobs:
             for job in open_:
                 try:
                     b = self._call(lambda: self.r.client.batches.get(name=job.data["name"]))
-                except errors.ClientError as exc:
-                    if exc.code == 404:
+                except PermanentAPIError as exc:
+                    if exc.status == 404:
                         self._finish(job, None, "missing", f"batch job {job.data['name']} not found (deleted?)")
                         continue
                     raise
@@ -963,8 +861,8 @@ class _BatchJobs:
         r = self.r
         keys = {it.key: it for it in items}
         paid_items: set[str] = set()
-        rows = []
         for job in self.jobs.values():
+            rows = []
             if job.status != "done" or job.data.get("reported"):
                 continue
             mine = [c for c in self._results(job)["costs"] if c["key"] in keys]
@@ -973,8 +871,11 @@ class _BatchJobs:
             for c in mine:
                 u = Usage(*c["usage"])
                 it = keys[c["key"]]
-                rows.append(cost_row(stage=r.stage, item_id=it.item_id, model=r.llm.model, mode="batch", usage=u,
-                                     price=r.price_of(u), batch_discount=r.batch_discount, attempt=c["attempt"]))
+                rows.append((cost_row(stage=r.stage, item_id=it.item_id, model=r.llm.model, mode="batch", usage=u,
+                                      price=r.price_of(u), batch_discount=r.batch_discount, attempt=c["attempt"]),
+                             f"{job.data.get('name') or job.digest}/{_rid(c['key'], c['attempt'])}"))
                 paid_items.add(it.item_id)
+            for row, rid in rows:          # on record (the ledger) before the job is marked reported
+                r._cost(row, rid)
             self._save(job, reported=True)
-        r.cost_rows[:] = [c for c in r.cost_rows if not (c["cached"] and c["item_id"] in paid_items)] + rows
+        r.cost_rows[:] = [c for c in r.cost_rows if not (c["cached"] and c["item_id"] in paid_items)]

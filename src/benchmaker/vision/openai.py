@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 import polars as pl
 
 from ..formats import FacetModel, empty_table, read_table, write_table
-from ..io import atomic_path
+from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
@@ -23,7 +23,8 @@ from ..providers.fastjson import dumps as fast_dumps
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
 from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
 
-__all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs"]
+__all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs",
+           "attach_ledger"]
 
 log = get_logger("vision.openai")
 
@@ -125,13 +126,21 @@ class AnswerSpill:
         return df.drop("__i")
 
 
-def write_costs(rows: list[dict], path: str | None) -> None:
+def write_costs(rows: list[dict], path: str | None, ledger: Any = None) -> None:
+    """The cost file: the ledger's paid rows to date (when the runner had one) plus ``rows``."""
     if not path:
         return
-    if rows:
-        write_table(pl.DataFrame(rows), "costs", path)
-    else:
-        write_table(empty_table("costs"), "costs", path)
+    from ..providers.ledger import write_cost_file
+
+    write_cost_file(path, ledger, rows)
+
+
+def attach_ledger(runner: Runner, path: str | None) -> None:
+    """Every paid row of ``runner`` goes to the crash-safe ledger at ``path`` as it arrives."""
+    if path and runner.ledger is None:
+        from ..providers.ledger import CostLedger
+
+        runner.ledger = CostLedger(path)
 
 
 class OpenAIAnnotator:
@@ -200,13 +209,19 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
     items = lambda: vision_items(imgs, fm, settings, image_root)  # noqa: E731
     spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"openai:{runner.llm.model}",
                         imgs["image_id"].to_list())
-    with atomic_path(costs) as costs_tmp, open(costs_tmp, "w", encoding="utf-8") as cost_fh:
-        runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
-        pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
-                           losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
-                           wait=bool(settings.get("wait", True)),
-                           poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill)
+    attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
+    cached_rows = Path(state_dir) / "costs.cached.part.jsonl"
+    try:
+        with open(cached_rows, "w", encoding="utf-8") as cost_fh, runner.ledger:
+            runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
+            pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
+                               losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
+                               wait=bool(settings.get("wait", True)),
+                               poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill)
         ann = spill.frame()
         write_table(ann, "annotations", annotations, columns=columns, facets=fm)
         loss.write(losses)
+        write_costs(iter_jsonl(cached_rows), costs, runner.ledger)
+    finally:
+        cached_rows.unlink(missing_ok=True)
     log.info("vision collect: %d annotations, %d losses", ann.height, len(loss))
