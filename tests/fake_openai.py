@@ -6,7 +6,12 @@ POST /v1/batches/{id}/cancel. Answers are generated from the request's JSON sche
 override). Batches progress validating -> in_progress -> finalizing -> completed, one step per
 retrieve (``steps``). Knobs for failure injection: ``fail`` (custom_id / request predicate -> error
 kind), ``rate_limit`` (next N sync calls answer 429 with Retry-After), ``expire_after`` (a batch
-expires with only its first K requests answered). Every request is logged in ``log``.
+expires with only its first K requests answered), ``faults`` (a list of (method, path regex, status)
+consumed in order: the next matching call of *any* endpoint answers that status, 429 with
+Retry-After), ``drop_after_billing`` (the next N sync calls are billed, then the connection is
+closed without an answer). Every request is logged in ``log``; every answered model call is billed
+in ``bill`` (usage and USD at the model's list price, half for batch rows), which tests compare
+with the cost files.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any, Callable
 import support
 
 USAGE = {"input_tokens": 1000, "cached_tokens": 200, "output_tokens": 150, "reasoning_tokens": 50}
+# the provider's list prices, USD per 1M tokens (input, cached input, output); batch rows cost half
+PRICES = {"gpt-5-mini": (0.25, 0.025, 2.00), "gpt-4.1-mini": (0.40, 0.10, 1.60)}
 
 
 def instance(schema: dict, path: str = "") -> Any:
@@ -70,6 +77,10 @@ class Fake:
         self.retry_after = "0.05"
         self.expire_after: int | None = None
         self.usage = dict(USAGE)
+        self.faults: list[tuple[str, str, int]] = []
+        self.drop_after_billing = 0
+        self.bill: list[dict] = []
+        self.delay = 0.0                     # seconds each sync call takes
         self.server: ThreadingHTTPServer | None = None
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -92,8 +103,62 @@ class Fake:
                 "input_tokens_details": {"cached_tokens": u["cached_tokens"]},
                 "output_tokens_details": {"reasoning_tokens": u["reasoning_tokens"]}}
 
-    def respond(self, body: dict, custom_id: str = "") -> tuple[int, dict]:
-        """(status, body) of one model call, honouring ``fail``."""
+    def billed_usd(self) -> float:
+        return sum(b["usd"] for b in self.bill)
+
+    def _charge(self, model: str, mode: str, custom_id: str) -> None:
+        u = self.usage
+        p_in, p_cached, p_out = PRICES.get(model, (0.0, 0.0, 0.0))
+        usd = ((u["input_tokens"] - u["cached_tokens"]) * p_in + u["cached_tokens"] * p_cached
+               + u["output_tokens"] * p_out) / 1e6
+        self.bill.append({"model": model, "mode": mode, "custom_id": custom_id,
+                          "usd": usd * (0.5 if mode == "batch" else 1.0)})
+
+    @staticmethod
+    def check_batch_create(body: dict | None) -> str | None:
+        """What the Batch API rejects at create (https://platform.openai.com/docs/api-reference/batch)."""
+        if not isinstance(body, dict) or not body.get("input_file_id"):
+            return "input_file_id is required"
+        if body.get("endpoint") not in ("/v1/responses", "/v1/chat/completions", "/v1/embeddings",
+                                        "/v1/completions"):
+            return f"invalid endpoint {body.get('endpoint')!r}"
+        if body.get("completion_window") != "24h":
+            return "completion_window must be '24h'"
+        md = body.get("metadata") or {}
+        if len(md) > 16 or any(len(k) > 64 or not isinstance(v, str) or len(v) > 512 for k, v in md.items()):
+            return "metadata: at most 16 pairs, keys <= 64 characters, string values <= 512 characters"
+        return None
+
+    @staticmethod
+    def check_batch_file(content: bytes, endpoint: str) -> str | None:
+        """Each line: a unique custom_id, method POST, the batch's url, a body naming a model."""
+        ids = set()
+        for n, line in enumerate(content.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                return f"line {n}: not valid JSON"
+            cid = row.get("custom_id")
+            if not isinstance(cid, str) or not cid or cid in ids:
+                return f"line {n}: custom_id missing or not unique"
+            ids.add(cid)
+            if row.get("method") != "POST" or row.get("url") != endpoint:
+                return f"line {n}: method must be POST and url must be the batch's endpoint {endpoint}"
+            if not isinstance(row.get("body"), dict) or not row["body"].get("model"):
+                return f"line {n}: body with a model is required"
+        return None if ids else "the input file has no requests"
+
+    def fault(self, method: str, path: str) -> int | None:
+        for i, (m, rx, status) in enumerate(self.faults):
+            if m == method and re.fullmatch(rx, path):
+                del self.faults[i]
+                return status
+        return None
+
+    def respond(self, body: dict, custom_id: str = "", mode: str = "sync") -> tuple[int, dict]:
+        """(status, body) of one model call, honouring ``fail``; a 200 is billed."""
         schema, api = request_schema(body)
         kind = self.fail(custom_id, body)
         if kind == "http_500":
@@ -101,6 +166,7 @@ class Fake:
         if kind == "http_400":
             return 400, {"error": {"message": "bad request", "type": "invalid_request_error"}}
         text = json.dumps(self.answer(body, schema))
+        self._charge(body["model"], mode, custom_id)
         status = "completed"
         if kind == "invalid_json":
             text = text[: len(text) // 2]
@@ -145,7 +211,7 @@ class Fake:
                 self.expire_after = None  # only the first batch to finish expires
         out, err = [], []
         for ln in lines:
-            code, body = self.respond(ln["body"], ln["custom_id"])
+            code, body = self.respond(ln["body"], ln["custom_id"], mode="batch")
             row = {"id": f"batch_req_{next(self.ids)}", "custom_id": ln["custom_id"],
                    "response": {"status_code": code, "request_id": "req", "body": body}, "error": None}
             (out if code == 200 else err).append(row)
@@ -179,6 +245,12 @@ def _handler(fake: Fake):
             self.end_headers()
             self.wfile.write(data)
 
+        def _fault(self, status: int):
+            if status == 429:
+                return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                                  headers={"Retry-After": fake.retry_after})
+            return self._send(status, {"error": {"message": f"injected {status}", "type": "server_error"}})
+
         def _body(self) -> bytes:
             n = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(n) if n else b""
@@ -189,6 +261,8 @@ def _handler(fake: Fake):
                 fake.log.append(("GET", path, None))
                 if self.headers.get("Authorization") != "Bearer sk-test":
                     return self._send(401, {"error": {"message": "bad key"}})
+                if (st := fake.fault("GET", path)) is not None:
+                    return self._fault(st)
                 m = re.fullmatch(r"/v1/batches/([^/]+)", path)
                 if m:
                     b = fake.batches.get(m.group(1))
@@ -222,12 +296,25 @@ def _handler(fake: Fake):
                 fake.log.append(("POST", path, body))
                 if self.headers.get("Authorization") != "Bearer sk-test":
                     return self._send(401, {"error": {"message": "bad key"}})
+                if (st := fake.fault("POST", path)) is not None:
+                    return self._fault(st)
                 if path in ("/v1/responses", "/v1/chat/completions"):
                     if fake.rate_limit > 0:
                         fake.rate_limit -= 1
                         return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                           headers={"Retry-After": fake.retry_after})
                     code, out = fake.respond(body)
+                    if code == 200 and fake.drop_after_billing > 0:
+                        fake.drop_after_billing -= 1       # billed, but the answer never arrives
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return None
+                    if fake.delay:
+                        fake.lock.release()
+                        try:
+                            time.sleep(fake.delay)
+                        finally:
+                            fake.lock.acquire()
                     return self._send(code, out)
                 if path == "/v1/files":
                     msg = email.message_from_bytes(b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw,
@@ -242,9 +329,15 @@ def _handler(fake: Fake):
                     return self._send(200, {"id": fid, "object": "file", "bytes": len(content), "created_at": 0,
                                             "filename": filename, "purpose": "batch", "status": "processed"})
                 if path == "/v1/batches":
+                    problem = fake.check_batch_create(body)
+                    if problem:
+                        return self._send(400, {"error": {"message": problem, "type": "invalid_request_error"}})
                     f = fake.files.get(body["input_file_id"])
                     if not f:
                         return self._send(404, {"error": {"message": "no such file"}})
+                    problem = fake.check_batch_file(f["content"], body["endpoint"])
+                    if problem:
+                        return self._send(400, {"error": {"message": problem, "type": "invalid_request_error"}})
                     n = sum(1 for x in f["content"].splitlines() if x.strip())
                     bid = f"batch_{next(fake.ids)}"
                     b = {"id": bid, "object": "batch", "endpoint": body["endpoint"],
