@@ -233,6 +233,13 @@ def test_kill_9_during_sync_run_then_rerun_costs_equal_bill(fake, tmp_path, tiny
                                                                                             paid_before]))
     assert sum(not c["last_run"] for c in paid) >= 2        # the killed run's rows are on record
     assert sum(c["cost_usd"] for c in costs if c["last_run"]) < _paid(costs)
+    # the summary (and so the card) reports the spend to date and the last run's
+    from benchmaker.summary.inputs import read_costs
+    from benchmaker.summary.stats import cost_summary
+
+    t = cost_summary(read_costs([kw["costs"]]))
+    assert t["cost_usd"].sum() == pytest.approx(_paid(costs))
+    assert t["cost_usd_last_run"].sum() == pytest.approx(sum(c["cost_usd"] for c in costs if c["last_run"]))
 
 
 _COLLECT_CHILD = """
