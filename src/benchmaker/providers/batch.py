@@ -33,22 +33,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from ..io import JsonlAppender, atomic_path, dumps, iter_jsonl
+from ..io import JsonlAppender, atomic_path, iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
-from . import openai as oai
+from .backend import TERMINAL, BatchBackend, BatchInfo
 from .engine import Item, Runner
 from .fastjson import dumps as fast_dumps, loads
-from .parse import Outcome, RETRYABLE, parse_body
-from .retry import RetryPolicy
-from .spec import RequestSpec, render_line
+from .parse import Outcome, RETRYABLE
+from .spec import RequestSpec
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
            "TERMINAL", "Journal", "ordered_map"]
 
 log = get_logger("providers.batch")
-TERMINAL = ("completed", "failed", "expired", "cancelled")
-_CID = re.compile(rb'^\{"custom_id":"([^"]+)"')
+_CID = re.compile(rb'^\{"custom_id":"([^"]+)"')      # every backend's request lines start like this
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -84,9 +82,7 @@ def parse_custom_id(cid: str) -> tuple[int, int]:
 
 
 def _request_line(runner: Runner, stage: str, idx: int, attempt: int, item: Item) -> str:
-    head = (f'{{"custom_id":"{custom_id(stage, idx, attempt)}","method":"POST",'
-            f'"url":"{oai.ENDPOINTS[runner.llm.api]}","body":')
-    return render_line(item.spec, runner.llm, head)
+    return runner.batch_backend().line(item, custom_id(stage, idx, attempt))
 
 
 # -- build --------------------------------------------------------------------------------------------
@@ -219,53 +215,48 @@ class Journal:
             self._app.close()
 
 
-def _ensure_batch(client, journal: Journal, chunk: dict, *, api: str, completion_window: str,
-                  metadata: Mapping[str, str], policy: RetryPolicy | None = None) -> dict:
-    policy = policy or RetryPolicy()
+def _ensure_batch(backend: BatchBackend, journal: Journal, chunk: dict, *, metadata: Mapping[str, str]) -> dict:
     digest = chunk["digest"]
     st = journal.chunk(digest)
     if st.get("batch_id"):
         return {**chunk, "batch_id": st["batch_id"], "file_id": st.get("file_id"), "reused": True}
     md = {**metadata, "bm_chunk": digest[:40]}
-    look = {k: md[k] for k in ("benchmaker", "bm_stage", "bm_shard", "bm_chunk") if k in md}
-    fname = f"bm-{digest[:40]}.jsonl"
+    name = f"bm-{digest[:40]}"
+    fname = f"{name}.jsonl"
     file_id = st.get("file_id")
     if "intent" in st.get("events", []):
         # an earlier run stopped between intent and record: look before creating anything
-        found = policy.call(lambda: oai.find_batch(client, look), "list batches")
+        found = backend.find(name=name, metadata=md)
         if found:
             journal.write({"event": "batch", "digest": digest, "batch_id": found["id"],
-                           "file_id": found.get("input_file_id"), "found_by": "metadata"})
+                           "file_id": found.get("file_id"), "found_by": "metadata"})
             log.info("resume: found batch %s for chunk %s by its metadata", found["id"], digest[:12])
-            return {**chunk, "batch_id": found["id"], "file_id": found.get("input_file_id"), "reused": True}
-        file_id = file_id or policy.call(lambda: oai.find_file(client, fname), "list files")
+            return {**chunk, "batch_id": found["id"], "file_id": found.get("file_id"), "reused": True}
+        file_id = file_id or backend.find_file(fname)
     else:
         journal.write({"event": "intent", "digest": digest, "n": chunk["n"], "bytes": chunk["bytes"]})
     if not file_id:
-        # a failed try may have stored the file anyway: look it up before uploading again
-        file_id = policy.call(lambda: oai.upload_batch_file(client, chunk["path"], fname), "upload batch file",
-                              on_retry=lambda exc: oai.find_file(client, fname))
+        file_id = backend.upload(chunk["path"], fname)
         journal.write({"event": "file", "digest": digest, "file_id": file_id})
-    # a failed try may have created the batch anyway: look it up by its metadata before trying again
-    b = policy.call(lambda: oai.create_batch(client, file_id=file_id, api=api, completion_window=completion_window,
-                                             metadata=md), "create batch",
-                    on_retry=lambda exc: oai.find_batch(client, look))
-    journal.write({"event": "batch", "digest": digest, "batch_id": b["id"], "file_id": file_id})
-    log.info("submitted batch %s: %d requests, %.1f MB (chunk %s)", b["id"], chunk["n"], chunk["bytes"] / 1e6,
-             digest[:12])
-    return {**chunk, "batch_id": b["id"], "file_id": file_id, "reused": False}
+    bid = backend.create(file_id, name=name, metadata=md)
+    journal.write({"event": "batch", "digest": digest, "batch_id": bid, "file_id": file_id})
+    log.info("submitted %s batch %s: %d requests, %.1f MB (chunk %s)", backend.name, bid, chunk["n"],
+             chunk["bytes"] / 1e6, digest[:12])
+    return {**chunk, "batch_id": bid, "file_id": file_id, "reused": False}
 
 
 def _submit_lines(runner: Runner, lines: Iterable[str], state_dir: Path, journal: Journal, *, rnd: int,
                   metadata: Mapping[str, str]) -> list[dict]:
     s = runner.settings
-    chunks = split_requests(lines, state_dir / "chunks", max_requests=int(s.get("max_requests_per_batch", 50000)),
-                            max_bytes=int(s.get("max_bytes_per_batch", 190_000_000)))
+    backend = runner.batch_backend()
+    chunks = split_requests(lines, state_dir / "chunks",
+                            max_requests=min(int(s.get("max_requests_per_batch", backend.max_requests)),
+                                             backend.max_requests),
+                            max_bytes=min(int(s.get("max_bytes_per_batch", backend.max_bytes)), backend.max_bytes))
     if journal.round_digests(rnd) is None:
         journal.write({"event": "round", "round": rnd, "digests": [c["digest"] for c in chunks]})
     md = {k: str(v)[:500] for k, v in metadata.items()} | {"bm_round": str(rnd)}
-    return [_ensure_batch(runner.client, journal, c, api=runner.llm.api, policy=runner.policy,
-                          completion_window=str(s.get("completion_window", "24h")), metadata=md) for c in chunks]
+    return [_ensure_batch(backend, journal, c, metadata=md) for c in chunks]
 
 
 def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir: str,
@@ -287,23 +278,21 @@ def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir:
 
 
 # -- collect ------------------------------------------------------------------------------------------
-def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, stage: str,
-          policy: RetryPolicy | None = None) -> dict[str, dict]:
-    policy = policy or RetryPolicy()
+def _wait(backend: BatchBackend, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float,
+          stage: str) -> dict[str, BatchInfo]:
     from ..logs import progress
 
-    info: dict[str, dict] = {}
+    info: dict[str, BatchInfo] = {}
     last_log = 0.0
     bar = None
     while True:
         for bid in batch_ids:
-            if bid in info and info[bid].get("status") in TERMINAL:
+            if bid in info and info[bid].status in TERMINAL:
                 continue
-            info[bid] = policy.call(lambda: oai.retrieve_batch(client, bid), f"poll batch {bid}")
-        open_ = [b for b in batch_ids if info[b].get("status") not in TERMINAL]
-        total = sum((info[b].get("request_counts") or {}).get("total", 0) or 0 for b in batch_ids)
-        done = sum(((info[b].get("request_counts") or {}).get("completed", 0) or 0)
-                   + ((info[b].get("request_counts") or {}).get("failed", 0) or 0) for b in batch_ids)
+            info[bid] = backend.poll(bid)
+        open_ = [b for b in batch_ids if info[b].status not in TERMINAL]
+        total = sum(info[b].total for b in batch_ids)
+        done = sum(info[b].done for b in batch_ids)
         if bar is None and total:
             bar = progress(total=total, desc=f"{stage} batches", unit="req")
         if bar is not None:
@@ -314,45 +303,14 @@ def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, 
                 bar.close()
             return info
         if not wait:
-            states = ", ".join(f"{b}: {info[b].get('status')}" for b in open_[:10])
+            states = ", ".join(f"{b}: {info[b].raw.get('status', info[b].status)}" for b in open_[:10])
             raise BatchPending(f"{stage}: {len(open_)} batch(es) still running ({states}); "
                                "wait is false: run the workflow again later to collect")
         if time.monotonic() - last_log > 300:
             log.info("%s: waiting for %d batch(es): %s", stage, len(open_),
-                     ", ".join(f"{b}={info[b].get('status')}" for b in open_[:5]))
+                     ", ".join(f"{b}={info[b].raw.get('status', info[b].status)}" for b in open_[:5]))
             last_log = time.monotonic()
         time.sleep(poll_seconds)
-
-
-def _download(client, b: dict, state_dir: Path, policy: RetryPolicy | None = None) -> tuple[Path | None, Path | None]:
-    policy = policy or RetryPolicy()
-    out = err = None
-    for key, suffix in (("output_file_id", "output"), ("error_file_id", "error")):
-        fid = b.get(key)
-        if not fid:
-            continue
-        dest = state_dir / "downloads" / f"{b['id']}.{suffix}.jsonl"
-        if not dest.exists():
-            policy.call(lambda: oai.download_file(client, fid, str(dest)), f"download {fid} of batch {b['id']}")
-        if suffix == "output":
-            out = dest
-        else:
-            err = dest
-    return out, err
-
-
-def _line_outcome(row: dict, api: str) -> Outcome:
-    if row.get("error"):
-        e = row["error"]
-        return Outcome(False, reason="api_error", detail=f"{e.get('code', '')}: {e.get('message', '')}"[:500])
-    resp = row.get("response") or {}
-    status = resp.get("status_code", 200)
-    body = resp.get("body")
-    if status != 200:
-        msg = ((body or {}).get("error") or {}).get("message") if isinstance(body, dict) else body
-        oc = Outcome(False, reason="api_error", detail=f"HTTP {status}: {str(msg)[:400]}")
-        return oc
-    return parse_body(body, api)
 
 
 def _chunk_ids(path: str) -> Iterator[str]:
@@ -364,18 +322,6 @@ def _chunk_ids(path: str) -> Iterator[str]:
                 yield m.group(1).decode("utf-8")
             elif line.strip():
                 yield loads(line)["custom_id"]
-
-
-def _iter_rows(path: Path) -> Iterator[dict]:
-    """Rows of a downloaded output / error file, streamed (a bad line is an error with its number)."""
-    with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield loads(line)
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: not valid JSON") from None
 
 
 class _Slim:
@@ -469,32 +415,29 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     round_batches = [b["batch_id"] for b in sub["batches"]]
     round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
     journal = Journal(sd / "journal.jsonl")
+    backend = runner.batch_backend()
     rnd = 1
     stack = contextlib.ExitStack()
     stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
     try:
         while True:
-            info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage,
-                         policy=runner.policy)
+            info = _wait(backend, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
             for bid in round_batches:
                 b = info[bid]
-                status = b.get("status")
-                out, err = _download(runner.client, b, sd, runner.policy)
+                status = b.status
+                files = backend.fetch(b, sd)
                 # this batch's paid rows go to the ledger once (a re-read after an interruption skips them)
                 record = runner.ledger is None or not runner.ledger.is_done(bid)
                 seen: set[int] = set()
-                for path in (out, err):
-                    if path is None:
-                        continue
-                    for row in _iter_rows(path):
-                        i, att = parse_custom_id(row["custom_id"])
+                for path in files:
+                    for cid, oc in backend.rows(path):
+                        i, att = parse_custom_id(cid)
                         if i in seen or i >= len(slim):
                             continue
                         seen.add(i)
                         attempts[i] = max(attempts[i], att)
-                        oc = _line_outcome(row, runner.llm.api)
-                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch",
-                                            rid=f"{bid}/{row['custom_id']}", record=record)
+                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
+                                            record=record)
                         if obj is not None:
                             keep(i, obj)
                             failed.discard(i)
@@ -506,7 +449,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                 missing = [parse_custom_id(c) for c in _chunk_ids(round_chunks[bid])]
                 missing = [(i, a) for i, a in missing if i not in seen]
                 if missing:
-                    errs = "; ".join(str(e.get("message", e)) for e in ((b.get("errors") or {}).get("data") or [])[:3])
+                    errs = b.error
                     reason = {"failed": "batch_failed", "expired": "batch_expired",
                               "cancelled": "batch_cancelled"}.get(status, "no_response")
                     for i, a in missing:

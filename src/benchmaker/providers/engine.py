@@ -64,6 +64,14 @@ class Runner:
 
         return make_client(self.settings)
 
+    def batch_backend(self):
+        """This provider's Batch API (:class:`~benchmaker.providers.backend.BatchBackend`)."""
+        if getattr(self, "_backend", None) is None:
+            from .openai.backend import OpenAIBatchBackend
+
+            self._backend = OpenAIBatchBackend(self)
+        return self._backend
+
     def retry_policy(self):
         """The one retry policy of every API call of this runner (settings ``retry_*``)."""
         from .retry import RetryPolicy

@@ -94,7 +94,7 @@ def cancel_batch(client, batch_id: str) -> dict:
 
 
 def download_file(client, file_id: str, dest: str) -> None:
-    from ..io import atomic_path
+    from ...io import atomic_path
 
     content = client.files.content(file_id)
     with atomic_path(dest) as tmp:
