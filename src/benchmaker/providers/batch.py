@@ -43,7 +43,7 @@ from .parse import Outcome, RETRYABLE
 from .spec import RequestSpec
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
-           "TERMINAL", "Journal", "ordered_map"]
+           "TERMINAL", "Journal", "ordered_map", "run_batch"]
 
 log = get_logger("providers.batch")
 _CID = re.compile(rb'^\{"custom_id":"([^"]+)"')      # every backend's request lines start like this
@@ -204,6 +204,15 @@ class Journal:
                 st.setdefault("events", []).append(r.get("event"))
         return st
 
+    def terminal(self, batch_id: str) -> BatchInfo | None:
+        """A batch an earlier collect saw terminal and fetched (its result files are in the state dir)."""
+        for r in self.records:
+            if r.get("event") == "terminal" and r.get("batch_id") == batch_id:
+                if all(Path(f).exists() for f in r.get("files") or []):
+                    return BatchInfo(batch_id, r["status"], int(r.get("total") or 0), int(r.get("total") or 0),
+                                     r.get("error") or "", {"files": list(r.get("files") or [])})
+        return None
+
     def round_digests(self, rnd: int) -> list[str] | None:
         for r in self.records:
             if r.get("event") == "round" and r.get("round") == rnd:
@@ -279,10 +288,12 @@ def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir:
 
 # -- collect ------------------------------------------------------------------------------------------
 def _wait(backend: BatchBackend, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float,
-          stage: str) -> dict[str, BatchInfo]:
+          stage: str, known: Mapping[str, BatchInfo] | None = None) -> dict[str, BatchInfo]:
+    """Poll until every batch is terminal; ``known``: batches the journal already has as terminal
+    (fetched by an earlier collect: not asked again)."""
     from ..logs import progress
 
-    info: dict[str, BatchInfo] = {}
+    info: dict[str, BatchInfo] = dict(known or {})
     last_log = 0.0
     bar = None
     while True:
@@ -421,11 +432,17 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
     try:
         while True:
-            info = _wait(backend, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
+            known = {bid: t for bid in round_batches if (t := journal.terminal(bid)) is not None}
+            info = _wait(backend, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage, known=known)
             for bid in round_batches:
                 b = info[bid]
                 status = b.status
-                files = backend.fetch(b, sd)
+                if bid in known:                        # fetched by an earlier collect: re-read, ask nothing
+                    files = [Path(f) for f in b.raw["files"]]
+                else:
+                    files = backend.fetch(b, sd)
+                    journal.write({"event": "terminal", "batch_id": bid, "status": status, "error": b.error,
+                                   "total": b.total, "files": [str(f) for f in files]})
                 # this batch's paid rows go to the ledger once (a re-read after an interruption skips them)
                 record = runner.ledger is None or not runner.ledger.is_done(bid)
                 seen: set[int] = set()
@@ -484,3 +501,37 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), n_lost,
              runner.cost_count, runner.cost_total)
     return results
+
+
+# -- all three in one call (library use, and adapters whose plain rule runs in batch mode) -------------
+def run_batch(runner: Runner, items: Sequence[Item], losses: Losses, *, state_dir: str, wait: bool = True,
+              poll_seconds: float = 30.0, benchmark: str = "benchmaker") -> dict[str, dict]:
+    """build -> submit -> collect for ``items`` in ``<state_dir>/<digest of their keys>``: the same
+    items (a rerun) resume the same batches; returns item_id -> answer."""
+    items = runner.keyed(list(items))
+    h = hashlib.sha256()
+    for it in items:
+        h.update(it.key.encode() + b"\n")
+    tag = f"{runner.stage}-{h.hexdigest()[:16]}"
+    d = Path(state_dir) / tag
+    d.mkdir(parents=True, exist_ok=True)
+    req, man, sub = d / "requests.jsonl", d / "manifest.jsonl", d / "submitted.json"
+    md = {"benchmaker": benchmark, "bm_stage": runner.stage, "bm_shard": tag}
+    if not man.exists():
+        build_requests(runner, items, requests=str(req), manifest=str(man))
+    if not sub.exists():
+        submit_requests(runner, requests=str(req), submitted=str(sub), state_dir=str(d), metadata=md)
+    own = runner.ledger is None
+    if own:                  # paid rows on record in the state dir: a re-read after a rerun is not paid twice
+        from .ledger import CostLedger
+
+        runner.ledger = CostLedger(d / "ledger.jsonl")
+    try:
+        return collect_results(runner, items, manifest=str(man), submitted=str(sub), state_dir=str(d),
+                               losses=losses, metadata=md, wait=wait, poll_seconds=poll_seconds)
+    finally:
+        if own:
+            led, runner.ledger = runner.ledger, None
+            led.close()
+            runner.cost_rows.extend({k: v for k, v in r.items() if k not in ("rid", "run")}
+                                    for r in led.rows() if r.get("run") == led.run)

@@ -19,7 +19,7 @@ from .cost import Price, cost_row, price_for
 from .parse import Outcome, validate_answer
 from .spec import LLMSettings, RequestSpec, render_body, request_key
 
-__all__ = ["Item", "Runner"]
+__all__ = ["Item", "Runner", "provider_runner"]
 
 log = get_logger("providers")
 
@@ -219,3 +219,14 @@ def _reason_counts(last: dict[str, Outcome], failed: list[Item]) -> str:
 
     c = Counter(last[it.item_id].reason for it in failed)
     return ", ".join(f"{k}: {v}" for k, v in c.most_common())
+
+
+def provider_runner(adapter: str, **kw: Any) -> Runner:
+    """The runner of an API adapter (``openai`` or ``gemini``): the same batch rules serve both."""
+    if adapter == "gemini":
+        from .gemini import GeminiRunner
+
+        return GeminiRunner(**kw)
+    if adapter != "openai":
+        raise ValueError(f"adapter {adapter!r} has no Batch API runner (openai, gemini)")
+    return Runner(**kw)

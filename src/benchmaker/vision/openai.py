@@ -18,7 +18,7 @@ from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
-from ..providers.engine import Item, Runner
+from ..providers.engine import Item, Runner, provider_runner
 from ..providers.fastjson import dumps as fast_dumps
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
 from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
@@ -175,16 +175,16 @@ class OpenAIAnnotator:
 
 
 # -- batch mode: the three rules ----------------------------------------------------------------------
-def _runner(settings, cache_dir) -> Runner:
-    return Runner(stage="vision", item_type="image", settings=dict(settings), cache_dir=cache_dir)
+def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
+    return provider_runner(adapter, stage="vision", item_type="image", settings=dict(settings), cache_dir=cache_dir)
 
 
 def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, Any], facets: Mapping[str, Any],
           image_root: str, columns: Mapping[str, str], cache_dir: str | None = None, threads: int = 1,
-          **_: Any) -> None:
+          adapter: str = "openai", **_: Any) -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
-    pb.build_requests(_runner(settings, cache_dir), vision_items(imgs, fm, settings, image_root),
+    pb.build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
                       requests=requests, manifest=manifest, threads=threads)
 
 
@@ -193,21 +193,22 @@ def batch_metadata(benchmark: str, stage: str, shard: str) -> dict[str, str]:
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
-           shard: str = "all", cache_dir: str | None = None, **_: Any) -> None:
-    pb.submit_requests(_runner(settings, cache_dir), requests=requests, submitted=submitted, state_dir=state_dir,
+           shard: str = "all", cache_dir: str | None = None, adapter: str = "openai", **_: Any) -> None:
+    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted, state_dir=state_dir,
                        metadata=batch_metadata(benchmark, "vision", shard))
 
 
 def collect(*, images: str, manifest: str, submitted: str, annotations: str, losses: str, costs: str,
             settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str],
-            state_dir: str, benchmark: str, shard: str = "all", cache_dir: str | None = None, **_: Any) -> None:
+            state_dir: str, benchmark: str, shard: str = "all", cache_dir: str | None = None, adapter: str = "openai",
+            **_: Any) -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
-    runner = _runner(settings, cache_dir)
+    runner = _runner(settings, cache_dir, adapter)
     loss = Losses("vision")
     # items are streamed (and made again only for retries): collect holds ids and keys, not requests
     items = lambda: vision_items(imgs, fm, settings, image_root)  # noqa: E731
-    spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"openai:{runner.llm.model}",
+    spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"{adapter}:{runner.llm.model}",
                         imgs["image_id"].to_list())
     attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
     cached_rows = Path(state_dir) / "costs.cached.part.jsonl"

@@ -69,6 +69,13 @@ class GeminiRunner(Runner):
     def make_client(self):
         return make_client(self.settings)
 
+    def batch_backend(self):
+        if getattr(self, "_backend", None) is None:
+            from .backend import GeminiBatchBackend
+
+            self._backend = GeminiBatchBackend(self)
+        return self._backend
+
     def request_key(self, spec) -> str:
         return gemini_request_key(spec, self.llm)
 
@@ -105,7 +112,10 @@ class GeminiRunner(Runner):
 
     def run_batch(self, items: Iterable[Item], losses: Losses, *, state_dir: str | None = None,
                   wait: bool = True, poll_seconds: float = 30.0) -> dict[str, dict]:
-        """Inline-request batch jobs (see :class:`_BatchJobs`); returns item_id -> answer."""
+        """The shared build -> submit -> collect (:func:`benchmaker.providers.batch.run_batch`) in one
+        call, with state under ``<cache_dir>/gemini-batches``; returns item_id -> answer."""
+        from ..batch import run_batch
+
         if state_dir is None:
             if self.cache_dir:
                 state_dir = str(Path(self.cache_dir) / "gemini-batches")
@@ -113,7 +123,4 @@ class GeminiRunner(Runner):
                 state_dir = tempfile.mkdtemp(prefix="bm-gemini-batches-")
                 log.warning("%s: batch mode without a cache dir: batch state in %s, an interrupted run cannot "
                             "resume", self.stage, state_dir)
-        with self.cache.bulk():        # answers go to a pack segment, published before any wait
-            from .jobs import _BatchJobs
-
-            return _BatchJobs(self, Path(state_dir), wait=wait, poll_seconds=poll_seconds).run(list(items), losses)
+        return run_batch(self, list(items), losses, state_dir=state_dir, wait=wait, poll_seconds=poll_seconds)
