@@ -56,6 +56,42 @@ def instance(schema: dict, path: str = "") -> Any:
     return f"text for {path.strip('/') or 'answer'}"
 
 
+def data_keys(text: str) -> list[str]:
+    """The candidate keys of a judge request, read from its ``DATA (JSON):`` part (as a model would)."""
+    i = text.find("DATA (JSON):")
+    if i < 0:
+        return []
+    try:
+        data = json.JSONDecoder().raw_decode(text[i + len("DATA (JSON):"):].lstrip())[0]
+    except ValueError:
+        return []
+    return list((data.get("candidates") or {}).keys())
+
+
+def answer_for(text: str, schema: dict) -> Any:
+    """A valid answer: :func:`instance`, with a judge's ``judgments`` list holding every candidate key
+    of the request once."""
+    obj = instance(schema)
+    j = (schema.get("properties") or {}).get("judgments")
+    if isinstance(obj, dict) and j and str(j.get("type", "")).lower() == "array":
+        obj["judgments"] = [{**instance(j["items"], "/judgments"), "key": k} for k in data_keys(text)]
+    return obj
+
+
+def request_text(body: dict) -> str:
+    """Every text of a Responses or Chat Completions body (instructions / system, then the input)."""
+    out = [str(body.get("instructions") or "")]
+    for m in body.get("input") or body.get("messages") or []:
+        c = m.get("content")
+        if isinstance(c, str):
+            out.append(c)
+            continue
+        for part in c or []:
+            if part.get("type") in ("input_text", "text"):
+                out.append(part.get("text", ""))
+    return "\n".join(out)
+
+
 def request_schema(body: dict) -> tuple[dict, str]:
     if "text" in body:
         f = body["text"]["format"]
@@ -71,7 +107,7 @@ class Fake:
         self.batches: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.answer: Callable[[dict, dict], Any] = lambda body, schema: instance(schema)
+        self.answer: Callable[[dict, dict], Any] = lambda body, schema: answer_for(request_text(body), schema)
         self.fail: Callable[[str, dict], str | None] = lambda custom_id, body: None
         self.rate_limit = 0
         self.retry_after = "0.05"

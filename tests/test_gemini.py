@@ -275,19 +275,18 @@ def _plan_and_ann(imgs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _judge_answer(req, schema):
-    obj = fake_gemini.instance(schema)
+    obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
     second = len(obj["judgments"]) == 2
     obj["query_text"] = "a green circle" if second else "a red circle"
-    for k in obj["judgments"]:
-        obj["judgments"][k] = {"label": 0 if second else 2}
+    for j in obj["judgments"]:
+        j["label"] = 0 if second else 2
         if "rationale" in obj_props(schema):
-            obj["judgments"][k]["rationale"] = "because"
+            j["rationale"] = "because"
     return obj
 
 
 def obj_props(schema):
-    one = next(iter(schema["properties"]["judgments"]["properties"].values()))
-    return one["properties"]
+    return schema["properties"]["judgments"]["items"]["properties"]
 
 
 def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, caplog):
@@ -322,10 +321,10 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
     for i in imgs["image_id"].to_list():           # no file name, path or license reaches the judge
         assert i not in blob and i.split("/")[1] not in blob
     assert "CC0" not in blob and "tiny_q000" not in blob
-    big = max(bodies, key=lambda b: len(json.dumps(b)))
-    js = big["generationConfig"]["responseJsonSchema"]["properties"]["judgments"]
-    assert sorted(js["required"]) == ["c01", "c02", "c03", "c04"]
-    assert js["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    schemas = [b["generationConfig"]["responseJsonSchema"] for b in bodies]
+    assert schemas[0] == schemas[1]                 # one schema for every query: a stable prefix
+    assert schemas[0]["properties"]["judgments"]["items"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    assert sorted(len(fake_gemini.data_keys(fake_gemini.request_text(b))) for b in bodies) == [2, 4]
     # the rerun is served by the cache
     judge_stage.run(**kw)
     assert len(fake.generate_calls()) == 2
@@ -339,9 +338,9 @@ def test_judge_wrong_keys_retried_then_lost(fake, tmp_path, tiny_corpus):
     plan, ann = _plan_and_ann(imgs)
 
     def answer(req, schema):
-        obj = fake_gemini.instance(schema)
-        obj["judgments"].pop(next(iter(obj["judgments"])))   # one planned candidate missing
-        obj["judgments"]["c99"] = {"label": 1}
+        obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
+        obj["judgments"].pop(0)                               # one planned candidate missing
+        obj["judgments"].append({"key": "c99", "label": 1})
         return obj
 
     fake.answer = answer

@@ -20,7 +20,7 @@ from ..losses import Losses
 from ..providers import batch as pb
 from ..providers.engine import Item, Runner, provider_runner
 from ..providers.spec import ImageRef
-from .prompts import candidate_keys, check_answer, judge_spec
+from .prompts import candidate_keys, check_answer, judge_spec, judgments_by_key
 
 __all__ = ["OpenAIJudge", "judge_items", "answers_to_frame", "build", "submit", "collect", "merged_settings"]
 
@@ -73,8 +73,9 @@ def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], j
         if a is None:
             continue
         text = str(a["query_text"]).strip()
+        by_key = judgments_by_key(a)
         for image_id, k in keys.items():
-            j = a["judgments"][k]
+            j = by_key[k]
             rows.append({"query_id": qid, "query_text": text, "image_id": image_id,
                          "relevance_label": int(j["label"]),
                          "rationale": (str(j.get("rationale") or "").strip() or None) if rationale else None,
