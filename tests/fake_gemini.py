@@ -64,6 +64,9 @@ def request_text(req: dict) -> str:
 
 def data_keys(text: str) -> list[str]:
     """The candidate keys of a judge request, read from its ``DATA (JSON):`` part (as a model would)."""
+    i = text.find("CANDIDATES:")
+    if i >= 0:                                # benchmaker's table: one "cNN | …" row per candidate
+        return re.findall(r"^(c\d+) \|", text[i:], flags=re.M)
     i = text.find("DATA (JSON):")
     if i < 0:
         return []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import hashlib
 import itertools
 import json
 import re
@@ -58,6 +59,9 @@ def instance(schema: dict, path: str = "") -> Any:
 
 def data_keys(text: str) -> list[str]:
     """The candidate keys of a judge request, read from its ``DATA (JSON):`` part (as a model would)."""
+    i = text.find("CANDIDATES:")
+    if i >= 0:                                # benchmaker's table: one "cNN | …" row per candidate
+        return re.findall(r"^(c\d+) \|", text[i:], flags=re.M)
     i = text.find("DATA (JSON):")
     if i < 0:
         return []
@@ -117,6 +121,9 @@ class Fake:
         self.drop_after_billing = 0
         self.bill: list[dict] = []
         self.delay = 0.0                     # seconds each sync call takes
+        self.count_tokens = False            # usage from the request (tokens_of) instead of USAGE
+        self.reasoning_tokens = 64
+        self.prefixes: dict[tuple, set] = {}
         self.server: ThreadingHTTPServer | None = None
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -193,6 +200,43 @@ class Fake:
                 return status
         return None
 
+    # -- token counting as the provider does it (count_tokens = True) ------------------------------
+    def tokens_of(self, body: dict) -> tuple[int, int, str]:
+        """(input tokens, cached input tokens, prompt stream) of a request, counted the way OpenAI
+        bills them: ~4 characters per text token, 85 tokens per low-detail image; the structured-output
+        schema is a prefix to the system message, then the instructions, then the input in order. The
+        cached part is the longest prefix seen before under the same model and ``prompt_cache_key``,
+        once the prompt has at least 1,024 tokens, in steps of 128 tokens."""
+        schema, api = request_schema(body)
+        units = [json.dumps(schema, separators=(",", ":")), str(body.get("instructions") or "")]
+        for m in body.get("input") or body.get("messages") or []:
+            c = m.get("content")
+            for part in ([{"type": "text", "text": c}] if isinstance(c, str) else c or []):
+                if part.get("type") in ("input_text", "text"):
+                    units.append(part.get("text", ""))
+                elif part.get("type") in ("input_image", "image_url"):
+                    url = part.get("image_url")
+                    url = url.get("url") if isinstance(url, dict) else url
+                    tag = hashlib.sha1(str(url).encode()).hexdigest()
+                    units.append(("<img " + tag + ">").ljust(85 * 4, "."))
+        stream = "\x1e".join(units)
+        n = -(-len(stream) // 4)
+        space = (body.get("model"), body.get("prompt_cache_key") or "")
+        seen = self.prefixes.setdefault(space, set())
+        cached = 0
+        b = 1024
+        while b <= n:
+            h = hashlib.sha1(stream[: 4 * b].encode()).digest()
+            if h not in seen:
+                break
+            cached = b
+            b += 128
+        b = 1024
+        while b <= n:
+            seen.add(hashlib.sha1(stream[: 4 * b].encode()).digest())
+            b += 128
+        return n, cached, stream
+
     def respond(self, body: dict, custom_id: str = "", mode: str = "sync") -> tuple[int, dict]:
         """(status, body) of one model call, honouring ``fail``; a 200 is billed."""
         schema, api = request_schema(body)
@@ -202,6 +246,11 @@ class Fake:
         if kind == "http_400":
             return 400, {"error": {"message": "bad request", "type": "invalid_request_error"}}
         text = json.dumps(self.answer(body, schema))
+        if self.count_tokens:
+            n_in, n_cached, _ = self.tokens_of(body)
+            self.usage = {"input_tokens": n_in, "cached_tokens": n_cached,
+                          "output_tokens": -(-len(text) // 4) + self.reasoning_tokens,
+                          "reasoning_tokens": self.reasoning_tokens}
         self._charge(body["model"], mode, custom_id)
         status = "completed"
         if kind == "invalid_json":
@@ -339,6 +388,10 @@ def _handler(fake: Fake):
                         fake.rate_limit -= 1
                         return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                           headers={"Retry-After": fake.retry_after})
+                    pck = body.get("prompt_cache_key")
+                    if pck is not None and (not isinstance(pck, str) or len(pck) > 64):
+                        return self._send(400, {"error": {"message": "prompt_cache_key: a string of at most 64 "
+                                                          "characters", "type": "invalid_request_error"}})
                     code, out = fake.respond(body)
                     if code == 200 and fake.drop_after_billing > 0:
                         fake.drop_after_billing -= 1       # billed, but the answer never arrives

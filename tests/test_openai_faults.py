@@ -270,3 +270,34 @@ def test_kill_9_during_collect_then_rerun_costs_equal_bill(fake, tmp_path, tiny_
     assert len(list(iter_jsonl(sh.p["annotations"]))) == n
     assert _paid(costs) == pytest.approx(fake.billed_usd())
     assert len([c for c in costs if not c["cached"]]) == len(fake.bill) == n
+
+
+def test_prompt_cache_layout_against_upstream(tmp_path):
+    """benchmarks/prompt_cache.py at a small size: the fake counts cached prefixes as OpenAI does; the
+    judge's stable prefix (schema, instructions, facet definitions) is cached for every query after
+    the first, upstream's judge layout gets nothing cached, and the total costs less."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import prompt_cache as pc
+
+    fm, vocab = pc.facet_model()
+    imgs = pc.make_images(tmp_path, 6)
+    res = {lay: pc.run_layout(lay, imgs, tmp_path, fm, vocab, 12, 13) for lay in ("upstream", "benchmaker")}
+    ours, up = res["benchmaker"], res["upstream"]
+    assert ours["judge"]["answered"] == up["judge"]["answered"] == 12
+    assert up["judge"]["cached_pct"] == 0 and ours["judge"]["cached_pct"] >= 45
+    assert ours["vision"]["cached_pct"] >= 70
+    assert ours["judge"]["usd"] < 0.6 * up["judge"]["usd"]
+
+
+def test_prompt_cache_key_sent_and_checked(fake, tmp_path, tiny_corpus):
+    imgs = images_frame(tiny_corpus, 3)
+    a = vo.OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url, "prompt_cache_key": True},
+                           image_root=str(tiny_corpus), cache_dir=None)
+    assert a.annotate(imgs, Losses("vision")).height == 3
+    keys = {b["prompt_cache_key"] for m, p, b in fake.log if p == "/v1/responses"}
+    assert len(keys) == 1 and len(next(iter(keys))) <= 64       # one key per stable prefix
+    # off by default for a custom base_url (servers that may not know the field)
+    b = vo.OpenAIAnnotator(facets=FM, settings={**SETTINGS, "base_url": fake.base_url}, image_root=str(tiny_corpus),
+                           cache_dir=None)
+    b.annotate(images_frame(tiny_corpus, 1), Losses("vision"))
+    assert "prompt_cache_key" not in fake.log[-1][2]

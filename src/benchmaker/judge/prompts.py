@@ -8,14 +8,14 @@ path, id, license or source reaches the judge (optionally, thumbnails of the can
 Layout for prompt caching: the answer schema (the same for every query: judgments are a list of
 ``{key, label}``), then the system prompt (instructions, the facet definitions and tag vocabulary, the
 judging rules) and the user prompt are identical across the queries of a run and lead every request;
-the per-query data (seed and candidate descriptions, compact JSON) comes last. :func:`check_answer`
+the per-query data (seed and candidate descriptions, one table row each; the columns are defined in
+the system prompt) comes last. :func:`check_answer`
 requires every planned key exactly once and nothing else.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Mapping, Sequence
 
 from ..formats import FacetModel
@@ -109,6 +109,9 @@ def default_system_prompt(fm: FacetModel | None = None, *, graded: bool, rationa
                                                               "candidate." if rationale else ""),
         "Output MUST be valid JSON matching the provided schema exactly.",
         *facet_definitions(fm),
+        "",
+        "DATA lists the seeds (s1, s2, …) and then the candidates, one per line, with the columns: "
+        + table_columns(fm) + ".",
         *JUDGING_RULES,
     ])
 
@@ -127,6 +130,29 @@ def describe(row: Mapping[str, Any], fm: FacetModel) -> dict:
     return d
 
 
+def _cell(v: Any) -> str:
+    return " ".join(str(v if v is not None else "").split()).replace("|", "/")
+
+
+def row_line(key: str, row: Mapping[str, Any], fm: FacetModel) -> str:
+    """One image as a table row: ``key | summary | <facet values> | <true flags> | tags`` (the columns
+    are defined once, in the system prompt: fewer tokens per candidate than JSON)."""
+    cells = [key, _cell(row.get("summary"))]
+    cells += [_cell(row.get(n)) or "unknown" for n in fm.taxonomy]
+    if fm.boolean:
+        cells.append(", ".join(n for n in fm.boolean if row.get(n)) or "-")
+    cells.append(", ".join(_cell(t) for t in (row.get("tags") or [])))
+    return " | ".join(cells)
+
+
+def table_columns(fm: FacetModel | None) -> str:
+    cols = ["key", "summary", *(fm.taxonomy if fm else ())]
+    if fm is not None and fm.boolean:
+        cols.append("flags (the yes/no facets that are yes, '-' for none)")
+    cols.append("tags")
+    return " | ".join(cols)
+
+
 def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]],
                keys: Mapping[str, str], meta_row: Mapping[str, Any], fm: FacetModel, settings: Mapping[str, Any],
                thumbnails: Mapping[str, ImageRef] | None = None) -> RequestSpec:
@@ -137,13 +163,10 @@ def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candida
     sys_t = prompts.get("system") or _default_system(fm, graded, rationale)
     user_t = prompts.get("user") or default_user_prompt()
     by_key = sorted(((keys[c["image_id"]], c) for c in candidates), key=lambda kv: kv[0])
-    data = {
-        "seed_images": [describe(r, fm) for r in seed_rows],
-        "candidates": {k: describe(c, fm) for k, c in by_key},
-    }
-    # the user prompt (the same for every query) first, the query's data last
-    parts: list[Any] = [Text(fill_metadata(user_t, meta_row, meta_cols)),
-                        Text("DATA (JSON):\n" + json.dumps(data, ensure_ascii=False, separators=(",", ":")))]
+    # the user prompt (the same for every query) first, the query's data last, one table row per image
+    data = "\n".join(["DATA", "SEEDS:", *(row_line(f"s{n}", r, fm) for n, r in enumerate(seed_rows, 1)),
+                      "CANDIDATES:", *(row_line(k, c, fm) for k, c in by_key)])
+    parts: list[Any] = [Text(fill_metadata(user_t, meta_row, meta_cols)), Text(data)]
     if thumbnails:
         parts.append(Text("Thumbnails of the candidates follow, each after its key."))
         for k, c in by_key:
