@@ -301,3 +301,45 @@ def test_prompt_cache_key_sent_and_checked(fake, tmp_path, tiny_corpus):
                            cache_dir=None)
     b.annotate(images_frame(tiny_corpus, 1), Losses("vision"))
     assert "prompt_cache_key" not in fake.log[-1][2]
+
+
+@pytest.mark.slow
+def test_estimate_within_10_percent_before_and_after_a_partial_run(fake, tmp_path, tiny_corpus, tiny_clip):
+    """``benchmaker estimate`` against the fake in its token-counting mode: before the run (preprocess's
+    inspection decides what is sent: the broken files are not counted), and after a partial run
+    (part of the answers in the response cache): within 10 % of what the fake then bills."""
+    from support import snakemake, tiny_config, write_config
+
+    from benchmaker.config import load_config
+    from benchmaker.providers.estimate import REASONING_OUTPUT, estimate
+
+    fake.count_tokens = True
+    fake.reasoning_tokens = REASONING_OUTPUT["low"]
+    llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync", "concurrency": 2}
+    config = write_config(tmp_path / "config.yaml", tiny_config(tmp_path, tiny_corpus, tiny_clip,
+                                                                vision={"adapter": "openai", "openai": llm}))
+    cfg = load_config(str(config))
+    before = estimate(cfg)[0]
+    n_files = sum(1 for p in tiny_corpus.rglob("*") if p.is_file())
+    assert before["quarantined"] >= 1 and before["items"] == n_files - before["quarantined"]
+    assert before["cached"] == 0 and before["requests"] == before["items"] - before["duplicates"]
+    res = tmp_path / "results" / "tiny"
+    env = {"OPENAI_API_KEY": "sk-test"}
+    r = snakemake(["--cores", "2", f"{res}/annotations.jsonl"], tmp_path, config, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    billed = fake.billed_usd()
+    assert len(fake.bill) == before["requests"]
+    print(f"estimate before {before['usd']:.6f} vs billed {billed:.6f}")
+    assert before["usd"] == pytest.approx(billed, rel=0.10)
+    # a partial run: drop a third of the cached answers, then the estimate prices only those
+    cache = tmp_path / "results" / ".cache" / "vision"
+    entries = sorted(p for p in cache.rglob("*.json"))
+    for p in entries[::3]:
+        p.unlink()
+    after = estimate(load_config(str(config)))[0]
+    assert after["requests"] == len(entries[::3]) and after["cached"] == len(entries) - len(entries[::3])
+    r = snakemake(["--cores", "2", f"{res}/annotations.jsonl", "--forcerun", "vision"], tmp_path, config, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(fake.bill) == before["requests"] + after["requests"]
+    print(f"estimate after a partial run {after['usd']:.6f} vs billed {fake.billed_usd() - billed:.6f}")
+    assert after["usd"] == pytest.approx(fake.billed_usd() - billed, rel=0.10)
