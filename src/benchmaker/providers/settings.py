@@ -17,7 +17,7 @@ BATCH_ADAPTERS = ("openai", "gemini")   # every provider with a BatchBackend
 REQUEST_KEYS = (
     "model", "base_url", "api_key_env", "api", "max_output_tokens", "reasoning_effort", "temperature",
     "prompts", "metadata_columns", "image_detail", "image_transport", "image_max_side", "send_thumbnails",
-    "labels", "rationale",
+    "labels", "rationale", "prompt_cache_key",
 )
 BATCH_KEYS = ("model", "base_url", "api_key_env", "api", "completion_window", "max_requests_per_batch",
               "max_bytes_per_batch")

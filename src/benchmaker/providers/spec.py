@@ -82,7 +82,8 @@ class LLMSettings:
             reasoning_effort=s.get("reasoning_effort", "low"), temperature=s.get("temperature"),
             image_detail=s.get("image_detail", "low"), image_transport=s.get("image_transport", "base64"),
             image_max_side=int(s.get("image_max_side", 768)),
-            prompt_cache_key=bool(s.get("prompt_cache_key", not s.get("base_url"))),
+            prompt_cache_key=(not s.get("base_url")) if s.get("prompt_cache_key") is None
+            else bool(s["prompt_cache_key"]),
         )
 
     def __post_init__(self) -> None:
