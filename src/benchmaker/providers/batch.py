@@ -143,15 +143,19 @@ def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, mani
 
 
 # -- submit -------------------------------------------------------------------------------------------
-def split_requests(lines: Iterable[str], chunk_dir: Path, *, max_requests: int, max_bytes: int) -> list[dict]:
-    """Write request lines into content-addressed chunk files; returns [{path, digest, n, bytes}]."""
+def split_requests(lines: Iterable[str], chunk_dir: Path, *, max_requests: int, max_bytes: int,
+                   keep: Callable[[str], bool] | None = None) -> list[dict]:
+    """Write request lines into content-addressed chunk files; returns [{path, digest, n, bytes}].
+
+    Beside each chunk, ``<digest>.ids`` lists its custom ids (what collect needs of a chunk once its
+    batch exists). ``keep(digest)`` false: the chunk's batch exists already, its file is not kept."""
     chunk_dir.mkdir(parents=True, exist_ok=True)
     out: list[dict] = []
     state: dict[str, Any] = {}
 
     def start() -> None:
         tmp = chunk_dir / f".part-{os.getpid()}-{len(out)}.tmp"
-        state.update(tmp=tmp, fh=open(tmp, "wb"), h=hashlib.sha256(), n=0, b=0)
+        state.update(tmp=tmp, fh=open(tmp, "wb"), h=hashlib.sha256(), n=0, b=0, ids=[])
 
     def finish() -> None:
         state["fh"].close()
@@ -160,7 +164,14 @@ def split_requests(lines: Iterable[str], chunk_dir: Path, *, max_requests: int, 
             return
         digest = state["h"].hexdigest()
         final = chunk_dir / f"{digest}.jsonl"
-        os.replace(state["tmp"], final)
+        ids = chunk_dir / f"{digest}.ids"
+        if not ids.exists():
+            with atomic_path(ids) as t:
+                t.write_bytes(b"".join(i + b"\n" for i in state["ids"]))
+        if keep is None or keep(digest):
+            os.replace(state["tmp"], final)
+        else:
+            state["tmp"].unlink()
         out.append({"path": str(final), "digest": digest, "n": state["n"], "bytes": state["b"]})
 
     start()
@@ -173,6 +184,8 @@ def split_requests(lines: Iterable[str], chunk_dir: Path, *, max_requests: int, 
             finish()
             start()
         state["fh"].write(data)
+        m = _CID.match(data)
+        state["ids"].append(m.group(1) if m else loads(data)["custom_id"].encode("utf-8"))
         state["h"].update(data)
         state["n"] += 1
         state["b"] += len(data)
@@ -261,11 +274,18 @@ def _submit_lines(runner: Runner, lines: Iterable[str], state_dir: Path, journal
     chunks = split_requests(lines, state_dir / "chunks",
                             max_requests=min(int(s.get("max_requests_per_batch", backend.max_requests)),
                                              backend.max_requests),
-                            max_bytes=min(int(s.get("max_bytes_per_batch", backend.max_bytes)), backend.max_bytes))
+                            max_bytes=min(int(s.get("max_bytes_per_batch", backend.max_bytes)), backend.max_bytes),
+                            keep=lambda d: not journal.chunk(d).get("batch_id"))
     if journal.round_digests(rnd) is None:
         journal.write({"event": "round", "round": rnd, "digests": [c["digest"] for c in chunks]})
     md = {k: str(v)[:500] for k, v in metadata.items()} | {"bm_round": str(rnd)}
-    return [_ensure_batch(backend, journal, c, metadata=md) for c in chunks]
+    out = []
+    for c in chunks:
+        out.append(_ensure_batch(backend, journal, c, metadata=md))
+        # the batch exists and is on record: the chunk's requests live at the provider (and in
+        # requests.jsonl); only its custom ids (.ids) stay in the state dir, not a second copy
+        Path(c["path"]).unlink(missing_ok=True)
+    return out
 
 
 def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir: str,
@@ -325,7 +345,14 @@ def _wait(backend: BatchBackend, batch_ids: Sequence[str], *, wait: bool, poll_s
 
 
 def _chunk_ids(path: str) -> Iterator[str]:
-    """The custom ids of a request chunk, read from each line's head (the lines are large)."""
+    """The custom ids of a request chunk: its ``.ids`` file, else each line's head (the lines are large)."""
+    ids = Path(path).with_suffix(".ids")
+    if ids.exists():
+        with open(ids, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    yield line.strip().decode("utf-8")
+        return
     with open(path, "rb") as fh:
         for line in fh:
             m = _CID.match(line)

@@ -15,10 +15,17 @@ from ..spec import render_line
 from . import ENDPOINTS, cancel_batch, create_batch, download_file, find_batch, find_file, retrieve_batch, \
     upload_batch_file
 
-__all__ = ["OpenAIBatchBackend", "line_outcome"]
+__all__ = ["OpenAIBatchBackend", "line_outcome", "open_result"]
 
 log = get_logger("providers.openai")
 _FIND_KEYS = ("benchmaker", "bm_stage", "bm_shard", "bm_chunk")
+
+
+def open_result(path: Path):
+    """A downloaded result file, gzip-compressed (``.gz``, as written now) or plain."""
+    import gzip
+
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
 
 
 def line_outcome(row: dict, api: str) -> Outcome:
@@ -79,15 +86,20 @@ class OpenAIBatchBackend(BatchBackend):
             fid = info.raw.get(key)
             if not fid:
                 continue
-            dest = state_dir / "downloads" / f"{info.id}.{suffix}.jsonl"
+            plain = state_dir / "downloads" / f"{info.id}.{suffix}.jsonl"
+            if plain.exists():                  # downloaded by an earlier version: read as is
+                out.append(plain)
+                continue
+            dest = plain.with_name(plain.name + ".gz")
             if not dest.exists():
-                self.call(lambda: download_file(self.client, fid, str(dest)), f"download {fid} of batch {info.id}")
+                self.call(lambda: download_file(self.client, fid, str(dest), compress=True),
+                          f"download {fid} of batch {info.id}")
             out.append(dest)
         return out
 
     def rows(self, path: Path) -> Iterator[tuple[str, Outcome]]:
         api = self.runner.llm.api
-        with open(path, "rb") as fh:
+        with open_result(path) as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
