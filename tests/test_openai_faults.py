@@ -343,3 +343,17 @@ def test_estimate_within_10_percent_before_and_after_a_partial_run(fake, tmp_pat
     assert len(fake.bill) == before["requests"] + after["requests"]
     print(f"estimate after a partial run {after['usd']:.6f} vs billed {fake.billed_usd() - billed:.6f}")
     assert after["usd"] == pytest.approx(fake.billed_usd() - billed, rel=0.10)
+
+
+def test_cancel_retried_on_transient_errors(fake, tmp_path, tiny_corpus):
+    from benchmaker.providers.engine import Runner
+
+    sh = Shard(tmp_path, tiny_corpus, fake)
+    vo.build(images=sh.images, requests=sh.p["requests"], manifest=sh.p["manifest"], settings=sh.settings,
+             facets=TINY_FACETS, image_root=str(tiny_corpus), columns={}, cache_dir=sh.cache, threads=1)
+    vo.submit(requests=sh.p["requests"], submitted=sh.p["submitted"], settings=sh.settings, state_dir=sh.state,
+              benchmark="tiny", shard="00000")
+    bid = next(iter(fake.batches))
+    fake.faults = [("POST", r"/v1/batches/[^/]+/cancel", 503), ("POST", r"/v1/batches/[^/]+/cancel", 429)]
+    Runner(stage="vision", item_type="image", settings=sh.settings, cache_dir=None).batch_backend().cancel(bid)
+    assert fake.faults == [] and fake.batches[bid]["status"] == "cancelling"

@@ -88,8 +88,12 @@ def find_file(client, filename: str, max_scan: int = 2000) -> str | None:
     return None
 
 
-def cancel_batch(client, batch_id: str) -> dict:
-    return batch_dict(client.batches.cancel(batch_id))
+def cancel_batch(client, batch_id: str, policy=None) -> dict:
+    """Cancel a batch, through the retry policy (``benchmaker batches cancel`` too)."""
+    from ..retry import RetryPolicy
+
+    return (policy or RetryPolicy()).call(lambda: batch_dict(client.batches.cancel(batch_id)),
+                                          f"cancel batch {batch_id}")
 
 
 def download_file(client, file_id: str, dest: str, *, compress: bool = False) -> None:

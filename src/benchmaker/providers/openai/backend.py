@@ -110,4 +110,4 @@ class OpenAIBatchBackend(BatchBackend):
                 yield row["custom_id"], line_outcome(row, api)
 
     def cancel(self, batch_id: str) -> None:
-        self.call(lambda: cancel_batch(self.client, batch_id), f"cancel batch {batch_id}")
+        cancel_batch(self.client, batch_id, policy=self.runner.policy)
