@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-import polars as pl  # noqa: E402
+import polars as pl
 
 PRICE = (0.25, 0.025, 2.00)      # gpt-5-mini, USD per 1M tokens: input, cached input, output
 
@@ -46,10 +46,7 @@ FACETS = {
     },
     "boolean": ["people_present", "vehicles_present"],
 }
-WORDS = ("flame front ember spot crown torch canopy ridge slope valley road structure truck engine crew "
-         "helicopter tanker retardant drop line dozer hose hydrant power pole fence barn house roof chimney "
-         "ash char snag stump log debris meadow pasture vineyard orchard chaparral pine oak fir cedar "
-         "juniper sage grass brush burn scar perimeter containment backfire firebreak lookout radio map").split()
+WORDS = ["flame", "front", "ember", "spot", "crown", "torch", "canopy", "ridge", "slope", "valley", "road", "structure", "truck", "engine", "crew", "helicopter", "tanker", "retardant", "drop", "line", "dozer", "hose", "hydrant", "power", "pole", "fence", "barn", "house", "roof", "chimney", "ash", "char", "snag", "stump", "log", "debris", "meadow", "pasture", "vineyard", "orchard", "chaparral", "pine", "oak", "fir", "cedar", "juniper", "sage", "grass", "brush", "burn", "scar", "perimeter", "containment", "backfire", "firebreak", "lookout", "radio", "map"]
 
 
 def facet_model():
@@ -129,7 +126,7 @@ def run_layout(layout: str, imgs: pl.DataFrame, corpus: Path, fm, vocab, n_queri
     from benchmaker.providers.engine import Item, Runner
     from benchmaker.providers.spec import ImageRef, RequestSpec, Text
     from benchmaker.vision.openai import vision_items
-    from benchmaker.vision.prompts import SCHEMA_NAME, check_answer, vision_schema
+    from benchmaker.vision.prompts import check_answer, vision_schema
 
     fake = fake_openai.start()
     fake.count_tokens = True

@@ -14,16 +14,19 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import fake_openai
+import pytest
 from openai_helpers import SETTINGS, images_frame, write_images
 from support import TINY_FACETS
 
 from benchmaker.formats import FacetModel
 from benchmaker.io import iter_jsonl
 from benchmaker.losses import Losses
-from benchmaker.providers.retry import PermanentAPIError, RetryPolicy, TransientExhausted
+from benchmaker.providers.retry import (
+    PermanentAPIError,
+    RetryPolicy,
+    TransientExhausted,
+)
 from benchmaker.vision import openai as vo
 from benchmaker.vision import run as vision_run
 
@@ -70,10 +73,10 @@ class Shard:
         self.state, self.cache = str(tmp / "state"), str(tmp / "cache")
 
     def kw(self) -> dict:
-        return dict(images=self.images, manifest=self.p["manifest"], submitted=self.p["submitted"],
-                    annotations=self.p["annotations"], losses=self.p["losses"], costs=self.p["costs"],
-                    settings=self.settings, facets=TINY_FACETS, image_root=str(self.corpus), columns={},
-                    state_dir=self.state, benchmark="tiny", shard="00000", cache_dir=self.cache)
+        return {"images": self.images, "manifest": self.p["manifest"], "submitted": self.p["submitted"],
+                    "annotations": self.p["annotations"], "losses": self.p["losses"], "costs": self.p["costs"],
+                    "settings": self.settings, "facets": TINY_FACETS, "image_root": str(self.corpus), "columns": {},
+                    "state_dir": self.state, "benchmark": "tiny", "shard": "00000", "cache_dir": self.cache}
 
     def run(self) -> None:
         vo.build(images=self.images, requests=self.p["requests"], manifest=self.p["manifest"],
@@ -192,11 +195,11 @@ run(**{kw!r})
 
 
 def _sync_kw(tmp: Path, corpus: Path, fake, images: str) -> dict:
-    return dict(images=images, annotations=str(tmp / "ann.jsonl"), losses=str(tmp / "loss.jsonl"),
-                costs=str(tmp / "costs.jsonl"), adapter="openai",
-                settings={**SETTINGS, "base_url": fake.base_url, "concurrency": 1},
-                facets=TINY_FACETS, image_root=str(corpus), columns={}, cache_dir=str(tmp / "cache"),
-                ledger=str(tmp / "ledger" / "00000.jsonl"))
+    return {"images": images, "annotations": str(tmp / "ann.jsonl"), "losses": str(tmp / "loss.jsonl"),
+                "costs": str(tmp / "costs.jsonl"), "adapter": "openai",
+                "settings": {**SETTINGS, "base_url": fake.base_url, "concurrency": 1},
+                "facets": TINY_FACETS, "image_root": str(corpus), "columns": {}, "cache_dir": str(tmp / "cache"),
+                "ledger": str(tmp / "ledger" / "00000.jsonl")}
 
 
 def _kill_when(proc: subprocess.Popen, cond, timeout: float = 60.0) -> None:

@@ -21,16 +21,17 @@ provider adds a subclass of :class:`BatchBackend` and a runner whose ``batch_bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .parse import Outcome
 
 if TYPE_CHECKING:
     from .engine import Item, Runner
 
-__all__ = ["BatchBackend", "BatchInfo", "TERMINAL"]
+__all__ = ["TERMINAL", "BatchBackend", "BatchInfo"]
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
@@ -51,7 +52,7 @@ class BatchBackend(ABC):
     max_bytes = 190_000_000
     max_requests = 50_000
 
-    def __init__(self, runner: "Runner"):
+    def __init__(self, runner: Runner):
         self.runner = runner
 
     @property
@@ -63,7 +64,7 @@ class BatchBackend(ABC):
 
     # build
     @abstractmethod
-    def line(self, item: "Item", custom_id: str) -> str: ...
+    def line(self, item: Item, custom_id: str) -> str: ...
 
     # submit
     @abstractmethod

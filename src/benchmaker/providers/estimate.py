@@ -21,12 +21,13 @@ the typical length the facet model yields.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .cost import Usage, cost_usd
 
-__all__ = ["estimate", "REASONING_OUTPUT", "API_ADAPTERS", "out_tokens"]
+__all__ = ["API_ADAPTERS", "REASONING_OUTPUT", "estimate", "out_tokens"]
 
 API_ADAPTERS = ("openai", "gemini")
 REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
@@ -123,7 +124,10 @@ def _images(cfg: Mapping[str, Any], results: Path):
     p = results / "images.jsonl"
     if p.exists():
         q = results / "quarantine.jsonl"
-        nq = sum(1 for ln in open(q, encoding="utf-8") if ln.strip()) if q.exists() else 0
+        nq = 0
+        if q.exists():
+            with open(q, encoding="utf-8") as fh:
+                nq = sum(1 for ln in fh if ln.strip())
         return read_table("images", p, columns=cfg["columns"]), "images.jsonl", nq
     from ..preprocess.stage import inspect_corpus
 
@@ -140,8 +144,7 @@ def _images(cfg: Mapping[str, Any], results: Path):
 
 def _typical_row(fm, i: int) -> dict:
     """An annotation row of typical length for the facet model (judge estimate before a plan exists)."""
-    words = ("person walking along a road near trees with buildings and a vehicle in the background "
-             "under a clear sky").split()
+    words = ["person", "walking", "along", "a", "road", "near", "trees", "with", "buildings", "and", "a", "vehicle", "in", "the", "background", "under", "a", "clear", "sky"]
     row = {"image_id": f"img{i}", "summary": " ".join(words[: 18 + i % 5]),
            "tags": [(fm.vocabulary[j % len(fm.vocabulary)] if fm.vocabulary else f"tag number {j}")
                     for j in range((fm.min_tags + fm.max_tags) // 2)]}

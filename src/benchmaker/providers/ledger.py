@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ..io import ensure_parent
 from ..logs import get_logger
-from .fastjson import dumps as fast_dumps, loads
+from .fastjson import dumps as fast_dumps
+from .fastjson import loads
 
 __all__ = ["CostLedger", "run_id", "write_cost_file"]
 
@@ -78,7 +79,7 @@ class CostLedger:
             ensure_parent(self.path)
             if self.path.exists():
                 _repair(self.path)
-            self._fh = open(self.path, "ab")
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - held open for appends, closed by close()
         return self._fh
 
     def append(self, row: dict, rid: str | None = None, *, sync: bool = False) -> None:

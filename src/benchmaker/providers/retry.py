@@ -18,13 +18,20 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from ..logs import get_logger
 
-__all__ = ["RetryPolicy", "TransientExhausted", "PermanentAPIError", "classify", "retry_after_seconds",
-           "status_of"]
+__all__ = [
+    "PermanentAPIError",
+    "RetryPolicy",
+    "TransientExhausted",
+    "classify",
+    "retry_after_seconds",
+    "status_of",
+]
 
 log = get_logger("providers.retry")
 T = TypeVar("T")
@@ -149,7 +156,7 @@ class RetryPolicy:
     waits: list = field(default_factory=list, repr=False)          # every wait, for reports and tests
 
     @classmethod
-    def from_settings(cls, s: Mapping[str, Any] | None, **kw: Any) -> "RetryPolicy":
+    def from_settings(cls, s: Mapping[str, Any] | None, **kw: Any) -> RetryPolicy:
         s = s or {}
         return cls(max_tries=int(s.get("retry_max_tries", 10)), base_delay=float(s.get("retry_base_delay", 1.0)),
                    max_delay=float(s.get("retry_max_delay", 60.0)),
@@ -171,7 +178,7 @@ class RetryPolicy:
                 return fn()
             except PermanentAPIError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:
                 transient, requested = classify(exc)
                 status = status_of(exc)
                 msg = str(getattr(exc, "message", "") or exc)[:300]

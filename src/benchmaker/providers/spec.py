@@ -19,7 +19,6 @@ import io
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .cache import content_key

@@ -11,13 +11,14 @@ re-reads them instead of asking again.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from ...io import atomic_path, iter_jsonl
 from ...logs import get_logger
 from ..backend import BatchBackend, BatchInfo
-from ..fastjson import dumps as fast_dumps, loads
+from ..fastjson import dumps as fast_dumps
+from ..fastjson import loads
 from ..parse import Outcome
 from .client import INLINE_BATCH_BYTES, TERMINAL_STATES
 from .wire import parse_response, render_request, request_to_sdk, response_dict

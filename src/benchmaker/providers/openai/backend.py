@@ -4,16 +4,24 @@ downloaded into the state dir."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from ...logs import get_logger
 from ..backend import TERMINAL, BatchBackend, BatchInfo
 from ..fastjson import loads
 from ..parse import Outcome, parse_body
 from ..spec import render_line
-from . import ENDPOINTS, cancel_batch, create_batch, download_file, find_batch, find_file, retrieve_batch, \
-    upload_batch_file
+from . import (
+    ENDPOINTS,
+    cancel_batch,
+    create_batch,
+    download_file,
+    find_batch,
+    find_file,
+    retrieve_batch,
+    upload_batch_file,
+)
 
 __all__ = ["OpenAIBatchBackend", "line_outcome", "open_result"]
 
@@ -92,7 +100,7 @@ class OpenAIBatchBackend(BatchBackend):
                 continue
             dest = plain.with_name(plain.name + ".gz")
             if not dest.exists():
-                self.call(lambda: download_file(self.client, fid, str(dest), compress=True),
+                self.call(lambda fid=fid, dest=dest: download_file(self.client, fid, str(dest), compress=True),
                           f"download {fid} of batch {info.id}")
             out.append(dest)
         return out
