@@ -360,3 +360,31 @@ def test_cancel_retried_on_transient_errors(fake, tmp_path, tiny_corpus):
     fake.faults = [("POST", r"/v1/batches/[^/]+/cancel", 503), ("POST", r"/v1/batches/[^/]+/cancel", 429)]
     Runner(stage="vision", item_type="image", settings=sh.settings, cache_dir=None).batch_backend().cancel(bid)
     assert fake.faults == [] and fake.batches[bid]["status"] == "cancelling"
+
+
+@pytest.mark.parametrize("end", ["expired", "cancelled"])
+def test_expired_or_cancelled_batch_partial_rows_are_billed_and_recorded(fake, tmp_path, tiny_corpus, end):
+    """What a batch that ends early returned (and the provider billed) is in the cost file; the rest
+    is retried (expired) or lost (cancelled), and the cost file still equals the bill."""
+    sh = Shard(tmp_path, tiny_corpus, fake)
+    n = len(images_frame(tiny_corpus))
+    if end == "expired":
+        fake.expire_after = 5
+    else:
+        vo.build(images=sh.images, requests=sh.p["requests"], manifest=sh.p["manifest"], settings=sh.settings,
+                 facets=TINY_FACETS, image_root=str(tiny_corpus), columns={}, cache_dir=sh.cache, threads=1)
+        vo.submit(requests=sh.p["requests"], submitted=sh.p["submitted"], settings=sh.settings,
+                  state_dir=sh.state, benchmark="tiny", shard="00000")
+        fake.batches[next(iter(fake.batches))]["status"] = "cancelling"
+    if end == "expired":
+        sh.run()
+    else:
+        vo.collect(**sh.kw())
+    costs = _costs(sh.p["costs"])
+    assert 0 < len(fake.bill) and len([c for c in costs if not c["cached"]]) == len(fake.bill)
+    assert _paid(costs) == pytest.approx(fake.billed_usd())
+    losses = list(iter_jsonl(sh.p["losses"]))
+    if end == "expired":
+        assert losses == [] and len(fake.bill) == n            # 5 answered, the rest in a retry batch
+    else:
+        assert len(fake.bill) == n // 2 and {r["reason"] for r in losses} == {"batch_cancelled"}
