@@ -121,9 +121,11 @@ class AnswerSpill:
         schema = {"__i": pl.Int64, "image_id": pl.String, "summary": pl.String, "tags": pl.List(pl.String),
                   "annotator": pl.String, "confidence": fm.confidence_dtype() if fm.names else pl.Struct({})}
         schema |= {n: pl.String for n in fm.taxonomy} | {n: pl.Boolean for n in fm.boolean}
-        df = pl.read_ndjson(self.path, schema=schema).sort("__i").unique("__i", keep="first", maintain_order=True)
+        # lazily, on the streaming engine: parse, order and de-duplicate without a second full copy
+        df = (pl.scan_ndjson(self.path, schema=schema).sort("__i", maintain_order=True)
+              .unique("__i", keep="first", maintain_order=True).drop("__i").collect(engine="streaming"))
         self.path.unlink()
-        return df.drop("__i")
+        return df
 
 
 def write_costs(rows: list[dict], path: str | None, ledger: Any = None) -> None:
