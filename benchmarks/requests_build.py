@@ -31,6 +31,7 @@ synthetic input): the difference is what the phase itself holds.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import resource
@@ -156,7 +157,8 @@ def _write_outputs(tmp: Path, n: int) -> None:
     dl.mkdir(parents=True, exist_ok=True)
     for b in sub["batches"]:
         chunk = Path(p["state_dir"]) / "chunks" / f"{b['digest']}.jsonl"
-        with open(dl / f"{b['batch_id']}.output.jsonl", "w") as fh:
+        # as collect's download writes them: gzip level 1
+        with gzip.open(dl / f"{b['batch_id']}.output.jsonl.gz", "wt", compresslevel=1) as fh:
             for cid in pb._chunk_ids(str(chunk)):
                 i = int(cid.split("-")[1])
                 ans = {"summary": f"image {i} shows something", "subject": f"subject_{i % 12}", "setting": "outdoor",
@@ -195,7 +197,17 @@ def phase_collect(n: int, tmp: Path, cache: bool) -> dict:
         for line in fh:
             usd += json.loads(line)["cost_usd"]
     return {"seconds": round(dt, 2), "annotations": rows, "cost_usd": round(usd, 2), "cache": cache,
-            "base_rss_mb": base}
+            "base_rss_mb": base, "requests_mb": round(_du(p["requests"]) / 1e6, 1),
+            "state_mb": round(_du(p["state_dir"]) / 1e6, 1),
+            "cache_mb": round(_du(p["cache_dir"]) / 1e6, 1) if cache else 0.0}
+
+
+def _du(path: str) -> int:
+    """Bytes under a file or folder (the intermediate files a run leaves)."""
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
 
 
 def phase_rebuild(n: int, tmp: Path, cache: bool) -> dict:

@@ -25,6 +25,7 @@ if JUDGE_BATCH:
         threads: 2
         params:
             settings=judge_settings(config["judge"], REQUEST_KEYS),
+            adapter=JUDGE_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
@@ -45,6 +46,7 @@ if JUDGE_BATCH:
             "../envs/benchmaker.yaml"
         params:
             settings=judge_settings(config["judge"], BATCH_KEYS),
+            adapter=JUDGE_ADAPTER,
             state_dir=f"{RESULTS}/.batches/judge/all",
             benchmark=config["benchmark"]["name"],
             version=stage_version("judge"),
@@ -71,6 +73,7 @@ if JUDGE_BATCH:
             "../envs/benchmaker.yaml"
         params:
             settings=JUDGE_SETTINGS,
+            adapter=JUDGE_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
@@ -106,6 +109,8 @@ else:
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
             cache_dir=f"{config['paths']['results']}/.cache/judge",
+            # crash-safe record of every paid request (providers/ledger.py): outside the outputs
+            ledger=f"{RESULTS}/.ledger/judge/all.jsonl",
             version=stage_version("judge"),
         script:
             "../scripts/judge.py"

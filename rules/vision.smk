@@ -1,5 +1,5 @@
-# Vision: annotate every image of a shard. API adapters in batch mode run as three rules per shard
-# (build -> submit -> collect, see docs/openai.md); everything else runs as the single `vision` rule.
+# Vision: annotate every image of a shard. API adapters (openai, gemini) in batch mode run as three
+# rules per shard (build -> submit -> collect, see docs/openai.md; one design for every provider); everything else runs as the single `vision` rule.
 # Either way the outputs are annotations/{shard}.jsonl, losses/vision/{shard}.jsonl and
 # costs/vision/{shard}.jsonl (empty for local adapters).
 
@@ -35,6 +35,7 @@ if VISION_BATCH:
         threads: 2
         params:
             settings=request_settings(VISION_SETTINGS),
+            adapter=VISION_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
@@ -55,6 +56,7 @@ if VISION_BATCH:
             "../envs/benchmaker.yaml"
         params:
             settings=batch_settings(VISION_SETTINGS),
+            adapter=VISION_ADAPTER,
             state_dir=lambda wc: f"{RESULTS}/.batches/vision/{wc.shard}",
             benchmark=config["benchmark"]["name"],
             shard=lambda wc: wc.shard,
@@ -80,6 +82,7 @@ if VISION_BATCH:
             "../envs/benchmaker.yaml"
         params:
             settings=VISION_SETTINGS,
+            adapter=VISION_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
@@ -117,6 +120,8 @@ else:
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
             cache_dir=f"{config['paths']['results']}/.cache/vision",
+            # crash-safe record of every paid request (providers/ledger.py): outside the outputs
+            ledger=lambda wc: f"{RESULTS}/.ledger/vision/{wc.shard}.jsonl",
             version=stage_version("vision"),
         script:
             "../scripts/vision.py"

@@ -62,6 +62,31 @@ def request_text(req: dict) -> str:
     return " ".join(p.get("text", "") for c in req.get("contents", []) for p in c.get("parts", []))
 
 
+def data_keys(text: str) -> list[str]:
+    """The candidate keys of a judge request, read from its ``DATA (JSON):`` part (as a model would)."""
+    i = text.find("CANDIDATES:")
+    if i >= 0:                                # benchmaker's table: one "cNN | …" row per candidate
+        return re.findall(r"^(c\d+) \|", text[i:], flags=re.M)
+    i = text.find("DATA (JSON):")
+    if i < 0:
+        return []
+    try:
+        data = json.JSONDecoder().raw_decode(text[i + len("DATA (JSON):"):].lstrip())[0]
+    except ValueError:
+        return []
+    return list((data.get("candidates") or {}).keys())
+
+
+def answer_for(text: str, schema: dict) -> Any:
+    """A valid answer: :func:`instance`, with a judge's ``judgments`` list holding every candidate key
+    of the request once."""
+    obj = instance(schema)
+    j = (schema.get("properties") or {}).get("judgments")
+    if isinstance(obj, dict) and j and str(j.get("type", "")).lower() == "array":
+        obj["judgments"] = [{**instance(j["items"], "/judgments"), "key": k} for k in data_keys(text)]
+    return obj
+
+
 def inline_images(req: dict) -> list[bytes]:
     out = []
     for c in req.get("contents", []):
@@ -80,7 +105,7 @@ class Fake:
         self.batches: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.answer: Callable[[dict, dict], Any] = lambda req, schema: instance(schema)
+        self.answer: Callable[[dict, dict], Any] = lambda req, schema: answer_for(request_text(req), schema)
         self.fail: Callable[[dict], str | None] = lambda req: None
         self.rate_limit = 0
         self.retry_delay = "0.05s"

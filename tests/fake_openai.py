@@ -6,13 +6,19 @@ POST /v1/batches/{id}/cancel. Answers are generated from the request's JSON sche
 override). Batches progress validating -> in_progress -> finalizing -> completed, one step per
 retrieve (``steps``). Knobs for failure injection: ``fail`` (custom_id / request predicate -> error
 kind), ``rate_limit`` (next N sync calls answer 429 with Retry-After), ``expire_after`` (a batch
-expires with only its first K requests answered). Every request is logged in ``log``.
+expires with only its first K requests answered), ``faults`` (a list of (method, path regex, status)
+consumed in order: the next matching call of *any* endpoint answers that status, 429 with
+Retry-After), ``drop_after_billing`` (the next N sync calls are billed, then the connection is
+closed without an answer). Every request is logged in ``log``; every answered model call is billed
+in ``bill`` (usage and USD at the model's list price, half for batch rows), which tests compare
+with the cost files.
 """
 
 from __future__ import annotations
 
 import email
 import email.policy
+import hashlib
 import itertools
 import json
 import re
@@ -24,6 +30,8 @@ from typing import Any, Callable
 import support
 
 USAGE = {"input_tokens": 1000, "cached_tokens": 200, "output_tokens": 150, "reasoning_tokens": 50}
+# the provider's list prices, USD per 1M tokens (input, cached input, output); batch rows cost half
+PRICES = {"gpt-5-mini": (0.25, 0.025, 2.00), "gpt-4.1-mini": (0.40, 0.10, 1.60)}
 
 
 def instance(schema: dict, path: str = "") -> Any:
@@ -49,6 +57,45 @@ def instance(schema: dict, path: str = "") -> Any:
     return f"text for {path.strip('/') or 'answer'}"
 
 
+def data_keys(text: str) -> list[str]:
+    """The candidate keys of a judge request, read from its ``DATA (JSON):`` part (as a model would)."""
+    i = text.find("CANDIDATES:")
+    if i >= 0:                                # benchmaker's table: one "cNN | …" row per candidate
+        return re.findall(r"^(c\d+) \|", text[i:], flags=re.M)
+    i = text.find("DATA (JSON):")
+    if i < 0:
+        return []
+    try:
+        data = json.JSONDecoder().raw_decode(text[i + len("DATA (JSON):"):].lstrip())[0]
+    except ValueError:
+        return []
+    return list((data.get("candidates") or {}).keys())
+
+
+def answer_for(text: str, schema: dict) -> Any:
+    """A valid answer: :func:`instance`, with a judge's ``judgments`` list holding every candidate key
+    of the request once."""
+    obj = instance(schema)
+    j = (schema.get("properties") or {}).get("judgments")
+    if isinstance(obj, dict) and j and str(j.get("type", "")).lower() == "array":
+        obj["judgments"] = [{**instance(j["items"], "/judgments"), "key": k} for k in data_keys(text)]
+    return obj
+
+
+def request_text(body: dict) -> str:
+    """Every text of a Responses or Chat Completions body (instructions / system, then the input)."""
+    out = [str(body.get("instructions") or "")]
+    for m in body.get("input") or body.get("messages") or []:
+        c = m.get("content")
+        if isinstance(c, str):
+            out.append(c)
+            continue
+        for part in c or []:
+            if part.get("type") in ("input_text", "text"):
+                out.append(part.get("text", ""))
+    return "\n".join(out)
+
+
 def request_schema(body: dict) -> tuple[dict, str]:
     if "text" in body:
         f = body["text"]["format"]
@@ -64,12 +111,19 @@ class Fake:
         self.batches: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.answer: Callable[[dict, dict], Any] = lambda body, schema: instance(schema)
+        self.answer: Callable[[dict, dict], Any] = lambda body, schema: answer_for(request_text(body), schema)
         self.fail: Callable[[str, dict], str | None] = lambda custom_id, body: None
         self.rate_limit = 0
         self.retry_after = "0.05"
         self.expire_after: int | None = None
         self.usage = dict(USAGE)
+        self.faults: list[tuple[str, str, int]] = []
+        self.drop_after_billing = 0
+        self.bill: list[dict] = []
+        self.delay = 0.0                     # seconds each sync call takes
+        self.count_tokens = False            # usage from the request (tokens_of) instead of USAGE
+        self.reasoning_tokens = 64
+        self.prefixes: dict[tuple, set] = {}
         self.server: ThreadingHTTPServer | None = None
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -92,8 +146,99 @@ class Fake:
                 "input_tokens_details": {"cached_tokens": u["cached_tokens"]},
                 "output_tokens_details": {"reasoning_tokens": u["reasoning_tokens"]}}
 
-    def respond(self, body: dict, custom_id: str = "") -> tuple[int, dict]:
-        """(status, body) of one model call, honouring ``fail``."""
+    def billed_usd(self) -> float:
+        return sum(b["usd"] for b in self.bill)
+
+    def _charge(self, model: str, mode: str, custom_id: str) -> None:
+        u = self.usage
+        p_in, p_cached, p_out = PRICES.get(model, (0.0, 0.0, 0.0))
+        usd = ((u["input_tokens"] - u["cached_tokens"]) * p_in + u["cached_tokens"] * p_cached
+               + u["output_tokens"] * p_out) / 1e6
+        self.bill.append({"model": model, "mode": mode, "custom_id": custom_id,
+                          "usd": usd * (0.5 if mode == "batch" else 1.0)})
+
+    @staticmethod
+    def check_batch_create(body: dict | None) -> str | None:
+        """What the Batch API rejects at create (https://platform.openai.com/docs/api-reference/batch)."""
+        if not isinstance(body, dict) or not body.get("input_file_id"):
+            return "input_file_id is required"
+        if body.get("endpoint") not in ("/v1/responses", "/v1/chat/completions", "/v1/embeddings",
+                                        "/v1/completions"):
+            return f"invalid endpoint {body.get('endpoint')!r}"
+        if body.get("completion_window") != "24h":
+            return "completion_window must be '24h'"
+        md = body.get("metadata") or {}
+        if len(md) > 16 or any(len(k) > 64 or not isinstance(v, str) or len(v) > 512 for k, v in md.items()):
+            return "metadata: at most 16 pairs, keys <= 64 characters, string values <= 512 characters"
+        return None
+
+    @staticmethod
+    def check_batch_file(content: bytes, endpoint: str) -> str | None:
+        """Each line: a unique custom_id, method POST, the batch's url, a body naming a model."""
+        ids = set()
+        for n, line in enumerate(content.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                return f"line {n}: not valid JSON"
+            cid = row.get("custom_id")
+            if not isinstance(cid, str) or not cid or cid in ids:
+                return f"line {n}: custom_id missing or not unique"
+            ids.add(cid)
+            if row.get("method") != "POST" or row.get("url") != endpoint:
+                return f"line {n}: method must be POST and url must be the batch's endpoint {endpoint}"
+            if not isinstance(row.get("body"), dict) or not row["body"].get("model"):
+                return f"line {n}: body with a model is required"
+        return None if ids else "the input file has no requests"
+
+    def fault(self, method: str, path: str) -> int | None:
+        for i, (m, rx, status) in enumerate(self.faults):
+            if m == method and re.fullmatch(rx, path):
+                del self.faults[i]
+                return status
+        return None
+
+    # -- token counting as the provider does it (count_tokens = True) ------------------------------
+    def tokens_of(self, body: dict) -> tuple[int, int, str]:
+        """(input tokens, cached input tokens, prompt stream) of a request, counted the way OpenAI
+        bills them: ~4 characters per text token, 85 tokens per low-detail image; the structured-output
+        schema is a prefix to the system message, then the instructions, then the input in order. The
+        cached part is the longest prefix seen before under the same model and ``prompt_cache_key``,
+        once the prompt has at least 1,024 tokens, in steps of 128 tokens."""
+        schema, api = request_schema(body)
+        units = [json.dumps(schema, separators=(",", ":")), str(body.get("instructions") or "")]
+        for m in body.get("input") or body.get("messages") or []:
+            c = m.get("content")
+            for part in ([{"type": "text", "text": c}] if isinstance(c, str) else c or []):
+                if part.get("type") in ("input_text", "text"):
+                    units.append(part.get("text", ""))
+                elif part.get("type") in ("input_image", "image_url"):
+                    url = part.get("image_url")
+                    url = url.get("url") if isinstance(url, dict) else url
+                    tag = hashlib.sha1(str(url).encode()).hexdigest()
+                    units.append(("<img " + tag + ">").ljust(85 * 4, "."))
+        stream = "\x1e".join(units)
+        n = -(-len(stream) // 4)
+        space = (body.get("model"), body.get("prompt_cache_key") or "")
+        seen = self.prefixes.setdefault(space, set())
+        cached = 0
+        b = 1024
+        while b <= n:
+            h = hashlib.sha1(stream[: 4 * b].encode()).digest()
+            if h not in seen:
+                break
+            cached = b
+            b += 128
+        b = 1024
+        while b <= n:
+            seen.add(hashlib.sha1(stream[: 4 * b].encode()).digest())
+            b += 128
+        return n, cached, stream
+
+    def respond(self, body: dict, custom_id: str = "", mode: str = "sync") -> tuple[int, dict]:
+        """(status, body) of one model call, honouring ``fail``; a 200 is billed."""
         schema, api = request_schema(body)
         kind = self.fail(custom_id, body)
         if kind == "http_500":
@@ -101,6 +246,12 @@ class Fake:
         if kind == "http_400":
             return 400, {"error": {"message": "bad request", "type": "invalid_request_error"}}
         text = json.dumps(self.answer(body, schema))
+        if self.count_tokens:
+            n_in, n_cached, _ = self.tokens_of(body)
+            self.usage = {"input_tokens": n_in, "cached_tokens": n_cached,
+                          "output_tokens": -(-len(text) // 4) + self.reasoning_tokens,
+                          "reasoning_tokens": self.reasoning_tokens}
+        self._charge(body["model"], mode, custom_id)
         status = "completed"
         if kind == "invalid_json":
             text = text[: len(text) // 2]
@@ -145,7 +296,7 @@ class Fake:
                 self.expire_after = None  # only the first batch to finish expires
         out, err = [], []
         for ln in lines:
-            code, body = self.respond(ln["body"], ln["custom_id"])
+            code, body = self.respond(ln["body"], ln["custom_id"], mode="batch")
             row = {"id": f"batch_req_{next(self.ids)}", "custom_id": ln["custom_id"],
                    "response": {"status_code": code, "request_id": "req", "body": body}, "error": None}
             (out if code == 200 else err).append(row)
@@ -179,6 +330,12 @@ def _handler(fake: Fake):
             self.end_headers()
             self.wfile.write(data)
 
+        def _fault(self, status: int):
+            if status == 429:
+                return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                                  headers={"Retry-After": fake.retry_after})
+            return self._send(status, {"error": {"message": f"injected {status}", "type": "server_error"}})
+
         def _body(self) -> bytes:
             n = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(n) if n else b""
@@ -189,6 +346,8 @@ def _handler(fake: Fake):
                 fake.log.append(("GET", path, None))
                 if self.headers.get("Authorization") != "Bearer sk-test":
                     return self._send(401, {"error": {"message": "bad key"}})
+                if (st := fake.fault("GET", path)) is not None:
+                    return self._fault(st)
                 m = re.fullmatch(r"/v1/batches/([^/]+)", path)
                 if m:
                     b = fake.batches.get(m.group(1))
@@ -222,12 +381,29 @@ def _handler(fake: Fake):
                 fake.log.append(("POST", path, body))
                 if self.headers.get("Authorization") != "Bearer sk-test":
                     return self._send(401, {"error": {"message": "bad key"}})
+                if (st := fake.fault("POST", path)) is not None:
+                    return self._fault(st)
                 if path in ("/v1/responses", "/v1/chat/completions"):
                     if fake.rate_limit > 0:
                         fake.rate_limit -= 1
                         return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                           headers={"Retry-After": fake.retry_after})
+                    pck = body.get("prompt_cache_key")
+                    if pck is not None and (not isinstance(pck, str) or len(pck) > 64):
+                        return self._send(400, {"error": {"message": "prompt_cache_key: a string of at most 64 "
+                                                          "characters", "type": "invalid_request_error"}})
                     code, out = fake.respond(body)
+                    if code == 200 and fake.drop_after_billing > 0:
+                        fake.drop_after_billing -= 1       # billed, but the answer never arrives
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return None
+                    if fake.delay:
+                        fake.lock.release()
+                        try:
+                            time.sleep(fake.delay)
+                        finally:
+                            fake.lock.acquire()
                     return self._send(code, out)
                 if path == "/v1/files":
                     msg = email.message_from_bytes(b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + raw,
@@ -242,9 +418,15 @@ def _handler(fake: Fake):
                     return self._send(200, {"id": fid, "object": "file", "bytes": len(content), "created_at": 0,
                                             "filename": filename, "purpose": "batch", "status": "processed"})
                 if path == "/v1/batches":
+                    problem = fake.check_batch_create(body)
+                    if problem:
+                        return self._send(400, {"error": {"message": problem, "type": "invalid_request_error"}})
                     f = fake.files.get(body["input_file_id"])
                     if not f:
                         return self._send(404, {"error": {"message": "no such file"}})
+                    problem = fake.check_batch_file(f["content"], body["endpoint"])
+                    if problem:
+                        return self._send(400, {"error": {"message": problem, "type": "invalid_request_error"}})
                     n = sum(1 for x in f["content"].splitlines() if x.strip())
                     bid = f"batch_{next(fake.ids)}"
                     b = {"id": bid, "object": "batch", "endpoint": body["endpoint"],

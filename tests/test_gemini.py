@@ -275,19 +275,18 @@ def _plan_and_ann(imgs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _judge_answer(req, schema):
-    obj = fake_gemini.instance(schema)
+    obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
     second = len(obj["judgments"]) == 2
     obj["query_text"] = "a green circle" if second else "a red circle"
-    for k in obj["judgments"]:
-        obj["judgments"][k] = {"label": 0 if second else 2}
+    for j in obj["judgments"]:
+        j["label"] = 0 if second else 2
         if "rationale" in obj_props(schema):
-            obj["judgments"][k]["rationale"] = "because"
+            j["rationale"] = "because"
     return obj
 
 
 def obj_props(schema):
-    one = next(iter(schema["properties"]["judgments"]["properties"].values()))
-    return one["properties"]
+    return schema["properties"]["judgments"]["items"]["properties"]
 
 
 def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, caplog):
@@ -322,10 +321,10 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
     for i in imgs["image_id"].to_list():           # no file name, path or license reaches the judge
         assert i not in blob and i.split("/")[1] not in blob
     assert "CC0" not in blob and "tiny_q000" not in blob
-    big = max(bodies, key=lambda b: len(json.dumps(b)))
-    js = big["generationConfig"]["responseJsonSchema"]["properties"]["judgments"]
-    assert sorted(js["required"]) == ["c01", "c02", "c03", "c04"]
-    assert js["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    schemas = [b["generationConfig"]["responseJsonSchema"] for b in bodies]
+    assert schemas[0] == schemas[1]                 # one schema for every query: a stable prefix
+    assert schemas[0]["properties"]["judgments"]["items"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    assert sorted(len(fake_gemini.data_keys(fake_gemini.request_text(b))) for b in bodies) == [2, 4]
     # the rerun is served by the cache
     judge_stage.run(**kw)
     assert len(fake.generate_calls()) == 2
@@ -339,9 +338,9 @@ def test_judge_wrong_keys_retried_then_lost(fake, tmp_path, tiny_corpus):
     plan, ann = _plan_and_ann(imgs)
 
     def answer(req, schema):
-        obj = fake_gemini.instance(schema)
-        obj["judgments"].pop(next(iter(obj["judgments"])))   # one planned candidate missing
-        obj["judgments"]["c99"] = {"label": 1}
+        obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
+        obj["judgments"].pop(0)                               # one planned candidate missing
+        obj["judgments"].append({"key": "c99", "label": 1})
         return obj
 
     fake.answer = answer
@@ -405,23 +404,26 @@ def test_batch_resume_never_resubmits(fake, tmp_path, tiny_corpus):
     with pytest.raises(BatchPending):
         GeminiAnnotator(facets=FM, settings=s, image_root=str(tiny_corpus), cache_dir=cache).annotate(imgs, Losses("v"))
     assert fake.count("POST", r".*:batchGenerateContent") == 1
-    state = Path(cache) / "gemini-batches" / "jobs"
-    job_file = next(state.glob("*.json"))
-    job = json.loads(job_file.read_text())
-    assert job["status"] == "submitted" and job["name"].startswith("batches/")
+    state = next((Path(cache) / "gemini-batches").glob("vision-*"))      # the shared batch design's state
+    journal = state / "journal.jsonl"
+    events = [json.loads(x) for x in journal.read_text().splitlines()]
+    batch = next(e for e in events if e["event"] == "batch")
+    assert batch["batch_id"].startswith("batches/") and [e["event"] for e in events][:3] == ["round", "intent", "file"]
     # simulate a crash between the intent record and the job name: found again by its display name
-    job_file.write_text(json.dumps({k: v for k, v in job.items() if k != "name"} | {"status": "intent"}))
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events if e["event"] != "batch"))
+    (state / "submitted.json").unlink()
     with pytest.raises(BatchPending):
         GeminiAnnotator(facets=FM, settings=s, image_root=str(tiny_corpus), cache_dir=cache).annotate(imgs, Losses("v"))
     assert fake.count("POST", r".*:batchGenerateContent") == 1
-    assert json.loads(job_file.read_text())["name"] == job["name"]
+    found = [json.loads(x) for x in journal.read_text().splitlines() if '"found_by"' in x]
+    assert [e["batch_id"] for e in found] == [batch["batch_id"]]
     # wait: true collects the same job
     a = GeminiAnnotator(facets=FM, settings={**s, "wait": True}, image_root=str(tiny_corpus), cache_dir=cache)
     loss = Losses("v")
     assert a.annotate(imgs, loss).height == 3 and len(loss) == 0
     assert fake.count("POST", r".*:batchGenerateContent") == 1
     assert sum(not r["cached"] for r in a.costs) == 3     # paid once, reported once
-    assert json.loads(job_file.read_text())["status"] == "done"
+    assert any('"terminal"' in x for x in journal.read_text().splitlines())
 
 
 @pytest.mark.parametrize("end,reason", [("expired", None), ("cancelled", "batch_cancelled")])
@@ -482,8 +484,9 @@ def test_render_options_and_key_separation(tiny_corpus):
 
 @pytest.mark.slow
 def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip):
-    """The Snakemake workflow with both stages on Gemini: vision in batch mode inside the plain
-    `vision` rule (one job per shard), judge in sync mode; a forced rerun sends nothing."""
+    """The Snakemake workflow with both stages on Gemini: vision in batch mode through the same
+    build -> submit -> collect rules as OpenAI (one batch job per shard), judge in sync mode; a forced
+    rerun sends nothing."""
     from support import snakemake, tiny_config, write_config
 
     llm = {"base_url": fake.base_url, "poll_seconds": 0.05, "image_max_side": 64, "model": "gemini-2.5-flash"}
@@ -498,6 +501,7 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     r = snakemake(["--cores", "2", target, f"{res}/costs/judge.jsonl"], tmp_path, config, env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     assert fake.count("POST", r".*:batchGenerateContent") == 2       # one job per shard
+    assert "vision_submit" in r.stderr and "vision_collect" in r.stderr
     q = read_table("qrels", res / "qrels.jsonl")
     assert q.height and set(q["judge"]) == {"gemini:gemini-2.5-flash"} and q["rationale"].drop_nulls().len() == q.height
     costs = pl.concat([read_table("costs", f) for f in sorted((res / "costs").rglob("*.jsonl"))])
@@ -506,7 +510,7 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     n = len(fake.log)
     no_key_under(tmp_path / "results")
     no_key_under(tmp_path / "logs") if (tmp_path / "logs").exists() else None
-    r2 = snakemake(["--cores", "2", target, "--forcerun", "vision", "judge"], tmp_path, config, env=env)
+    r2 = snakemake(["--cores", "2", target, "--forcerun", "vision_build", "judge"], tmp_path, config, env=env)
     assert r2.returncode == 0, r2.stderr[-4000:]
     assert len(fake.log) == n                                          # everything from the cache
     assert KEY not in r.stderr + r2.stderr + r.stdout + r2.stdout

@@ -85,7 +85,10 @@ def test_batch_round_trip_cost_and_cached_rerun(fake, tmp_path, tiny_corpus):
     ann2, _, costs2 = sh.results()
     assert ann2.equals(ann)
     assert fake.count("POST", "/v1/batches") == 1 and fake.count("POST", "/v1/files") == 1
-    assert all(c["cached"] and c["cost_usd"] == 0 for c in costs2)
+    # the cost file holds the spend to date: the first run's paid rows, then this run's cached rows
+    assert all(c["cached"] and c["cost_usd"] == 0 for c in costs2 if c["last_run"])
+    paid = [c for c in costs2 if not c["last_run"]]
+    assert paid == [{**c, "last_run": False} for c in costs]
 
 
 def test_split_respects_count_and_bytes(tmp_path):
@@ -167,7 +170,8 @@ def test_partial_failures_retried_as_new_batches_then_reported(fake, tmp_path, t
     # rerunning collect re-reads the downloads: no new batch, identical results and costs
     sh.collect()
     assert fake.count("POST", "/v1/batches") == 3
-    assert sh.results()[2] == costs
+    # the same paid rows (now of an earlier run: the re-read recorded nothing new)
+    assert [{**c, "last_run": True} for c in sh.results()[2]] == costs
     assert [c["attempt"] for c in costs if c["item_id"] == ids[1]] == [1, 2, 3]
 
 

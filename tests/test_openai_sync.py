@@ -178,12 +178,11 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     plan, ann = _plan_and_ann(imgs)
 
     def answer(body, schema):
-        obj = fake_openai.instance(schema)
-        obj["query_text"] = "a red circle"
+        obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
         second = len(obj["judgments"]) == 2          # query 2 has two candidates
         obj["query_text"] = "a green circle" if second else "a red circle"
-        for k in obj["judgments"]:
-            obj["judgments"][k] = {"label": 0 if second else 2, "rationale": "because"}
+        for j in obj["judgments"]:
+            j.update(label=0 if second else 2, rationale="because")
         return obj
 
     fake.answer = answer
@@ -200,9 +199,11 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     assert "CC0" not in blob and "tiny_q000" not in blob
     schemas = [b["text"]["format"]["schema"] if api == "responses" else b["response_format"]["json_schema"]["schema"]
                for b in bodies]
-    schema = max(schemas, key=lambda sc: len(sc["properties"]["judgments"]["required"]))
-    assert sorted(schema["properties"]["judgments"]["required"]) == ["c01", "c02", "c03", "c04"]
-    assert schema["properties"]["judgments"]["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    # one schema for every query (it leads the cacheable prefix); the keys come with the data
+    assert schemas[0] == schemas[1]
+    one = schemas[0]["properties"]["judgments"]["items"]
+    assert one["required"] == ["key", "label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    assert sorted(len(fake_openai.data_keys(fake_openai.request_text(b))) for b in bodies) == [2, 4]
     out = finalize(plan, judged, loss, judge_name=j.name, graded=True)
     validate_table(out, "qrels")
     assert out.height == 6 and set(out.filter(pl.col("query_id") == "tiny_q0001")["relevance_label"]) == {2}
@@ -216,9 +217,9 @@ def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_
     plan, ann = _plan_and_ann(imgs)
 
     def answer(body, schema):
-        obj = fake_openai.instance(schema)
-        obj["judgments"].pop(next(iter(obj["judgments"])))   # one planned candidate missing
-        obj["judgments"]["c99"] = {"label": 1}
+        obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
+        obj["judgments"].pop(0)                               # one planned candidate missing
+        obj["judgments"].append({"key": "c99", "label": 1})
         return obj
 
     fake.answer = answer

@@ -26,7 +26,6 @@ from typing import Any, Sequence
 __all__ = ["main"]
 
 API_ADAPTERS = ("openai",)
-REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
 
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -84,99 +83,11 @@ def cmd_check_urls(args) -> int:
 
 
 # -- estimate -----------------------------------------------------------------------------------------
-def _images_for_estimate(cfg: dict):
-    """images.jsonl when preprocess has run; else a scan of image_root (no image is opened)."""
-    import polars as pl
-
-    from .config import results_dir
-    from .formats import read_table
-
-    p = Path(results_dir(cfg)) / "images.jsonl"
-    if p.exists():
-        return read_table("images", p, columns=cfg["columns"]), True
-    root = Path(cfg["paths"]["image_root"])
-    exts = {e.lower() for e in cfg["preprocess"]["extensions"]}
-    ids = sorted(str(f.relative_to(root).as_posix()) for f in root.rglob("*")
-                 if f.is_file() and f.suffix.lower() in exts and not f.name.startswith("."))
-    base = cfg["preprocess"]["image_base_url"]
-    return pl.DataFrame({"image_id": ids, "sha256": [f"scan:{i}" for i in ids],
-                         "image_url": [f"{base.rstrip('/')}/{i}" if base else None for i in ids],
-                         "width": [0] * len(ids), "height": [0] * len(ids)},
-                        schema_overrides={"image_url": pl.String}), False
-
-
-def _out_tokens(schema: dict, s: dict) -> int:
-    sample = _sample(schema)
-    return len(json.dumps(sample)) // 3 + REASONING_OUTPUT.get(s.get("reasoning_effort"), 0)
-
-
-def _sample(schema: dict) -> Any:
-    t = schema.get("type")
-    if t == "object":
-        return {k: _sample(v) for k, v in schema.get("properties", {}).items()}
-    if t == "array":
-        n = (schema.get("minItems", 1) + schema.get("maxItems", 1)) // 2
-        item = _sample(schema.get("items", {}))
-        return [item] * max(1, n)
-    if "enum" in schema:
-        return max(schema["enum"], key=lambda v: len(str(v)))
-    if t == "string":
-        return "x" * 120 if "summary" in str(schema.get("description", "")) else "x" * 60
-    return 0.5
-
-
-def _line(stage: str, s: dict, n_req: int, n_cached: int, tok_in: int, tok_out: int) -> dict:
-    from .providers.cost import Usage, cost_usd, price_for
-
-    price = price_for(s["model"], s.get("prices") or {})
-    batch = s["mode"] == "batch"
-    usd = cost_usd(Usage(tok_in, 0, tok_out, 0), price, batch=batch, batch_discount=s["batch_discount"])
-    return {"stage": stage, "model": s["model"], "mode": s["mode"], "requests": n_req, "cached": n_cached,
-            "input_tokens": tok_in, "output_tokens": tok_out, "usd": round(usd, 4), "price_known": price.known}
-
-
 def estimate(cfg: dict) -> list[dict]:
-    from .formats import FacetModel
-    from .providers.cache import ResponseCache
-    from .providers.spec import LLMSettings, estimate_input_tokens, request_key
-    from .vision.openai import vision_items
-    from .vision.prompts import vision_schema
+    """See :mod:`benchmaker.providers.estimate` (cache, quarantine, duplicates and prompt caching)."""
+    from .providers.estimate import estimate as _estimate
 
-    fm = FacetModel.from_config(cfg["facets"])
-    lines = []
-    if cfg["vision"]["adapter"] in API_ADAPTERS:
-        s = cfg["vision"][cfg["vision"]["adapter"]]
-        llm = LLMSettings.from_config(s)
-        imgs, real = _images_for_estimate(cfg)
-        cache = ResponseCache(f"{cfg['paths']['results']}/.cache/vision")
-        n = cached = tok_in = 0
-        for it in vision_items(imgs, fm, s, cfg["paths"]["image_root"]):
-            n += 1
-            if real and cache.contains(request_key(it.spec, llm)):
-                cached += 1
-                continue
-            tok_in += estimate_input_tokens(it.spec, llm)
-        out = _out_tokens(vision_schema(fm), s) * (n - cached)
-        lines.append(_line("vision", s, n - cached, cached, tok_in, out))
-    if cfg["judge"]["adapter"] in API_ADAPTERS:
-        s = {**cfg["judge"][cfg["judge"]["adapter"]], "labels": cfg["judge"]["labels"],
-             "rationale": cfg["judge"]["rationale"]}
-        plan = cfg["plan"]
-        n_q = plan["num_seeds"]
-        n_c = plan["seeds_per_query"] + plan["pos_total"] + plan["neutral_total"] + plan["neg_total"]
-        from .judge.prompts import default_system_prompt, judge_schema
-
-        desc = 60 + 8 * len(fm.names) + 4 * (fm.min_tags + fm.max_tags) // 2   # tokens per described image
-        system = (s.get("prompts") or {}).get("system") or default_system_prompt(
-            graded=s["labels"] == "graded", rationale=bool(s["rationale"]))
-        keys = [f"c{i:02d}" for i in range(1, n_c + 1)]
-        schema = judge_schema(keys, graded=s["labels"] == "graded", rationale=bool(s["rationale"]))
-        per_q_in = (len(system) + len(json.dumps(schema))) // 4 + desc * (n_c + plan["seeds_per_query"])
-        if s.get("send_thumbnails"):
-            per_q_in += n_c * (85 if s["image_detail"] == "low" else 765)
-        per_q_out = _out_tokens(schema, s)
-        lines.append(_line("judge", s, n_q, 0, per_q_in * n_q, per_q_out * n_q))
-    return lines
+    return _estimate(cfg)
 
 
 def cmd_estimate(args) -> int:
@@ -189,17 +100,22 @@ def cmd_estimate(args) -> int:
         print("no API adapter configured: nothing to pay (vision "
               f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
         return 0
-    print(f"{'stage':8} {'model':18} {'mode':6} {'requests':>9} {'cached':>7} {'input tok':>12} "
-          f"{'output tok':>11} {'USD':>10}")
+    print(f"{'stage':8} {'model':18} {'mode':6} {'to send':>9} {'cached':>7} {'same':>6} {'input tok':>12} "
+          f"{'(cached)':>11} {'output tok':>11} {'USD':>10}")
     for ln in lines:
         print(f"{ln['stage']:8} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>9,} {ln['cached']:>7,} "
-              f"{ln['input_tokens']:>12,} {ln['output_tokens']:>11,} {ln['usd']:>10.2f}"
+              f"{ln['duplicates']:>6,} {ln['input_tokens']:>12,} {ln['cached_input_tokens']:>11,} "
+              f"{ln['output_tokens']:>11,} {ln['usd']:>10.4f}"
               + ("" if ln["price_known"] else "  (no price for this model: set prices)"))
-    print(f"{'total':8} {'':18} {'':6} {sum(x['requests'] for x in lines):>9,} {'':>7} "
-          f"{sum(x['input_tokens'] for x in lines):>12,} {sum(x['output_tokens'] for x in lines):>11,} "
-          f"{sum(x['usd'] for x in lines):>10.2f}")
-    print("Rough: 4 characters per text token, OpenAI's image tile rule, an allowance for reasoning "
-          "tokens; actual costs are written to costs/*.jsonl.")
+    print(f"{'total':8} {'':18} {'':6} {sum(x['requests'] for x in lines):>9,} {'':>7} {'':>6} "
+          f"{sum(x['input_tokens'] for x in lines):>12,} {sum(x['cached_input_tokens'] for x in lines):>11,} "
+          f"{sum(x['output_tokens'] for x in lines):>11,} {sum(x['usd'] for x in lines):>10.4f}")
+    for ln in lines:
+        extra = f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted" if "quarantined" in ln else ""
+        print(f"{ln['stage']}: from {ln['source']}{extra}")
+    print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
+          "characters per text token, OpenAI's image tile rule, an allowance for reasoning tokens, the stable "
+          "prompt prefix at the cached rate; actual costs are written to costs/*.jsonl.")
     return 0
 
 

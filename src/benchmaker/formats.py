@@ -153,8 +153,9 @@ KINDS: dict[str, Spec] = {
             "stage": Str, "item_id": Str, "model": Str, "mode": Str, "input_tokens": Int,
             "cached_input_tokens": Int, "output_tokens": Int, "reasoning_tokens": Int, "cost_usd": Float,
         },
-        optional={"attempt": Int, "cached": Bool},
-        doc="one row per paid API request (actual usage x price table); cached=true rows cost nothing now",
+        optional={"attempt": Int, "cached": Bool, "last_run": Bool},
+        doc="one row per paid API request (actual usage x price table); cached=true rows cost nothing now; "
+            "every paid request to date across reruns, last_run=true for the rows of the latest run",
     ),
     "audit_sample": Spec(
         required={

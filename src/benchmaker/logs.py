@@ -50,6 +50,7 @@ USER_ERROR_NAMES = frozenset({
     "FormatError", "RightsMapError", "BatchPending", "FileNotFoundError", "PermissionError", "NotADirectoryError",
     "IsADirectoryError",
     "AuthenticationError", "PermissionDeniedError", "KeyRejected",
+    "PermanentAPIError", "TransientExhausted",   # benchmaker.providers.retry: messages say what to do
 })
 # third-party loggers whose records below WARNING never reach a handler
 NOISY = ("httpx", "httpx2", "httpcore", "urllib3", "PIL", "matplotlib", "filelock", "openai", "google_genai",

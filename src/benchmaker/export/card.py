@@ -232,8 +232,10 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     if costs is not None:
         out.append("## API costs\n")
         if costs.height:
+            last = (f"; the last run USD {costs['cost_usd_last_run'].sum():.4f}"
+                    if "cost_usd_last_run" in costs.columns else "")
             out.append(md_table(costs) + f"\nTotal: USD {costs['cost_usd'].sum():.4f} over "
-                       f"{int(costs['requests'].sum())} requests.\n")
+                       f"{int(costs['requests'].sum())} requests (spend to date, all runs){last}.\n")
         else:
             out.append("No paid request was made.\n")
     out.append("## Columns\n")

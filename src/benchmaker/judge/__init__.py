@@ -112,6 +112,7 @@ def run(
     columns: Mapping[str, str],
     costs: str | None = None,
     cache_dir: str | None = None,
+    ledger: str | None = None,
     threads: int = 1,
     version: str | None = None,
     **_: Any,
@@ -128,13 +129,22 @@ def run(
     judge = get_judge(adapter, facets=fm, settings=judge_settings, image_root=image_root,
                       cache_dir=cache_dir, threads=threads)
     log.info("judge[%s]: %d planned queries", adapter, plan_df.height)
-    judged = judge.judge(plan_df, ann, imgs, loss)
+    runner = getattr(judge, "runner", None)
+    if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
+        from ..vision.openai import attach_ledger
+
+        attach_ledger(runner, ledger)
+    try:
+        judged = judge.judge(plan_df, ann, imgs, loss)
+    finally:
+        if runner is not None and runner.ledger is not None:
+            runner.ledger.close()
     out = finalize(plan_df, judged, loss, judge_name=getattr(judge, "name", adapter), graded=graded)
     n = write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
     if costs:  # API adapters report one row per paid request; the others write an empty file
         from ..vision.openai import write_costs
 
-        write_costs(list(getattr(judge, "costs", []) or []), costs)
+        write_costs(list(getattr(judge, "costs", []) or []), costs, getattr(runner, "ledger", None))
     log.info("judge[%s]: wrote %d qrels rows for %d queries; %d losses", adapter, n,
              out["query_id"].n_unique(), len(loss))

@@ -1,10 +1,10 @@
 """The ``gemini`` judge adapter: one Gemini request per planned query writes the query text and
 labels every planned candidate (binary or graded, optional rationale).
 
-Same items as the ``openai`` judge (candidates as descriptions under opaque keys, a schema that
-enumerates exactly the planned keys, the key-coverage check, optional thumbnails), same cache,
-retries, losses and costs; :func:`benchmaker.judge.finalize` enforces the qrels contract. ``mode:
-sync`` or ``mode: batch`` (inline batch jobs, resumable; see :mod:`benchmaker.providers.gemini`).
+Same items as the ``openai`` judge (candidates as table rows under opaque keys, one answer schema for
+every query, the key-coverage check, optional thumbnails), same cache, retries, losses and costs;
+:func:`benchmaker.judge.finalize` enforces the qrels contract. ``mode: sync``, or ``mode: batch``
+through the same ``judge_build`` → ``judge_submit`` → ``judge_collect`` rules as OpenAI.
 """
 
 from __future__ import annotations

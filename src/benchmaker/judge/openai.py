@@ -18,9 +18,9 @@ from ..formats import FacetModel, read_table, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
-from ..providers.engine import Item, Runner
+from ..providers.engine import Item, Runner, provider_runner
 from ..providers.spec import ImageRef
-from .prompts import candidate_keys, check_answer, judge_spec
+from .prompts import candidate_keys, check_answer, judge_spec, judgments_by_key
 
 __all__ = ["OpenAIJudge", "judge_items", "answers_to_frame", "build", "submit", "collect", "merged_settings"]
 
@@ -73,8 +73,9 @@ def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], j
         if a is None:
             continue
         text = str(a["query_text"]).strip()
+        by_key = judgments_by_key(a)
         for image_id, k in keys.items():
-            j = a["judgments"][k]
+            j = by_key[k]
             rows.append({"query_id": qid, "query_text": text, "image_id": image_id,
                          "relevance_label": int(j["label"]),
                          "rationale": (str(j.get("rationale") or "").strip() or None) if rationale else None,
@@ -123,47 +124,50 @@ def _load(plan: str, annotations: str, images: str, columns, facets):
             read_table("images", images, columns=columns))
 
 
-def _runner(settings, cache_dir) -> Runner:
-    return Runner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir)
+def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
+    return provider_runner(adapter, stage="judge", item_type="query", settings=settings, cache_dir=cache_dir)
 
 
 def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
           facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str], cache_dir: str | None = None,
-          threads: int = 1, **_: Any) -> None:
+          threads: int = 1, adapter: str = "openai", **_: Any) -> None:
     s = merged_settings(settings)
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
-    pb.build_requests(_runner(s, cache_dir), items, requests=requests, manifest=manifest, threads=threads)
+    pb.build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
-           cache_dir: str | None = None, **_: Any) -> None:
+           cache_dir: str | None = None, adapter: str = "openai", **_: Any) -> None:
     from ..vision.openai import batch_metadata
 
-    pb.submit_requests(_runner(merged_settings(settings), cache_dir), requests=requests, submitted=submitted,
+    pb.submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
 
 
 def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str, losses: str,
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
             columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
-            **_: Any) -> None:
-    from ..vision.openai import batch_metadata, write_costs
+            adapter: str = "openai", **_: Any) -> None:
+    from ..vision.openai import attach_ledger, batch_metadata, write_costs
     from . import finalize
 
     s = merged_settings(settings)
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
-    runner = _runner(s, cache_dir)
+    runner = _runner(s, cache_dir, adapter)
+    attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
     loss = Losses("judge")
     pairs = list(judge_items(plan_df, ann, imgs, fm, s, image_root, loss))
-    answers = pb.collect_results(runner, [it for it, _ in pairs], manifest=manifest, submitted=submitted,
-                                 state_dir=state_dir, losses=loss, metadata=batch_metadata(benchmark, "judge", "all"),
-                                 wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
-    name = f"openai:{runner.llm.model}"
+    with runner.ledger:
+        answers = pb.collect_results(runner, [it for it, _ in pairs], manifest=manifest, submitted=submitted,
+                                     state_dir=state_dir, losses=loss,
+                                     metadata=batch_metadata(benchmark, "judge", "all"),
+                                     wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
+    name = f"{adapter}:{runner.llm.model}"
     judged = answers_to_frame(answers, {it.item_id: k for it, k in pairs}, name, bool(s.get("rationale")))
     out = finalize(plan_df, judged, loss, judge_name=name, graded=s.get("labels") == "graded")
     write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
-    write_costs(runner.cost_rows, costs)
+    write_costs(runner.cost_rows, costs, runner.ledger)
     log.info("judge collect: %d qrels rows for %d queries; %d losses", out.height, out["query_id"].n_unique(),
              len(loss))

@@ -3,21 +3,26 @@
 The judge sees the seed image(s) and the candidates as text descriptions (summary, facets, tags),
 candidates under opaque keys ``c01, c02, …`` assigned in a stable pseudo-random order so that neither
 a key nor a position reveals which candidate is the seed or which pool it came from. No file name,
-path, id, license or source reaches the judge (optionally, thumbnails of the candidates do). The
-schema enumerates exactly the planned keys, so an answer must label every candidate and nothing else.
+path, id, license or source reaches the judge (optionally, thumbnails of the candidates do).
+
+Layout for prompt caching: the answer schema (the same for every query: judgments are a list of
+``{key, label}``), then the system prompt (instructions, the facet definitions and tag vocabulary, the
+judging rules) and the user prompt are identical across the queries of a run and lead every request;
+the per-query data (seed and candidate descriptions, one table row each; the columns are defined in
+the system prompt) comes last. :func:`check_answer`
+requires every planned key exactly once and nothing else.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Mapping, Sequence
 
 from ..formats import FacetModel
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
 
 __all__ = ["judge_schema", "default_system_prompt", "default_user_prompt", "candidate_keys", "describe",
-           "judge_spec", "check_answer", "SCHEMA_NAME", "GRADED_SCALE"]
+           "judge_spec", "check_answer", "judgments_by_key", "facet_definitions", "SCHEMA_NAME", "GRADED_SCALE"]
 
 SCHEMA_NAME = "query_and_judgments"
 GRADED_SCALE = ("0 = not relevant, 1 = marginally relevant (shares some aspect but would not satisfy the "
@@ -31,25 +36,64 @@ def candidate_keys(query_id: str, image_ids: Sequence[str]) -> dict[str, str]:
     return {img: f"c{n:0{width}d}" for n, img in enumerate(order, 1)}
 
 
-def judge_schema(keys: Sequence[str], *, graded: bool, rationale: bool) -> dict:
+def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: bool) -> dict:
+    """The answer schema: the same for every query of a run (``keys`` is ignored), so that it leads
+    every request's cacheable prefix (OpenAI puts the schema before the system message). The planned
+    keys are checked by :func:`check_answer`: each exactly once, nothing else."""
     label = {"type": "integer", "enum": [0, 1, 2, 3] if graded else [0, 1]}
-    one: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {"label": label},
-                           "required": ["label"]}
+    one: dict[str, Any] = {"type": "object", "additionalProperties": False,
+                           "properties": {"key": {"type": "string"}, "label": label}, "required": ["key", "label"]}
     if rationale:
         one["properties"]["rationale"] = {"type": "string", "description": "at most 20 words"}
-        one["required"] = ["label", "rationale"]
+        one["required"] = ["key", "label", "rationale"]
     return {
         "type": "object", "additionalProperties": False,
         "properties": {
             "query_text": {"type": "string"},
-            "judgments": {"type": "object", "additionalProperties": False,
-                          "properties": {k: one for k in keys}, "required": list(keys)},
+            "judgments": {"type": "array", "items": one},
         },
         "required": ["query_text", "judgments"],
     }
 
 
-def default_system_prompt(*, graded: bool, rationale: bool) -> str:
+def facet_definitions(fm: FacetModel | None) -> list[str]:
+    """The facet model as judging context: every facet with its allowed values, the tag vocabulary."""
+    if fm is None:
+        return []
+    out = ["", "How the images are described (the annotation vocabulary):",
+           "- summary: one factual sentence about the main content."]
+    for name, values in fm.taxonomy.items():
+        out.append(f"- {name}: one of {', '.join(values)}.")
+    for name in fm.boolean:
+        out.append(f"- {name}: yes or no ({name.replace('_', ' ')}).")
+    if fm.vocabulary:
+        out.append(f"- tags: {fm.min_tags} to {fm.max_tags} from this vocabulary: {', '.join(fm.vocabulary)}.")
+    else:
+        out.append(f"- tags: {fm.min_tags} to {fm.max_tags} short lowercase phrases, most salient first.")
+    return out
+
+
+JUDGING_RULES = (
+    "",
+    "Judging rules:",
+    "- A candidate is relevant when a person who typed query_text would be glad to see it among the results: "
+    "it shows what the query asks for, as the main content, not as a background detail.",
+    "- Facet values and tags that match the query are evidence, not proof: a candidate with the right tags "
+    "but a summary about something else is not relevant; a candidate whose summary clearly shows the "
+    "query's subject is relevant even when a facet is 'unknown'.",
+    "- Judge each candidate on its own against query_text; do not compare candidates with each other, do "
+    "not aim for a particular number of relevant ones, and do not assume that any candidate is a seed.",
+    "- Never use the keys, their order, file names, sources, licenses or any identifier as evidence.",
+    "- When the descriptions do not allow a decision, choose the lower label.",
+    "",
+    "Answer format: query_text, then judgments: one entry per candidate key from DATA, each key exactly "
+    "once, in any order, with its label.",
+)
+
+
+def default_system_prompt(fm: FacetModel | None = None, *, graded: bool, rationale: bool) -> str:
+    """Instructions, the facet definitions and vocabulary, the judging rules: identical for every
+    query of a run (the cacheable prefix); the per-query data comes last, in the user message."""
     scale = GRADED_SCALE if graded else "1 = relevant, 0 = not relevant"
     return "\n".join([
         "You are an expert creating and judging an image-retrieval benchmark.",
@@ -64,6 +108,11 @@ def default_system_prompt(*, graded: bool, rationale: bool) -> str:
         "sources or rights. Label every key exactly once." + (" Give a short rationale (at most 20 words) per "
                                                               "candidate." if rationale else ""),
         "Output MUST be valid JSON matching the provided schema exactly.",
+        *facet_definitions(fm),
+        "",
+        "DATA lists the seeds (s1, s2, …) and then the candidates, one per line, with the columns: "
+        + table_columns(fm) + ".",
+        *JUDGING_RULES,
     ])
 
 
@@ -81,6 +130,29 @@ def describe(row: Mapping[str, Any], fm: FacetModel) -> dict:
     return d
 
 
+def _cell(v: Any) -> str:
+    return " ".join(str(v if v is not None else "").split()).replace("|", "/")
+
+
+def row_line(key: str, row: Mapping[str, Any], fm: FacetModel) -> str:
+    """One image as a table row: ``key | summary | <facet values> | <true flags> | tags`` (the columns
+    are defined once, in the system prompt: fewer tokens per candidate than JSON)."""
+    cells = [key, _cell(row.get("summary"))]
+    cells += [_cell(row.get(n)) or "unknown" for n in fm.taxonomy]
+    if fm.boolean:
+        cells.append(", ".join(n for n in fm.boolean if row.get(n)) or "-")
+    cells.append(", ".join(_cell(t) for t in (row.get("tags") or [])))
+    return " | ".join(cells)
+
+
+def table_columns(fm: FacetModel | None) -> str:
+    cols = ["key", "summary", *(fm.taxonomy if fm else ())]
+    if fm is not None and fm.boolean:
+        cols.append("flags (the yes/no facets that are yes, '-' for none)")
+    cols.append("tags")
+    return " | ".join(cols)
+
+
 def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]],
                keys: Mapping[str, str], meta_row: Mapping[str, Any], fm: FacetModel, settings: Mapping[str, Any],
                thumbnails: Mapping[str, ImageRef] | None = None) -> RequestSpec:
@@ -88,15 +160,13 @@ def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candida
     rationale = bool(settings.get("rationale"))
     prompts = settings.get("prompts") or {}
     meta_cols = list(settings.get("metadata_columns") or []) or None
-    sys_t = prompts.get("system") or default_system_prompt(graded=graded, rationale=rationale)
+    sys_t = prompts.get("system") or _default_system(fm, graded, rationale)
     user_t = prompts.get("user") or default_user_prompt()
     by_key = sorted(((keys[c["image_id"]], c) for c in candidates), key=lambda kv: kv[0])
-    data = {
-        "seed_images": [describe(r, fm) for r in seed_rows],
-        "candidates": {k: describe(c, fm) for k, c in by_key},
-    }
-    parts: list[Any] = [Text(fill_metadata(user_t, meta_row, meta_cols)),
-                        Text("DATA (JSON):\n" + json.dumps(data, ensure_ascii=False, sort_keys=False))]
+    # the user prompt (the same for every query) first, the query's data last, one table row per image
+    data = "\n".join(["DATA", "SEEDS:", *(row_line(f"s{n}", r, fm) for n, r in enumerate(seed_rows, 1)),
+                      "CANDIDATES:", *(row_line(k, c, fm) for k, c in by_key)])
+    parts: list[Any] = [Text(fill_metadata(user_t, meta_row, meta_cols)), Text(data)]
     if thumbnails:
         parts.append(Text("Thumbnails of the candidates follow, each after its key."))
         for k, c in by_key:
@@ -104,8 +174,34 @@ def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candida
             if ref is not None:
                 parts.extend([Text(f"{k}:"), ref])
     return RequestSpec(system=fill_metadata(sys_t, meta_row, meta_cols), parts=tuple(parts),
-                       schema=judge_schema([k for k, _ in by_key], graded=graded, rationale=rationale),
+                       schema=_schema(graded, rationale),
                        schema_name=SCHEMA_NAME)
+
+
+_MEMO: dict[tuple, Any] = {}
+
+
+def _default_system(fm: FacetModel, graded: bool, rationale: bool) -> str:
+    k = ("system", id(fm), graded, rationale)
+    if k not in _MEMO or _MEMO[k][0] is not fm:
+        _MEMO[k] = (fm, default_system_prompt(fm, graded=graded, rationale=rationale))
+    return _MEMO[k][1]
+
+
+def _schema(graded: bool, rationale: bool) -> dict:
+    """One schema object per label kind: serialised and compiled once, shared by every query."""
+    k = ("schema", graded, rationale)
+    if k not in _MEMO:
+        _MEMO[k] = judge_schema(graded=graded, rationale=rationale)
+    return _MEMO[k]
+
+
+def judgments_by_key(answer: Mapping[str, Any]) -> dict[str, dict]:
+    """``judgments`` as key -> {label, rationale} (answers cached in the earlier object form pass)."""
+    j = answer.get("judgments") or []
+    if isinstance(j, Mapping):
+        return dict(j)
+    return {str(x.get("key")): x for x in j if isinstance(x, Mapping)}
 
 
 def check_answer(keys: Sequence[str]):
@@ -114,7 +210,12 @@ def check_answer(keys: Sequence[str]):
     def check(obj: dict) -> str | None:
         if not str(obj.get("query_text", "")).strip():
             return "query_text: empty"
-        got = set((obj.get("judgments") or {}).keys())
+        j = obj.get("judgments") or []
+        got_list = [str(x.get("key")) for x in j] if isinstance(j, list) else list(j)
+        got = set(got_list)
+        if len(got_list) != len(got):
+            dup = sorted({k for k in got_list if got_list.count(k) > 1})
+            return f"judgments: key(s) labelled more than once: {dup[:5]}"
         if got != want:
             return (f"judgments: keys differ from the planned candidates (missing {sorted(want - got)[:5]}, "
                     f"unexpected {sorted(got - want)[:5]})")

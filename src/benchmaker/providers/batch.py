@@ -26,28 +26,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from ..io import JsonlAppender, atomic_path, dumps, iter_jsonl
+from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses
-from . import openai as oai
+from .backend import TERMINAL, BatchBackend, BatchInfo
+from .journal import CID as _CID, Journal, split_requests
 from .engine import Item, Runner
 from .fastjson import dumps as fast_dumps, loads
-from .parse import Outcome, RETRYABLE, parse_body
-from .spec import RequestSpec, render_line
+from .parse import Outcome, RETRYABLE
+from .spec import RequestSpec
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",
-           "TERMINAL", "Journal", "ordered_map"]
+           "TERMINAL", "Journal", "ordered_map", "run_batch"]
 
 log = get_logger("providers.batch")
-TERMINAL = ("completed", "failed", "expired", "cancelled")
-_CID = re.compile(rb'^\{"custom_id":"([^"]+)"')
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -83,162 +80,116 @@ def parse_custom_id(cid: str) -> tuple[int, int]:
 
 
 def _request_line(runner: Runner, stage: str, idx: int, attempt: int, item: Item) -> str:
-    head = (f'{{"custom_id":"{custom_id(stage, idx, attempt)}","method":"POST",'
-            f'"url":"{oai.ENDPOINTS[runner.llm.api]}","body":')
-    return render_line(item.spec, runner.llm, head)
+    return runner.batch_backend().line(item, custom_id(stage, idx, attempt))
 
 
 # -- build --------------------------------------------------------------------------------------------
 def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, manifest: str, threads: int = 1) -> dict:
-    """Stream requests (cache misses only) and the manifest; returns counts."""
-    stage = runner.stage
-    n = n_cached = n_bad = 0
-    bad: list[tuple[str, str]] = []
+    """Stream requests (cache misses only, each distinct content once) and the manifest; returns counts.
 
-    def prep(arg: tuple[int, Item]) -> tuple[int, Item, bool, str | None, str | None]:
-        idx, it = arg
-        runner.keyed([it])
-        if runner.cache.contains(it.key):
-            return idx, it, True, None, None
+    An item whose request content (cache key) equals an earlier item's is not sent again: its
+    manifest line names the earlier item (``dup``) and collect hands it the same answer."""
+    stage = runner.stage
+    n = n_cached = n_bad = n_dup = 0
+    first: dict[bytes, int] = {}          # content key (32 bytes) -> index of the item that sends it
+    errors: dict[int, str] = {}
+
+    def keyed(it_: Iterable[Item]) -> Iterator[tuple[int, Item, int | None, bool]]:
+        for idx, it in enumerate(it_):          # in order, in this thread: decides who sends what
+            runner.keyed([it])
+            kb = bytes.fromhex(it.key) if len(it.key) == 64 else it.key.encode()
+            dup = first.get(kb)
+            cached = dup is None and runner.cache.contains(it.key)
+            if dup is None and not cached:
+                first[kb] = idx
+            yield idx, it, dup, cached
+
+    def prep(arg: tuple[int, Item, int | None, bool]) -> tuple[int, Item, bool, str | None, str | None, int | None]:
+        idx, it, dup, cached = arg
+        if dup is not None or cached:
+            return idx, it, cached, None, None, dup
         try:
-            return idx, it, False, _request_line(runner, stage, idx, 1, it), None
+            return idx, it, False, _request_line(runner, stage, idx, 1, it), None, None
         except Exception as exc:  # unreadable image
-            return idx, it, False, None, f"{type(exc).__name__}: {exc}"
+            return idx, it, False, None, f"{type(exc).__name__}: {exc}", None
 
     # threads help only where a request reads and encodes images (PIL releases the GIL); otherwise
     # the work is pure Python and a pool only adds overhead
     threads = threads if runner.llm.image_transport == "base64" else 1
     with atomic_path(requests) as req_tmp, atomic_path(manifest) as man_tmp, \
             open(req_tmp, "w", encoding="utf-8") as req_fh, open(man_tmp, "w", encoding="utf-8") as man_fh:
-        for idx, it, cached, line, err in ordered_map(prep, enumerate(items), threads):
+        for idx, it, cached, line, err, dup in ordered_map(prep, keyed(items), threads):
             n += 1
             if line is not None:
                 req_fh.write(line)
             n_cached += cached
+            if dup is not None:
+                n_dup += 1
+                err = errors.get(dup)
             if err is not None:
                 n_bad += 1
-                bad.append((it.item_id, err))
-            man_fh.write(fast_dumps({"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached,
-                                     "error": err}) + "\n")
-    log.info("%s build: %d items, %d answered by the cache, %d to send, %d unreadable",
-             stage, n, n_cached, n - n_cached - n_bad, n_bad)
-    return {"items": n, "cached": n_cached, "requests": n - n_cached - n_bad, "bad": n_bad}
+                if dup is None:
+                    errors[idx] = err
+            rec = {"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached, "error": err}
+            if dup is not None:
+                rec["dup"] = dup
+            man_fh.write(fast_dumps(rec) + "\n")
+    n_send = len(first) - len(errors)
+    log.info("%s build: %d items, %d answered by the cache, %d to send, %d same content as an earlier item "
+             "(sent once), %d unreadable", stage, n, n_cached, n_send, n_dup, n_bad)
+    return {"items": n, "cached": n_cached, "requests": n_send, "bad": n_bad, "duplicates": n_dup}
 
 
 # -- submit -------------------------------------------------------------------------------------------
-def split_requests(lines: Iterable[str], chunk_dir: Path, *, max_requests: int, max_bytes: int) -> list[dict]:
-    """Write request lines into content-addressed chunk files; returns [{path, digest, n, bytes}]."""
-    chunk_dir.mkdir(parents=True, exist_ok=True)
-    out: list[dict] = []
-    state: dict[str, Any] = {}
-
-    def start() -> None:
-        tmp = chunk_dir / f".part-{os.getpid()}-{len(out)}.tmp"
-        state.update(tmp=tmp, fh=open(tmp, "wb"), h=hashlib.sha256(), n=0, b=0)
-
-    def finish() -> None:
-        state["fh"].close()
-        if state["n"] == 0:
-            state["tmp"].unlink()
-            return
-        digest = state["h"].hexdigest()
-        final = chunk_dir / f"{digest}.jsonl"
-        os.replace(state["tmp"], final)
-        out.append({"path": str(final), "digest": digest, "n": state["n"], "bytes": state["b"]})
-
-    start()
-    for line in lines:
-        data = line.encode("utf-8")
-        if len(data) > max_bytes:
-            raise ValueError(f"one request is {len(data)} bytes, more than max_bytes_per_batch ({max_bytes}); "
-                             "lower image_max_side or use image_transport: url")
-        if state["n"] and (state["n"] >= max_requests or state["b"] + len(data) > max_bytes):
-            finish()
-            start()
-        state["fh"].write(data)
-        state["h"].update(data)
-        state["n"] += 1
-        state["b"] += len(data)
-    finish()
-    return out
-
-
-class Journal:
-    """Append-only, fsynced record of intents and ids: the memory that makes submit idempotent."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.records: list[dict] = list(iter_jsonl(self.path)) if self.path.exists() else []
-        self._app: JsonlAppender | None = None
-
-    def write(self, rec: dict) -> None:
-        if self._app is None:
-            self._app = JsonlAppender(self.path)
-        rec = {"t": round(time.time(), 3), **rec}
-        self._app.write(rec)
-        self._app.sync()
-        self.records.append(rec)
-
-    def chunk(self, digest: str) -> dict:
-        st: dict[str, Any] = {}
-        for r in self.records:
-            if r.get("digest") == digest:
-                st.update({k: v for k, v in r.items() if k not in ("t", "event")})
-                st.setdefault("events", []).append(r.get("event"))
-        return st
-
-    def round_digests(self, rnd: int) -> list[str] | None:
-        for r in self.records:
-            if r.get("event") == "round" and r.get("round") == rnd:
-                return list(r["digests"])
-        return None
-
-    def close(self) -> None:
-        if self._app is not None:
-            self._app.close()
-
-
-def _ensure_batch(client, journal: Journal, chunk: dict, *, api: str, completion_window: str,
-                  metadata: Mapping[str, str]) -> dict:
+def _ensure_batch(backend: BatchBackend, journal: Journal, chunk: dict, *, metadata: Mapping[str, str]) -> dict:
     digest = chunk["digest"]
     st = journal.chunk(digest)
     if st.get("batch_id"):
         return {**chunk, "batch_id": st["batch_id"], "file_id": st.get("file_id"), "reused": True}
     md = {**metadata, "bm_chunk": digest[:40]}
-    fname = f"bm-{digest[:40]}.jsonl"
+    name = f"bm-{digest[:40]}"
+    fname = f"{name}.jsonl"
     file_id = st.get("file_id")
     if "intent" in st.get("events", []):
         # an earlier run stopped between intent and record: look before creating anything
-        found = oai.find_batch(client, {k: md[k] for k in ("benchmaker", "bm_stage", "bm_shard", "bm_chunk")
-                                        if k in md})
+        found = backend.find(name=name, metadata=md)
         if found:
             journal.write({"event": "batch", "digest": digest, "batch_id": found["id"],
-                           "file_id": found.get("input_file_id"), "found_by": "metadata"})
+                           "file_id": found.get("file_id"), "found_by": "metadata"})
             log.info("resume: found batch %s for chunk %s by its metadata", found["id"], digest[:12])
-            return {**chunk, "batch_id": found["id"], "file_id": found.get("input_file_id"), "reused": True}
-        file_id = file_id or oai.find_file(client, fname)
+            return {**chunk, "batch_id": found["id"], "file_id": found.get("file_id"), "reused": True}
+        file_id = file_id or backend.find_file(fname)
     else:
         journal.write({"event": "intent", "digest": digest, "n": chunk["n"], "bytes": chunk["bytes"]})
     if not file_id:
-        file_id = oai.upload_batch_file(client, chunk["path"], fname)
+        file_id = backend.upload(chunk["path"], fname)
         journal.write({"event": "file", "digest": digest, "file_id": file_id})
-    b = oai.create_batch(client, file_id=file_id, api=api, completion_window=completion_window, metadata=md)
-    journal.write({"event": "batch", "digest": digest, "batch_id": b["id"], "file_id": file_id})
-    log.info("submitted batch %s: %d requests, %.1f MB (chunk %s)", b["id"], chunk["n"], chunk["bytes"] / 1e6,
-             digest[:12])
-    return {**chunk, "batch_id": b["id"], "file_id": file_id, "reused": False}
+    bid = backend.create(file_id, name=name, metadata=md)
+    journal.write({"event": "batch", "digest": digest, "batch_id": bid, "file_id": file_id})
+    log.info("submitted %s batch %s: %d requests, %.1f MB (chunk %s)", backend.name, bid, chunk["n"],
+             chunk["bytes"] / 1e6, digest[:12])
+    return {**chunk, "batch_id": bid, "file_id": file_id, "reused": False}
 
 
 def _submit_lines(runner: Runner, lines: Iterable[str], state_dir: Path, journal: Journal, *, rnd: int,
                   metadata: Mapping[str, str]) -> list[dict]:
     s = runner.settings
-    chunks = split_requests(lines, state_dir / "chunks", max_requests=int(s.get("max_requests_per_batch", 50000)),
-                            max_bytes=int(s.get("max_bytes_per_batch", 190_000_000)))
+    backend = runner.batch_backend()
+    chunks = split_requests(lines, state_dir / "chunks",
+                            max_requests=min(int(s.get("max_requests_per_batch", backend.max_requests)),
+                                             backend.max_requests),
+                            max_bytes=min(int(s.get("max_bytes_per_batch", backend.max_bytes)), backend.max_bytes),
+                            keep=lambda d: not journal.chunk(d).get("batch_id"))
     if journal.round_digests(rnd) is None:
         journal.write({"event": "round", "round": rnd, "digests": [c["digest"] for c in chunks]})
     md = {k: str(v)[:500] for k, v in metadata.items()} | {"bm_round": str(rnd)}
-    return [_ensure_batch(runner.client, journal, c, api=runner.llm.api,
-                          completion_window=str(s.get("completion_window", "24h")), metadata=md) for c in chunks]
+    out = []
+    for c in chunks:
+        out.append(_ensure_batch(backend, journal, c, metadata=md))
+        # the batch exists and is on record: the chunk's requests live at the provider (and in
+        # requests.jsonl); only its custom ids (.ids) stay in the state dir, not a second copy
+        Path(c["path"]).unlink(missing_ok=True)
+    return out
 
 
 def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir: str,
@@ -260,21 +211,23 @@ def submit_requests(runner: Runner, *, requests: str, submitted: str, state_dir:
 
 
 # -- collect ------------------------------------------------------------------------------------------
-def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, stage: str) -> dict[str, dict]:
+def _wait(backend: BatchBackend, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float,
+          stage: str, known: Mapping[str, BatchInfo] | None = None) -> dict[str, BatchInfo]:
+    """Poll until every batch is terminal; ``known``: batches the journal already has as terminal
+    (fetched by an earlier collect: not asked again)."""
     from ..logs import progress
 
-    info: dict[str, dict] = {}
+    info: dict[str, BatchInfo] = dict(known or {})
     last_log = 0.0
     bar = None
     while True:
         for bid in batch_ids:
-            if bid in info and info[bid].get("status") in TERMINAL:
+            if bid in info and info[bid].status in TERMINAL:
                 continue
-            info[bid] = oai.retrieve_batch(client, bid)
-        open_ = [b for b in batch_ids if info[b].get("status") not in TERMINAL]
-        total = sum((info[b].get("request_counts") or {}).get("total", 0) or 0 for b in batch_ids)
-        done = sum(((info[b].get("request_counts") or {}).get("completed", 0) or 0)
-                   + ((info[b].get("request_counts") or {}).get("failed", 0) or 0) for b in batch_ids)
+            info[bid] = backend.poll(bid)
+        open_ = [b for b in batch_ids if info[b].status not in TERMINAL]
+        total = sum(info[b].total for b in batch_ids)
+        done = sum(info[b].done for b in batch_ids)
         if bar is None and total:
             bar = progress(total=total, desc=f"{stage} batches", unit="req")
         if bar is not None:
@@ -285,48 +238,25 @@ def _wait(client, batch_ids: Sequence[str], *, wait: bool, poll_seconds: float, 
                 bar.close()
             return info
         if not wait:
-            states = ", ".join(f"{b}: {info[b].get('status')}" for b in open_[:10])
+            states = ", ".join(f"{b}: {info[b].raw.get('status', info[b].status)}" for b in open_[:10])
             raise BatchPending(f"{stage}: {len(open_)} batch(es) still running ({states}); "
                                "wait is false: run the workflow again later to collect")
         if time.monotonic() - last_log > 300:
             log.info("%s: waiting for %d batch(es): %s", stage, len(open_),
-                     ", ".join(f"{b}={info[b].get('status')}" for b in open_[:5]))
+                     ", ".join(f"{b}={info[b].raw.get('status', info[b].status)}" for b in open_[:5]))
             last_log = time.monotonic()
         time.sleep(poll_seconds)
 
 
-def _download(client, b: dict, state_dir: Path) -> tuple[Path | None, Path | None]:
-    out = err = None
-    for key, suffix in (("output_file_id", "output"), ("error_file_id", "error")):
-        fid = b.get(key)
-        if not fid:
-            continue
-        dest = state_dir / "downloads" / f"{b['id']}.{suffix}.jsonl"
-        if not dest.exists():
-            oai.download_file(client, fid, str(dest))
-        if suffix == "output":
-            out = dest
-        else:
-            err = dest
-    return out, err
-
-
-def _line_outcome(row: dict, api: str) -> Outcome:
-    if row.get("error"):
-        e = row["error"]
-        return Outcome(False, reason="api_error", detail=f"{e.get('code', '')}: {e.get('message', '')}"[:500])
-    resp = row.get("response") or {}
-    status = resp.get("status_code", 200)
-    body = resp.get("body")
-    if status != 200:
-        msg = ((body or {}).get("error") or {}).get("message") if isinstance(body, dict) else body
-        oc = Outcome(False, reason="api_error", detail=f"HTTP {status}: {str(msg)[:400]}")
-        return oc
-    return parse_body(body, api)
-
-
 def _chunk_ids(path: str) -> Iterator[str]:
-    """The custom ids of a request chunk, read from each line's head (the lines are large)."""
+    """The custom ids of a request chunk: its ``.ids`` file, else each line's head (the lines are large)."""
+    ids = Path(path).with_suffix(".ids")
+    if ids.exists():
+        with open(ids, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    yield line.strip().decode("utf-8")
+        return
     with open(path, "rb") as fh:
         for line in fh:
             m = _CID.match(line)
@@ -334,18 +264,6 @@ def _chunk_ids(path: str) -> Iterator[str]:
                 yield m.group(1).decode("utf-8")
             elif line.strip():
                 yield loads(line)["custom_id"]
-
-
-def _iter_rows(path: Path) -> Iterator[dict]:
-    """Rows of a downloaded output / error file, streamed (a bad line is an error with its number)."""
-    with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield loads(line)
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: not valid JSON") from None
 
 
 class _Slim:
@@ -394,12 +312,15 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     results: dict[str, dict] = {}
     slim = _Slim()
 
+    dups: dict[int, list[int]] = {}      # index that sends a content -> later items with the same content
+
     def keep(i: int, obj: dict) -> None:
-        done.add(i)
-        if on_answer is not None:
-            on_answer(i, obj)
-        else:
-            results[slim.ids[i]] = obj
+        for j in (i, *dups.get(i, ())):
+            done.add(j)
+            if on_answer is not None:
+                on_answer(j, obj)
+            else:
+                results[slim.ids[j]] = obj
 
     stage, sd = runner.stage, Path(state_dir)
     changed = RuntimeError(f"{stage}: the inputs changed since the requests were built ({manifest}); "
@@ -418,6 +339,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             slim.add(it)
             if m.get("error"):
                 losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
+            elif m.get("dup") is not None:
+                dups.setdefault(int(m["dup"]), []).append(i)
             elif m["cached"]:
                 cached_idx.append(i)
         if next(man_lines, None) is not None:
@@ -434,38 +357,47 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     round_batches = [b["batch_id"] for b in sub["batches"]]
     round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
     journal = Journal(sd / "journal.jsonl")
+    backend = runner.batch_backend()
     rnd = 1
     stack = contextlib.ExitStack()
     stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
     try:
         while True:
-            info = _wait(runner.client, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage)
+            known = {bid: t for bid in round_batches if (t := journal.terminal(bid)) is not None}
+            info = _wait(backend, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage, known=known)
             for bid in round_batches:
                 b = info[bid]
-                status = b.get("status")
-                out, err = _download(runner.client, b, sd)
+                status = b.status
+                if bid in known:                        # fetched by an earlier collect: re-read, ask nothing
+                    files = [Path(f) for f in b.raw["files"]]
+                else:
+                    files = backend.fetch(b, sd)
+                    journal.write({"event": "terminal", "batch_id": bid, "status": status, "error": b.error,
+                                   "total": b.total, "files": [str(f) for f in files]})
+                # this batch's paid rows go to the ledger once (a re-read after an interruption skips them)
+                record = runner.ledger is None or not runner.ledger.is_done(bid)
                 seen: set[int] = set()
-                for path in (out, err):
-                    if path is None:
-                        continue
-                    for row in _iter_rows(path):
-                        i, att = parse_custom_id(row["custom_id"])
+                for path in files:
+                    for cid, oc in backend.rows(path):
+                        i, att = parse_custom_id(cid)
                         if i in seen or i >= len(slim):
                             continue
                         seen.add(i)
                         attempts[i] = max(attempts[i], att)
-                        oc = _line_outcome(row, runner.llm.api)
-                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch")
+                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
+                                            record=record)
                         if obj is not None:
                             keep(i, obj)
                             failed.discard(i)
                         else:
                             last[i] = oc
                             failed.add(i)
+                if record and runner.ledger is not None:
+                    runner.ledger.mark_done(bid)
                 missing = [parse_custom_id(c) for c in _chunk_ids(round_chunks[bid])]
                 missing = [(i, a) for i, a in missing if i not in seen]
                 if missing:
-                    errs = "; ".join(str(e.get("message", e)) for e in ((b.get("errors") or {}).get("data") or [])[:3])
+                    errs = b.error
                     reason = {"failed": "batch_failed", "expired": "batch_expired",
                               "cancelled": "batch_cancelled"}.get(status, "no_response")
                     for i, a in missing:
@@ -493,7 +425,44 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
         if i in done:
             continue
         oc = last[i]
-        losses.add(runner.item_type, slim.ids[i], oc.reason or "api_error", oc.detail, attempts=max(1, attempts[i]))
-    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), len(failed - done),
+        for j in (i, *dups.get(i, ())):
+            losses.add(runner.item_type, slim.ids[j], oc.reason or "api_error", oc.detail,
+                       attempts=max(1, attempts[i]))
+    n_lost = sum(1 + len(dups.get(i, ())) for i in failed - done)
+    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), n_lost,
              runner.cost_count, runner.cost_total)
     return results
+
+
+# -- all three in one call (library use, and adapters whose plain rule runs in batch mode) -------------
+def run_batch(runner: Runner, items: Sequence[Item], losses: Losses, *, state_dir: str, wait: bool = True,
+              poll_seconds: float = 30.0, benchmark: str = "benchmaker") -> dict[str, dict]:
+    """build -> submit -> collect for ``items`` in ``<state_dir>/<digest of their keys>``: the same
+    items (a rerun) resume the same batches; returns item_id -> answer."""
+    items = runner.keyed(list(items))
+    h = hashlib.sha256()
+    for it in items:
+        h.update(it.key.encode() + b"\n")
+    tag = f"{runner.stage}-{h.hexdigest()[:16]}"
+    d = Path(state_dir) / tag
+    d.mkdir(parents=True, exist_ok=True)
+    req, man, sub = d / "requests.jsonl", d / "manifest.jsonl", d / "submitted.json"
+    md = {"benchmaker": benchmark, "bm_stage": runner.stage, "bm_shard": tag}
+    if not man.exists():
+        build_requests(runner, items, requests=str(req), manifest=str(man))
+    if not sub.exists():
+        submit_requests(runner, requests=str(req), submitted=str(sub), state_dir=str(d), metadata=md)
+    own = runner.ledger is None
+    if own:                  # paid rows on record in the state dir: a re-read after a rerun is not paid twice
+        from .ledger import CostLedger
+
+        runner.ledger = CostLedger(d / "ledger.jsonl")
+    try:
+        return collect_results(runner, items, manifest=str(man), submitted=str(sub), state_dir=str(d),
+                               losses=losses, metadata=md, wait=wait, poll_seconds=poll_seconds)
+    finally:
+        if own:
+            led, runner.ledger = runner.ledger, None
+            led.close()
+            runner.cost_rows.extend({k: v for k, v in r.items() if k not in ("rid", "run")}
+                                    for r in led.rows() if r.get("run") == led.run)

@@ -19,7 +19,7 @@ from .cost import Price, cost_row, price_for
 from .parse import Outcome, validate_answer
 from .spec import LLMSettings, RequestSpec, render_body, request_key
 
-__all__ = ["Item", "Runner"]
+__all__ = ["Item", "Runner", "provider_runner"]
 
 log = get_logger("providers")
 
@@ -43,9 +43,13 @@ class Runner:
         self.batch_discount = float(self.settings.get("batch_discount", 0.5))
         self.max_attempts = int(self.settings.get("max_attempts", 3))
         self._client = client
+        self.policy = self.retry_policy()
         self.cost_rows: list[dict] = []
         # streaming: when set, cost rows go to this callable instead of ``cost_rows`` (flat memory)
         self.cost_sink: Callable[[dict], None] | None = None
+        # crash safety: when set, each paid row is appended here as it arrives (see providers/ledger.py)
+        # and only the rows answered from the cache go to ``cost_rows`` / ``cost_sink``
+        self.ledger = None
         self.cost_total = 0.0
         self.cost_count = 0
         self.sent = 0
@@ -59,6 +63,20 @@ class Runner:
         from .openai import make_client
 
         return make_client(self.settings)
+
+    def batch_backend(self):
+        """This provider's Batch API (:class:`~benchmaker.providers.backend.BatchBackend`)."""
+        if getattr(self, "_backend", None) is None:
+            from .openai.backend import OpenAIBatchBackend
+
+            self._backend = OpenAIBatchBackend(self)
+        return self._backend
+
+    def retry_policy(self):
+        """The one retry policy of every API call of this runner (settings ``retry_*``)."""
+        from .retry import RetryPolicy
+
+        return RetryPolicy.from_settings(self.settings)
 
     def request_key(self, spec) -> str:
         return request_key(spec, self.llm)
@@ -88,20 +106,28 @@ class Runner:
                             attempt=0, cached=True))
         return obj
 
-    def _cost(self, row: dict) -> None:
+    def _cost(self, row: dict, rid: str | None = None, *, record: bool = True) -> None:
+        """Account for one cost row; ``rid`` names what was paid for (a batch row's batch and custom
+        id); ``record=False``: already in the ledger (a batch re-read after an interruption)."""
         self.cost_total += row["cost_usd"]
         self.cost_count += not row["cached"]
+        if self.ledger is not None and not row["cached"]:
+            if record:
+                self.ledger.append(row, rid)
+            return
         if self.cost_sink is not None:
             self.cost_sink(row)
         else:
             self.cost_rows.append(row)
 
-    def settle(self, item: Item, outcome: Outcome, *, attempt: int, mode: str) -> dict | None:
-        """Validate an outcome, cache it if good, record its cost; returns the answer or None."""
+    def settle(self, item: Item, outcome: Outcome, *, attempt: int, mode: str, rid: str | None = None,
+               record: bool = True) -> dict | None:
+        """The one place an answer is accepted: record its cost (before anything else), validate it,
+        cache it if good; returns the answer or None."""
         if outcome.paid:
             self._cost(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
                                 usage=outcome.usage, price=self.price, batch_discount=self.batch_discount,
-                                attempt=attempt))
+                                attempt=attempt), rid, record=record)
         if not outcome.ok:
             return None
         problem = validate_answer(outcome.obj, item.spec.schema, item.check)
@@ -119,23 +145,34 @@ class Runner:
 
     # -- sync mode ---------------------------------------------------------------------------
     def run_sync(self, items: Iterable[Item], losses: Losses, *, transport=None) -> dict[str, dict]:
+        """Answer every item; each distinct request content (cache key) is sent at most once and its
+        answer handed to every item that shares it (its cost is recorded once, on the first)."""
         items = self.keyed(items)
         results: dict[str, dict] = {}
         pending: list[Item] = []
+        same: dict[str, list[Item]] = {}       # content key -> later items with that content
         for it in items:
+            if it.key in same:
+                same[it.key].append(it)
+                continue
             obj = self.from_cache(it, "sync")
             if obj is not None:
                 results[it.item_id] = obj
             else:
+                same[it.key] = []
                 pending.append(it)
-        log.info("%s: %d items, %d from cache, %d to send", self.stage, len(items), len(results), len(pending))
+        n_dup = sum(len(v) for v in same.values())
+        log.info("%s: %d items, %d from cache, %d to send (%d more share their content)", self.stage, len(items),
+                 len(results), len(pending), n_dup)
         if not pending:
             return results
         if transport is None:
             from .transport import SyncTransport
 
-            transport = SyncTransport(self.client, self.llm.api, concurrency=int(self.settings.get("concurrency", 8)))
+            transport = SyncTransport(self.client, self.llm.api, concurrency=int(self.settings.get("concurrency", 8)),
+                                      policy=self.policy)
         last: dict[str, Outcome] = {}
+        attempts_of: dict[str, int] = {}
         for attempt in range(1, self.max_attempts + 1):
             if not pending:
                 break
@@ -143,6 +180,7 @@ class Runner:
             bar = progress(total=len(pending), desc=f"{self.stage} attempt {attempt}", unit="req")
             for it, outcome in transport.map(pending, self.render):
                 bar.update(1)
+                attempts_of[it.item_id] = attempt
                 obj = self.settle(it, outcome, attempt=attempt, mode="sync")
                 if obj is None:
                     last[it.item_id] = outcome
@@ -150,18 +188,21 @@ class Runner:
                         failed.append(it)
                 else:
                     results[it.item_id] = obj
+                    for other in same.get(it.key, ()):
+                        results[other.item_id] = obj
             bar.close()
             if failed:
                 log.info("%s: attempt %d: %d failed (%s)", self.stage, attempt, len(failed),
                          _reason_counts(last, failed))
             pending = failed
         self.sent += transport.sent
-        attempts_of = {it.item_id: self.max_attempts for it in pending}
+        by_id = {it.item_id: it for it in items}
         for item_id, oc in last.items():
             if item_id in results:
                 continue
-            losses.add(self.item_type, item_id, oc.reason or "api_error", oc.detail,
-                       attempts=attempts_of.get(item_id, 1))
+            for it in (by_id[item_id], *same.get(by_id[item_id].key, ())):
+                losses.add(self.item_type, it.item_id, oc.reason or "api_error", oc.detail,
+                           attempts=attempts_of.get(item_id, 1))
         return results
 
 
@@ -178,3 +219,14 @@ def _reason_counts(last: dict[str, Outcome], failed: list[Item]) -> str:
 
     c = Counter(last[it.item_id].reason for it in failed)
     return ", ".join(f"{k}: {v}" for k, v in c.most_common())
+
+
+def provider_runner(adapter: str, **kw: Any) -> Runner:
+    """The runner of an API adapter (``openai`` or ``gemini``): the same batch rules serve both."""
+    if adapter == "gemini":
+        from .gemini import GeminiRunner
+
+        return GeminiRunner(**kw)
+    if adapter != "openai":
+        raise ValueError(f"adapter {adapter!r} has no Batch API runner (openai, gemini)")
+    return Runner(**kw)

@@ -13,11 +13,11 @@ from typing import Any, Mapping
 __all__ = ["BATCH_ADAPTERS", "REQUEST_KEYS", "BATCH_KEYS", "request_settings", "batch_settings",
            "judge_settings", "is_batch"]
 
-BATCH_ADAPTERS = ("openai",)
+BATCH_ADAPTERS = ("openai", "gemini")   # every provider with a BatchBackend
 REQUEST_KEYS = (
     "model", "base_url", "api_key_env", "api", "max_output_tokens", "reasoning_effort", "temperature",
     "prompts", "metadata_columns", "image_detail", "image_transport", "image_max_side", "send_thumbnails",
-    "labels", "rationale",
+    "labels", "rationale", "prompt_cache_key",
 )
 BATCH_KEYS = ("model", "base_url", "api_key_env", "api", "completion_window", "max_requests_per_batch",
               "max_bytes_per_batch")

@@ -67,6 +67,9 @@ class LLMSettings:
     image_detail: str = "low"
     image_transport: str = "base64"
     image_max_side: int = 768
+    # send ``prompt_cache_key`` (a digest of the stable prefix: system prompt and schema) so that the
+    # requests of a stage land on the same prompt cache; default: on for api.openai.com (no base_url)
+    prompt_cache_key: bool = False
     extra: dict = field(default_factory=dict)
     sends_reasoning: bool = field(default=False, init=False, compare=False)
 
@@ -78,6 +81,8 @@ class LLMSettings:
             reasoning_effort=s.get("reasoning_effort", "low"), temperature=s.get("temperature"),
             image_detail=s.get("image_detail", "low"), image_transport=s.get("image_transport", "base64"),
             image_max_side=int(s.get("image_max_side", 768)),
+            prompt_cache_key=(not s.get("base_url")) if s.get("prompt_cache_key") is None
+            else bool(s["prompt_cache_key"]),
         )
 
     def __post_init__(self) -> None:
@@ -281,7 +286,16 @@ def render_body(spec: RequestSpec, s: LLMSettings, schema: Any = None, content: 
             body["reasoning"] = {"effort": s.reasoning_effort}
     if s.temperature is not None:
         body["temperature"] = s.temperature
+    if s.prompt_cache_key:
+        body["prompt_cache_key"] = cache_key_of(spec)
     return body
+
+
+def cache_key_of(spec: RequestSpec) -> str:
+    """``prompt_cache_key``: the stage's schema name and a digest of what leads every request (the
+    schema and the system prompt); the same for every request that shares that prefix."""
+    digest, _ = _schema_memo(spec.schema)
+    return f"bm-{spec.schema_name}-" + hashlib.sha256((digest + spec.system).encode("utf-8")).hexdigest()[:20]
 
 
 def _image_tokens(ref: ImageRef, s: LLMSettings) -> int:

@@ -1,20 +1,22 @@
-"""Synchronous transport: bounded concurrency, Retry-After honoured, backoff on 429 / 5xx / network.
+"""Synchronous transport: bounded concurrency; every call through the one retry policy
+(:mod:`benchmaker.providers.retry`: Retry-After honoured, back-off with jitter, a time budget).
 
 Transport-level retries (rate limits, server errors, lost connections) do not count as attempts of
-an item: the request never produced an answer. What the server answers with a 4xx other than 429 is
-an ``api_error`` outcome that counts as an attempt.
+an item: the request never produced an answer. What the server answers with a 4xx other than
+408 / 409 / 429 is an ``api_error`` outcome that counts as an attempt, except 401 / 403 (a bad key
+fails every request alike), which stops the rule with what to do.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..logs import get_logger
 from .parse import Outcome, parse_body
+from .retry import PermanentAPIError, RetryPolicy, TransientExhausted, retry_after_seconds
 
 __all__ = ["SyncTransport", "retry_after_seconds"]
 
@@ -22,86 +24,53 @@ log = get_logger("providers.transport")
 T = TypeVar("T")
 
 
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    if not headers:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    ra = headers.get("retry-after")
-    if ra:
-        try:
-            return max(0.0, float(ra))
-        except ValueError:
-            from email.utils import parsedate_to_datetime
-
-            try:
-                return max(0.0, parsedate_to_datetime(ra).timestamp() - time.time())
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
 class SyncTransport:
+    """Sends request bodies with bounded concurrency. Providers override :meth:`_call` (one HTTP
+    request, raising the SDK's errors) and :meth:`_parse` (response -> :class:`Outcome`)."""
+
+    name = "openai"
+
     def __init__(self, client, api: str, *, concurrency: int = 8, max_transport_retries: int = 8,
-                 base_delay: float = 1.0, max_delay: float = 60.0, sleep: Callable[[float], None] = time.sleep):
+                 base_delay: float = 1.0, max_delay: float = 60.0, sleep: Callable[[float], None] = time.sleep,
+                 policy: RetryPolicy | None = None):
         self.client, self.api = client, api
         self.concurrency = max(1, int(concurrency))
-        self.max_transport_retries = max_transport_retries
-        self.base_delay, self.max_delay = base_delay, max_delay
-        self.sleep = sleep
+        self.policy = policy or RetryPolicy(max_tries=max_transport_retries + 1, base_delay=base_delay,
+                                            max_delay=max_delay, sleep=sleep)
         self.sent = 0                 # HTTP requests actually sent (incl. transport retries)
-        self.waits: list[float] = []  # every back-off delay, for reporting and tests
         self._lock = threading.Lock()
 
-    def _delay(self, attempt: int, headers: Mapping[str, str] | None) -> float:
-        ra = retry_after_seconds(headers)
-        if ra is not None:
-            return min(ra, self.max_delay * 5)
-        return min(self.max_delay, self.base_delay * (2 ** attempt)) * (0.5 + random.random() / 2)
+    @property
+    def waits(self) -> list[float]:
+        """Every back-off delay, for reporting and tests."""
+        return self.policy.waits
 
-    def send(self, body: dict) -> Outcome:
-        import openai
-
+    def _call(self, body: dict) -> Any:
         from .openai import call
 
-        for attempt in range(self.max_transport_retries + 1):
-            with self._lock:
-                self.sent += 1
-            try:
-                resp = call(self.client, self.api, body)
-            except (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError,
-                    openai.APITimeoutError, openai.ConflictError) as exc:
-                status = getattr(exc, "status_code", None)
-                headers = getattr(getattr(exc, "response", None), "headers", None)
-                if attempt >= self.max_transport_retries:
-                    return Outcome(False, reason="api_error",
-                                   detail=f"gave up after {attempt + 1} tries: {type(exc).__name__} {status or ''}")
-                d = self._delay(attempt, headers)
-                with self._lock:
-                    self.waits.append(d)
-                log.debug("transport: %s (status %s); retrying in %.2f s", type(exc).__name__, status, d)
-                self.sleep(d)
-                continue
-            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-                # a rejected key: every later request would fail the same way
+        return call(self.client, self.api, body)
+
+    def _parse(self, resp: Any) -> Outcome:
+        return parse_body(resp, self.api)
+
+    def _counted(self, body: dict) -> Any:
+        with self._lock:
+            self.sent += 1
+        return self._call(body)
+
+    def send(self, body: dict) -> Outcome:
+        try:
+            resp = self.policy.call(lambda: self._counted(body), f"{self.name} request")
+        except TransientExhausted as exc:
+            return Outcome(False, reason="api_error", detail=str(exc)[:500])
+        except PermanentAPIError as exc:
+            if exc.status in (401, 403) or (exc.status == 400 and "api key" in str(exc).lower()):
+                # a rejected key: every later request would fail the same way (one short block, benchmaker.errors)
                 from ..errors import key_rejected
 
-                raise key_rejected("openai", exc.status_code, getattr(exc, "message", "") or str(exc)) from exc
-            except openai.APIStatusError as exc:
-                if exc.status_code >= 500:
-                    if attempt < self.max_transport_retries:
-                        d = self._delay(attempt, exc.response.headers)
-                        self.waits.append(d)
-                        self.sleep(d)
-                        continue
-                msg = getattr(exc, "message", "") or str(exc)
-                return Outcome(False, reason="api_error", detail=f"HTTP {exc.status_code}: {msg[:400]}")
-            return parse_body(resp, self.api)
-        return Outcome(False, reason="api_error", detail="transport retries exhausted")
+                raise key_rejected(self.name, exc.status, str(exc)[:400]) from exc
+            return Outcome(False, reason="api_error", detail=str(exc)[:500])
+        return self._parse(resp)
 
     def map(self, jobs: Iterable[T], render: Callable[[T], dict]) -> Iterator[tuple[T, Outcome]]:
         """Send ``render(job)`` for every job with bounded concurrency; yields (job, outcome) as done."""

@@ -94,6 +94,7 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
             "requests": int(cost["requests"].sum() or 0),
             "cached_requests": int(cost["cached_requests"].sum() or 0),
             "cost_usd": float(cost["cost_usd"].sum() or 0.0),
+            "cost_usd_last_run": float(cost["cost_usd_last_run"].sum() or 0.0),
             "by_stage": {s: {"requests": int(r), "input_tokens": int(i), "cached_input_tokens": int(c),
                              "output_tokens": int(o), "reasoning_tokens": int(rt), "cost_usd": float(u)}
                          for s, r, i, c, o, rt, u in cost.group_by("stage").agg(
@@ -273,8 +274,10 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
         c = n["costs"]
         sections.append(Section(
             "API costs",
-            text=(f"Total USD {c['cost_usd']:.4f} over {c['requests']} request(s), {c['cached_requests']} of them "
-                  "answered from the response cache (no cost in this run)." if c["requests"] else ""),
+            text=(f"Total spend to date USD {c['cost_usd']:.4f} (all runs, interrupted ones included); the "
+                  f"last run USD {c['cost_usd_last_run']:.4f}. {c['requests']} request row(s), "
+                  f"{c['cached_requests']} of them answered from the response cache (no cost in that run)."
+                  if c["requests"] else ""),
             table=t["cost_summary"], files=["cost_summary.csv"],
             empty="No API request was recorded: the vision and judge adapters of this run are offline."))
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",

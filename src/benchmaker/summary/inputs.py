@@ -48,9 +48,12 @@ def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
         df = read_table("costs", p)
         if "cached" not in df.columns:
             df = df.with_columns(pl.lit(False).alias("cached"))
+        if "last_run" not in df.columns:    # cost files without the ledger describe one run
+            df = df.with_columns(pl.lit(True).alias("last_run"))
         frames.append(df.select(
             "stage", "item_id", "model", "mode", "input_tokens", "cached_input_tokens", "output_tokens",
-            "reasoning_tokens", "cost_usd", pl.col("cached").fill_null(False).cast(pl.Boolean)))
+            "reasoning_tokens", "cost_usd", pl.col("cached").fill_null(False).cast(pl.Boolean),
+            pl.col("last_run").fill_null(True).cast(pl.Boolean)))
     return pl.concat(frames, how="vertical_relaxed")
 
 

@@ -243,13 +243,18 @@ def cost_summary(costs: pl.DataFrame | None) -> pl.DataFrame:
     """Requests, tokens by type and USD per stage, model and mode (cached requests cost nothing now)."""
     schema = {"stage": pl.String, "model": pl.String, "mode": pl.String, "requests": pl.Int64,
               "cached_requests": pl.Int64, "input_tokens": pl.Int64, "cached_input_tokens": pl.Int64,
-              "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64, "cost_usd": pl.Float64}
+              "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64, "cost_usd": pl.Float64,
+              "cost_usd_last_run": pl.Float64}
     if costs is None or not costs.height:
         return pl.DataFrame(schema=schema)
+    if "last_run" not in costs.columns:
+        costs = costs.with_columns(pl.lit(True).alias("last_run"))
+    # cost_usd: the spend to date (every paid request across reruns); cost_usd_last_run: the latest run's
     return (costs.group_by("stage", "model", "mode")
             .agg(pl.len().alias("requests"), pl.col("cached").sum().alias("cached_requests"),
                  pl.col("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens").sum(),
-                 pl.col("cost_usd").sum())
+                 pl.col("cost_usd").sum(),
+                 pl.col("cost_usd").filter(pl.col("last_run")).sum().alias("cost_usd_last_run"))
             .select(list(schema)).cast(schema).sort("stage", "model", "mode"))
 
 

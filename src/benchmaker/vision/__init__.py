@@ -30,6 +30,7 @@ def run(
     columns: Mapping[str, str],
     costs: str | None = None,
     cache_dir: str | None = None,
+    ledger: str | None = None,
     threads: int = 1,
     version: str | None = None,
     **_: Any,
@@ -40,11 +41,20 @@ def run(
     loss = Losses("vision")
     annotator = get_annotator(adapter, facets=fm, settings=dict(settings), image_root=image_root,
                               cache_dir=cache_dir, threads=threads)
-    ann = annotator.annotate(imgs, loss)
+    runner = getattr(annotator, "runner", None)
+    if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
+        from .openai import attach_ledger
+
+        attach_ledger(runner, ledger)
+    try:
+        ann = annotator.annotate(imgs, loss)
+    finally:
+        if runner is not None and runner.ledger is not None:
+            runner.ledger.close()
     n = write_table(ann, "annotations", annotations, columns=columns, facets=fm)
     loss.write(losses)
     if costs:  # API adapters report one row per paid request; the others write an empty file
         from .openai import write_costs
 
-        write_costs(list(getattr(annotator, "costs", []) or []), costs)
+        write_costs(list(getattr(annotator, "costs", []) or []), costs, getattr(runner, "ledger", None))
     log.info("vision[%s]: wrote %d annotations, %d losses", adapter, n, len(loss))

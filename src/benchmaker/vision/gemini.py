@@ -3,9 +3,10 @@
 Same items as the ``openai`` adapter (prompts with ``{metadata.<col>}`` placeholders, the facet JSON
 schema, downscaled inline images or URLs, the tag / summary checks), same cache, retries, losses and
 cost rows; only the provider differs (:mod:`benchmaker.providers.gemini`). ``mode: sync`` sends with
-bounded concurrency; ``mode: batch`` (the schema's default) submits inline-request batch jobs from
-the plain ``vision`` rule, with resumable state under ``<cache_dir>/gemini-batches`` (``wait:
-false`` submits and stops; the next run collects).
+bounded concurrency; ``mode: batch`` (the schema's default) runs as the same ``vision_build`` →
+``vision_submit`` → ``vision_collect`` rules as OpenAI (:mod:`benchmaker.providers.batch` with the
+Gemini backend). Used as a library, :meth:`GeminiRunner.run` runs those three steps in one call,
+with resumable state under ``<cache_dir>/gemini-batches``.
 """
 
 from __future__ import annotations

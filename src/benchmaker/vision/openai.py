@@ -14,16 +14,17 @@ from typing import Any, Iterator, Mapping
 import polars as pl
 
 from ..formats import FacetModel, empty_table, read_table, write_table
-from ..io import atomic_path
+from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
-from ..providers.engine import Item, Runner
+from ..providers.engine import Item, Runner, provider_runner
 from ..providers.fastjson import dumps as fast_dumps
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
 from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
 
-__all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs"]
+__all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs",
+           "attach_ledger"]
 
 log = get_logger("vision.openai")
 
@@ -120,18 +121,28 @@ class AnswerSpill:
         schema = {"__i": pl.Int64, "image_id": pl.String, "summary": pl.String, "tags": pl.List(pl.String),
                   "annotator": pl.String, "confidence": fm.confidence_dtype() if fm.names else pl.Struct({})}
         schema |= {n: pl.String for n in fm.taxonomy} | {n: pl.Boolean for n in fm.boolean}
-        df = pl.read_ndjson(self.path, schema=schema).sort("__i").unique("__i", keep="first", maintain_order=True)
+        # lazily, on the streaming engine: parse, order and de-duplicate without a second full copy
+        df = (pl.scan_ndjson(self.path, schema=schema).sort("__i", maintain_order=True)
+              .unique("__i", keep="first", maintain_order=True).drop("__i").collect(engine="streaming"))
         self.path.unlink()
-        return df.drop("__i")
+        return df
 
 
-def write_costs(rows: list[dict], path: str | None) -> None:
+def write_costs(rows: list[dict], path: str | None, ledger: Any = None) -> None:
+    """The cost file: the ledger's paid rows to date (when the runner had one) plus ``rows``."""
     if not path:
         return
-    if rows:
-        write_table(pl.DataFrame(rows), "costs", path)
-    else:
-        write_table(empty_table("costs"), "costs", path)
+    from ..providers.ledger import write_cost_file
+
+    write_cost_file(path, ledger, rows)
+
+
+def attach_ledger(runner: Runner, path: str | None) -> None:
+    """Every paid row of ``runner`` goes to the crash-safe ledger at ``path`` as it arrives."""
+    if path and runner.ledger is None:
+        from ..providers.ledger import CostLedger
+
+        runner.ledger = CostLedger(path)
 
 
 class OpenAIAnnotator:
@@ -166,16 +177,16 @@ class OpenAIAnnotator:
 
 
 # -- batch mode: the three rules ----------------------------------------------------------------------
-def _runner(settings, cache_dir) -> Runner:
-    return Runner(stage="vision", item_type="image", settings=dict(settings), cache_dir=cache_dir)
+def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
+    return provider_runner(adapter, stage="vision", item_type="image", settings=dict(settings), cache_dir=cache_dir)
 
 
 def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, Any], facets: Mapping[str, Any],
           image_root: str, columns: Mapping[str, str], cache_dir: str | None = None, threads: int = 1,
-          **_: Any) -> None:
+          adapter: str = "openai", **_: Any) -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
-    pb.build_requests(_runner(settings, cache_dir), vision_items(imgs, fm, settings, image_root),
+    pb.build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
                       requests=requests, manifest=manifest, threads=threads)
 
 
@@ -184,29 +195,36 @@ def batch_metadata(benchmark: str, stage: str, shard: str) -> dict[str, str]:
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
-           shard: str = "all", cache_dir: str | None = None, **_: Any) -> None:
-    pb.submit_requests(_runner(settings, cache_dir), requests=requests, submitted=submitted, state_dir=state_dir,
+           shard: str = "all", cache_dir: str | None = None, adapter: str = "openai", **_: Any) -> None:
+    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted, state_dir=state_dir,
                        metadata=batch_metadata(benchmark, "vision", shard))
 
 
 def collect(*, images: str, manifest: str, submitted: str, annotations: str, losses: str, costs: str,
             settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str],
-            state_dir: str, benchmark: str, shard: str = "all", cache_dir: str | None = None, **_: Any) -> None:
+            state_dir: str, benchmark: str, shard: str = "all", cache_dir: str | None = None, adapter: str = "openai",
+            **_: Any) -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
-    runner = _runner(settings, cache_dir)
+    runner = _runner(settings, cache_dir, adapter)
     loss = Losses("vision")
     # items are streamed (and made again only for retries): collect holds ids and keys, not requests
     items = lambda: vision_items(imgs, fm, settings, image_root)  # noqa: E731
-    spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"openai:{runner.llm.model}",
+    spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"{adapter}:{runner.llm.model}",
                         imgs["image_id"].to_list())
-    with atomic_path(costs) as costs_tmp, open(costs_tmp, "w", encoding="utf-8") as cost_fh:
-        runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
-        pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
-                           losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
-                           wait=bool(settings.get("wait", True)),
-                           poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill)
+    attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
+    cached_rows = Path(state_dir) / "costs.cached.part.jsonl"
+    try:
+        with open(cached_rows, "w", encoding="utf-8") as cost_fh, runner.ledger:
+            runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
+            pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
+                               losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
+                               wait=bool(settings.get("wait", True)),
+                               poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill)
         ann = spill.frame()
         write_table(ann, "annotations", annotations, columns=columns, facets=fm)
         loss.write(losses)
+        write_costs(iter_jsonl(cached_rows), costs, runner.ledger)
+    finally:
+        cached_rows.unlink(missing_ok=True)
     log.info("vision collect: %d annotations, %d losses", ann.height, len(loss))

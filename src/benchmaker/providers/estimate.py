@@ -1,0 +1,215 @@
+"""``benchmaker estimate``: requests, tokens and dollars still to pay, before or during a run.
+
+What it counts, per API stage:
+
+* **only what will be sent**: the images preprocessing accepts (before preprocess has run, the same
+  inspection that preprocess runs decides, so files it will quarantine are not counted); after it,
+  ``images.jsonl``;
+* **each distinct request content once** (byte-identical images share an answer, as in the run);
+* **minus the response cache**: requests whose content key is already answered cost nothing (after
+  a partial run, only the rest is priced). Keys are the provider's own (``openai`` or ``gemini``);
+* **prompt caching**: the stable prefix of a request (schema + system prompt, when it reaches 1,024
+  tokens) is priced at the cached-input rate for every request after the first, as the provider bills;
+* tokens: ~4 characters per text token, OpenAI's image tile rule, output = a schema-shaped answer
+  plus an allowance for reasoning tokens (``reasoning_effort``). Batch mode gets ``batch_discount``.
+
+The judge is priced from the real query plan and annotations when they exist (the exact requests
+and their cache keys); before that, from ``plan`` (queries x candidates) with annotation rows of
+the typical length the facet model yields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .cost import Usage, cost_usd
+
+__all__ = ["API_ADAPTERS", "REASONING_OUTPUT", "estimate", "out_tokens"]
+
+API_ADAPTERS = ("openai", "gemini")
+REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
+CACHE_MIN, CACHE_STEP = 1024, 128
+
+
+def _sample(schema: dict) -> Any:
+    t = schema.get("type")
+    if t == "object":
+        return {k: _sample(v) for k, v in schema.get("properties", {}).items()}
+    if t == "array":
+        n = (schema.get("minItems", 1) + schema.get("maxItems", 1)) // 2
+        return [_sample(schema.get("items", {}))] * max(1, n)
+    if "enum" in schema:
+        return max(schema["enum"], key=lambda v: len(str(v)))
+    if t == "string":
+        return "x" * 120 if "summary" in str(schema.get("description", "")) else "x" * 60
+    return 0.5
+
+
+def out_tokens(schema: dict, s: Mapping[str, Any], n_judgments: int = 0) -> int:
+    """Output tokens of one answer: a schema-shaped sample (``n_judgments`` list entries for the
+    judge) plus the reasoning allowance."""
+    sample = _sample(schema)
+    if n_judgments and isinstance(sample, dict) and isinstance(sample.get("judgments"), list):
+        one = dict(sample["judgments"][0])
+        one["key"] = "c00"
+        sample["judgments"] = [one] * n_judgments
+        sample["query_text"] = "x" * 60
+    return -(-len(json.dumps(sample)) // 4) + REASONING_OUTPUT.get(s.get("reasoning_effort"), 0)
+
+
+def _prefix_tokens(spec) -> int:
+    from .spec import _schema_memo
+
+    return (len(_schema_memo(spec.schema)[1]) + len(spec.system)) // 4
+
+
+class _Stage:
+    """Accumulates one stage's requests: distinct keys, cache hits, input / cached / output tokens."""
+
+    def __init__(self, stage: str, adapter: str, settings: Mapping[str, Any], cache_dir: str | None):
+        from .engine import provider_runner
+
+        self.stage, self.adapter = stage, adapter
+        self.runner = provider_runner(adapter, stage=stage, item_type="x", settings=dict(settings),
+                                      cache_dir=cache_dir)
+        self.s = self.runner.settings
+        self.items = self.cached = self.duplicates = self.requests = 0
+        self.tok_in = self.tok_cached = self.tok_out = 0
+        self._seen: set[str] = set()
+        self._prefixes: set[str] = set()
+
+    def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True) -> None:
+        from .spec import estimate_input_tokens
+
+        self.items += 1
+        key = self.runner.request_key(spec)
+        if key in self._seen:
+            self.duplicates += 1
+            return
+        self._seen.add(key)
+        if check_cache and self.runner.cache.contains(key):
+            self.cached += 1
+            return
+        self.requests += 1
+        n_in = estimate_input_tokens(spec, self.runner.llm)
+        self.tok_in += n_in
+        pre = _prefix_tokens(spec)
+        pkey = f"{spec.system}\x00{id(spec.schema)}"
+        if n_in >= CACHE_MIN and pre >= CACHE_MIN:
+            if pkey in self._prefixes:
+                self.tok_cached += (min(pre, n_in) // CACHE_STEP) * CACHE_STEP
+            self._prefixes.add(pkey)
+        self.tok_out += out_tokens(spec.schema, self.s, n_judgments)
+
+    def line(self) -> dict:
+        price = self.runner.price
+        batch = self.s.get("mode", "batch") == "batch"
+        usd = cost_usd(Usage(self.tok_in, self.tok_cached, self.tok_out, 0), price, batch=batch,
+                       batch_discount=float(self.s.get("batch_discount", 0.5)))
+        return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s.get("mode", "batch"),
+                "items": self.items, "requests": self.requests, "cached": self.cached,
+                "duplicates": self.duplicates, "input_tokens": self.tok_in, "cached_input_tokens": self.tok_cached,
+                "output_tokens": self.tok_out, "usd": round(usd, 6), "price_known": price.known}
+
+
+def _images(cfg: Mapping[str, Any], results: Path):
+    """(images frame, how it was obtained, number of files preprocessing will quarantine)."""
+    import polars as pl
+
+    from ..formats import read_table
+
+    p = results / "images.jsonl"
+    if p.exists():
+        q = results / "quarantine.jsonl"
+        nq = 0
+        if q.exists():
+            with open(q, encoding="utf-8") as fh:
+                nq = sum(1 for ln in fh if ln.strip())
+        return read_table("images", p, columns=cfg["columns"]), "images.jsonl", nq
+    from ..preprocess.stage import inspect_corpus
+
+    pre = dict(cfg.get("preprocess") or {})
+    accepted, quarantine, _stats, _notes = inspect_corpus(cfg["paths"]["image_root"], pre,
+                                                          workers=int(pre.get("workers") or 1),
+                                                          exclude_dirs=[results])
+    base = pre.get("image_base_url")
+    df = accepted.sort("image_id").with_columns(
+        (pl.lit(base.rstrip("/") + "/") + pl.col("image_id")).alias("image_url") if base
+        else pl.lit(None, dtype=pl.String).alias("image_url"))
+    return df, "inspection of image_root (what preprocess will accept)", quarantine.height
+
+
+def _typical_row(fm, i: int) -> dict:
+    """An annotation row of typical length for the facet model (judge estimate before a plan exists)."""
+    words = ["person", "walking", "along", "a", "road", "near", "trees", "with", "buildings", "and", "a", "vehicle", "in", "the", "background", "under", "a", "clear", "sky"]
+    row = {"image_id": f"img{i}", "summary": " ".join(words[: 18 + i % 5]),
+           "tags": [(fm.vocabulary[j % len(fm.vocabulary)] if fm.vocabulary else f"tag number {j}")
+                    for j in range((fm.min_tags + fm.max_tags) // 2)]}
+    for name, values in fm.taxonomy.items():
+        row[name] = max(values, key=len)
+    for name in fm.boolean:
+        row[name] = bool(i % 2)
+    return row
+
+
+def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path) -> tuple[Iterable, str]:
+    from ..formats import read_table
+    from ..judge.openai import judge_items
+    from ..losses import Losses
+
+    plan_p, ann_p, img_p = results / "query_plan.jsonl", results / "annotations.jsonl", results / "images.jsonl"
+    if plan_p.exists() and ann_p.exists() and img_p.exists():
+        cols = cfg["columns"]
+        plan = read_table("query_plan", plan_p, columns=cols)
+        ann = read_table("annotations", ann_p, columns=cols, facets=fm)
+        imgs = read_table("images", img_p, columns=cols)
+        items = judge_items(plan, ann, imgs, fm, s, cfg["paths"]["image_root"], Losses("judge"))
+        return ((it.spec, len(keys)) for it, keys in items), "query_plan.jsonl + annotations.jsonl"
+    from ..judge.prompts import candidate_keys, judge_spec
+
+    p = cfg["plan"]
+    n_q = int(p["num_seeds"])
+    n_seed = int(p["seeds_per_query"])
+    n_c = n_seed + int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
+
+    def gen():
+        for q in range(n_q):
+            rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
+            keys = candidate_keys(f"q{q}", [r["image_id"] for r in rows])
+            yield judge_spec(query_id=f"q{q}", seed_rows=rows[:n_seed], candidates=rows, keys=keys, meta_row={},
+                             fm=fm, settings=s), n_c
+
+    return gen(), f"plan settings ({n_q} queries x {n_c} candidates, typical annotation rows)"
+
+
+def estimate(cfg: Mapping[str, Any]) -> list[dict]:
+    """One line per API stage: items, distinct requests still to send, cache hits, duplicates, tokens, USD."""
+    from ..config import results_dir
+    from ..formats import FacetModel
+    from ..vision.openai import vision_items
+
+    fm = FacetModel.from_config(cfg["facets"])
+    results = Path(results_dir(cfg))
+    cache_root = f"{cfg['paths']['results']}/.cache"
+    lines = []
+    ad = cfg["vision"]["adapter"]
+    if ad in API_ADAPTERS:
+        s = cfg["vision"][ad]
+        st = _Stage("vision", ad, s, f"{cache_root}/vision")
+        imgs, source, n_quar = _images(cfg, results)
+        for it in vision_items(imgs, fm, st.s, cfg["paths"]["image_root"]):
+            st.add(it.spec)
+        lines.append(st.line() | {"source": source, "quarantined": n_quar})
+    ad = cfg["judge"]["adapter"]
+    if ad in API_ADAPTERS:
+        s = {**cfg["judge"][ad], "labels": cfg["judge"]["labels"], "rationale": cfg["judge"]["rationale"]}
+        st = _Stage("judge", ad, s, f"{cache_root}/judge")
+        specs, source = _judge_specs(cfg, fm, st.s, results)
+        real = source.startswith("query_plan")
+        for spec, n in specs:
+            st.add(spec, n, check_cache=real)
+        lines.append(st.line() | {"source": source})
+    return lines
