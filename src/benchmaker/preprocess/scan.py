@@ -24,9 +24,11 @@ __all__ = ["Candidate", "ScanStats", "scan", "is_hidden"]
 _MAC_JUNK = {".DS_Store", "__MACOSX", "Thumbs.db", "desktop.ini"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     image_id: str
+    size: int | None = None  # with ``scan(..., with_stat=True)``: st_size and st_mtime_ns of the file
+    mtime_ns: int | None = None  # (of the link's target for a followed symlink)
 
 
 @dataclass
@@ -35,6 +37,7 @@ class ScanStats:
     skipped_extension: int = 0
     skipped_hidden: int = 0
     skipped_excluded_dirs: int = 0
+    rejected: int = 0  # counted by callers that want it (preprocess.listing)
     extensions_skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -60,6 +63,14 @@ def _printable(rel: str) -> str:
     return rel.encode("utf-8", "backslashreplace").decode("utf-8").replace(os.sep, "/")
 
 
+def _candidate(image_id: str, entry: os.DirEntry, follow: bool) -> Candidate | Rejected:
+    try:
+        st = entry.stat(follow_symlinks=follow)
+    except OSError as exc:
+        return Rejected(image_id, "unreadable", f"cannot stat: {exc.strerror}")
+    return Candidate(image_id, st.st_size, st.st_mtime_ns)
+
+
 def scan(
     root: str | os.PathLike,
     *,
@@ -68,8 +79,13 @@ def scan(
     skip_hidden: bool = True,
     exclude_dirs: Iterable[str | os.PathLike] = (),
     stats: ScanStats | None = None,
+    with_stat: bool = False,
 ) -> Iterator[Candidate | Rejected]:
-    """Walk ``root`` and yield what to inspect and what to quarantine."""
+    """Walk ``root`` and yield what to inspect and what to quarantine.
+
+    ``with_stat``: fill ``Candidate.size`` / ``mtime_ns`` (one ``stat`` per file; used by the change
+    detection listing, preprocess.listing). A file that cannot be stat'ed is yielded as ``unreadable``.
+    """
     root_path = Path(root)
     if not root_path.is_dir():
         raise FileNotFoundError(f"image_root {root} is not a directory")
@@ -121,7 +137,7 @@ def scan(
                 if image_id is None:
                     yield Rejected(_printable(rel), "invalid_filename", "file name is not valid UTF-8")
                     continue
-                yield Candidate(image_id)
+                yield _candidate(image_id, entry, False) if with_stat else Candidate(image_id)
                 continue
             # a symbolic link
             target_is_dir = entry.is_dir(follow_symlinks=True) if os.path.exists(entry.path) else False
@@ -153,6 +169,6 @@ def scan(
             if image_id is None:
                 yield Rejected(printable, "invalid_filename", "file name is not valid UTF-8")
                 continue
-            yield Candidate(image_id)
+            yield _candidate(image_id, entry, True) if with_stat else Candidate(image_id)
 
     yield from walk(str(root_path), "")
