@@ -63,6 +63,14 @@ def _printable(rel: str) -> str:
     return rel.encode("utf-8", "backslashreplace").decode("utf-8").replace(os.sep, "/")
 
 
+def _ext(name: str) -> str:
+    """``os.path.splitext(name)[1].lower()`` for a bare file name, without its per-call overhead."""
+    i = name.rfind(".")
+    if i <= 0 or not name[:i].strip("."):
+        return ""
+    return name[i:].lower()
+
+
 def _candidate(image_id: str, entry: os.DirEntry, follow: bool) -> Candidate | Rejected:
     try:
         st = entry.stat(follow_symlinks=follow)
@@ -95,18 +103,33 @@ def scan(
     excluded = {os.path.realpath(p) for p in exclude_dirs}
     visited: set[str] = set()
 
-    def walk(dir_path: str, rel_dir: str) -> Iterator[Candidate | Rejected]:
+    # depth first, names sorted at every level; an explicit stack instead of recursive generators
+    # (a `yield from` chain costs every file one generator frame per folder level)
+    stack: list[tuple[Iterator[os.DirEntry], str]] = []
+
+    def enter(dir_path: str, rel_dir: str) -> Rejected | None:
         real_dir = os.path.realpath(dir_path)
         if real_dir in visited:
-            return
+            return None
         visited.add(real_dir)
         try:
             with os.scandir(dir_path) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            yield Rejected(_printable(rel_dir) or ".", "unreadable", f"cannot list directory: {exc.strerror}")
-            return
-        for entry in entries:
+            return Rejected(_printable(rel_dir) or ".", "unreadable", f"cannot list directory: {exc.strerror}")
+        stack.append((iter(entries), rel_dir))
+        return None
+
+    def walk(dir_path: str, rel_dir: str) -> Iterator[Candidate | Rejected]:
+        problem = enter(dir_path, rel_dir)
+        if problem is not None:
+            yield problem
+        while stack:
+            entries, rel_dir = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                continue
             name = entry.name
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if skip_hidden and is_hidden(name):
@@ -122,13 +145,15 @@ def scan(
                 if os.path.realpath(entry.path) in excluded:
                     stats.skipped_excluded_dirs += 1
                     continue
-                yield from walk(entry.path, rel)
+                problem = enter(entry.path, rel)
+                if problem is not None:
+                    yield problem
                 continue
             if not is_link:
                 if not entry.is_file(follow_symlinks=False):
                     continue  # sockets, fifos, devices: never images, never opened
                 stats.files_seen += 1
-                ext = os.path.splitext(name)[1].lower()
+                ext = _ext(name)
                 if ext not in exts:
                     stats.skipped_extension += 1
                     stats.extensions_skipped[ext or "<none>"] = stats.extensions_skipped.get(ext or "<none>", 0) + 1
@@ -162,7 +187,9 @@ def scan(
                 if real in excluded:
                     stats.skipped_excluded_dirs += 1
                     continue
-                yield from walk(entry.path, rel)
+                problem = enter(entry.path, rel)
+                if problem is not None:
+                    yield problem
                 continue
             stats.files_seen += 1
             image_id = _safe_id(rel)
