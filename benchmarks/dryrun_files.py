@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -54,19 +55,26 @@ def make_folder(root: Path, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def dry_run(work: Path, cfg: Path) -> tuple[float, dict[str, int], str]:
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def dry_run(work: Path, cfg: Path) -> tuple[float, float, dict[str, int], str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    c0 = _cpu()
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work),
                         "--configfile", str(cfg), "--workflow-profile", "none", "-n", "-q", "rules", "-c1"],
                        capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
+    cpu = _cpu() - c0
     out = r.stdout + r.stderr
     if r.returncode != 0:
         raise SystemExit(out[-3000:])
     stats = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", out, re.M)}
     note = next((line for line in out.splitlines() if line.startswith("benchmaker:")), "no listing changed")
-    return wall, stats, note
+    return wall, cpu, stats, note
 
 
 def main(argv: list[str]) -> int:
@@ -95,24 +103,27 @@ def main(argv: list[str]) -> int:
         from benchmaker.preprocess.stage import DEFAULTS
 
         print(f"{n:,} files, {shards} shards")
-        print(f"{'step':<40} {'seconds':>8} {'jobs':>6} {'preprocess':>10}  note")
+        print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+        print(f"{'step':<40} {'wall s':>7} {'CPU s':>6} {'jobs':>5} {'preprocess':>10}  note")
         for step in ("first dry run (all listings written)", "dry run, no change", "dry run after adding 10 files"):
             if step.startswith("dry run after"):
                 new = images / "new_site"
                 new.mkdir(exist_ok=True)
                 for i in range(10):
                     shutil.copy(images / "site000" / "cam00" / "img_0000.jpg", new / f"added_{i}.jpg")
-            wall, stats, note = dry_run(tmp, cfg_path)
-            print(f"{step:<40} {wall:>8.1f} {stats.get('total', 0):>6} {stats.get('preprocess', 0):>10}  {note[:110]}",
-                  flush=True)
-        t0 = time.perf_counter()
+            wall, cpu, stats, note = dry_run(tmp, cfg_path)
+            print(f"{step:<40} {wall:>7.1f} {cpu:>6.1f} {stats.get('total', 0):>5} {stats.get('preprocess', 0):>10}  "
+                  f"{note[:100]}", flush=True)
+        t0, c0 = time.perf_counter(), time.process_time()
         res = write_listings(images, tmp / "listing-only", DEFAULTS, shards)
-        t_list = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t_list, c_list = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         res2 = write_listings(images, tmp / "listing-only", DEFAULTS, shards)
-        t_list2 = time.perf_counter() - t0
-        print(f"{'listing alone, first / unchanged':<40} {t_list:>8.1f} / {t_list2:.1f} s  "
-              f"({res.files:,} files, {len(res.changed)} then {len(res2.changed)} shard file(s) written)")
+        t_list2, c_list2 = time.perf_counter() - t0, time.process_time() - c0
+        print(f"{'listing alone, first run':<40} {t_list:>7.1f} {c_list:>6.1f}  ({res.files:,} files, "
+              f"{len(res.changed)} shard file(s) written)")
+        print(f"{'listing alone, unchanged':<40} {t_list2:>7.1f} {c_list2:>6.1f}  ({len(res2.changed)} written)")
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
         if keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
