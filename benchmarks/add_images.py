@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
 
         t_start = time.time()
         full, out = snakemake(tmp, cfg_path, "--cores", cores)
-        enc_full, ran_full = encoded_since(res, t_start)
+        enc_full, _ = encoded_since(res, t_start)
         print(f"full run: {full:.1f} s, {job_stats(out).get('total')} jobs, {enc_full:,} CLIP encodes", flush=True)
 
         for k in range(n_add):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import support
+
 from benchmaker.config import validate_config
 from benchmaker.preprocess import merge, run, run_shard
 from benchmaker.preprocess.listing import HEADER, read_listing, write_listings
@@ -275,7 +275,8 @@ def test_added_changed_and_removed_images_rerun_exactly_their_shards(run_dir):
         text = (res / f).read_text()
         assert json.dumps(removed) not in text, f
     assert removed not in _ids(res / "annotations.jsonl")
-    data = pl.concat([pl.read_parquet(p, columns=["image_id"]) for p in (res / "hf_dataset" / "data").glob("*.parquet")])
+    parquet = sorted((res / "hf_dataset" / "data").glob("*.parquet"))
+    data = pl.concat([pl.read_parquet(p, columns=["image_id"]) for p in parquet])
     assert removed not in data["image_id"].to_list()
     emb = pl.concat([pl.read_parquet(p) for p in (res / "embeddings" / "images").glob("*.parquet")])
     assert removed not in emb["image_id"].to_list() and changed in emb["image_id"].to_list()

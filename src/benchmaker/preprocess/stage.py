@@ -3,6 +3,8 @@
 Steps: scan (read-only, sorted) -> inspect every candidate in a thread pool (bounded queue of chunks;
 PIL, hashlib and the resize in imagehash release the GIL) -> one polars frame of accepted images ->
 rights map (vectorised) -> image_url -> metadata merge -> sort by image_id -> write.
+``run`` does it for a whole folder; the workflow uses ``run_shard`` (the same steps on the files of one
+shard listing, see ``listing``) and ``merge`` (shard manifests -> images.jsonl, quarantine.jsonl).
 See docs/preprocess.md.
 """
 
@@ -20,8 +22,15 @@ import polars as pl
 from ..formats import KINDS, read_table, write_table
 from ..logs import get_logger, progress
 from ..sharding import shard_of
+from .inspect import (
+    REASONS,
+    Accepted,
+    InspectSettings,
+    Rejected,
+    inspect_file,
+    pil_limits,
+)
 from .listing import read_listing
-from .inspect import REASONS, Accepted, InspectSettings, Rejected, inspect_file, pil_limits
 from .metadata import load_metadata, merge_metadata
 from .rights import load_rights_map
 from .scan import Candidate, ScanStats, scan
@@ -242,7 +251,8 @@ def run(
         log.warning("rights map: %d 'files' entr%s no accepted image, e.g. %s", len(unmatched_rights),
                     "y matches" if len(unmatched_rights) == 1 else "ies match", unmatched_rights[:5])
     _log_duplicates(df)
-    log.info("shard sizes: %s", shard_sizes if len(shard_sizes) <= 16 else f"min {min(shard_sizes)}, max {max(shard_sizes)}")
+    log.info("shard sizes: %s",
+             shard_sizes if len(shard_sizes) <= 16 else f"min {min(shard_sizes)}, max {max(shard_sizes)}")
     if n_written == 0:
         raise ValueError(
             f"preprocess: no usable image under {image_root} ({quar.height} quarantined, see {quarantine}; "
