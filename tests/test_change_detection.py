@@ -335,3 +335,14 @@ def test_resume_after_kill_9_is_the_documented_command(tmp_path, tiny_clip):
     assert (res / "hf_dataset" / "README.md").exists()
     r = subprocess.run(_smk_cmd(tmp_path, cfg_path, "-n", "--cores", "1"), env=_env(), capture_output=True, text=True)
     assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-2000:]
+
+
+def test_job_processes_never_rescan_the_folder(tmp_path, tiny_cfg):
+    """Snakemake parses the workflow again in every job it starts as a process (cluster jobs: --mode
+    remote; local subprocess jobs): those parses must not list image_root (it may not even be mounted
+    where the job runs, and a million stats per job would be absurd); they use the controller's listing."""
+    tiny_cfg["paths"]["image_root"] = str(tmp_path / "not-here")
+    cfg = support.write_config(tmp_path / "config.yaml", tiny_cfg)
+    r = support.snakemake(["--mode", "subprocess", "-n", "-c1"], tmp_path, cfg)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert not (tmp_path / "results" / "tiny" / "shards" / "listing").exists()
