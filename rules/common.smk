@@ -51,7 +51,7 @@ def optional_path(path):
 
 
 def preprocess_inputs(wildcards):
-    out = {}
+    out = {"listing": f"{LISTING}/{wildcards.shard}.tsv"}
     if config["paths"]["rights_map"]:
         out["rights_map"] = config["paths"]["rights_map"]
     if config["paths"]["metadata_jsonl"]:
@@ -118,3 +118,34 @@ def similarity_weight_inputs(wildcards):
     if pretrained and Path(pretrained).expanduser().is_file():
         return {"weights": [str(Path(pretrained).expanduser())]}
     return {}
+
+
+# -- change detection: the image folder is part of the DAG (docs/architecture.md) ---------------------
+# While the Snakefile is parsed (before the DAG exists) the image folder is listed -- one stat per file,
+# no image opened -- into shards/listing/{shard}.tsv, and a shard's listing is rewritten only when its
+# content changed. Adding, removing or changing images thus makes exactly the affected shards' preprocess
+# jobs (and what follows) out of date, and `snakemake -n` shows them. Jobs that Snakemake starts in a
+# separate process (cluster jobs, --mode remote/subprocess) parse the Snakefile again: they use the
+# listing the controller wrote and never rescan.
+from benchmaker.preprocess.listing import write_listings
+
+LISTING = f"{RESULTS}/shards/listing"
+
+if workflow.is_main_process:
+    try:
+        _listing = write_listings(
+            IMAGE_ROOT,
+            LISTING,
+            config["preprocess"],
+            config["n_shards"],
+            exclude_dirs=[config["paths"]["results"], ".snakemake"],
+        )
+    except FileNotFoundError as exc:
+        raise WorkflowError(str(exc))
+    if _listing.changed:
+        _names = ", ".join(_listing.changed[:8]) + (", ..." if len(_listing.changed) > 8 else "")
+        print(
+            f"benchmaker: {IMAGE_ROOT}: {_listing.files} image file(s); listing of "
+            f"{len(_listing.changed)} shard(s) changed ({_names}) -> their preprocess jobs are out of date",
+            file=sys.stderr,
+        )

@@ -1,22 +1,47 @@
+# Preprocess, sharded: shards/listing/{shard}.tsv (written at parse time, rules/common.smk) ->
+# shards/images/{shard}.jsonl + shards/quarantine/{shard}.jsonl; then merge_images -> images.jsonl,
+# quarantine.jsonl. Only the shards whose listing changed rerun (docs/architecture.md, change detection).
+
+
 rule preprocess:
     input:
         unpack(preprocess_inputs),
     output:
-        images=f"{RESULTS}/images.jsonl",
-        quarantine=f"{RESULTS}/quarantine.jsonl",
-        shards=expand(f"{RESULTS}/shards/images/{{shard}}.jsonl", shard=SHARDS),
+        images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+        quarantine=f"{RESULTS}/shards/quarantine/{{shard}}.jsonl",
     log:
-        f"{LOGS}/preprocess.log",
+        f"{LOGS}/preprocess/{{shard}}.log",
     benchmark:
-        f"{BENCH}/preprocess.tsv"
+        f"{BENCH}/preprocess/{{shard}}.tsv"
     conda:
         "../envs/benchmaker.yaml"
     threads: config["preprocess"]["workers"]
     params:
         image_root=IMAGE_ROOT,
         settings=config["preprocess"],
+        shard=lambda wc: wc.shard,
         n_shards=config["n_shards"],
         columns=COLUMNS,
         version=stage_version("preprocess"),
     script:
         "../scripts/preprocess.py"
+
+
+rule merge_images:
+    input:
+        parts=expand(f"{RESULTS}/shards/images/{{shard}}.jsonl", shard=SHARDS),
+        quarantine_parts=expand(f"{RESULTS}/shards/quarantine/{{shard}}.jsonl", shard=SHARDS),
+    output:
+        images=f"{RESULTS}/images.jsonl",
+        quarantine=f"{RESULTS}/quarantine.jsonl",
+    log:
+        f"{LOGS}/merge_images.log",
+    localrule: True
+    conda:
+        "../envs/benchmaker.yaml"
+    params:
+        image_root=IMAGE_ROOT,
+        columns=COLUMNS,
+        version=stage_version("preprocess"),
+    script:
+        "../scripts/merge_images.py"

@@ -1,4 +1,4 @@
-"""Snakemake script of rule `preprocess`: hands snakemake.* to benchmaker.preprocess.run."""
+"""Snakemake script of rule `preprocess` (one shard): hands snakemake.* to benchmaker.preprocess.run_shard."""
 
 import sys
 from pathlib import Path
@@ -7,4 +7,4 @@ sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "src"))  # noqa: F821
 
 from benchmaker.runner import run_stage  # noqa: E402
 
-run_stage(snakemake, "benchmaker.preprocess:run")  # noqa: F821
+run_stage(snakemake, "benchmaker.preprocess:run_shard")  # noqa: F821

@@ -73,6 +73,8 @@ def s3_server(tmp_path_factory):
 
 
 def _workdir(tmp_path: Path) -> tuple[Path, dict]:
+    # the controller lists image_root when it parses the workflow (change detection): it must exist
+    support.make_corpus(tmp_path / "images", n_per=1, with_bad=False)
     cfg = support.tiny_config(tmp_path, tmp_path / "images", tmp_path / "clip")
     cfg["paths"]["rights_map"] = None  # a controller-local file; would have to live in S3 too
     cfg["paths"]["results"] = "results"  # relative: becomes s3://BUCKET/PREFIX/results/...

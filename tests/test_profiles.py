@@ -195,6 +195,7 @@ def test_combined_parse_keeps_cluster_settings(name, monkeypatch):
 
 def _dry_run(tmp_path: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
     tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "images").mkdir(exist_ok=True)  # listed at parse time (change detection): must exist
     cfg = support.tiny_config(tmp_path, tmp_path / "images", tmp_path / "clip")
     config = support.write_config(tmp_path / "config.yaml", cfg)
     cmd = [sys.executable, "-m", "snakemake", "-d", str(tmp_path), "--configfile", str(config),

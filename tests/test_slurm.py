@@ -29,7 +29,7 @@ import support
 ROOT = support.ROOT
 SCRIPT = ROOT / "tests" / "slurm" / "slurm-local.sh"
 GPU_RULE = "embed_images"
-LOCAL_RULES = {"merge_annotations", "all"}
+LOCAL_RULES = {"merge_annotations", "merge_images", "all"}
 
 pytestmark = [
     pytest.mark.slurm,

@@ -18,7 +18,7 @@ from benchmaker.formats import FacetModel, read_table
 from benchmaker.losses import read_losses
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES_PER_RUN = {"preprocess", "vision", "merge_annotations", "plan", "judge", "embed_images",
+RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "plan", "judge", "embed_images",
                  "embed_queries", "score", "summary", "export", "all"}
 
 
@@ -48,7 +48,7 @@ def test_dry_run_lists_every_job(tmp_path, tiny_cfg):
     stats = job_stats(r.stdout + r.stderr)
     n = tiny_cfg["n_shards"]
     assert stats == {
-        "all": 1, "preprocess": 1, "vision": n, "merge_annotations": 1, "plan": 1, "judge": 1,
+        "all": 1, "preprocess": n, "merge_images": 1, "vision": n, "merge_annotations": 1, "plan": 1, "judge": 1,
         "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
     } | {k: v for k, v in stats.items() if k not in RULES_PER_RUN}
 
@@ -60,7 +60,8 @@ def test_job_count_scales_with_shards_only(tmp_path, tiny_cfg):
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
     assert stats["embed_images"] == 64 and stats["vision"] == 64
-    assert sum(stats.values()) < 64 * 4 + 20
+    assert stats["preprocess"] == 64
+    assert sum(stats.values()) < 64 * 5 + 20
 
 
 def test_bad_config_key_is_named(tmp_path, tiny_cfg):

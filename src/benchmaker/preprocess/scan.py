@@ -24,9 +24,11 @@ __all__ = ["Candidate", "ScanStats", "scan", "is_hidden"]
 _MAC_JUNK = {".DS_Store", "__MACOSX", "Thumbs.db", "desktop.ini"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     image_id: str
+    size: int | None = None  # with ``scan(..., with_stat=True)``: st_size and st_mtime_ns of the file
+    mtime_ns: int | None = None  # (of the link's target for a followed symlink)
 
 
 @dataclass
@@ -35,6 +37,7 @@ class ScanStats:
     skipped_extension: int = 0
     skipped_hidden: int = 0
     skipped_excluded_dirs: int = 0
+    rejected: int = 0  # counted by callers that want it (preprocess.listing)
     extensions_skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -60,6 +63,22 @@ def _printable(rel: str) -> str:
     return rel.encode("utf-8", "backslashreplace").decode("utf-8").replace(os.sep, "/")
 
 
+def _ext(name: str) -> str:
+    """``os.path.splitext(name)[1].lower()`` for a bare file name, without its per-call overhead."""
+    i = name.rfind(".")
+    if i <= 0 or not name[:i].strip("."):
+        return ""
+    return name[i:].lower()
+
+
+def _candidate(image_id: str, entry: os.DirEntry, follow: bool) -> Candidate | Rejected:
+    try:
+        st = entry.stat(follow_symlinks=follow)
+    except OSError as exc:
+        return Rejected(image_id, "unreadable", f"cannot stat: {exc.strerror}")
+    return Candidate(image_id, st.st_size, st.st_mtime_ns)
+
+
 def scan(
     root: str | os.PathLike,
     *,
@@ -68,8 +87,13 @@ def scan(
     skip_hidden: bool = True,
     exclude_dirs: Iterable[str | os.PathLike] = (),
     stats: ScanStats | None = None,
+    with_stat: bool = False,
 ) -> Iterator[Candidate | Rejected]:
-    """Walk ``root`` and yield what to inspect and what to quarantine."""
+    """Walk ``root`` and yield what to inspect and what to quarantine.
+
+    ``with_stat``: fill ``Candidate.size`` / ``mtime_ns`` (one ``stat`` per file; used by the change
+    detection listing, preprocess.listing). A file that cannot be stat'ed is yielded as ``unreadable``.
+    """
     root_path = Path(root)
     if not root_path.is_dir():
         raise FileNotFoundError(f"image_root {root} is not a directory")
@@ -79,18 +103,33 @@ def scan(
     excluded = {os.path.realpath(p) for p in exclude_dirs}
     visited: set[str] = set()
 
-    def walk(dir_path: str, rel_dir: str) -> Iterator[Candidate | Rejected]:
+    # depth first, names sorted at every level; an explicit stack instead of recursive generators
+    # (a `yield from` chain costs every file one generator frame per folder level)
+    stack: list[tuple[Iterator[os.DirEntry], str]] = []
+
+    def enter(dir_path: str, rel_dir: str) -> Rejected | None:
         real_dir = os.path.realpath(dir_path)
         if real_dir in visited:
-            return
+            return None
         visited.add(real_dir)
         try:
             with os.scandir(dir_path) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            yield Rejected(_printable(rel_dir) or ".", "unreadable", f"cannot list directory: {exc.strerror}")
-            return
-        for entry in entries:
+            return Rejected(_printable(rel_dir) or ".", "unreadable", f"cannot list directory: {exc.strerror}")
+        stack.append((iter(entries), rel_dir))
+        return None
+
+    def walk(dir_path: str, rel_dir: str) -> Iterator[Candidate | Rejected]:
+        problem = enter(dir_path, rel_dir)
+        if problem is not None:
+            yield problem
+        while stack:
+            entries, rel_dir = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                continue
             name = entry.name
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if skip_hidden and is_hidden(name):
@@ -106,13 +145,15 @@ def scan(
                 if os.path.realpath(entry.path) in excluded:
                     stats.skipped_excluded_dirs += 1
                     continue
-                yield from walk(entry.path, rel)
+                problem = enter(entry.path, rel)
+                if problem is not None:
+                    yield problem
                 continue
             if not is_link:
                 if not entry.is_file(follow_symlinks=False):
                     continue  # sockets, fifos, devices: never images, never opened
                 stats.files_seen += 1
-                ext = os.path.splitext(name)[1].lower()
+                ext = _ext(name)
                 if ext not in exts:
                     stats.skipped_extension += 1
                     stats.extensions_skipped[ext or "<none>"] = stats.extensions_skipped.get(ext or "<none>", 0) + 1
@@ -121,7 +162,7 @@ def scan(
                 if image_id is None:
                     yield Rejected(_printable(rel), "invalid_filename", "file name is not valid UTF-8")
                     continue
-                yield Candidate(image_id)
+                yield _candidate(image_id, entry, False) if with_stat else Candidate(image_id)
                 continue
             # a symbolic link
             target_is_dir = entry.is_dir(follow_symlinks=True) if os.path.exists(entry.path) else False
@@ -146,13 +187,15 @@ def scan(
                 if real in excluded:
                     stats.skipped_excluded_dirs += 1
                     continue
-                yield from walk(entry.path, rel)
+                problem = enter(entry.path, rel)
+                if problem is not None:
+                    yield problem
                 continue
             stats.files_seen += 1
             image_id = _safe_id(rel)
             if image_id is None:
                 yield Rejected(printable, "invalid_filename", "file name is not valid UTF-8")
                 continue
-            yield Candidate(image_id)
+            yield _candidate(image_id, entry, True) if with_stat else Candidate(image_id)
 
     yield from walk(str(root_path), "")
