@@ -183,7 +183,7 @@ def test_cache_hit_does_not_recompute(setup, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     embs, _ = run_all(s, cache_dir=cache)
     first = [embed.read_embeddings(e)[0] for e in embs]
-    parts = list(cache.rglob("part-*.parquet"))
+    parts = list(cache.rglob("part-*.keys.npy"))
     assert len(parts) == 2  # one part per shard job (the broken images are not cached)
 
     def boom(self, pixels):
@@ -195,7 +195,7 @@ def test_cache_hit_does_not_recompute(setup, tmp_path, monkeypatch):
                      model=s["model"], runtime=s["runtime"], cache_dir=str(cache), image_root=str(s["corpus"]),
                      columns=None)
     assert embed.read_embeddings(out)[0].equals(first[0])
-    assert len(list(cache.rglob("part-*.parquet"))) == 2  # nothing new written
+    assert len(list(cache.rglob("part-*.keys.npy"))) == 2  # nothing new written
 
 
 def test_poisoned_cache_is_used(setup, tmp_path, tiny_clip):
@@ -422,10 +422,10 @@ def test_two_shards_write_the_cache_concurrently(tmp_path, tiny_corpus, tiny_cli
     # one model folder, one model.json, every part file complete and readable, no temporary left
     (model_dir,) = [d for d in cache.iterdir() if d.is_dir()]
     assert json.loads((model_dir / "model.json").read_text())["model_id"] == clip.model_id
-    parts = sorted(model_dir.glob("part-*.parquet"))
+    parts = sorted(model_dir.glob("part-*.keys.npy"))
     assert len(parts) == 2 and not list(model_dir.glob(".*"))
-    rows = pl.concat([pl.read_parquet(p) for p in parts])
-    assert set(rows["sha256"]) == set(imgs["sha256"])
+    rows = [k.decode() for p in parts for k in np.load(p)]
+    assert set(rows) == set(imgs["sha256"])
     # a third job finds everything in the cache and encodes nothing
     cached = EmbeddingCache.for_model(cache, clip)
     hit = cached.lookup(imgs["sha256"])
