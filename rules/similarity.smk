@@ -5,35 +5,38 @@
 # (<cache_dir>/<model key>/part-*.parquet, keyed by image sha256 + model identity; docs/similarity.md).
 
 
-rule embed_images:
-    input:
-        unpack(similarity_weight_inputs),
-        images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
-    output:
-        embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
-        losses=f"{RESULTS}/losses/embed/{{shard}}.jsonl",
-    log:
-        f"{LOGS}/embed_images/{{shard}}.log",
-    benchmark:
-        f"{BENCH}/embed_images/{{shard}}.tsv"
-    conda:
-        "../envs/benchmaker.yaml"
-    # the main process feeds the model; num_workers DataLoader processes decode images
-    threads: config["similarity"]["num_workers"] + 1
-    resources:
-        gpu=1,
-        mem_mb=8000,
-    params:
-        model=similarity_model_params(),
-        runtime={
-            k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
-        },
-        cache_dir=EMBED_CACHE,
-        image_root=IMAGE_ROOT,
-        columns=COLUMNS,
-        version=stage_version("embed"),
-    script:
-        "../scripts/embed_images.py"
+# with CLIP_SHARED (rules/vision.smk) the vision rule writes these outputs with its own model load
+if not CLIP_SHARED:
+
+    rule embed_images:
+        input:
+            unpack(similarity_weight_inputs),
+            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+        output:
+            embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
+            losses=f"{RESULTS}/losses/embed/{{shard}}.jsonl",
+        log:
+            f"{LOGS}/embed_images/{{shard}}.log",
+        benchmark:
+            f"{BENCH}/embed_images/{{shard}}.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        # the main process feeds the model; num_workers DataLoader processes decode images
+        threads: config["similarity"]["num_workers"] + 1
+        resources:
+            gpu=1,
+            mem_mb=8000,
+        params:
+            model=similarity_model_params(),
+            runtime={
+                k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
+            },
+            cache_dir=EMBED_CACHE,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            version=stage_version("embed"),
+        script:
+            "../scripts/embed_images.py"
 
 
 rule embed_queries:
