@@ -99,6 +99,9 @@ else:
         localrule: JUDGE_ADAPTER in API_ADAPTERS
         conda:
             "../envs/benchmaker.yaml"
+        resources:
+            mem_mb=RES.mem_mb("judge"),
+            runtime=RES.runtime("judge"),
         params:
             adapter=JUDGE_ADAPTER,
             settings=JUDGE_SETTINGS,

@@ -25,7 +25,8 @@ if not CLIP_SHARED:
         threads: config["similarity"]["num_workers"] + 1
         resources:
             gpu=1,
-            mem_mb=8000,
+            mem_mb=RES.mem_mb("embed_images", **CLIP_LOADER),
+            runtime=RES.runtime("embed_images"),
         params:
             model=similarity_model_params(),
             runtime={
@@ -52,6 +53,8 @@ rule embed_queries:
     conda:
         "../envs/benchmaker.yaml"
     threads: 2
+    resources:
+        mem_mb=RES.mem_mb("embed_queries"),
     params:
         model=similarity_model_params(),
         runtime={k: config["similarity"][k] for k in ("device", "batch_size")},
@@ -78,6 +81,9 @@ rule score:
         f"{BENCH}/score.tsv"
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("score"),
+        runtime=RES.runtime("score"),
     params:
         logit_column=config["similarity"]["logit_column"],
         rank_column=config["similarity"]["rank_column"],

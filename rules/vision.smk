@@ -147,6 +147,10 @@ else:
         threads: config["similarity"]["num_workers"] + 1 if CLIP_SHARED else 2
         resources:
             gpu=1 if VISION_ADAPTER == "clip" else 0,
+            mem_mb=RES.mem_mb(
+                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api", **CLIP_LOADER
+            ),
+            runtime=RES.runtime("vision_clip" if VISION_ADAPTER == "clip" else "vision_api"),
         params:
             adapter=VISION_ADAPTER,
             settings=VISION_SETTINGS,
@@ -172,6 +176,8 @@ rule merge_annotations:
     localrule: True
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("merge_annotations"),
     params:
         facets=FACETS,
         columns=COLUMNS,
