@@ -43,6 +43,8 @@ rule upload:
     log:
         f"{LOGS}/upload.log",
     localrule: True
+    resources:
+        mem_mb=RES.mem_mb("submit"),
     conda:
         "../envs/benchmaker.yaml"
     params:

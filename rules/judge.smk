@@ -23,6 +23,8 @@ if JUDGE_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         threads: 2
+        resources:
+            mem_mb=RES.mem_mb("judge"),
         params:
             settings=judge_settings(config["judge"], REQUEST_KEYS),
             facets=FACETS,
@@ -41,6 +43,8 @@ if JUDGE_BATCH:
         log:
             f"{LOGS}/judge_submit.log",
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("submit"),
         conda:
             "../envs/benchmaker.yaml"
         params:
@@ -67,6 +71,8 @@ if JUDGE_BATCH:
         benchmark:
             f"{BENCH}/judge_collect.tsv"
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("judge"),
         conda:
             "../envs/benchmaker.yaml"
         params:

@@ -68,6 +68,8 @@ if VISION_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         threads: 2
+        resources:
+            mem_mb=RES.mem_mb("vision_api"),
         params:
             settings=request_settings(VISION_SETTINGS),
             facets=FACETS,
@@ -86,6 +88,8 @@ if VISION_BATCH:
         log:
             f"{LOGS}/vision_submit/{{shard}}.log",
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("submit"),
         conda:
             "../envs/benchmaker.yaml"
         params:
@@ -111,6 +115,8 @@ if VISION_BATCH:
         benchmark:
             f"{BENCH}/vision_collect/{{shard}}.tsv"
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("vision_api"),
         conda:
             "../envs/benchmaker.yaml"
         params:

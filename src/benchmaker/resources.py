@@ -37,6 +37,7 @@ MIN_MB = 500
 # rule -> (base MB, memory bytes per input byte over the inputs that count, inputs that count)
 FACTORS: dict[str, tuple[int, float, tuple[str, ...]]] = {
     "preprocess": (PY_BASE, 0.0, ()),
+    "submit": (PY_BASE + 250, 0.0, ()),  # batch submit / upload: stream files, hold no tables
     "vision_api": (PY_BASE, 12.0, ("images",)),
     "merge_annotations": (PY_BASE, 6.0, ("parts",)),
     "plan": (PY_BASE, 8.0, ("annotations", "images")),
