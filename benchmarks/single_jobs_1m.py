@@ -1,4 +1,4 @@
-"""The single-job stages at scale: plan, judge (rules), score, summary, export on synthetic inputs.
+"""The single-job stages at scale: merge_annotations, plan, judge (rules), score, summary, export.
 
     PYTHONPATH=src python benchmarks/single_jobs_1m.py                       # 1,000,000 / 10,000 / 512-d
     PYTHONPATH=src python benchmarks/single_jobs_1m.py --images 100000 --queries 1000
@@ -58,7 +58,8 @@ def child(target: str, kwargs: dict, env: dict) -> dict:
         raise SystemExit(f"{target} failed (exit {m.returncode})")
     inner = json.loads(m.stdout.strip().splitlines()[-1])
     return {"wall_s": round(m.wall_s, 1), "stage_s": round(inner["stage_s"], 1),
-            "peak_mb": round(max(m.peak_mb, inner["maxrss_mb"]))}
+            "peak_mb": round(max(m.peak_mb, inner["maxrss_mb"])), "tree_uss_mb": round(m.peak_mb),
+            "maxrss_mb": round(inner["maxrss_mb"])}
 
 
 def write_embeddings(d: Path, n_images: int, ids: pl.Series, shas: pl.Series, dim: int, shards: int,
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--shards", type=int, default=64)
-    ap.add_argument("--stages", nargs="*", default=["plan", "judge", "score", "summary", "export"])
+    ap.add_argument("--stages", nargs="*", default=["merge", "plan", "judge", "score", "summary", "export"])
     ap.add_argument("--workdir", help="keep the files here (default: a temporary folder)")
     a = ap.parse_args(argv)
     from benchmaker.config import validate_config
@@ -144,7 +145,22 @@ def main(argv=None) -> int:
     results = {}
     common = {"facets": cfg["facets"], "columns": cfg["columns"]}
     for stage in a.stages:
-        if stage == "plan":
+        if stage == "merge":  # merge_annotations over --shards parts of the annotations
+            parts_dir = work / "annotations"
+            if not parts_dir.exists():
+                parts_dir.mkdir()
+                ann = pl.read_ndjson(f["annotations.jsonl"], infer_schema_length=None)
+                shard = pl.int_range(0, ann.height, eager=True) % a.shards
+                for s in range(a.shards):
+                    ann.filter(shard == s).write_ndjson(parts_dir / f"{s:05d}.jsonl")
+                    (parts_dir / f"{s:05d}.losses.jsonl").write_text("")
+                del ann
+            kw = {"parts": [str(parts_dir / f"{s:05d}.jsonl") for s in range(a.shards)],
+                  "loss_parts": [str(parts_dir / f"{s:05d}.losses.jsonl") for s in range(a.shards)],
+                  "annotations": str(work / "annotations.merged.jsonl"), "losses": str(work / "merge_losses.jsonl"),
+                  **common}
+            results[stage] = child("benchmaker.merge:merge_annotations", kw, env)
+        elif stage == "plan":
             kw = {"annotations": f["annotations.jsonl"], "images": f["images.jsonl"], "plan": f["query_plan.jsonl"],
                   "losses": str(work / "losses_plan.jsonl"), "settings": cfg["plan"], "benchmark_name": "synth",
                   **common}
@@ -192,7 +208,8 @@ def main(argv=None) -> int:
                           settings=cfg["export"], similarity=cfg["similarity"], public_config={})
                 results[stage] = child("benchmaker.export:run", kw, env)
         print(f"{stage:<8} wall {results[stage]['wall_s']:>7.1f} s  stage {results[stage]['stage_s']:>7.1f} s  "
-              f"peak {results[stage]['peak_mb']:>6,} MB", flush=True)
+              f"peak {results[stage]['peak_mb']:>6,} MB (tree USS {results[stage]['tree_uss_mb']:,}, "
+              f"ru_maxrss {results[stage]['maxrss_mb']:,})", flush=True)
     pairs = pl.scan_ndjson(f["qrels.jsonl"]).select(pl.len()).collect().item() if Path(f["qrels.jsonl"]).exists() else 0
     print(json.dumps({"images": a.images, "queries": a.queries, "pairs": pairs, "dim": a.dim, "stages": results}))
     return 0
