@@ -23,7 +23,10 @@ CHILD = r"""
 import json, sys, tempfile, time
 t0 = time.perf_counter()
 sys.path.insert(0, {src!r})
-import torch, open_clip
+import torch
+from benchmaker import _tvshim
+_tvshim.install()
+import open_clip
 t_import = time.perf_counter() - t0
 torch.set_num_threads({threads})
 from pathlib import Path
