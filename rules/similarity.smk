@@ -2,7 +2,8 @@
 # embed_images depends only on the image shard and the similarity model (model, pretrained, precision)
 # plus its code version: changing the judge or the queries never re-embeds images; changing the model
 # does. Across runs and benchmarks, images are also reused through the embedding cache
-# (<cache_dir>/<model key>/part-*.parquet, keyed by image sha256 + model identity; docs/similarity.md).
+# (<cache_dir>/<model key>/part-*.{emb,keys}.npy + a sorted key index, keyed by image sha256 + model
+# identity; docs/similarity.md).
 
 
 # with CLIP_SHARED (rules/vision.smk) the vision rule writes these outputs with its own model load

@@ -1,5 +1,7 @@
 """The embedding cache's index: lookups read only the rows asked for; old caches are migrated."""
 
+import json
+
 import numpy as np
 import polars as pl
 
@@ -66,6 +68,7 @@ def test_format1_parquet_cache_is_migrated(tmp_path):
     got = c.lookup(["s2", "s1"])
     assert got["sha256"].to_list() == ["s2", "s1"] and got["embedding"].to_list()[0] == [2.0] * 4
     assert not list(d.glob("*.parquet")) and c.parts() == ["part-1-1-abc"]
+    assert json.loads((d / "model.json").read_text())["format"] == 2
 
 
 def test_unreadable_part_is_skipped(tmp_path):

@@ -138,6 +138,9 @@ class EmbeddingCache:
                 continue  # another process migrated it
             except Exception as exc:
                 log.warning("embedding cache: skipping unreadable part file %s (%s)", f, exc)
+        if not any(self.dir.glob("part-*.parquet")):
+            atomic_write_text(self.dir / "model.json", json.dumps(
+                {"model_id": self.model_id, "dim": self.dim, "format": CACHE_FORMAT}, indent=2) + "\n")
 
     def reindex(self) -> Path | None:
         """Write a new index covering every complete part; returns its path (None if no parts)."""
