@@ -11,7 +11,6 @@ than the sampling interval still reports its real peak.
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import threading
@@ -88,7 +87,7 @@ class TreeSampler:
         self._stop = threading.Event()
         self._th = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "TreeSampler":
+    def start(self) -> TreeSampler:
         self._th.start()
         return self
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 import support
+from test_vision_clip import images_table, settings
+from test_workflow import job_stats
+
 from benchmaker.formats import write_table
 from benchmaker.losses import read_losses
 from benchmaker.similarity import embed, loads
 from benchmaker.vision import run as vision_run
-from test_vision_clip import images_table, settings
-from test_workflow import job_stats
 
 
 def test_vision_job_writes_the_embeddings_with_one_model_load(tmp_path, tiny_corpus, tiny_clip, caplog,

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-__all__ = ["mem_mb", "runtime", "disk_mb", "input_mb", "FACTORS"]
+__all__ = ["FACTORS", "disk_mb", "input_mb", "mem_mb", "runtime"]
 
 MB = 1_000_000
 PY_BASE = 250          # interpreter + polars + benchmaker, MB resident

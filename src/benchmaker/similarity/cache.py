@@ -38,8 +38,8 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import polars as pl
@@ -47,7 +47,7 @@ import polars as pl
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
 
-__all__ = ["EmbeddingCache", "CacheError", "key_hashes"]
+__all__ = ["CacheError", "EmbeddingCache", "key_hashes"]
 
 log = get_logger("similarity.cache")
 CACHE_FORMAT = 2
@@ -66,9 +66,8 @@ def key_hashes(keys: Iterable[str]) -> np.ndarray:
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
-    with atomic_path(path, suffix=".npy.tmp") as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
+    with atomic_path(path, suffix=".npy.tmp") as tmp, open(tmp, "wb") as fh:
+        np.save(fh, arr, allow_pickle=False)
 
 
 class EmbeddingCache:
@@ -97,7 +96,7 @@ class EmbeddingCache:
                                                 "format": CACHE_FORMAT}, indent=2) + "\n")
 
     @classmethod
-    def for_model(cls, root: str | os.PathLike, clip) -> "EmbeddingCache":
+    def for_model(cls, root: str | os.PathLike, clip) -> EmbeddingCache:
         return cls(root, model_id=clip.model_id, cache_key=clip.cache_key, dim=clip.embed_dim)
 
     # ------------------------------------------------------------------------------------------ layout

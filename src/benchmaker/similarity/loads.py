@@ -10,7 +10,7 @@ import time
 
 from ..logs import get_logger
 
-__all__ = ["load_counted", "loads_in_process", "LOAD_LINE"]
+__all__ = ["LOAD_LINE", "load_counted", "loads_in_process"]
 
 log = get_logger("similarity.loads")
 LOAD_LINE = "model load"
