@@ -19,6 +19,10 @@ rule export:
         f"{BENCH}/export.tsv"
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("export"),
+        runtime=RES.runtime("export"),
+        disk_mb=RES.disk_mb("export"),
     params:
         settings=config["export"],
         benchmark_meta=config["benchmark"],
@@ -41,6 +45,8 @@ rule upload:
     log:
         f"{LOGS}/upload.log",
     localrule: True
+    resources:
+        mem_mb=RES.mem_mb("submit"),
     conda:
         "../envs/benchmaker.yaml"
     params:

@@ -23,6 +23,8 @@ if JUDGE_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         threads: 2
+        resources:
+            mem_mb=RES.mem_mb("judge"),
         params:
             settings=judge_settings(config["judge"], REQUEST_KEYS),
             adapter=JUDGE_ADAPTER,
@@ -42,6 +44,8 @@ if JUDGE_BATCH:
         log:
             f"{LOGS}/judge_submit.log",
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("submit"),
         conda:
             "../envs/benchmaker.yaml"
         params:
@@ -69,6 +73,8 @@ if JUDGE_BATCH:
         benchmark:
             f"{BENCH}/judge_collect.tsv"
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("judge"),
         conda:
             "../envs/benchmaker.yaml"
         params:
@@ -102,6 +108,9 @@ else:
         localrule: JUDGE_ADAPTER in API_ADAPTERS
         conda:
             "../envs/benchmaker.yaml"
+        resources:
+            mem_mb=RES.mem_mb("judge"),
+            runtime=RES.runtime("judge"),
         params:
             adapter=JUDGE_ADAPTER,
             settings=JUDGE_SETTINGS,

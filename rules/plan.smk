@@ -11,6 +11,9 @@ rule plan:
     conda:
         "../envs/benchmaker.yaml"
     threads: 2
+    resources:
+        mem_mb=RES.mem_mb("plan"),
+        runtime=RES.runtime("plan"),
     params:
         settings=config["plan"],
         facets=FACETS,

@@ -16,6 +16,9 @@ rule preprocess:
     conda:
         "../envs/benchmaker.yaml"
     threads: config["preprocess"]["workers"]
+    resources:
+        # holds every image's row (~2 KB); the image folder is not a sized input of this job
+        mem_mb=4000,
     params:
         image_root=IMAGE_ROOT,
         settings=config["preprocess"],

@@ -2,38 +2,43 @@
 # embed_images depends only on the image shard and the similarity model (model, pretrained, precision)
 # plus its code version: changing the judge or the queries never re-embeds images; changing the model
 # does. Across runs and benchmarks, images are also reused through the embedding cache
-# (<cache_dir>/<model key>/part-*.parquet, keyed by image sha256 + model identity; docs/similarity.md).
+# (<cache_dir>/<model key>/part-*.{emb,keys}.npy + a sorted key index, keyed by image sha256 + model
+# identity; docs/similarity.md).
 
 
-rule embed_images:
-    input:
-        unpack(similarity_weight_inputs),
-        images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
-    output:
-        embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
-        losses=f"{RESULTS}/losses/embed/{{shard}}.jsonl",
-    log:
-        f"{LOGS}/embed_images/{{shard}}.log",
-    benchmark:
-        f"{BENCH}/embed_images/{{shard}}.tsv"
-    conda:
-        "../envs/benchmaker.yaml"
-    # the main process feeds the model; num_workers DataLoader processes decode images
-    threads: config["similarity"]["num_workers"] + 1
-    resources:
-        gpu=1,
-        mem_mb=8000,
-    params:
-        model=similarity_model_params(),
-        runtime={
-            k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
-        },
-        cache_dir=EMBED_CACHE,
-        image_root=IMAGE_ROOT,
-        columns=COLUMNS,
-        version=stage_version("embed"),
-    script:
-        "../scripts/embed_images.py"
+# with CLIP_SHARED (rules/vision.smk) the vision rule writes these outputs with its own model load
+if not CLIP_SHARED:
+
+    rule embed_images:
+        input:
+            unpack(similarity_weight_inputs),
+            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+        output:
+            embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
+            losses=f"{RESULTS}/losses/embed/{{shard}}.jsonl",
+        log:
+            f"{LOGS}/embed_images/{{shard}}.log",
+        benchmark:
+            f"{BENCH}/embed_images/{{shard}}.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        # the main process feeds the model; num_workers DataLoader processes decode images
+        threads: config["similarity"]["num_workers"] + 1
+        resources:
+            gpu=1,
+            mem_mb=RES.mem_mb("embed_images", **CLIP_LOADER),
+            runtime=RES.runtime("embed_images"),
+        params:
+            model=similarity_model_params(),
+            runtime={
+                k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
+            },
+            cache_dir=EMBED_CACHE,
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            version=stage_version("embed"),
+        script:
+            "../scripts/embed_images.py"
 
 
 rule embed_queries:
@@ -49,6 +54,8 @@ rule embed_queries:
     conda:
         "../envs/benchmaker.yaml"
     threads: 2
+    resources:
+        mem_mb=RES.mem_mb("embed_queries"),
     params:
         model=similarity_model_params(),
         runtime={k: config["similarity"][k] for k in ("device", "batch_size")},
@@ -75,6 +82,9 @@ rule score:
         f"{BENCH}/score.tsv"
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("score"),
+        runtime=RES.runtime("score"),
     params:
         logit_column=config["similarity"]["logit_column"],
         rank_column=config["similarity"]["rank_column"],

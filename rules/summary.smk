@@ -18,6 +18,9 @@ rule summary:
         f"{BENCH}/summary.tsv"
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("summary"),
+        runtime=RES.runtime("summary"),
     params:
         settings=config["summary"],
         facets=FACETS,

@@ -18,6 +18,41 @@ if VISION_ADAPTER == "clip":
     VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
 VISION_BATCH = is_batch(config["vision"])
 
+
+# One process per shard for annotation and embedding (docs/architecture.md): with
+# similarity.share_vision_job and the clip adapter on the same model identity (model, weights,
+# precision, device), the vision rule also writes embed_images' outputs with its one model load,
+# and embed_images is not a rule of this run.
+CLIP_SHARED = bool(
+    config["similarity"].get("share_vision_job")
+    and VISION_ADAPTER == "clip"
+    and not VISION_BATCH
+    and all(
+        (config["vision"]["clip"].get(k) or "auto") == (config["similarity"].get(k) or "auto")
+        for k in ("model", "pretrained", "precision", "device")
+    )
+)
+SHARED_OUTPUT = (
+    {
+        "embeddings": f"{RESULTS}/embeddings/images/{{shard}}.parquet",
+        "embed_losses": f"{RESULTS}/losses/embed/{{shard}}.jsonl",
+    }
+    if CLIP_SHARED
+    else {}
+)
+SHARED_PARAMS = (
+    {
+        "similarity": similarity_model_params(),
+        "similarity_runtime": {
+            k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
+        },
+        "embed_version": stage_version("embed"),
+    }
+    if CLIP_SHARED
+    else {}
+)
+
+
 if VISION_BATCH:
 
     rule vision_build:
@@ -33,6 +68,8 @@ if VISION_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         threads: 2
+        resources:
+            mem_mb=RES.mem_mb("vision_api"),
         params:
             settings=request_settings(VISION_SETTINGS),
             adapter=VISION_ADAPTER,
@@ -52,6 +89,8 @@ if VISION_BATCH:
         log:
             f"{LOGS}/vision_submit/{{shard}}.log",
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("submit"),
         conda:
             "../envs/benchmaker.yaml"
         params:
@@ -78,6 +117,8 @@ if VISION_BATCH:
         benchmark:
             f"{BENCH}/vision_collect/{{shard}}.tsv"
         localrule: True
+        resources:
+            mem_mb=RES.mem_mb("vision_api"),
         conda:
             "../envs/benchmaker.yaml"
         params:
@@ -98,11 +139,13 @@ else:
 
     rule vision:
         input:
+            unpack(lambda wc: similarity_weight_inputs(wc) if CLIP_SHARED else {}),
             images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
         output:
             annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
             losses=f"{RESULTS}/losses/vision/{{shard}}.jsonl",
             costs=f"{RESULTS}/costs/vision/{{shard}}.jsonl",
+            **SHARED_OUTPUT,
         log:
             f"{LOGS}/vision/{{shard}}.log",
         benchmark:
@@ -110,9 +153,13 @@ else:
         localrule: VISION_ADAPTER in API_ADAPTERS
         conda:
             "../envs/benchmaker.yaml"
-        threads: 2
+        threads: config["similarity"]["num_workers"] + 1 if CLIP_SHARED else 2
         resources:
             gpu=1 if VISION_ADAPTER == "clip" else 0,
+            mem_mb=RES.mem_mb(
+                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api", **CLIP_LOADER
+            ),
+            runtime=RES.runtime("vision_clip" if VISION_ADAPTER == "clip" else "vision_api"),
         params:
             adapter=VISION_ADAPTER,
             settings=VISION_SETTINGS,
@@ -123,6 +170,7 @@ else:
             # crash-safe record of every paid request (providers/ledger.py): outside the outputs
             ledger=lambda wc: f"{RESULTS}/.ledger/vision/{wc.shard}.jsonl",
             version=stage_version("vision"),
+            **SHARED_PARAMS,
         script:
             "../scripts/vision.py"
 
@@ -139,6 +187,8 @@ rule merge_annotations:
     localrule: True
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("merge_annotations"),
     params:
         facets=FACETS,
         columns=COLUMNS,

@@ -24,8 +24,10 @@ def test_example_dry_run_from_repo_root():
                        env={**os.environ, "PATH": support.no_slurm_path()})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout + r.stderr
-    for rule in ("preprocess", "vision", "plan", "judge", "embed_images", "score", "summary", "export"):
+    for rule in ("preprocess", "vision", "plan", "judge", "embed_queries", "score", "summary", "export"):
         assert f"rule {rule}:" in out or f"{rule} " in out
+    # similarity.share_vision_job: each shard's vision job writes the image embeddings (one CLIP load)
+    assert "rule embed_images:" not in out and "embeddings/images/00000.parquet" in out
 
 
 def test_example_rights_map_covers_every_photo():

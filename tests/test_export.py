@@ -348,3 +348,28 @@ def test_ir_views_beir_and_trec(exported):
     trec = (out / "trec" / "qrels.txt").read_text().splitlines()
     assert len(trec) == table.height and all(len(line.split()) == 4 and line.split()[1] == "0" for line in trec)
     assert meta["checks"]["ir_views"] == {"queries": queries.height, "corpus": corpus.height, "qrels": qrels.height}
+
+
+def test_corpus_image_storage_stores_each_image_once(tmp_path, tiny_corpus, monkeypatch):
+    """export.image_storage: corpus: rows without bytes, every exported image once in corpus/;
+    both configs load with `datasets` from the folder."""
+    import datasets
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    out, meta, _, args = _export(tmp_path, tiny_corpus, settings={
+        "split": "test", "rows_per_file": 6, "repo_id": "me/tiny-bench", "token_env": "HF_TOKEN",
+        "image_storage": "corpus"})
+    rows = datasets.load_dataset(str(out), split="test")
+    assert rows.num_rows == 17 and "img" not in rows.column_names
+    corpus = datasets.load_dataset(str(out), "corpus", split="test")
+    assert isinstance(corpus.features["img"], datasets.Image)
+    ids = corpus["img_id"]
+    assert len(ids) == len(set(ids)) == len(set(rows["img_id"]))  # each image once, all of them
+    raw = corpus.cast_column("img", datasets.Image(decode=False))
+    for r in raw:
+        assert r["img"]["bytes"] == (tiny_corpus / r["img_id"]).read_bytes()
+    files = {f["path"]: f for f in meta["files"]}
+    assert sum(f["images_read"] for p, f in files.items() if p.startswith("corpus/")) == len(ids)
+    assert sum(f["rows"] for p, f in files.items() if p.startswith("data/")) == 17
+    card = (out / "README.md").read_text()
+    assert "config_name: corpus" in card

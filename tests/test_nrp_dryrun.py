@@ -116,7 +116,7 @@ def test_nrp_dry_run_against_local_s3(s3_server, tmp_path):
     assert len(gpu) == cfg["n_shards"]
     for r in gpu:
         assert "gpu=1" in r and "gpu_manufacturer=nvidia" in r and "scale=0" in r, r
-        assert "mem_mb=16000" in r and "disk_mb=30000" in r
+        assert "mem_mb=" in r and "runtime=" in r and "mem_mb=16000" not in r  # from the rule
     for r in _resources(out, "plan"):
         assert "scale=0" in r and "gpu" not in r
     assert "merge_annotations" in out  # a localrule: planned, runs on the controller
@@ -226,9 +226,10 @@ def test_k8s_job_spec_requests_nvidia_gpu(s3_server, fake_kube, tmp_path):
     assert container["image"] == "gitlab-registry.nrp-nautilus.io/ndp/sage/benchmaker:latest"
     req, lim = container["resources"]["requests"], container["resources"]["limits"]
     assert req["nvidia.com/gpu"] == lim["nvidia.com/gpu"] == "1"
-    assert req["memory"] == lim["memory"] == "16000M"
+    # memory from the rule (benchmaker/resources.py: torch + model + loader for this shard)
+    assert req["memory"] == lim["memory"] and 500 <= int(req["memory"].rstrip("M")) < 16000
     assert req["cpu"] == lim["cpu"]  # kubernetes-cpu-scalar 1.0: NRP's limit/request rule
-    assert req["ephemeral-storage"] == "30000M"
+    assert int(req["ephemeral-storage"].rstrip("M")) >= 1000
     assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
             "effect": "NoSchedule"} in spec["tolerations"]
     assert f"--target-jobs 'embed_images:shard=00000'" in " ".join(container.get("args") or []) + \

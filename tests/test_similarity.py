@@ -183,7 +183,7 @@ def test_cache_hit_does_not_recompute(setup, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     embs, _ = run_all(s, cache_dir=cache)
     first = [embed.read_embeddings(e)[0] for e in embs]
-    parts = list(cache.rglob("part-*.parquet"))
+    parts = list(cache.rglob("part-*.keys.npy"))
     assert len(parts) == 2  # one part per shard job (the broken images are not cached)
 
     def boom(self, pixels):
@@ -195,7 +195,7 @@ def test_cache_hit_does_not_recompute(setup, tmp_path, monkeypatch):
                      model=s["model"], runtime=s["runtime"], cache_dir=str(cache), image_root=str(s["corpus"]),
                      columns=None)
     assert embed.read_embeddings(out)[0].equals(first[0])
-    assert len(list(cache.rglob("part-*.parquet"))) == 2  # nothing new written
+    assert len(list(cache.rglob("part-*.keys.npy"))) == 2  # nothing new written
 
 
 def test_poisoned_cache_is_used(setup, tmp_path, tiny_clip):
@@ -422,10 +422,10 @@ def test_two_shards_write_the_cache_concurrently(tmp_path, tiny_corpus, tiny_cli
     # one model folder, one model.json, every part file complete and readable, no temporary left
     (model_dir,) = [d for d in cache.iterdir() if d.is_dir()]
     assert json.loads((model_dir / "model.json").read_text())["model_id"] == clip.model_id
-    parts = sorted(model_dir.glob("part-*.parquet"))
+    parts = sorted(model_dir.glob("part-*.keys.npy"))
     assert len(parts) == 2 and not list(model_dir.glob(".*"))
-    rows = pl.concat([pl.read_parquet(p) for p in parts])
-    assert set(rows["sha256"]) == set(imgs["sha256"])
+    rows = [k.decode() for p in parts for k in np.load(p)]
+    assert set(rows) == set(imgs["sha256"])
     # a third job finds everything in the cache and encodes nothing
     cached = EmbeddingCache.for_model(cache, clip)
     hit = cached.lookup(imgs["sha256"])
@@ -578,3 +578,36 @@ def test_autocast_is_applied_when_asked(setup, tiny_clip):
     assert eb.dtype == np.float32 and np.allclose(np.linalg.norm(eb, axis=1), 1.0, atol=1e-5)
     assert not np.array_equal(ea, eb)
     assert (ea * eb).sum(axis=1).min() > 0.98
+
+
+def test_score_gathers_only_the_embeddings_its_pairs_use(tmp_path):
+    """Images no pair uses are never loaded; the gathered matrix is float32; scores equal a float64
+    reference computed on the whole matrix."""
+    rng = np.random.default_rng(3)
+    dim = 8
+    shards = []
+    for s in range(3):
+        ids = [f"img{s}-{i}" for i in range(50)]
+        df = pl.DataFrame({"image_id": ids, "sha256": ids, "model_id": ["m"] * 50,
+                           "embedding": pl.Series(rng.standard_normal((50, dim), dtype=np.float32),
+                                                  dtype=pl.Array(pl.Float32, dim))})
+        p = tmp_path / f"e{s}.parquet"
+        embed.write_embeddings(df, p, kind="image", extra_meta={"model_id": "m"})
+        shards.append(str(p))
+    used = ["img0-3", "img2-49", "img1-0"]
+    got = score.gather_image_embeddings(shards, pl.Series(used + ["img0-3", "missing"]), model_id="m")
+    assert sorted(got["image_id"].to_list()) == sorted(used)
+    assert score._matrix(got, "x").dtype == np.float32
+    every = pl.concat([embed.read_embeddings(p)[0] for p in shards])
+    q = pl.DataFrame({"query_id": ["q"], "embedding": pl.Series(rng.standard_normal((1, dim), dtype=np.float32),
+                                                               dtype=pl.Array(pl.Float32, dim))})
+    qrels = pl.DataFrame({"query_id": ["q"] * 3, "image_id": used})
+    out = score.score_pairs(qrels, q, got)["clip_score"].to_numpy()
+    ref = {}
+    qv = q["embedding"].to_numpy()[0].astype(np.float64)
+    for iid, v in zip(every["image_id"], every["embedding"].to_numpy()):
+        v = v.astype(np.float64)
+        ref[iid] = float(np.dot(qv / np.linalg.norm(qv), v / np.linalg.norm(v)))
+    assert np.allclose(out, [ref[i] for i in used], atol=1e-12)
+    with pytest.raises(Exception, match="rerun the embed rules"):
+        score.gather_image_embeddings(shards, pl.Series(used), model_id="other")

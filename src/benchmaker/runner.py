@@ -63,4 +63,18 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
         kwargs["threads"] = int(getattr(smk, "threads", 1) or 1)
         kwargs.update(extra)
         logger.info("rule %s%s", smk.rule, f" ({dict(smk.wildcards)})" if len(smk.wildcards) else "")
-        return _resolve(target)(**kwargs)
+        result = _resolve(target)(**kwargs)
+        _log_peak_memory(logger)
+        return result
+
+
+def _log_peak_memory(logger) -> None:
+    """One line with the job's peak resident memory (this process; the largest finished child, e.g.
+    a DataLoader worker): exact even for sub-second jobs, unlike sampled benchmark files."""
+    import resource
+    import sys
+
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e6
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale / 1e6
+    logger.info("peak memory: %.0f MB (this process), %.0f MB (largest child process)", own, child)

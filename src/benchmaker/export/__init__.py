@@ -156,15 +156,22 @@ class _ImageReader:
 
 
 def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int, image_root: str | Path,
-                  columns: Mapping[str, str], image_col: str, threads: int = 1) -> tuple[list[dict], Any]:
+                  columns: Mapping[str, str], image_col: str, threads: int = 1,
+                  image_storage: str = "rows") -> tuple[list[dict], Any]:
     """Write the rows as parquet files with embedded image bytes; returns (file records, features).
 
     Each file is written row group by row group; an image's bytes are read once per file and kept
-    only until the last row group of that file that uses it, so memory stays bounded.
+    only until the last row group of that file that uses it, so memory stays bounded (one row group
+    of images plus the images of the current file still to be used again).
+    ``image_storage="corpus"``: the rows carry no image column; each image's bytes are written once,
+    to ``corpus/images-*.parquet`` (:func:`write_corpus`).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if image_storage == "corpus":
+        return _write_split_storage(rows, out_dir=out_dir, split=split, rows_per_file=rows_per_file,
+                                    image_root=image_root, columns=columns, image_col=image_col, threads=threads)
     n_files = max(1, math.ceil(rows.height / rows_per_file))
     disk_first = to_disk_names(rows.head(1), columns)
     # the image column goes right after query_id, query_text, image_id, relevance_label
@@ -201,6 +208,62 @@ def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_fil
             records.append({"path": name, "rows": chunk.height, "images_read": reads,
                             "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
             log.info("export: wrote %s (%d rows, %d image reads)", name, chunk.height, reads)
+    bar.close()
+    return records, features
+
+
+def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int,
+                         image_root: str | Path, columns: Mapping[str, str], image_col: str,
+                         threads: int = 1) -> tuple[list[dict], Any]:
+    """``image_storage: corpus``: ``data/<split>-*.parquet`` without image bytes (the rows name their
+    image by ``image_id``) and ``corpus/images-*.parquet`` with ``image_id, <image column>`` holding
+    each exported image once (first-appearance order), both written row group by row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Features, Image
+
+    records: list[dict] = []
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
+    (out_dir / "corpus").mkdir(parents=True, exist_ok=True)
+    disk_first = to_disk_names(rows.head(1), columns)
+    arrow = disk_first.to_arrow()
+    schema = pa.schema([pa.field(f.name, _plain_type(f.type)) for f in arrow.schema])
+    features = Features.from_arrow_schema(schema)
+    schema = features.arrow_schema
+    n_files = max(1, math.ceil(rows.height / rows_per_file))
+    for f in range(n_files):
+        name = f"data/{split}-{f:05d}-of-{n_files:05d}.parquet"
+        chunk = rows.slice(f * rows_per_file, rows_per_file)
+        with pq.ParquetWriter(out_dir / name, schema, compression="zstd") as writer:
+            for g in range(0, chunk.height, ROW_GROUP * 50):  # no bytes: larger row groups
+                tbl = to_disk_names(chunk.slice(g, ROW_GROUP * 50), columns).to_arrow()
+                writer.write_table(tbl.select(schema.names).cast(schema))
+        records.append({"path": name, "rows": chunk.height, "images_read": 0,
+                        "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
+    images = rows.select("image_id", "sha256").unique("image_id", keep="first", maintain_order=True)
+    id_col = columns.get("image_id", "image_id")
+    cfeatures = Features({id_col: features[id_col], image_col: Image()})
+    cschema = cfeatures.arrow_schema
+    image_type = cschema.field(image_col).type
+    reader = _ImageReader(Path(image_root), dict(images.iter_rows()))
+    n_corpus = max(1, math.ceil(images.height / rows_per_file))
+    bar = progress(total=images.height, desc="export images", unit="img", logger=log)
+    with ThreadPoolExecutor(max_workers=max(1, threads) * 2) as pool:
+        for f in range(n_corpus):
+            name = f"corpus/images-{f:05d}-of-{n_corpus:05d}.parquet"
+            ids_all = images["image_id"].slice(f * rows_per_file, rows_per_file).to_list()
+            with pq.ParquetWriter(out_dir / name, cschema, compression="zstd") as writer:
+                for g in range(0, len(ids_all), ROW_GROUP):
+                    ids = ids_all[g:g + ROW_GROUP]
+                    data = dict(pool.map(reader, ids))
+                    tbl = pa.table({id_col: pa.array(ids, pa.string()),
+                                    image_col: pa.array([{"bytes": data[i], "path": i} for i in ids],
+                                                        type=image_type)})
+                    writer.write_table(tbl.cast(cschema))
+                    bar.update(len(ids))
+            records.append({"path": name, "rows": len(ids_all), "images_read": len(ids_all),
+                            "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
+            log.info("export: wrote %s (%d images, each once)", name, len(ids_all))
     bar.close()
     return records, features
 
@@ -330,10 +393,11 @@ def run(
         summary_numbers = json.loads((Path(summary) / "summary.json").read_text())
     all_losses = pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
     with staged_dir(dataset, EXPORT_META) as out:
+        image_storage = str(settings.get("image_storage") or "rows")
         files, features = write_parquet(rows, out_dir=out, split=split, rows_per_file=rows_per_file,
                                         image_root=image_root, columns=columns, image_col=image_col,
-                                        threads=threads)
-        written = sum(f["rows"] for f in files)
+                                        threads=threads, image_storage=image_storage)
+        written = sum(f["rows"] for f in files if f["path"].startswith("data/"))
         if written != rows.height:
             raise AssertionError(f"export: wrote {written} rows, expected {rows.height}")
         if summary and Path(summary).is_dir():

@@ -64,7 +64,9 @@ def _front_matter(meta, features, files, split, n_rows, repo_tags) -> str:
         pretty_name=meta.get("title") or meta.get("name"),
         task_categories=["text-to-image", "image-feature-extraction"],
         tags=repo_tags, size_categories=[size_category(n_rows)],
-        configs=[{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]}],
+        configs=[{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]}]
+        + ([{"config_name": "corpus", "data_files": [{"split": split, "path": "corpus/images-*"}]}]
+           if any(f["path"].startswith("corpus/") for f in files) else []),
     )
     DatasetInfosDict({"default": info}).to_dataset_card_data(data)
     return data.to_yaml()

@@ -294,12 +294,13 @@ def _runtime(runtime: Mapping[str, Any] | None) -> dict[str, Any]:
             "num_workers": int(rt.get("num_workers", 2) if rt.get("num_workers") is not None else 2)}
 
 
-def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], threads: int):
-    from .model import load_clip
+def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], threads: int,
+                      purpose: str = "embedding"):
+    from .loads import load_counted
 
     rt = _runtime(runtime)
-    clip = load_clip(model["model"], model.get("pretrained"), device=rt["device"],
-                     precision=model.get("precision") or "auto")
+    clip = load_counted(model["model"], model.get("pretrained"), device=rt["device"],
+                        precision=model.get("precision") or "auto", purpose=purpose)
     if clip.device == "cpu" and threads:
         import torch
 
@@ -310,10 +311,16 @@ def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], thre
 def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str, Any],
                runtime: Mapping[str, Any] | None = None, cache_dir: str | None = None,
                image_root: str | None = None, columns: Mapping[str, str] | None = None,
-               version: str | None = None, threads: int = 1, **_: Any) -> int:
-    """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc)."""
+               version: str | None = None, threads: int = 1, clip: Any = None, **_: Any) -> int:
+    """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc).
+
+    ``clip``: an already loaded model of the same identity (the ``vision`` rule passes its own when it
+    writes the embeddings too, so the shard pays one model load)."""
     imgs = read_table("images", images, columns=columns)
-    clip, rt = _load_from_params(model, runtime, threads)
+    if clip is not None:
+        rt = _runtime(runtime)
+    else:
+        clip, rt = _load_from_params(model, runtime, threads, purpose="embed_images")
     cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
     loss = Losses("similarity")
     table = embed_image_table(imgs, clip, image_root=image_root, cache=cache, losses=loss,
@@ -338,7 +345,7 @@ def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtim
     if dup.height:
         raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
     queries = queries.sort("query_id")
-    clip, rt = _load_from_params(model, runtime, threads)
+    clip, rt = _load_from_params(model, runtime, threads, purpose="embed_queries")
     emb, truncated = clip.encode_texts(queries["query_text"].to_list(), batch_size=max(1, rt["batch_size"]))
     n_trunc = sum(truncated)
     if n_trunc:

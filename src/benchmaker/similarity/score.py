@@ -1,7 +1,7 @@
 """The ``score`` stage: qrels + query and image embeddings → qrels_with_score.jsonl. No torch.
 
 ``clip_score`` is the cosine similarity of the L2-normalised query-text and image embeddings of the same
-CLIP model, in [-1, 1] (computed in float64 from the stored float32 vectors). It is null when the image
+CLIP model, in [-1, 1] (computed in float64 from the stored float32 vectors, chunk by chunk). It is null when the image
 (or the query) has no embedding; such pairs go to the losses file with the image's reason from the
 ``embed_images`` losses. ``clip_rank`` (config ``similarity.rank_column``) is the 1-based rank of the
 pair by ``clip_score`` descending within its query (ties by image_id), null when the score is null.
@@ -17,13 +17,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from ..formats import FormatError, read_table, to_disk_names, validate_table
+from ..formats import FormatError, _rename_map, read_table, to_disk_names, validate_table
 from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses, read_losses
 from .embed import read_embeddings
 
-__all__ = ["run", "score_pairs", "cosine_rows"]
+__all__ = ["run", "score_pairs", "cosine_rows", "gather_image_embeddings"]
 
 log = get_logger("similarity.score")
 _CHUNK = 16384
@@ -38,23 +38,61 @@ def _as_list(x: str | Sequence[str] | None) -> list[str]:
 
 
 def _matrix(df: pl.DataFrame, source: str) -> np.ndarray:
+    """The embedding column as a float32 [n, d] matrix (rows normalised later, chunk by chunk)."""
     if df.height == 0:
-        return np.zeros((0, 0), dtype=np.float64)
-    m = np.asarray(df["embedding"].to_numpy(), dtype=np.float64)
+        return np.zeros((0, 0), dtype=np.float32)
+    m = np.asarray(df["embedding"].to_numpy(), dtype=np.float32)
     if m.ndim != 2:
         raise FormatError(f"{source}: 'embedding' is not a fixed-size vector column")
+    return m
+
+
+def _unit64(m: np.ndarray) -> np.ndarray:
+    m = m.astype(np.float64)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return m / norms
 
 
 def cosine_rows(q: np.ndarray, im: np.ndarray, qi: np.ndarray, ii: np.ndarray) -> np.ndarray:
-    """cos(q[qi[k]], im[ii[k]]) for every k, in chunks (rows must already be L2-normalised)."""
+    """cos(q[qi[k]], im[ii[k]]) for every k, in chunks of float64 (rows normalised per chunk, so
+    the matrices may stay float32: memory is one chunk of float64, not the whole matrix)."""
     out = np.empty(len(qi), dtype=np.float64)
     for s in range(0, len(qi), _CHUNK):
-        a, b = q[qi[s:s + _CHUNK]], im[ii[s:s + _CHUNK]]
+        a, b = _unit64(q[qi[s:s + _CHUNK]]), _unit64(im[ii[s:s + _CHUNK]])
         out[s:s + _CHUNK] = np.einsum("ij,ij->i", a, b)
     return np.clip(out, -1.0, 1.0)
+
+
+def gather_image_embeddings(paths: Sequence[str], image_ids: pl.Series, *, model_id: str | None,
+                            columns: Mapping[str, str] | None = None) -> pl.DataFrame:
+    """``image_id, embedding`` (float32) of only these images, read shard by shard with a filtered
+    parquet scan: memory is bounded by the images the pairs use, not by the images embedded."""
+    import pyarrow.parquet as pq
+
+    disk = _rename_map(columns, to_disk=True)
+    id_col, emb_col = disk.get("image_id", "image_id"), disk.get("embedding", "embedding")
+    wanted = image_ids.unique().implode()
+    frames = []
+    for p in paths:
+        if not Path(p).exists():
+            raise FormatError(f"{p}: embeddings file not found")
+        try:
+            raw = pq.read_metadata(p).metadata or {}
+            df = (pl.scan_parquet(p).select(id_col, emb_col).filter(pl.col(id_col).is_in(wanted))
+                  .collect().rename({id_col: "image_id", emb_col: "embedding"}))
+        except Exception as exc:
+            raise FormatError(f"{p}: not a readable parquet embeddings file with columns {id_col!r}, "
+                              f"{emb_col!r}: {exc}") from None
+        have = raw.get(b"benchmaker.model_id", b"").decode()
+        if model_id and have and have != model_id and df.height:
+            raise FormatError(f"{p}: image embeddings of model {have!r} but query embeddings of "
+                              f"{model_id!r}; rerun the embed rules with one similarity.model")
+        if df.height:
+            frames.append(df)
+    if not frames:
+        return pl.DataFrame(schema={"image_id": pl.String, "embedding": pl.List(pl.Float32)})
+    return pl.concat(frames)
 
 
 def score_pairs(qrels: pl.DataFrame, queries: pl.DataFrame, images: pl.DataFrame) -> pl.DataFrame:
@@ -109,16 +147,9 @@ def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[s
     q = read_table("qrels", qrels, columns=columns)
     qe, qmeta = read_embeddings(query_embeddings, columns=columns)
     model_id = qmeta.get("model_id")
-    frames = []
-    for p in _as_list(image_embeddings):
-        df, meta = read_embeddings(p, columns=columns)
-        if model_id and meta.get("model_id") and meta["model_id"] != model_id and df.height:
-            raise FormatError(f"{p}: image embeddings of model {meta['model_id']!r} but query embeddings of "
-                              f"{model_id!r}; rerun the embed rules with one similarity.model")
-        if df.height:
-            frames.append(df.select("image_id", "embedding"))
-    images = pl.concat(frames) if frames else pl.DataFrame(schema={"image_id": pl.String,
-                                                                    "embedding": pl.List(pl.Float32)})
+    images = gather_image_embeddings(_as_list(image_embeddings), q["image_id"], model_id=model_id,
+                                     columns=columns)
+    log.info("score: gathered %d image embeddings used by %d pairs", images.height, q.height)
     out = score_pairs(q, qe, images)
 
     disk_names = set(to_disk_names(out, columns).columns)

@@ -33,6 +33,10 @@ def run(
     ledger: str | None = None,
     threads: int = 1,
     version: str | None = None,
+    embeddings: str | None = None,
+    embed_losses: str | None = None,
+    similarity: Mapping[str, Any] | None = None,
+    similarity_runtime: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
     fm = FacetModel.from_config(facets)
@@ -41,6 +45,16 @@ def run(
     loss = Losses("vision")
     annotator = get_annotator(adapter, facets=fm, settings=dict(settings), image_root=image_root,
                               cache_dir=cache_dir, threads=threads)
+    if embeddings:
+        # one process per shard: the clip annotator's model also writes embed_images' outputs (the
+        # workflow asks for this only when similarity uses the same model identity, docs/architecture.md)
+        from ..similarity.embed import run_images
+
+        if adapter != "clip":
+            raise ValueError(f"vision adapter {adapter!r} cannot write image embeddings (only 'clip' can)")
+        run_images(images=images, embeddings=embeddings, losses=embed_losses, model=dict(similarity or {}),
+                   runtime=similarity_runtime, cache_dir=settings.get("embedding_cache_dir"),
+                   image_root=image_root, columns=columns, threads=threads, clip=annotator._model())
     runner = getattr(annotator, "runner", None)
     if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
         from .openai import attach_ledger

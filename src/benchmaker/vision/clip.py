@@ -122,9 +122,10 @@ class ClipAnnotator:
     # ------------------------------------------------------------------------------------------- model
     def _model(self):
         if self._clip is None:
-            from ..similarity.model import load_clip
+            from ..similarity.loads import load_counted
 
-            self._clip = load_clip(self.model_name, self.pretrained, device=self.device, precision=self.precision)
+            self._clip = load_counted(self.model_name, self.pretrained, device=self.device,
+                                      precision=self.precision, purpose="vision")
             if self._clip.device == "cpu":
                 import torch
 

@@ -1,0 +1,48 @@
+"""Resource requests follow the sizes of the inputs a job reads (benchmaker/resources.py)."""
+
+from types import SimpleNamespace
+
+from benchmaker import resources as R
+
+
+def _write(path, mb):
+    path.write_bytes(b"x" * int(mb * R.MB))
+    return str(path)
+
+
+def test_requests_grow_with_inputs_and_retries(tmp_path):
+    small = SimpleNamespace(qrels=_write(tmp_path / "q1", 1), query_embeddings=_write(tmp_path / "e1", 0.1),
+                            image_embeddings=[_write(tmp_path / "s1", 2)])
+    big = SimpleNamespace(qrels=_write(tmp_path / "q2", 100), query_embeddings=small.query_embeddings,
+                          image_embeddings=[_write(tmp_path / "s2", 20), small.image_embeddings[0]])
+    score = R.mem_mb("score")
+    a, b = score(None, small, 1), score(None, big, 1)
+    assert R.MIN_MB <= a < b
+    # bounded by the pairs and one shard, not by the number of shard files
+    more_shards = SimpleNamespace(**{**vars(big), "image_embeddings": big.image_embeddings * 50})
+    assert score(None, more_shards, 1) == b
+    assert score(None, big, 2) >= 1.5 * b - 100
+    missing = SimpleNamespace(qrels=str(tmp_path / "none"), query_embeddings=str(tmp_path / "none2"),
+                              image_embeddings=[])
+    assert score(None, missing, 1) == R.MIN_MB  # dry run before inputs exist: the minimum
+
+
+def test_clip_requests_count_weights_and_loader(tmp_path):
+    shard = _write(tmp_path / "shard.jsonl", 0.4)  # ~1,000 images
+    weights = _write(tmp_path / "w.safetensors", 50)
+    local = R.mem_mb("embed_images", batch_size=128, num_workers=2)(None, [shard, weights], 1)
+    assert local < 2000  # a tiny local model: well under the 16 GB profiles used to ask for
+    named_in = type("In", (list,), {})([shard])
+    named_in.images = shard
+    named = R.mem_mb("embed_images", batch_size=128, num_workers=2)(None, named_in, 1)
+    assert named > 700 + 2 * R.NAMED_WEIGHTS_MB
+    rt = R.runtime("embed_images")(None, named_in, 1)
+    assert 10 <= rt <= 10 + 2 * (60 + 1000 / 20) / 60 + 1
+
+
+def test_export_disk_follows_the_images_manifest(tmp_path):
+    inp = type("In", (list,), {})()
+    inp.images = _write(tmp_path / "images.jsonl", 4)   # ~10,000 images of ~100 KB
+    inp.append(inp.images)
+    assert R.disk_mb("export")(None, inp) >= 1000
+    assert R.disk_mb("export")(None, inp) >= 250 * 4
