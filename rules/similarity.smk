@@ -21,7 +21,7 @@ rule embed_images:
     # the main process feeds the model; num_workers DataLoader processes decode images
     threads: config["similarity"]["num_workers"] + 1
     resources:
-        gpu=1,
+        **gpu_resources(True),
         mem_mb=8000,
     params:
         model=similarity_model_params(),

@@ -18,6 +18,13 @@ if VISION_ADAPTER == "clip":
     VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
 VISION_BATCH = is_batch(config["vision"])
 
+
+def vision_weight_inputs(wildcards):
+    """Local CLIP weights of the clip adapter (staged under --profile nrp), else none."""
+    if VISION_ADAPTER != "clip":
+        return {}
+    return model_weight_inputs(config["vision"]["clip"])
+
 if VISION_BATCH:
 
     rule vision_build:
@@ -95,6 +102,7 @@ else:
 
     rule vision:
         input:
+            unpack(vision_weight_inputs),
             images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
         output:
             annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
@@ -109,7 +117,7 @@ else:
             "../envs/benchmaker.yaml"
         threads: 2
         resources:
-            gpu=1 if VISION_ADAPTER == "clip" else 0,
+            **gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"]),
         params:
             adapter=VISION_ADAPTER,
             settings=VISION_SETTINGS,

@@ -6,5 +6,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "src"))  # noqa: F821
 
 from benchmaker.runner import run_stage  # noqa: E402
+from benchmaker.staging import staged_model  # noqa: E402
 
-run_stage(snakemake, "benchmaker.vision:run")  # noqa: F821
+# local weights: where this job finds them (the staged copy in a pod; rules/cluster.smk)
+weights = getattr(snakemake.input, "weights", None)  # noqa: F821
+run_stage(snakemake, "benchmaker.vision:run",  # noqa: F821
+          settings=staged_model(snakemake.params.settings, weights) if weights else snakemake.params.settings)  # noqa: F821
