@@ -177,3 +177,22 @@ if (
         )
     except StagingError as exc:
         raise WorkflowError(f"S3 preflight: {exc}")
+
+
+# snakemake-storage-plugin-s3 0.3.6 caches "is not a folder" per object: the controller asks about
+# a directory() output (summary/, hf_dataset/) before the job runs, and after the pod uploaded it
+# still answers "missing in storage" (MissingOutputException). Forget that answer before every
+# existence check, so that a folder the job has written is seen. (Harmless once fixed upstream.)
+if STAGING and workflow.storage_settings.default_storage_provider == "s3":
+    import snakemake_storage_plugin_s3 as _s3plugin
+
+    if not getattr(_s3plugin.StorageObject.exists, "_benchmaker_fresh_dir", False):
+        _s3_exists = _s3plugin.StorageObject.exists
+
+        def _exists_fresh_dir(self):
+            if getattr(self, "_is_dir", None) is False:
+                self._is_dir = None
+            return _s3_exists(self)
+
+        _exists_fresh_dir._benchmaker_fresh_dir = True
+        _s3plugin.StorageObject.exists = _exists_fresh_dir
