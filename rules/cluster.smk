@@ -42,7 +42,9 @@ def workflow_input(path, folder=False):
     path = str(path)
     if not STAGING or is_storage_url(path):
         return path
-    if not SPAWNED:  # the controller: the source must exist (a clear error, not a missing object)
+    if (
+        not SPAWNED
+    ):  # the controller: the source must exist (a clear error, not a missing object)
         try:
             staged_files(path)
         except StagingError as exc:
@@ -79,10 +81,19 @@ def model_weight_inputs(spec):
             return {"weights": workflow_input(src, folder=True)}
         # shared file system: the files themselves (a missing folder is the model loader's error)
         folder = Path(src).expanduser()
-        keep = [f for f in folder.glob("*") if f.is_file() and (f.name == "open_clip_config.json"
-                or f.name.endswith((".safetensors", ".bin", ".pth", ".pt")))]
+        keep = [
+            f
+            for f in folder.glob("*")
+            if f.is_file()
+            and (
+                f.name == "open_clip_config.json"
+                or f.name.endswith((".safetensors", ".bin", ".pth", ".pt"))
+            )
+        ]
         return {"weights": sorted(str(f) for f in keep)}
-    return {"weights": workflow_input(str(Path(src).expanduser()) if not STAGING else src)}
+    return {
+        "weights": workflow_input(str(Path(src).expanduser()) if not STAGING else src)
+    }
 
 
 wildcard_constraints:
@@ -125,9 +136,12 @@ if STAGING and not SPAWNED:
     _moved = relocate_configfiles(workflow.config_settings.configfiles, os.getcwd())
     if _moved:
         workflow.config_settings.configfiles[:] = [
-            Path(_moved.get(str(f), str(f))) for f in workflow.config_settings.configfiles
+            Path(_moved.get(str(f), str(f)))
+            for f in workflow.config_settings.configfiles
         ]
-        workflow.configfiles[:] = [_moved.get(str(f), str(f)) for f in workflow.configfiles]
+        workflow.configfiles[:] = [
+            _moved.get(str(f), str(f)) for f in workflow.configfiles
+        ]
 
 
 # adapters that run a model on the GPU, per stage (API adapters never do; `rules` judges on CPU)

@@ -25,6 +25,7 @@ def vision_weight_inputs(wildcards):
         return {}
     return model_weight_inputs(config["vision"]["clip"])
 
+
 if VISION_BATCH:
 
     rule vision_build:

@@ -95,6 +95,11 @@ class FakeKube:
 
     def stop(self):
         support.shutdown(self.srv)
+        import shutil
+
+        for st in self.state.values():  # the pods' emptyDirs
+            if st.get("workdir"):
+                shutil.rmtree(st["workdir"], ignore_errors=True)
 
     def kubeconfig(self, path: Path, url: str) -> Path:
         path.write_text(json.dumps({

@@ -23,7 +23,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -352,13 +351,14 @@ def kube(tmp_path):
         fk.stop()
 
 
+@pytest.mark.slow
 def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
     """The whole pipeline: every non-local job is a Kubernetes Job whose pod, with an empty workdir
     and without the controller's files, finds all it reads in the bucket (or on the image PVC)."""
     s3 = s3_server["client"]
     _clear(s3, PREFIX)
-    home = Path(tempfile.mkdtemp(prefix="nrp-home-"))
-    corpus = Path(tempfile.mkdtemp(prefix="nrp-pvc-")) / "images"  # what the PVC holds
+    home = tmp_path / "home"
+    corpus = tmp_path / "pvc" / "images"  # what the PVC holds
     shutil.copytree(tiny_corpus, corpus)
     config, cfg = _user_files(home, corpus, tiny_clip)
     hide = [str(home), str(checkout["dir"])] if _can_hide() else []
@@ -426,7 +426,11 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
         assert keys.get(f"{base}/{f}", 0) > 0, f
     assert any(k.startswith(f"{base}/hf_dataset/") for k in keys)
     assert any(k.startswith(f"{base}/summary/") for k in keys)
-    assert any("snakemake-workflow-sources" in k for k in keys)
+    # the pods got the workflow from the source archive in the bucket (removed at the end of the run)
+    for body in fk.jobs.values():
+        assert re.search(rf"--deploy-sources s3://{BUCKET}/{PREFIX}/snakemake-workflow-sources\.\w+\.tar\.xz",
+                         body["spec"]["template"]["spec"]["containers"][0]["args"][1])
+    assert not any("snakemake-workflow-sources" in k for k in keys)
     # the rights map was applied in the preprocess pod: the prefix rule licenses red/ images
     images = s3.get_object(Bucket=BUCKET, Key=f"{base}/images.jsonl")["Body"].read().decode()
     assert "CC-BY-4.0" in images
