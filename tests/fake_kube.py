@@ -258,7 +258,7 @@ class FakeKube:
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    f'{mounts} && exec "$@"', "sh", *cmd]
         try:
-            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
+            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=False,
                                   timeout=self.job_timeout)
             code, log = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:

@@ -11,12 +11,10 @@ other manifests create.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-import yaml
-
 import support
+import yaml
 
 ROOT = support.ROOT
 DEPLOY = ROOT / "deploy" / "nrp"
@@ -127,7 +125,7 @@ def test_nrp_profile_defaults_are_valid():
 
 def test_dockerfile_pins_a_cuda12_torch_and_is_switchable():
     text = (ROOT / "Dockerfile").read_text()
-    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, flags=re.M))
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, flags=re.MULTILINE))
     assert re.fullmatch(r"https://download\.pytorch\.org/whl/cu12\d", args["TORCH_INDEX_URL"])
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"torch=={args["TORCH_VERSION"]}"' in pyproject
@@ -136,7 +134,7 @@ def test_dockerfile_pins_a_cuda12_torch_and_is_switchable():
     assert re.search(r'pip install --index-url "\$\{TORCH_INDEX_URL\}"', text)
     assert "extra-index-url" not in text
     for path in ("Snakefile", "rules", "scripts", "config", "profiles", "src"):
-        assert re.search(rf"^COPY {path} ", text, flags=re.M), path
+        assert re.search(rf"^COPY {path} ", text, flags=re.MULTILINE), path
     assert re.search(r"apt-get install[^\n]*\bgit\b", text)  # Snakemake lists sources with git
 
 
@@ -147,11 +145,11 @@ def test_gitlab_ci_builds_with_kaniko():
     script = "\n".join(job["script"])
     assert "/kaniko/executor" in script and '--dockerfile "$CI_PROJECT_DIR/Dockerfile"' in script
     assert "$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA" in script
-    dockerfile_args = set(re.findall(r"^ARG (\w+)=", (ROOT / "Dockerfile").read_text(), flags=re.M))
+    dockerfile_args = set(re.findall(r"^ARG (\w+)=", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE))
     for arg in re.findall(r'--build-arg "(\w+)=', script):
         assert arg in dockerfile_args, arg
     assert ci["variables"]["TORCH_INDEX_URL"] == re.search(
-        r"^ARG TORCH_INDEX_URL=(\S+)$", (ROOT / "Dockerfile").read_text(), flags=re.M).group(1)
+        r"^ARG TORCH_INDEX_URL=(\S+)$", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE).group(1)
 
 
 @pytest.mark.parametrize("name", ["fake_kube"])

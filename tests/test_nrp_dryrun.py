@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-
 import support
 from fake_kube import FakeKube
 
@@ -159,7 +157,7 @@ def _clear(s3, prefix: str) -> None:
 
 def _job_stats(out: str) -> dict[str, int]:
     table = out.split("Job stats:")[1].split("\n\n")[0]
-    return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.M)}
+    return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.MULTILINE)}
 
 
 def _resources(out: str, rule: str) -> list[str]:
@@ -250,7 +248,7 @@ def test_api_adapters_stay_on_the_controller(s3_server, checkout, tmp_path, tiny
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     is_local = json.loads(dump.read_text())
-    planned = set(re.findall(r"^rule (\w+):", out, flags=re.M))
+    planned = set(re.findall(r"^rule (\w+):", out, flags=re.MULTILINE))
     local = {r for r in planned if is_local[r]}
     remote = planned - local
     from benchmaker.providers.settings import is_batch

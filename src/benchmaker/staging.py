@@ -32,15 +32,15 @@ from typing import Any
 __all__ = [
     "LOCAL_DIR",
     "StagingError",
+    "check_s3_prefix",
+    "copy_input",
     "is_storage_url",
+    "looks_like_path",
+    "model_source_files",
+    "relocate_configfiles",
     "stage_key",
     "staged_files",
     "staged_model",
-    "copy_input",
-    "model_source_files",
-    "looks_like_path",
-    "relocate_configfiles",
-    "check_s3_prefix",
     "valid_bucket_name",
 ]
 
