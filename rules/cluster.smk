@@ -96,37 +96,11 @@ def model_weight_inputs(spec):
     }
 
 
-wildcard_constraints:
-    key=r"[0-9a-f]{12}",
-    name=r"[^/]+",
-
-
-rule stage_file:
-    input:
-        source=_stage_sources,
-    output:
-        staged=f"{RESULTS}/inputs/file/{{key}}/{{name}}",
-    log:
-        f"{LOGS}/stage/file-{{key}}-{{name}}.log",
-    localrule: True
-    params:
-        folder=False,
-    script:
-        "../scripts/stage_input.py"
-
-
-rule stage_folder:
-    input:
-        source=_stage_sources,
-    output:
-        staged=directory(f"{RESULTS}/inputs/dir/{{key}}/{{name}}"),
-    log:
-        f"{LOGS}/stage/dir-{{key}}-{{name}}.log",
-    localrule: True
-    params:
-        folder=True,
-    script:
-        "../scripts/stage_input.py"
+def vision_weight_inputs(wildcards):
+    """Local CLIP weights of the clip vision adapter (staged under --profile nrp), else none."""
+    if VISION_ADAPTER != "clip":
+        return {}
+    return model_weight_inputs(config["vision"]["clip"])
 
 
 # Config files outside the working directory (`--configfile ~/my.yaml`): jobs without a shared file

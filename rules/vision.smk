@@ -18,14 +18,6 @@ if VISION_ADAPTER == "clip":
     VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
 VISION_BATCH = is_batch(config["vision"])
 
-
-def vision_weight_inputs(wildcards):
-    """Local CLIP weights of the clip adapter (staged under --profile nrp), else none."""
-    if VISION_ADAPTER != "clip":
-        return {}
-    return model_weight_inputs(config["vision"]["clip"])
-
-
 if VISION_BATCH:
 
     rule vision_build:
