@@ -286,8 +286,8 @@ def test_s3_preflight_one_clear_error(s3_server, checkout, tmp_path, tiny_corpus
     assert "has been submitted" not in out and "Get status with" not in out
 
 
-def test_s3_preflight_denied_credentials(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip):
-    """moto accepts any key unless auth is enforced; a real RGW answers 403: the same clear error."""
+def test_s3_preflight_checks(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip):
+    """Missing bucket, unreachable endpoint, a prefix with "//" (wrong keys: test_staging.py)."""
     from benchmaker.staging import StagingError, check_s3_prefix
 
     with pytest.raises(StagingError, match="does not exist"):

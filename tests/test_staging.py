@@ -112,3 +112,44 @@ def test_bucket_names(name, ok):
 def test_storage_urls():
     assert is_storage_url("s3://b/k") and is_storage_url("https://x/y")
     assert not is_storage_url("/home/me/x") and not is_storage_url("~/x") and not is_storage_url("rel/x")
+
+
+def test_preflight_denied_with_wrong_keys(tmp_path):
+    """A server that checks signatures (moto with auth enforced, like NRP's RGW): wrong keys give
+    the one clear 'access denied' error."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import boto3
+
+    from benchmaker.staging import check_s3_prefix
+
+    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {**__import__("os").environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    with open(tmp_path / "moto.log", "w") as log:
+        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log, env=env)
+    try:
+        client = boto3.client("s3", endpoint_url=url, aws_access_key_id="AKIAWRONG",
+                              aws_secret_access_key="wrong", region_name="us-east-1")
+        for _ in range(100):
+            try:
+                client.list_buckets()
+            except Exception as exc:  # noqa: BLE001 - up once it answers at all (403 here)
+                if "Could not connect" not in str(exc) and "Connection" not in type(exc).__name__:
+                    break
+            else:
+                break
+            time.sleep(0.1)
+        with pytest.raises(StagingError, match="access denied"):
+            check_s3_prefix("s3://sage-imsearch/x", endpoint_url=url, access_key="AKIAWRONG",
+                            secret_key="wrong")
+    finally:
+        proc.terminate()
+        proc.wait(10)
