@@ -16,6 +16,8 @@ if not workflow.overwrite_configfiles:
 
 include: "rules/common.smk"
 include: "rules/resources.smk"
+include: "rules/cluster.smk"
+include: "rules/staging.smk"
 include: "rules/preprocess.smk"
 include: "rules/vision.smk"
 include: "rules/plan.smk"

@@ -51,11 +51,12 @@ def optional_path(path):
 
 
 def preprocess_inputs(wildcards):
-    out = {"listing": f"{LISTING}/{wildcards.shard}.tsv"}
+    # the controller writes the listing (below); under default storage it is staged like any local input
+    out = {"listing": workflow_input(f"{LISTING}/{wildcards.shard}.tsv")}
     if config["paths"]["rights_map"]:
-        out["rights_map"] = config["paths"]["rights_map"]
+        out["rights_map"] = workflow_input(config["paths"]["rights_map"])
     if config["paths"]["metadata_jsonl"]:
-        out["metadata"] = config["paths"]["metadata_jsonl"]
+        out["metadata"] = workflow_input(config["paths"]["metadata_jsonl"])
     return out
 
 
@@ -65,7 +66,7 @@ def plan_inputs(wildcards):
         "images": f"{RESULTS}/images.jsonl",
     }
     if config["paths"]["seeds_file"]:
-        out["seeds_file"] = config["paths"]["seeds_file"]
+        out["seeds_file"] = workflow_input(config["paths"]["seeds_file"])
     return out
 
 
@@ -105,19 +106,9 @@ def cost_files(wildcards=None):
 
 
 def similarity_weight_inputs(wildcards):
-    """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules."""
-    sim = config["similarity"]
-    model, pretrained = sim["model"], sim["pretrained"]
-    if model.startswith("local-dir:"):
-        folder = Path(model[len("local-dir:") :]).expanduser()
-        files = [folder / "open_clip_config.json"]
-        files += [
-            f for ext in ("safetensors", "bin", "pth") for f in folder.glob(f"*.{ext}")
-        ]
-        return {"weights": sorted(str(f) for f in files if f.is_file())}
-    if pretrained and Path(pretrained).expanduser().is_file():
-        return {"weights": [str(Path(pretrained).expanduser())]}
-    return {}
+    """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules
+    (staged to the storage under --profile nrp: rules/cluster.smk)."""
+    return model_weight_inputs(config["similarity"])
 
 
 # -- change detection: the image folder is part of the DAG (docs/architecture.md) ---------------------

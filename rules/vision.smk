@@ -139,7 +139,7 @@ else:
 
     rule vision:
         input:
-            unpack(lambda wc: similarity_weight_inputs(wc) if CLIP_SHARED else {}),
+            unpack(vision_weight_inputs),
             images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
         output:
             annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
@@ -155,7 +155,7 @@ else:
             "../envs/benchmaker.yaml"
         threads: config["similarity"]["num_workers"] + 1 if CLIP_SHARED else 2
         resources:
-            gpu=1 if VISION_ADAPTER == "clip" else 0,
+            **gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"]),
             mem_mb=RES.mem_mb(
                 "vision_clip" if VISION_ADAPTER == "clip" else "vision_api", **CLIP_LOADER
             ),

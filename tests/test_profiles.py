@@ -75,26 +75,30 @@ def test_profile_keys_are_snakemake_options(name):
 
 
 @pytest.mark.parametrize("name", CLUSTER)
-def test_set_resources_name_real_rules(name):
-    rules = rule_names()
-    assert GPU_RULE in rules and "vision" in rules
-    prof = load(name)
-    named = set(prof["set-resources"])
-    assert named <= rules, f"unknown rules in profiles/{name}: {named - rules}"
-    assert {GPU_RULE, "vision", "preprocess"} <= named  # memory etc. come from the rules
+def test_no_per_rule_resources_in_cluster_profiles(name):
+    """GPU requests follow the adapter (rules' gpu_resources), sizes come from the rules: a
+    set-resources entry keyed on a rule name would override both (issue #10)."""
+    prof = load(name, {"BENCHMAKER_SLURM_GPU_FLAG": "gres", "BENCHMAKER_SLURM_GPU_MODEL": "a100"})
+    assert "set-resources" not in prof and "set-threads" not in prof
+    assert not any("gpu" in k for k in prof["default-resources"] if k != "gpu_manufacturer")
 
 
-def test_gpu_rule_asks_for_a_gpu_in_the_rule_itself():
-    text = (ROOT / "rules" / "similarity.smk").read_text()
-    block = text.split(f"rule {GPU_RULE}:")[1].split("\nrule ")[0]
-    assert re.search(r"gpu\s*=\s*1", block)
+def test_gpu_rules_ask_through_gpu_resources():
+    """Every rule that can run a model asks for its GPU through gpu_resources(<uses a model>)."""
+    sim = (ROOT / "rules" / "similarity.smk").read_text()
+    block = sim.split(f"rule {GPU_RULE}:")[1].split("\nrule ")[0]
+    assert "**gpu_resources(True)" in block
+    vision = (ROOT / "rules" / "vision.smk").read_text()
+    block = vision.split("rule vision:")[1].split("\nrule ")[0]
+    assert '**gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"])' in block
+    for smk in sorted((ROOT / "rules").glob("*.smk")):
+        text = smk.read_text()
+        assert not re.search(r"^\s+gpu\s*=", text, flags=re.M), f"{smk.name}: a literal gpu= resource"
 
 
-def test_slurm_gpu_request_both_styles():
+def test_slurm_profile_settings():
     plain = load("slurm")
     assert plain["executor"] == "slurm"
-    gpu = plain["set-resources"][GPU_RULE]
-    assert gpu["gpu"] == 1 and "gres" not in gpu and "slurm_partition" not in gpu
     assert plain["default-resources"]["mem_mb"] > 0 and plain["default-resources"]["runtime"] > 0
     assert "slurm_account" not in plain["default-resources"]
 
@@ -106,15 +110,6 @@ def test_slurm_gpu_request_both_styles():
     assert tuned["jobs"] == 7
     assert tuned["default-resources"]["slurm_partition"] == "cpu"
     assert tuned["default-resources"]["slurm_account"] == "proj1"
-    assert tuned["set-resources"][GPU_RULE].items() >= {"gpu": 1, "gpu_model": "a100",
-                                                          "slurm_partition": "gpu"}.items()
-    assert tuned["set-resources"]["vision"]["slurm_partition"] == "gpu"
-
-    gres = load("slurm", {"BENCHMAKER_SLURM_GPU_FLAG": "gres", "BENCHMAKER_SLURM_GPU_MODEL": "a100"})
-    g = gres["set-resources"][GPU_RULE]
-    assert g["gres"] == "gpu:a100:1" and g["gpu"] == 0  # gpu: 0 so that no second --gpus is added
-    assert gres["set-resources"]["vision"]["gres"] == "gpu:a100:1"
-    assert re.fullmatch(r"^[a-zA-Z0-9_]+(:[a-zA-Z0-9_\.]+)?(:\d+[TGM]?)?$", g["gres"])
 
 
 def test_nrp_kubernetes_gpu_and_storage():
@@ -122,12 +117,12 @@ def test_nrp_kubernetes_gpu_and_storage():
     assert prof["executor"] == "kubernetes"
     assert prof["default-resources"]["scale"] == 0  # limits = requests (needed for nvidia.com/gpu)
     assert float(prof["kubernetes-cpu-scalar"]) == 1.0
-    gpu = prof["set-resources"][GPU_RULE]
-    assert gpu["gpu"] == 1 and gpu["gpu_manufacturer"] == "nvidia"
-    assert prof["set-resources"]["vision"]["gpu_manufacturer"] == "nvidia"
+    # read by the executor only for jobs with a gpu resource (those that run a model)
+    assert prof["default-resources"]["gpu_manufacturer"] == "nvidia"
+    assert "gpu" not in prof["default-resources"]
     assert prof["default-storage-provider"] == "s3"
     assert prof["storage-s3-endpoint-url"] == "http://rook-ceph-rgw-nautiluss3.rook"
-    assert prof["default-storage-prefix"] == "s3://sage_imsearch/benchmaker"
+    assert prof["default-storage-prefix"] == "s3://sage-imsearch/benchmaker"
     assert prof["kubernetes-namespace"] == "sage"
     assert prof["container-image"].startswith("gitlab-registry.nrp-nautilus.io/")
     assert "kubernetes-persistent-volumes" not in prof
@@ -180,7 +175,7 @@ def test_combined_parse_keeps_cluster_settings(name, monkeypatch):
     default-resources survive, the default's local GPU cap is there but local-scoped."""
     args = _parse(["--profile", f"profiles/{name}", "-n"], monkeypatch)
     assert args.executor == ("slurm" if name == "slurm" else "kubernetes")
-    assert args.set_resources[GPU_RULE]["gpu"].value == 1
+    assert not args.set_resources  # GPUs and sizes come from the rules
     assert args.default_resources["mem_mb"].value == 4000
     assert args.resources["gpu"].value == 1 and args.set_resource_scopes == {"gpu": "local"}
     alone = _parse(["--workflow-profile", f"profiles/{name}", "-n"], monkeypatch)
@@ -220,10 +215,43 @@ def test_slurm_dry_run_with_default_workflow_profile(tmp_path):
     assert len(gpu_jobs) == 2  # n_shards = 2
     for r in gpu_jobs:
         assert "gpu=1" in r and "gpu_model=a100" in r and "slurm_partition=gpu" in r
-        # memory and runtime come from the rule (benchmaker/resources.py), not a flat 16 GB
-        assert "mem_mb=" in r and "runtime=" in r and "mem_mb=16000" not in r
+        assert "mem_mb=" in r and "runtime=" in r  # the rule's own size (rules/similarity.smk)
     for r in _job_resources(out, "plan"):
         assert "mem_mb=" in r and "gpu" not in r and "slurm_partition" not in r
+    # the GPU knobs reach exactly the jobs that run a model: vision with the clip adapter too
+    for r in _job_resources(out, "vision"):
+        assert "gpu=1" in r and "gpu_model=a100" in r and "slurm_partition=gpu" in r
+
+
+@pytest.mark.parametrize("adapter", ["clip", "metadata"])
+def test_slurm_gres_mode_follows_the_adapter(tmp_path, adapter):
+    """BENCHMAKER_SLURM_GPU_FLAG=gres: --gres=gpu[:model]:1 for the jobs that run a model, and
+    nothing GPU-related for the others (vision with the metadata adapter included)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    meta = tmp_path / "metadata.jsonl"
+    meta.write_text("")
+    (tmp_path / "images").mkdir(exist_ok=True)  # listed at parse time (change detection): must exist
+    cfg = support.tiny_config(tmp_path, tmp_path / "images", tmp_path / "clip",
+                              vision={"adapter": adapter}, paths={"metadata_jsonl": str(meta)})
+    config = support.write_config(tmp_path / "config.yaml", cfg)
+    env = clean_env(HF_HUB_OFFLINE="1", BENCHMAKER_SLURM_GPU_FLAG="gres",
+                    BENCHMAKER_SLURM_GPU_MODEL="a100", BENCHMAKER_SLURM_GPU_PARTITION="gpu")
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PATH"] = support.no_slurm_path(env.get("PATH", ""))
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-d", str(tmp_path), "--configfile",
+                          str(config), "-n", "--profile", "profiles/slurm"], cwd=ROOT,
+                         capture_output=True, text=True, env=env, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    for r in _job_resources(out, GPU_RULE):
+        assert "gres=gpu:a100:1" in r and "slurm_partition=gpu" in r and not re.search(r"\bgpu=", r)
+    vision = _job_resources(out, "vision")
+    assert len(vision) == 2
+    for r in vision:
+        if adapter == "clip":
+            assert "gres=gpu:a100:1" in r and "slurm_partition=gpu" in r
+        else:
+            assert "gres" not in r and "gpu" not in r and "slurm_partition" not in r, r
 
 
 def test_bare_profile_name_resolves_after_install(tmp_path, monkeypatch):
@@ -263,8 +291,8 @@ def test_bare_profile_name_resolves_after_install(tmp_path, monkeypatch):
     # `snakemake --profile nrp` resolves the same way (its dry run needs S3: test_nrp_dryrun.py)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
     args = _parse(["--profile", "nrp", "-n"], monkeypatch)
-    assert args.executor == "kubernetes" and args.set_resources[GPU_RULE]["gpu"].value == 1
-    assert "gpu_manufacturer" in args.set_resources[GPU_RULE] and args.default_storage_provider == "s3"
+    assert args.executor == "kubernetes" and "gpu_manufacturer" in args.default_resources
+    assert args.default_storage_provider == "s3"
 
 
 def test_install_never_replaces_foreign_entries(tmp_path):

@@ -29,7 +29,7 @@ import support
 ROOT = support.ROOT
 SCRIPT = ROOT / "tests" / "slurm" / "slurm-local.sh"
 GPU_RULE = "embed_images"
-LOCAL_RULES = {"merge_annotations", "merge_images", "all"}
+LOCAL_RULES = {"merge_annotations", "merge_images", "all", "stage_file", "stage_folder"}
 
 pytestmark = [
     pytest.mark.slurm,
@@ -152,10 +152,26 @@ def _wait_for_accounting(job_ids: list[str], timeout: float = 60) -> dict[str, d
         time.sleep(2)
 
 
+def _metadata_file(corpus: Path, path: Path) -> Path:
+    """Labels for the tiny corpus (vision adapter `metadata`: a CPU-only vision job)."""
+    import json
+
+    rows = []
+    for p in sorted(corpus.rglob("*")):
+        rel = p.relative_to(corpus).as_posix()
+        if p.is_file() and not rel.startswith("broken/"):
+            color, shape = rel.split("/")[0], rel.split("/")[1].split("_")[0]
+            rows.append({"image_id": rel, "color": color, "shape": shape, "is_bright": color in ("yellow", "red")})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
 @pytest.fixture(scope="module")
 def slurm_run(slurm_cluster, tmp_path_factory, tiny_corpus, tiny_clip):
     work = tmp_path_factory.mktemp("slurm_run")
-    cfg = support.tiny_config(work, tiny_corpus, tiny_clip)
+    # the metadata vision adapter: vision jobs must get no GPU (issue #10); embed_images gets one
+    cfg = support.tiny_config(work, tiny_corpus, tiny_clip, vision={"adapter": "metadata"},
+                              paths={"metadata_jsonl": str(_metadata_file(tiny_corpus, work / "metadata.jsonl"))})
     config = support.write_config(work / "config.yaml", cfg)
     t0 = time.monotonic()
     res = _run(work, config, [], {})
@@ -182,10 +198,12 @@ def test_workflow_jobs_go_through_sbatch_and_sacct(slurm_run):
     subs = _submissions(out)
     rules = {r for _, _, r in subs}
     assert subs, f"no sbatch submissions in the log:\n{out[-4000:]}"
-    # every remote rule was submitted; localrules never were
-    assert {"preprocess", GPU_RULE} <= rules, rules
+    # every non-local job was submitted, once; localrules never were
+    n = slurm_run["cfg"]["n_shards"]
+    counts = {r: sum(1 for _, _, x in subs if x == r) for r in rules}
+    assert counts == {"preprocess": 1, "vision": n, GPU_RULE: n, "plan": 1, "judge": 1,
+                      "embed_queries": 1, "score": 1, "summary": 1, "export": 1}, counts
     assert not rules & LOCAL_RULES, rules & LOCAL_RULES
-    assert sum(1 for _, _, r in subs if r == GPU_RULE) == slurm_run["cfg"]["n_shards"]
 
     ids = [s for _, s, _ in subs]
     acct = _wait_for_accounting(ids)
@@ -195,10 +213,10 @@ def test_workflow_jobs_go_through_sbatch_and_sacct(slurm_run):
         assert "batch" in row["steps"], f"job {slurm_id} has no batch step: not an sbatch job"
         assert row["comment"].startswith(f"rule_{rule}"), row
         gpus = re.search(r"gres/gpu=(\d+)", row["tres"])
-        if rule == GPU_RULE or (rule == "vision" and slurm_run["cfg"]["vision"]["adapter"] == "clip"):
+        if rule == GPU_RULE:
             assert gpus and gpus.group(1) == "1", f"GPU rule job {slurm_id}: {row['tres']}"
-        elif rule in ("preprocess", "plan", "judge", "score", "summary", "export"):
-            assert not gpus, f"CPU rule {rule} got a GPU: {row['tres']}"
+        else:  # vision with the metadata adapter included: no model, no GPU
+            assert not gpus, f"CPU job {rule} got a GPU: {row['tres']}"
     # the log dirs the plugin writes next to the workflow
     assert (slurm_run["work"] / ".snakemake" / "slurm_logs" / f"rule_{GPU_RULE}").is_dir()
 

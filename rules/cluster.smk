@@ -1,0 +1,186 @@
+# Where jobs run: controller-local inputs under a remote default storage (S3 on NRP), GPU requests
+# that follow the work, and a preflight check of the S3 bucket. No stage logic here.
+# docs/clusters.md explains all three; the pure parts live in src/benchmaker/staging.py.
+import os
+
+from benchmaker.staging import (
+    StagingError,
+    check_s3_prefix,
+    is_storage_url,
+    model_source_files,
+    relocate_configfiles,
+    stage_key,
+    staged_files,
+)
+
+# A default storage provider (--profile nrp: s3) means no shared file system: every workflow file
+# lives in the storage, and files the config names on the controller's disk must be staged there.
+STAGING = workflow.storage_settings.default_storage_provider is not None
+# True in a job that Snakemake spawned in a pod or a cluster job (it re-parses this file there)
+SPAWNED = workflow.remote_exec
+# path as written -> (key, file name, is folder)
+STAGED = {}
+
+if STAGING and os.path.isabs(str(config["paths"]["results"])):
+    raise WorkflowError(
+        f"paths.results is absolute ({config['paths']['results']!r}); with a default storage "
+        "provider (--profile nrp) every workflow file lives under the storage prefix, so it must "
+        "be relative (e.g. `results`): it becomes <prefix>/results/..."
+    )
+
+
+def workflow_input(path, folder=False):
+    """A file (or folder) the config names on the controller, as an input that every job can read.
+
+    Shared file system (local, SLURM): the path itself. Default storage (NRP): the staged copy
+    {RESULTS}/inputs/<file|dir>/<sha256(path as written)[:12]>/<name>, which the controller-side
+    rules stage_file/stage_folder upload once (again only when the source is newer). Storage URLs
+    are used as they are. Returns [] for an unset path, so it fits `optional` inputs.
+    """
+    if not path:
+        return []
+    path = str(path)
+    if not STAGING or is_storage_url(path):
+        return path
+    if (
+        not SPAWNED
+    ):  # the controller: the source must exist (a clear error, not a missing object)
+        try:
+            staged_files(path)
+        except StagingError as exc:
+            raise WorkflowError(str(exc))
+    name = os.path.basename(os.path.normpath(os.path.expanduser(path)))
+    key = stage_key(path)
+    STAGED[key] = path
+    kind = "dir" if folder else "file"
+    return f"{RESULTS}/inputs/{kind}/{key}/{name}"
+
+
+def _stage_sources(wildcards):
+    """The local files a stage job copies (`local`: never mapped to the storage)."""
+    path = STAGED.get(wildcards.key)
+    if path is None or SPAWNED:
+        # a spawned job never runs a stage rule (its input exists in the storage already)
+        return []
+    try:
+        files = staged_files(path)
+    except StagingError as exc:
+        raise WorkflowError(str(exc))
+    return [local(f) for f in files.values()]
+
+
+def model_weight_inputs(spec):
+    """{"weights": ...} for a CLIP model spec with local weights (none for tags / hf-hub:)."""
+    sources = model_source_files(spec, by_name=STAGING)
+    if not sources:
+        return {}
+    src = sources[0]
+    model = str(spec.get("model") or "")
+    if model.startswith("local-dir:"):
+        if STAGING:
+            return {"weights": workflow_input(src, folder=True)}
+        # shared file system: the files themselves (a missing folder is the model loader's error)
+        folder = Path(src).expanduser()
+        keep = [
+            f
+            for f in folder.glob("*")
+            if f.is_file()
+            and (
+                f.name == "open_clip_config.json"
+                or f.name.endswith((".safetensors", ".bin", ".pth", ".pt"))
+            )
+        ]
+        return {"weights": sorted(str(f) for f in keep)}
+    return {
+        "weights": workflow_input(str(Path(src).expanduser()) if not STAGING else src)
+    }
+
+
+def vision_weight_inputs(wildcards):
+    """Local CLIP weights of the clip vision adapter (staged under --profile nrp), else none."""
+    if VISION_ADAPTER != "clip":
+        return {}
+    return model_weight_inputs(config["vision"]["clip"])
+
+
+# Config files outside the working directory (`--configfile ~/my.yaml`): jobs without a shared file
+# system get the sources from an archive of the working directory only, so the controller copies
+# such files below it (.snakemake/benchmaker/configfiles/) and hands the copies to the jobs.
+if STAGING and not SPAWNED:
+    _moved = relocate_configfiles(workflow.config_settings.configfiles, os.getcwd())
+    if _moved:
+        workflow.config_settings.configfiles[:] = [
+            Path(_moved.get(str(f), str(f)))
+            for f in workflow.config_settings.configfiles
+        ]
+        workflow.configfiles[:] = [
+            _moved.get(str(f), str(f)) for f in workflow.configfiles
+        ]
+
+
+# adapters that run a model on the GPU, per stage (API adapters never do; `rules` judges on CPU)
+GPU_ADAPTERS = {"vision": {"clip"}, "judge": set()}
+
+
+def gpu_resources(uses_model):
+    """Resources of a job: a GPU only when it runs a model (CLIP), else nothing GPU-related.
+
+    `gpu=1` becomes `--gpus=1` on SLURM and an `nvidia.com/gpu` request + limit + toleration on
+    Kubernetes (profiles/nrp sets gpu_manufacturer by default; the executor reads it only for jobs
+    with a `gpu` resource). The slurm profile's GPU knobs are read here so that they reach exactly
+    the jobs that run a model: BENCHMAKER_SLURM_GPU_FLAG=gres (`--gres=gpu[:model]:1` instead of
+    `--gpus`), BENCHMAKER_SLURM_GPU_MODEL, BENCHMAKER_SLURM_GPU_PARTITION.
+    """
+    if not uses_model:
+        return {}
+    env = lambda k: (os.environ.get(k) or "").strip()
+    model = env("BENCHMAKER_SLURM_GPU_MODEL")
+    if env("BENCHMAKER_SLURM_GPU_FLAG") == "gres":
+        res = {"gres": f"gpu:{model}:1" if model else "gpu:1"}
+    else:
+        res = {"gpu": 1}
+        if model:
+            res["gpu_model"] = model
+    partition = env("BENCHMAKER_SLURM_GPU_PARTITION")
+    if partition:
+        res["slurm_partition"] = partition
+    return res
+
+
+# One clear error before anything is submitted when the S3 bucket is not usable.
+if (
+    STAGING
+    and not SPAWNED
+    and workflow.storage_settings.default_storage_provider == "s3"
+):
+    _s3 = workflow.storage_provider_settings.get("s3")
+    _s3 = _s3.get_settings(None) if _s3 is not None else None
+    try:
+        check_s3_prefix(
+            workflow.storage_settings.default_storage_prefix,
+            endpoint_url=getattr(_s3, "endpoint_url", None),
+            access_key=getattr(_s3, "access_key", None),
+            secret_key=getattr(_s3, "secret_key", None),
+            region=getattr(_s3, "region", None),
+        )
+    except StagingError as exc:
+        raise WorkflowError(f"S3 preflight: {exc}")
+
+
+# snakemake-storage-plugin-s3 0.3.6 caches "is not a folder" per object: the controller asks about
+# a directory() output (summary/, hf_dataset/) before the job runs, and after the pod uploaded it
+# still answers "missing in storage" (MissingOutputException). Forget that answer before every
+# existence check, so that a folder the job has written is seen. (Harmless once fixed upstream.)
+if STAGING and workflow.storage_settings.default_storage_provider == "s3":
+    import snakemake_storage_plugin_s3 as _s3plugin
+
+    if not getattr(_s3plugin.StorageObject.exists, "_benchmaker_fresh_dir", False):
+        _s3_exists = _s3plugin.StorageObject.exists
+
+        def _exists_fresh_dir(self):
+            if getattr(self, "_is_dir", None) is False:
+                self._is_dir = None
+            return _s3_exists(self)
+
+        _exists_fresh_dir._benchmaker_fresh_dir = True
+        _s3plugin.StorageObject.exists = _exists_fresh_dir

@@ -1,0 +1,292 @@
+"""A strict stand-in for the Kubernetes API that snakemake-executor-plugin-kubernetes (0.5.1) talks to.
+
+Endpoints (exactly the calls the plugin makes; anything else is a 404 and recorded in ``unexpected``):
+
+* ``POST   /api/v1/namespaces/{ns}/secrets``                 register_secret (409 if it exists)
+* ``DELETE /api/v1/namespaces/{ns}/secrets/{name}``          unregister_secret
+* ``POST   /apis/batch/v1/namespaces/{ns}/jobs``             create_namespaced_job
+* ``GET    /apis/batch/v1/namespaces/{ns}/jobs/{name}/status`` read_namespaced_job_status
+* ``GET    /api/v1/namespaces/{ns}/pods?labelSelector=job-name=X`` list_namespaced_pod
+* ``GET    /api/v1/namespaces/{ns}/pods/{pod}/log``         read_namespaced_pod_log
+* ``DELETE /api/v1/namespaces/{ns}/pods/{pod}``, ``DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}``
+
+Every Job body is validated like the API server would: it must deserialize into the
+``kubernetes`` client's ``V1Job`` model (required fields), names must be DNS-1123 labels, resource
+quantities must parse, extended resources (``nvidia.com/gpu``) need a limit equal to the request,
+secret references must name a secret that exists in the namespace, volumes must be declared for
+every mount, and PVCs must exist (``pvcs``). Invalid bodies get a 422 (Snakemake then fails).
+
+With ``run_jobs=True`` a created Job is "run": its container command (``/bin/sh -c ...``) is
+executed in a fresh empty folder (the pod's ``emptyDir`` at ``/workdir``) with the container's
+environment (secret values resolved) plus ``base_env`` (PATH to the image's Python), with
+``hide_paths`` (the controller's own folders) covered by empty tmpfs mounts. A PVC mount
+``<claim>:<path>`` is honoured only if the claim is in ``pvcs`` and ``path`` exists on this machine
+(the folder the claim would hold). The pod's status follows the process's exit code.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import support
+
+DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+class FakeKube:
+    def __init__(self, *, namespace: str, run_jobs: bool = False, base_env: dict | None = None,
+                 pvcs: set[str] | None = None, job_timeout: float = 600,
+                 hide_paths: list[str] | None = None):
+        self.namespace = namespace
+        self.run_jobs = run_jobs
+        self.base_env = dict(base_env or {})
+        self.pvcs = set(pvcs or ())
+        self.job_timeout = job_timeout
+        self.hide_paths = list(hide_paths or ())
+        self.secrets: dict[str, dict] = {}
+        self.deleted_secrets: list[str] = []
+        self.jobs: dict[str, dict] = {}      # name -> Job body as posted
+        self.state: dict[str, dict] = {}     # name -> {"exit": int|None, "log": str, "workdir": str}
+        self.unexpected: list[str] = []
+        self.rejected: list[str] = []
+        self.lock = threading.Lock()
+        self.srv = None
+
+    # -------------------------------------------------------------------------------- lifecycle
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, obj, ctype="application/json"):
+                body = obj.encode() if isinstance(obj, str) else json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _body(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n) or b"{}")
+
+            def do_POST(self):
+                fake.handle(self, "POST")
+
+            def do_GET(self):
+                fake.handle(self, "GET")
+
+            def do_DELETE(self):
+                fake.handle(self, "DELETE")
+
+        self.srv = support.serve(Handler)
+        return f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def stop(self):
+        support.shutdown(self.srv)
+        import shutil
+
+        for st in self.state.values():  # the pods' emptyDirs
+            if st.get("workdir"):
+                shutil.rmtree(st["workdir"], ignore_errors=True)
+
+    def kubeconfig(self, path: Path, url: str) -> Path:
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": url}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u",
+                                                      "namespace": self.namespace}}],
+        }))
+        return path
+
+    # -------------------------------------------------------------------------------- routing
+    @staticmethod
+    def _status(code: int, reason: str, message: str) -> dict:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": message, "reason": reason, "code": code}
+
+    def handle(self, h, method: str):
+        url = urlparse(h.path)
+        q = parse_qs(url.query)
+        ns = re.escape(self.namespace)
+        p = url.path
+        if h.headers.get("Authorization") != "Bearer t":
+            return h._send(401, self._status(401, "Unauthorized", "no token"))
+        if method == "POST" and re.fullmatch(rf"/api/v1/namespaces/{ns}/secrets", p):
+            return self._create_secret(h, h._body())
+        if method == "DELETE" and (m := re.fullmatch(rf"/api/v1/namespaces/{ns}/secrets/([^/]+)", p)):
+            with self.lock:
+                if self.secrets.pop(m.group(1), None) is None:
+                    return h._send(404, self._status(404, "NotFound", f"secret {m.group(1)} not found"))
+                self.deleted_secrets.append(m.group(1))
+            return h._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        if method == "POST" and re.fullmatch(rf"/apis/batch/v1/namespaces/{ns}/jobs", p):
+            return self._create_job(h, h._body())
+        if method == "GET" and (m := re.fullmatch(rf"/apis/batch/v1/namespaces/{ns}/jobs/([^/]+)/status", p)):
+            return self._job_status(h, m.group(1))
+        if method == "DELETE" and (m := re.fullmatch(rf"/apis/batch/v1/namespaces/{ns}/jobs/([^/]+)", p)):
+            with self.lock:
+                found = self.jobs.get(m.group(1))
+                if found is not None:
+                    self.state[m.group(1)]["deleted"] = True
+            if found is None:
+                return h._send(404, self._status(404, "NotFound", f"job {m.group(1)} not found"))
+            return h._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        if method == "GET" and re.fullmatch(rf"/api/v1/namespaces/{ns}/pods", p):
+            sel = (q.get("labelSelector") or [""])[0]
+            if not sel.startswith("job-name="):
+                return h._send(400, self._status(400, "BadRequest", f"unexpected selector {sel!r}"))
+            return h._send(200, self._pods(sel[len("job-name="):]))
+        if method == "GET" and (m := re.fullmatch(rf"/api/v1/namespaces/{ns}/pods/([^/]+)/log", p)):
+            job = m.group(1).rsplit("-", 1)[0]
+            st = self.state.get(job)
+            if st is None:
+                return h._send(404, self._status(404, "NotFound", "pod not found"))
+            return h._send(200, st.get("log", ""), "text/plain")
+        if method == "DELETE" and (m := re.fullmatch(rf"/api/v1/namespaces/{ns}/pods/([^/]+)", p)):
+            return h._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        self.unexpected.append(f"{method} {h.path}")
+        return h._send(404, self._status(404, "NotFound", f"fake kube: no route for {method} {p}"))
+
+    # -------------------------------------------------------------------------------- objects
+    def _create_secret(self, h, body):
+        name = (body.get("metadata") or {}).get("name", "")
+        if not DNS1123.match(name) or len(name) > 253:
+            return h._send(422, self._status(422, "Invalid", f"secret name {name!r}"))
+        for k, v in (body.get("data") or {}).items():
+            if not re.fullmatch(r"[-._a-zA-Z0-9]+", k):
+                return h._send(422, self._status(422, "Invalid", f"secret key {k!r}"))
+            base64.b64decode(v, validate=True)
+        with self.lock:
+            if name in self.secrets:
+                return h._send(409, self._status(409, "AlreadyExists", f"secret {name} exists"))
+            self.secrets[name] = body
+        return h._send(201, body)
+
+    def validate_job(self, body: dict) -> list[str]:
+        """What the API server (and the kubelet, for secret refs) would reject in this Job."""
+        import kubernetes.client
+
+        errors = []
+        try:
+            kubernetes.client.ApiClient()._ApiClient__deserialize(body, "V1Job")
+        except (ValueError, TypeError) as exc:
+            errors.append(f"not a V1Job: {exc}")
+        if body.get("apiVersion") not in (None, "batch/v1") or body.get("kind") not in (None, "Job"):
+            errors.append(f"apiVersion/kind {body.get('apiVersion')}/{body.get('kind')}")
+        name = (body.get("metadata") or {}).get("name", "")
+        if not DNS1123.match(name) or len(name) > 63:
+            errors.append(f"job name {name!r} is not a DNS-1123 label of <= 63 characters")
+        pod = ((body.get("spec") or {}).get("template") or {}).get("spec") or {}
+        if pod.get("restartPolicy") not in ("Never", "OnFailure"):
+            errors.append(f"restartPolicy {pod.get('restartPolicy')!r} not allowed in a Job")
+        volumes = {v["name"]: v for v in pod.get("volumes") or []}
+        for v in volumes.values():
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is not None and claim not in self.pvcs:
+                errors.append(f"persistentVolumeClaim {claim!r} does not exist")
+        for c in pod.get("containers") or []:
+            res = c.get("resources") or {}
+            req, lim = res.get("requests") or {}, res.get("limits") or {}
+            for kind, vals in (("request", req), ("limit", lim)):
+                for k, v in vals.items():
+                    if not QUANTITY.match(str(v)):
+                        errors.append(f"{kind} {k}={v!r} is not a quantity")
+            for k in set(req) | set(lim):
+                if "/" in k and "kubernetes.io/" not in k and req.get(k) != lim.get(k):
+                    errors.append(f"extended resource {k}: request {req.get(k)} must equal limit {lim.get(k)}")
+            for m in c.get("volumeMounts") or []:
+                if m["name"] not in volumes:
+                    errors.append(f"volumeMount {m['name']!r} has no volume")
+            for e in c.get("env") or []:
+                ref = ((e.get("valueFrom") or {}).get("secretKeyRef")) or None
+                if ref:
+                    sec = self.secrets.get(ref.get("name"))
+                    if sec is None or ref.get("key") not in (sec.get("data") or {}):
+                        errors.append(f"env {e['name']}: secret {ref.get('name')}/{ref.get('key')} missing")
+        return errors
+
+    def _create_job(self, h, body):
+        errors = self.validate_job(body)
+        name = (body.get("metadata") or {}).get("name", "")
+        if errors:
+            self.rejected.append(f"{name}: {errors}")
+            return h._send(422, self._status(422, "Invalid", "; ".join(errors)))
+        with self.lock:
+            if name in self.jobs:
+                return h._send(409, self._status(409, "AlreadyExists", f"job {name} exists"))
+            self.jobs[name] = body
+            self.state[name] = {"exit": None, "log": ""}
+        if self.run_jobs:
+            threading.Thread(target=self._run, args=(name, body), daemon=True).start()
+        else:  # not run: the pod never starts (Pending)
+            pass
+        out = json.loads(json.dumps(body))
+        out.setdefault("metadata", {})["namespace"] = self.namespace
+        return h._send(201, out)
+
+    def _run(self, name: str, body: dict):
+        pod = body["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        env = dict(self.base_env)
+        for e in c.get("env") or []:
+            ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+            if ref:
+                env[e["name"]] = base64.b64decode(self.secrets[ref["name"]]["data"][ref["key"]]).decode()
+            else:
+                env[e["name"]] = e.get("value", "")
+        workdir = tempfile.mkdtemp(prefix=f"pod-{name[:20]}-")  # the emptyDir at /workdir
+        for m in c.get("volumeMounts") or []:
+            if m["mountPath"] != c.get("workingDir") and not Path(m["mountPath"]).exists():
+                self.state[name].update(exit=1, log=f"mount path {m['mountPath']} not on this machine")
+                return
+        cmd = [*c["command"], *c.get("args", [])]
+        if self.hide_paths:  # a private mount namespace: the controller's folders are empty here
+            mounts = " && ".join(f"mount -t tmpfs none '{p}'" for p in self.hide_paths)
+            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   f'{mounts} && exec "$@"', "sh", *cmd]
+        try:
+            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=False,
+                                  timeout=self.job_timeout)
+            code, log = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            code, log = 124, f"timed out: {exc}"
+        with self.lock:
+            self.state[name].update(exit=code, log=log, workdir=workdir)
+
+    def _job_status(self, h, name):
+        body, st = self.jobs.get(name), self.state.get(name)
+        if body is None:
+            return h._send(404, self._status(404, "NotFound", f"job {name} not found"))
+        status = {"active": 1} if st["exit"] is None else (
+            {"succeeded": 1} if st["exit"] == 0 else {"failed": 1})
+        out = json.loads(json.dumps(body))
+        out["metadata"]["namespace"] = self.namespace
+        out["status"] = status
+        return h._send(200, out)
+
+    def _pods(self, job: str) -> dict:
+        st = self.state.get(job)
+        items = []
+        if st is not None and not st.get("deleted"):
+            state = ({"running": {"startedAt": "2026-01-01T00:00:00Z"}} if st["exit"] is None else
+                     {"terminated": {"exitCode": st["exit"], "reason": "Completed" if st["exit"] == 0 else "Error"}})
+            items.append({"metadata": {"name": f"{job}-p0d", "labels": {"job-name": job}},
+                          "status": {"phase": "Running" if st["exit"] is None else
+                                     ("Succeeded" if st["exit"] == 0 else "Failed"),
+                                     "containerStatuses": [{"name": "snakemake", "ready": False,
+                                                            "restartCount": 0, "image": "x",
+                                                            "imageID": "", "state": state}]}})
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
