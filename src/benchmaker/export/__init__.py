@@ -298,7 +298,6 @@ def run(
     public_config: Mapping[str, Any] | None = None,
     version: str | None = None,
     threads: int = 1,
-    **_: Any,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     settings = dict(settings or {})

@@ -129,7 +129,7 @@ def _runner(settings, cache_dir) -> Runner:
 
 def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
           facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str], cache_dir: str | None = None,
-          threads: int = 1, **_: Any) -> None:
+          threads: int = 1) -> None:
     s = merged_settings(settings)
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
@@ -137,7 +137,7 @@ def build(*, plan: str, annotations: str, images: str, requests: str, manifest: 
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
-           cache_dir: str | None = None, **_: Any) -> None:
+           cache_dir: str | None = None) -> None:
     from ..vision.openai import batch_metadata
 
     pb.submit_requests(_runner(merged_settings(settings), cache_dir), requests=requests, submitted=submitted,
@@ -146,8 +146,7 @@ def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_
 
 def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str, losses: str,
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
-            columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
-            **_: Any) -> None:
+            columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None) -> None:
     from ..vision.openai import batch_metadata, write_costs
     from . import finalize
 

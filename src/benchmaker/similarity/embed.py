@@ -314,7 +314,7 @@ def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], thre
 def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str, Any],
                runtime: Mapping[str, Any] | None = None, cache_dir: str | None = None,
                image_root: str | None = None, columns: Mapping[str, str] | None = None,
-               version: str | None = None, threads: int = 1, **_: Any) -> int:
+               version: str | None = None, threads: int = 1) -> int:
     """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc)."""
     imgs = read_table("images", images, columns=columns)
     clip, rt = _load_from_params(model, runtime, threads)
@@ -333,8 +333,7 @@ def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str,
 
 
 def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtime: Mapping[str, Any] | None = None,
-                columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1,
-                **_: Any) -> int:
+                columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1) -> int:
     """Stage ``embed_queries``: unique query texts of qrels.jsonl → query embeddings parquet."""
     q = read_table("qrels", qrels, columns=columns)
     queries = q.select("query_id", "query_text").unique(maintain_order=True)

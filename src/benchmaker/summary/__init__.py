@@ -150,7 +150,6 @@ def run(
     benchmark_meta: Mapping[str, Any] | None = None,
     version: str | None = None,
     threads: int = 1,
-    **_: Any,
 ) -> dict[str, Any]:
     settings = dict(settings or {})
     scale = float(settings.get("scale_factor", 2.0))

@@ -32,7 +32,6 @@ def run(
     cache_dir: str | None = None,
     threads: int = 1,
     version: str | None = None,
-    **_: Any,
 ) -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
