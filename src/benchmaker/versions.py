@@ -48,6 +48,7 @@ STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
 COMMON_ENTRIES: tuple[str, ...] = ("benchmaker.runner",)
 
 _TARGET = re.compile(r"""["'](benchmaker(?:\.\w+)+):\w+["']""")
+_TARGET_LITERAL = re.compile(r"^(benchmaker(?:\.\w+)+):\w+$")
 _IMPORT_CALL = re.compile(r"""(?:import_module|__import__)\(\s*["'](benchmaker(?:\.\w+)*)["']""")
 
 
@@ -98,6 +99,7 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
+@lru_cache(maxsize=None)
 def _is_package(name: str) -> bool:
     f = _module_file(name)
     return f is not None and f.name == "__init__.py"
@@ -147,10 +149,17 @@ def _direct_imports(name: str) -> tuple[frozenset[str], frozenset[str]]:
                     sub = f"{mod}.{alias.name}"
                     if _module_file(sub) is not None:
                         add(sub)
-    for m in _TARGET.finditer(source):  # registries: "benchmaker.vision.clip:ClipAnnotator"
-        add(m.group(1), targets)
-    for m in _IMPORT_CALL.finditer(source):  # importlib.import_module("benchmaker.x")
-        add(m.group(1))
+    if ("import_module(" in source or "__import__(" in source) and _IMPORT_CALL.search(source) \
+            or _TARGET.search(source):  # few files: parse them whole
+        for node in ast.walk(ast.parse(source, filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                m = _TARGET_LITERAL.match(node.value)  # registries: "benchmaker.vision.clip:ClipAnnotator"
+                if m:
+                    add(m.group(1), targets)
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+                  and isinstance(node.args[0].value, str) and node.args[0].value.split(".")[0] == _ROOT):
+                add(node.args[0].value)  # importlib.import_module("benchmaker.x")
     found.discard(name)
     return frozenset(found), frozenset(targets - {name})
 
