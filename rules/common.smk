@@ -11,6 +11,7 @@ from snakemake.utils import validate
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
 from benchmaker.versions import stage_version
+from benchmaker.triggers import split_runtime, vision_runtime_keys, without_runtime
 
 try:
     _validated = validate_config(config)
@@ -81,7 +82,8 @@ def loss_files(wildcards=None):
 
 
 def public_config():
-    """The config as recorded in the dataset card: keys starting with '_' are private and dropped."""
+    """The config as recorded in the dataset card: keys starting with '_' are private and dropped,
+    and so are runtime knobs that change no output (benchmaker.triggers.RECORD_DROPS)."""
 
     def clean(obj):
         if isinstance(obj, dict):
@@ -90,7 +92,7 @@ def public_config():
             return [clean(v) for v in obj]
         return obj
 
-    return clean(config)
+    return without_runtime(clean(config))
 
 
 def cost_files(wildcards=None):
@@ -102,8 +104,32 @@ def cost_files(wildcards=None):
 
 def similarity_weight_inputs(wildcards):
     """Local weights as inputs, so that replacing a checkpoint file reruns the embed rules."""
-    sim = config["similarity"]
-    model, pretrained = sim["model"], sim["pretrained"]
+    return clip_weight_inputs(config["similarity"])
+
+
+def vision_weight_inputs(wildcards):
+    """The same for the clip vision adapter (vision.clip model/pretrained): reruns `vision`."""
+    if VISION_ADAPTER != "clip":
+        return {}
+    return clip_weight_inputs(config["vision"]["clip"])
+
+
+def not_a_trigger(value):
+    """A param the job gets but Snakemake never compares (runtime knobs that do not change bytes).
+
+    Snakemake leaves params computed by a function of ``threads`` (or input/output/resources) out
+    of the params it stores with outputs ("derived" params), so changing ``value`` reruns nothing.
+    tests/test_determinism.py checks that with ``snakemake -n``. Which settings are runtime knobs:
+    benchmaker/triggers.py.
+    """
+    return lambda wildcards, threads: value
+
+
+def clip_weight_inputs(section):
+    """Local CLIP weight files of a config section (model / pretrained) as a ``weights`` input
+    (trigger-only: benchmaker.runner drops it), so replacing a checkpoint in place reruns the rule.
+    """
+    model, pretrained = section["model"], section["pretrained"]
     if model.startswith("local-dir:"):
         folder = Path(model[len("local-dir:") :]).expanduser()
         files = [folder / "open_clip_config.json"]

@@ -17,6 +17,11 @@ if VISION_ADAPTER == "clip":
     # the clip annotator shares the image-embedding cache with embed_images
     VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
 VISION_BATCH = is_batch(config["vision"])
+# the single `vision` rule: settings that change annotations are params; runtime knobs (batch size,
+# workers, caches, concurrency) reach it outside the params trigger (benchmaker/triggers.py)
+VISION_OUTPUT_SETTINGS, VISION_RUNTIME = split_runtime(
+    VISION_SETTINGS, vision_runtime_keys(VISION_ADAPTER)
+)
 
 if VISION_BATCH:
 
@@ -95,6 +100,7 @@ else:
 
     rule vision:
         input:
+            unpack(vision_weight_inputs),
             images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
         output:
             annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
@@ -112,7 +118,8 @@ else:
             gpu=1 if VISION_ADAPTER == "clip" else 0,
         params:
             adapter=VISION_ADAPTER,
-            settings=VISION_SETTINGS,
+            settings=VISION_OUTPUT_SETTINGS,
+            runtime=not_a_trigger(VISION_RUNTIME),
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,

@@ -31,8 +31,12 @@ def run(
     costs: str | None = None,
     cache_dir: str | None = None,
     threads: int = 1,
-    version: str | None = None,
+    runtime: Mapping[str, Any] | None = None,
 ) -> None:
+    """Annotate one shard. ``settings`` are the adapter settings that decide the output; ``runtime``
+    the ones that only decide speed (batch size, workers, caches, concurrency: benchmaker.triggers),
+    passed outside Snakemake's params trigger and merged into the adapter's settings here."""
+    settings = {**dict(settings), **dict(runtime or {})}
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
     log.info("vision[%s]: %d images from %s", adapter, imgs.height, images)
