@@ -155,6 +155,17 @@ def test_editing_a_module_changes_exactly_the_stages_that_import_it(tmp_path, ed
     assert changed == {s for s in STAGE_ENTRIES if edited in stage_modules(s)}
 
 
+def test_a_data_file_in_a_package_is_part_of_the_stages_that_import_it(tmp_path):
+    pkg = shutil.copytree(PKG, tmp_path / "benchmaker", ignore=shutil.ignore_patterns("__pycache__"))
+    before = _versions_in(pkg)
+    (pkg / "summary" / "template.html").write_text("<p>a template</p>")
+    after = _versions_in(pkg)
+    changed = {s for s in before if before[s] != after[s]}
+    assert changed == {"summary", "export", "upload"}, changed
+    (pkg / "schemas" / "other.yaml").write_text("a: 1\n")  # not a package: no stage reads it
+    assert _versions_in(pkg) == after
+
+
 def test_closure_covers_what_a_fresh_interpreter_loads():
     """Import each stage's entries and instantiate-free load every adapter it registers; every
     benchmaker module then in sys.modules must be in the stage's module set."""

@@ -9,7 +9,8 @@ script goes through). The closure follows
 * ``"benchmaker.x.y:Name"`` string literals, which is how adapter registries name the classes that
   ``benchmaker.adapters.load_adapter`` imports by name (so every registered adapter is part of its
   stage), and ``importlib.import_module("benchmaker.x")`` with a literal argument;
-* the ``__init__.py`` of every package on the way (importing ``a.b`` runs ``a/__init__.py``).
+* the ``__init__.py`` of every package on the way (importing ``a.b`` runs ``a/__init__.py``);
+* data files in the folders of the subpackages it imports (templates, e.g. an ``.html`` page).
 
 ``stage_version(stage)`` is the sha256 of the closure's relative paths and file contents, so editing
 any module a stage imports reruns that stage (Snakemake's params trigger) and what follows, and
@@ -194,12 +195,26 @@ def import_closure(*entries: str, also: tuple[str, ...] = ()) -> tuple[str, ...]
     return tuple(sorted(seen))
 
 
+@lru_cache(maxsize=None)
+def _package_data(package_dir: Path) -> tuple[Path, ...]:
+    """Non-Python files shipped beside a package's modules (templates such as ``page.html``)."""
+    return tuple(sorted(f for f in package_dir.iterdir()
+                        if f.is_file() and f.suffix not in (".py", ".pyc", ".pyo") and not f.name.startswith(".")))
+
+
 def stage_modules(stage: str) -> tuple[str, ...]:
-    """The files (relative to ``src/benchmaker``) whose code stage ``stage`` runs, sorted."""
+    """The files (relative to ``src/benchmaker``) whose code stage ``stage`` runs, sorted: the
+    modules of its import closure, plus the data files in the folder of each subpackage it imports
+    (a template read with ``importlib.resources`` is code too). The top folder's own data files are
+    not included: they are none of a stage's business (the config schema lives in ``schemas/``)."""
     if stage not in STAGE_ENTRIES:
         raise KeyError(f"unknown stage {stage!r} (known: {', '.join(STAGE_ENTRIES)})")
     mods = import_closure(*STAGE_ENTRIES[stage], also=COMMON_ENTRIES)
-    return tuple(sorted(str(_module_file(m).relative_to(_PKG)) for m in mods))
+    files = {_module_file(m) for m in mods}
+    for m in mods:
+        if _is_package(m) and m != _ROOT:
+            files.update(_package_data(_module_file(m).parent))
+    return tuple(sorted(str(f.relative_to(_PKG)) for f in files))
 
 
 @lru_cache(maxsize=None)
