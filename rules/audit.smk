@@ -89,7 +89,7 @@ if AUDIT_ON:
                 image_root=IMAGE_ROOT,
                 columns=COLUMNS,
                 cache_dir=f"{config['paths']['results']}/.cache/judge-audit/{AUDIT['second_judge']['name']}",
-                version=stage_version("judge"),
+                version=stage_version("audit_judge2"),
             script:
                 "../scripts/audit_judge2.py"
 

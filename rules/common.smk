@@ -11,6 +11,7 @@ from snakemake.utils import validate
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
 from benchmaker.versions import stage_version
+from benchmaker.triggers import split_runtime, vision_runtime_keys, without_runtime
 
 try:
     _validated = validate_config(config)
@@ -86,7 +87,8 @@ def loss_files(wildcards=None):
 
 
 def public_config():
-    """The config as recorded in the dataset card: keys starting with '_' are private and dropped."""
+    """The config as recorded in the dataset card: keys starting with '_' are private and dropped,
+    and so are runtime knobs that change no output (benchmaker.triggers.RECORD_DROPS)."""
 
     def clean(obj):
         if isinstance(obj, dict):
@@ -95,7 +97,7 @@ def public_config():
             return [clean(v) for v in obj]
         return obj
 
-    return clean(config)
+    return without_runtime(clean(config))
 
 
 def cost_files(wildcards=None):
@@ -140,3 +142,14 @@ if workflow.is_main_process:
             f"{len(_listing.changed)} shard(s) changed ({_names}) -> their preprocess jobs are out of date",
             file=sys.stderr,
         )
+
+
+def not_a_trigger(value):
+    """A param the job gets but Snakemake never compares (runtime knobs that do not change bytes).
+
+    Snakemake leaves params computed by a function of ``threads`` (or input/output/resources) out
+    of the params it stores with outputs ("derived" params), so changing ``value`` reruns nothing.
+    tests/test_determinism.py checks that with ``snakemake -n``. Which settings are runtime knobs:
+    benchmaker/triggers.py.
+    """
+    return lambda wildcards, threads: value

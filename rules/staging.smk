@@ -18,6 +18,7 @@ rule stage_file:
         "../envs/benchmaker.yaml"
     params:
         folder=False,
+        version=stage_version("staging"),
     script:
         "../scripts/stage_input.py"
 
@@ -37,5 +38,6 @@ rule stage_folder:
         "../envs/benchmaker.yaml"
     params:
         folder=True,
+        version=stage_version("staging"),
     script:
         "../scripts/stage_input.py"

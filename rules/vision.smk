@@ -17,6 +17,11 @@ if VISION_ADAPTER == "clip":
     # the clip annotator shares the image-embedding cache with embed_images
     VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
 VISION_BATCH = is_batch(config["vision"])
+# the single `vision` rule: settings that change annotations are params; runtime knobs (batch size,
+# workers, caches, concurrency) reach it outside the params trigger (benchmaker/triggers.py)
+VISION_OUTPUT_SETTINGS, VISION_RUNTIME = split_runtime(
+    VISION_SETTINGS, vision_runtime_keys(VISION_ADAPTER)
+)
 
 
 # One process per shard for annotation and embedding (docs/architecture.md): with
@@ -42,11 +47,12 @@ SHARED_OUTPUT = (
 )
 SHARED_PARAMS = (
     {
+        # the vision stage's import closure holds similarity.embed, so its version covers the embed code
         "similarity": similarity_model_params(),
-        "similarity_runtime": {
-            k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")
-        },
-        "embed_version": stage_version("embed"),
+        # device: equal to vision.clip.device (CLIP_SHARED), a trigger there; the rest only decides speed
+        "similarity_runtime": not_a_trigger(
+            {k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")}
+        ),
     }
     if CLIP_SHARED
     else {}
@@ -162,7 +168,8 @@ else:
             runtime=RES.runtime("vision_clip" if VISION_ADAPTER == "clip" else "vision_api"),
         params:
             adapter=VISION_ADAPTER,
-            settings=VISION_SETTINGS,
+            settings=VISION_OUTPUT_SETTINGS,
+            runtime=not_a_trigger(VISION_RUNTIME),
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,

@@ -30,12 +30,7 @@ class ConfigError(ValueError):
 
 
 # Canonical column keys that facet names must not shadow (facets become columns of the dataset).
-RESERVED_COLUMNS = {
-    "image", "image_id", "image_url", "mime_type", "license", "doi", "original_dataset_name",
-    "query_id", "query_text", "relevance_label", "tags", "summary", "confidence", "seed_image_ids",
-    "candidate_image_ids", "clip_score", "clip_rank", "width", "height", "file_size", "sha256",
-    "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant",
-}
+from .formats import RESERVED_COLUMNS  # noqa: E402,F401 - re-exported (kept where stages import it)
 
 
 def load_schema() -> dict:

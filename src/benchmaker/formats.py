@@ -33,6 +33,14 @@ __all__ = [
     "FORMAT_VERSION",
 ]
 
+# column names the pipeline itself writes: metadata.jsonl may not reuse them (config validation, preprocess)
+RESERVED_COLUMNS = {
+    "image", "image_id", "image_url", "mime_type", "license", "doi", "original_dataset_name",
+    "query_id", "query_text", "relevance_label", "tags", "summary", "confidence", "seed_image_ids",
+    "candidate_image_ids", "clip_score", "clip_rank", "width", "height", "file_size", "sha256",
+    "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant",
+}
+
 FORMAT_VERSION = 1
 
 

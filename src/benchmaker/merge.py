@@ -16,7 +16,7 @@ log = get_logger("merge")
 
 
 def merge_annotations(*, parts: Sequence[str], loss_parts: Sequence[str], annotations: str, losses: str,
-                      facets: Mapping[str, Any], columns: Mapping[str, str], **_: Any) -> None:
+                      facets: Mapping[str, Any], columns: Mapping[str, str]) -> None:
     fm = FacetModel.from_config(facets)
     frames = [read_table("annotations", p, columns=columns, facets=fm) for p in parts]
     frames = [f for f in frames if f.height]

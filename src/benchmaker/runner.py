@@ -5,18 +5,37 @@ rule as a keyword argument (file lists become lists of str), plus ``threads``; t
 any traceback go to the rule's ``log:`` file. When the stage fails under Snakemake, the terminal gets
 the short block of ``logs.error_block`` and the script exits with status 1 without printing the
 traceback a second time (it is in the log).
+
+Names are checked against the target's signature before it runs: a rule input, output or param that
+the stage function does not accept is an error naming the rule, the name and what the function
+accepts (stage functions take no ``**kwargs``, so a typo such as ``cache_dirr=`` cannot silently turn
+a feature off). Only the documented trigger-only names (``TRIGGER_ONLY``) are dropped when the
+function does not take them: they exist to make Snakemake rerun the rule, not to reach the code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from .logs import stage_logging
+from .logs import get_logger, stage_logging
 
-__all__ = ["run_stage", "named_items"]
+__all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ONLY"]
+
+# names a rule may pass only so that Snakemake reruns it when they change; dropped unless the stage
+# function accepts them. version (param): stage_version(stage), the digest of the stage's code
+# (versions.py); weights (input): local CLIP checkpoint files (rules/common.smk clip_weight_inputs),
+# inputs so that replacing a checkpoint in place reruns the rule, read by the model loader itself
+TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights"})
+# offered by the runner itself, passed only to functions that take it
+_OFFERED: frozenset[str] = frozenset({"threads"})
+
+
+class ParamError(TypeError):
+    """A rule passes a name that its stage function does not accept (or misses a required one)."""
 
 
 def _plain(value: Any) -> Any:
@@ -51,19 +70,77 @@ def _exit_quietly(smk: Any):
         raise
 
 
+def _name(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def check_kwargs(rule: str, func: Callable[..., Any], kwargs: dict[str, Any],
+                 kinds: dict[str, str] | None = None) -> dict[str, Any]:
+    """The keyword arguments of ``func`` for rule ``rule``: trigger-only names it does not accept are
+    dropped; any other name it does not accept, or a required one that is missing, raises
+    ``ParamError`` naming the rule and the name (``kinds`` says whether a name is an input, output or
+    param, for the message)."""
+    kinds = kinds or {}
+    params = inspect.signature(func).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    accepted = {n for n, p in params.items()
+                if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+    out: dict[str, Any] = {}
+    unknown = []
+    for k, v in kwargs.items():
+        if k in accepted or takes_any:
+            out[k] = v
+        elif k not in TRIGGER_ONLY and k not in _OFFERED:
+            unknown.append(k)
+    if unknown:
+        what = ", ".join(f"{kinds.get(k, 'param')} '{k}'" for k in unknown)
+        raise ParamError(
+            f"rule {rule}: {_name(func)} does not accept {what}. It accepts: {', '.join(sorted(accepted))}. "
+            "Fix the name in the rule (rules/*.smk) or add the argument to the stage function.")
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty
+               and p.kind is inspect.Parameter.KEYWORD_ONLY and n not in out]
+    if missing:
+        raise ParamError(f"rule {rule}: {_name(func)} needs {', '.join(repr(m) for m in missing)}, "
+                         "which the rule does not pass (as a named input, output or param)")
+    return out
+
+
+def _unversioned_modules(target: Any, loaded: Iterable[str]) -> list[str]:
+    """Modules of benchmaker that ran in this stage but are not part of its stage version."""
+    from .versions import STAGE_ENTRIES, stage_modules
+
+    module = target.partition(":")[0] if isinstance(target, str) else getattr(target, "__module__", "")
+    stages = [s for s, entries in STAGE_ENTRIES.items() if module in entries]
+    if not stages:
+        return []
+    known = {m[:-len("/__init__.py")].replace("/", ".") if m.endswith("/__init__.py") else
+             m[:-3].replace("/", ".") for m in stage_modules(stages[0])}
+    known = {f"benchmaker.{m}" if m != "__init__" else "benchmaker" for m in known}
+    return sorted(m for m in loaded if (m == "benchmaker" or m.startswith("benchmaker."))
+                  and m not in known and m != "benchmaker.versions")
+
+
 def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
     log = smk.log[0] if len(smk.log) else None
     with _exit_quietly(smk), stage_logging(log, rule=getattr(smk, "rule", None)) as logger:
         kwargs: dict[str, Any] = {}
-        for part in (smk.input, smk.output, smk.params):
+        kinds: dict[str, str] = {}
+        for kind, part in (("input", smk.input), ("output", smk.output), ("param", smk.params)):
             for k, v in named_items(part).items():
-                if k in kwargs:
-                    raise TypeError(f"rule {smk.rule}: name '{k}' used twice among input/output/params")
+                if k in kwargs or k in _OFFERED:
+                    raise ParamError(f"rule {smk.rule}: name '{k}' used twice among input/output/params "
+                                     f"(or reserved: {', '.join(sorted(_OFFERED))})")
                 kwargs[k] = v
+                kinds[k] = kind
         kwargs["threads"] = int(getattr(smk, "threads", 1) or 1)
         kwargs.update(extra)
         logger.info("rule %s%s", smk.rule, f" ({dict(smk.wildcards)})" if len(smk.wildcards) else "")
-        result = _resolve(target)(**kwargs)
+        func = _resolve(target)
+        result = func(**check_kwargs(smk.rule, func, kwargs, kinds))
+        missed = _unversioned_modules(target, sys.modules)
+        if missed:  # versions.py's import closure missed a module the stage really ran
+            get_logger("runner").warning("stage version of rule %s misses modules it ran: %s (see "
+                                         "benchmaker/versions.py)", smk.rule, ", ".join(missed))
         _log_peak_memory(logger)
         return result
 

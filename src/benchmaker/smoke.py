@@ -13,14 +13,18 @@ from typing import Any, Mapping
 
 __all__ = ["smoke_reasons", "is_tiny_clip_dir", "TINYCLIP_MARKER", "BANNER"]
 
+# the architecture of benchmaker.tinyclip's random checkpoints (here so that recognising one imports no torch)
+TINY_CLIP_CFG = {
+    "embed_dim": 64,
+    "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "head_width": 32, "patch_size": 32},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
+}
 TINYCLIP_MARKER = "benchmaker_tinyclip"     # a key tinyclip writes into open_clip_config.json
 BANNER = ("SMOKE TEST: this run used {reason}. Its annotations, relevance labels and scores are "
           "meaningless; it checks the machinery only and must not be published or compared as a benchmark.")
 
 
 def is_tiny_clip_dir(folder: str | Path) -> bool:
-    from .tinyclip import TINY_CLIP_CFG
-
     try:
         cfg = json.loads((Path(folder).expanduser() / "open_clip_config.json").read_text())
     except (OSError, ValueError):

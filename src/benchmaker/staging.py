@@ -145,7 +145,7 @@ def staged_model(spec: Mapping[str, Any], weights: Sequence[str] | None) -> dict
     return out
 
 
-def copy_input(*, source: Sequence[str] | str, staged: str, folder: bool = False, **_: Any) -> None:
+def copy_input(*, source: Sequence[str] | str, staged: str, folder: bool = False) -> None:
     """Stage ``stage_file``/``stage_folder``: copy the source file(s) to ``staged`` (a file, or a
     folder holding every source file by name); Snakemake uploads it to the storage afterwards."""
     from .logs import get_logger

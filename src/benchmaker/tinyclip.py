@@ -12,11 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-TINY_CLIP_CFG = {
-    "embed_dim": 64,
-    "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "head_width": 32, "patch_size": 32},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2},
-}
+from .smoke import TINY_CLIP_CFG  # noqa: E402 - defined beside the smoke-test check that recognises it
 OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
 OPENAI_STD = [0.26862954, 0.26130258, 0.27577711]
 

@@ -47,7 +47,7 @@ def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, 
         costs: str, adapter: str, settings: Mapping[str, Any], scope: str = "sample", sample: str | None = None,
         facets: Mapping[str, Any],
         image_root: str, columns: Mapping[str, str] | None = None, cache_dir: str | None = None,
-        threads: int = 1, version: str | None = None, **_: Any) -> None:
+        threads: int = 1, version: str | None = None) -> None:
     from ..judge import run as judge_run
 
     p = read_table("query_plan", plan, columns=columns)

@@ -122,7 +122,7 @@ def label_studio_tasks(sample: pl.DataFrame, meta: Mapping[str, Any], scale: Sca
 
 def run(*, sample: str, sample_meta: str, images: str, labelling: str, settings: Mapping[str, Any],
         image_root: str, columns: Mapping[str, str] | None = None, labels: str = "binary",
-        benchmark_meta: Mapping[str, Any] | None = None, version: str | None = None, **_: Any) -> dict[str, Any]:
+        benchmark_meta: Mapping[str, Any] | None = None, version: str | None = None) -> dict[str, Any]:
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)
     scale = Scale(labels)

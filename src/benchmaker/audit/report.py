@@ -230,7 +230,7 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
         judge2: str | None = None, judge2_name: str | None = None, judge2_scope: str = "sample",
         runs: str | Sequence[str] | None = None, systems: Sequence[str] | None = None,
         labels: str = "binary", facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
-        version: str | None = None, **_: Any) -> dict[str, Any]:
+        version: str | None = None) -> dict[str, Any]:
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)
     scale = Scale(labels)

@@ -173,7 +173,7 @@ SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
 
 def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: str, settings: Mapping[str, Any],
         facets: Mapping[str, Any], columns: Mapping[str, str] | None = None, labels: str = "binary",
-        benchmark: str | None = None, version: str | None = None, **_: Any) -> dict[str, Any]:
+        benchmark: str | None = None, version: str | None = None) -> dict[str, Any]:
     fm = FacetModel.from_config(facets)
     q = read_table("qrels", qrels, columns=columns)
     p = read_table("query_plan", plan, columns=columns)

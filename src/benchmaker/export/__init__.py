@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -342,6 +343,22 @@ def write_ir_views(rows: pl.DataFrame, out: Path, split: str) -> dict[str, int]:
     return {"queries": q.height, "corpus": c.height, "qrels": qrels.height}
 
 
+
+def created_utc() -> str:
+    """The export's creation time (UTC, ISO 8601), the one value that differs between two exports of
+    the same inputs; it lives only in dataset_metadata.json (``created_utc``). ``SOURCE_DATE_EPOCH``
+    (seconds since 1970, reproducible-builds.org) fixes it, making the whole folder byte-identical."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        try:
+            when = datetime.fromtimestamp(int(epoch), timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            raise ValueError(f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds since 1970") from None
+    else:
+        when = datetime.now(timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def run(
     *,
     images: str,
@@ -363,7 +380,6 @@ def run(
     version: str | None = None,
     threads: int = 1,
     audit: str | None = None,
-    **_: Any,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     settings = dict(settings or {})
@@ -438,7 +454,7 @@ def run(
             "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
                          "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
                          "polars": pl.__version__},
-            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "created_utc": created_utc(),
         }
         atomic_write_text(out / EXPORT_META, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
         card = render_card(meta=meta, features=features, files=files, split=split, counts=n, checks=checks,

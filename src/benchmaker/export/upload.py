@@ -31,8 +31,7 @@ def _files(folder: Path) -> list[dict]:
             for p in sorted(folder.rglob("*")) if p.is_file() and not any(s.startswith(".") for s in p.relative_to(folder).parts)]
 
 
-def run(*, dataset: str, receipt: str, settings: Mapping[str, Any], commit_message: str | None = None,
-        **_: Any) -> dict[str, Any]:
+def run(*, dataset: str, receipt: str, settings: Mapping[str, Any], commit_message: str | None = None) -> dict[str, Any]:
     settings = dict(settings or {})
     folder = Path(dataset)
     repo_id = settings.get("repo_id")

@@ -115,7 +115,6 @@ def run(
     ledger: str | None = None,
     threads: int = 1,
     version: str | None = None,
-    **_: Any,
 ) -> None:
     fm = FacetModel.from_config(facets)
     plan_df = read_table("query_plan", plan, columns=columns)

@@ -130,7 +130,7 @@ def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
 
 def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
           facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str], cache_dir: str | None = None,
-          threads: int = 1, adapter: str = "openai", **_: Any) -> None:
+          threads: int = 1, adapter: str = "openai") -> None:
     s = merged_settings(settings)
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
@@ -138,7 +138,7 @@ def build(*, plan: str, annotations: str, images: str, requests: str, manifest: 
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
-           cache_dir: str | None = None, adapter: str = "openai", **_: Any) -> None:
+           cache_dir: str | None = None, adapter: str = "openai") -> None:
     from ..vision.openai import batch_metadata
 
     pb.submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
@@ -148,7 +148,7 @@ def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_
 def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str, losses: str,
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
             columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
-            adapter: str = "openai", **_: Any) -> None:
+            adapter: str = "openai") -> None:
     from ..vision.openai import attach_ledger, batch_metadata, write_costs
     from . import finalize
 

@@ -150,7 +150,6 @@ def run(
     version: str | None = None,
     threads: int = 1,
     seeds_file: str | None = None,
-    **_: Any,
 ) -> None:
     fm = FacetModel.from_config(facets)
     # keep only what the planner needs, so the full tables can be freed early

@@ -19,8 +19,7 @@ from typing import Mapping
 
 import polars as pl
 
-from ..config import RESERVED_COLUMNS
-from ..formats import KINDS
+from ..formats import KINDS, RESERVED_COLUMNS
 
 __all__ = ["MetadataReport", "load_metadata", "merge_metadata", "PROTECTED_COLUMNS"]
 

@@ -162,16 +162,36 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
     if to_uint8:
         mean_t = torch.tensor(mean, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
         std_t = torch.tensor(std, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+    # decoded rows wait here until ENCODE_BATCH of them are ready: every forward pass but the last
+    # is full (encode_images pads the last one), whatever batch_size and the failed images leave
+    from .model import ENCODE_BATCH
+
+    pend_idx: list = []
+    pend_x: list = []
+
+    def encode(n: int):
+        idx_all, x_all = torch.cat(pend_idx), torch.cat(pend_x)
+        pend_idx[:], pend_x[:] = [idx_all[n:]], [x_all[n:]]
+        emb = clip.encode_images(x_all[:n])
+        return idx_all[:n].numpy(), emb.numpy().astype(np.float32, copy=False)
+
     for idx, pixels, failed in loader:
-        if pixels is None:
+        if failed:
             yield np.zeros(0, dtype=np.int64), np.zeros((0, clip.embed_dim), np.float32), failed
+        if pixels is None:
             continue
         if to_uint8:
             x = pixels.to(clip.device, non_blocking=True).float().div_(255.0).sub_(mean_t).div_(std_t)
         else:
             x = pixels
-        emb = clip.encode_images(x)
-        yield idx.numpy(), emb.numpy().astype(np.float32, copy=False), failed
+        pend_idx.append(idx)
+        pend_x.append(x)
+        ready = sum(int(t.shape[0]) for t in pend_idx) // ENCODE_BATCH * ENCODE_BATCH
+        if ready:
+            yield (*encode(ready), [])
+    left = sum(int(t.shape[0]) for t in pend_idx)
+    if left:
+        yield (*encode(left), [])
 
 
 # ----------------------------------------------------------------------------------------- images table
@@ -259,7 +279,8 @@ def write_embeddings(df: pl.DataFrame, path: str | os.PathLike, *, clip=None, ki
     meta = {"benchmaker.kind": kind, "benchmaker.format": str(EMBEDDINGS_FORMAT)}
     if clip is not None:
         meta.update({"benchmaker.model_id": clip.model_id, "benchmaker.logit_scale": repr(float(clip.logit_scale)),
-                     "benchmaker.dim": str(clip.embed_dim), "benchmaker.context_length": str(clip.context_length)})
+                     "benchmaker.dim": str(clip.embed_dim), "benchmaker.context_length": str(clip.context_length),
+                     "benchmaker.numerics": getattr(clip, "numerics", "") or ""})
     meta.update({f"benchmaker.{k}": str(v) for k, v in (extra_meta or {}).items()})
     out = to_disk_names(df, columns)
     with atomic_path(path, suffix=".parquet.tmp") as tmp:
@@ -295,11 +316,11 @@ def _runtime(runtime: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], threads: int,
-                      purpose: str = "embedding"):
+                      device: str | None = None, purpose: str = "embedding"):
     from .loads import load_counted
 
     rt = _runtime(runtime)
-    clip = load_counted(model["model"], model.get("pretrained"), device=rt["device"],
+    clip = load_counted(model["model"], model.get("pretrained"), device=device or rt["device"],
                         precision=model.get("precision") or "auto", purpose=purpose)
     if clip.device == "cpu" and threads:
         import torch
@@ -311,16 +332,19 @@ def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], thre
 def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str, Any],
                runtime: Mapping[str, Any] | None = None, cache_dir: str | None = None,
                image_root: str | None = None, columns: Mapping[str, str] | None = None,
-               version: str | None = None, threads: int = 1, clip: Any = None, **_: Any) -> int:
+               device: str | None = None, threads: int = 1, clip: Any = None) -> int:
     """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc).
 
-    ``clip``: an already loaded model of the same identity (the ``vision`` rule passes its own when it
-    writes the embeddings too, so the shard pays one model load)."""
+    ``model`` (model, pretrained, precision) and ``device`` decide the bytes; ``runtime``
+    (batch_size, num_workers) and ``cache_dir`` only the speed. ``clip``: an already loaded model of
+    the same identity (the ``vision`` rule passes its own when it writes the embeddings too, so the
+    shard pays one model load).
+    """
     imgs = read_table("images", images, columns=columns)
     if clip is not None:
         rt = _runtime(runtime)
     else:
-        clip, rt = _load_from_params(model, runtime, threads, purpose="embed_images")
+        clip, rt = _load_from_params(model, runtime, threads, device, purpose="embed_images")
     cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
     loss = Losses("similarity")
     table = embed_image_table(imgs, clip, image_root=image_root, cache=cache, losses=loss,
@@ -336,8 +360,7 @@ def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str,
 
 
 def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtime: Mapping[str, Any] | None = None,
-                columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1,
-                **_: Any) -> int:
+                columns: Mapping[str, str] | None = None, device: str | None = None, threads: int = 1) -> int:
     """Stage ``embed_queries``: unique query texts of qrels.jsonl → query embeddings parquet."""
     q = read_table("qrels", qrels, columns=columns)
     queries = q.select("query_id", "query_text").unique(maintain_order=True)
@@ -345,8 +368,8 @@ def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtim
     if dup.height:
         raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
     queries = queries.sort("query_id")
-    clip, rt = _load_from_params(model, runtime, threads, purpose="embed_queries")
-    emb, truncated = clip.encode_texts(queries["query_text"].to_list(), batch_size=max(1, rt["batch_size"]))
+    clip, _ = _load_from_params(model, runtime, threads, device, purpose="embed_queries")
+    emb, truncated = clip.encode_texts(queries["query_text"].to_list())
     n_trunc = sum(truncated)
     if n_trunc:
         log.warning("embed_queries: %d of %d query texts are longer than the model context (%d tokens) and "

@@ -11,8 +11,19 @@
 The **model identity** (``ClipModel.model_id``) names the architecture, the weights (pretrained tag,
 checkpoint-file digest or hub snapshot) and the preprocessing (input size, interpolation, resize
 mode, mean/std and how images are decoded), so that any change to weights or preprocessing changes
-the embedding cache key (``ClipModel.cache_key``). Numeric precision is not part of the identity
-(fp16 and fp32 embeddings differ at the 1e-3 level and are shared on purpose).
+the embedding cache key (``ClipModel.cache_key``).
+
+**Same inputs, same bits.** A forward pass's result for one image depends on the tensor shape it
+runs in (CPU and GPU kernels block and reduce differently for other batch sizes, ~1e-8), not on the
+other rows nor on their position nor on the thread count (measured: ``tests/test_determinism.py``).
+So every forward pass runs on exactly ``ENCODE_BATCH`` rows: ``encode_images`` / ``encode_texts``
+split their input into chunks of that size and pad the last one with copies of its last row. An
+image's embedding is then the same bits whichever job, batch size, shard or cache state produced it.
+What still changes the bits is the *numerics* (``ClipModel.numerics``): device kind (CPU ISA or CUDA
+device name), autocast precision, ``ENCODE_BATCH`` and the torch version. They are part of the cache
+key next to the model identity, so an embedding computed with other numerics is never reused (fp16
+and fp32 embeddings differ at the 1e-3 level; CPU and GPU at ~1e-6). ``model_id`` itself names
+only the model, so annotations and embedding files name the same model on every device.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from ..logs import get_logger
 
 __all__ = [
     "ClipModel", "ModelLoadError", "load_clip", "resolve_device", "resolve_precision", "file_digest",
-    "PREPROCESS_VERSION", "DECODE",
+    "PREPROCESS_VERSION", "DECODE", "ENCODE_BATCH", "numerics",
 ]
 
 log = get_logger("similarity.model")
@@ -40,6 +51,8 @@ log = get_logger("similarity.model")
 PREPROCESS_VERSION = 1
 # how images are decoded before open_clip's transforms (part of the model identity)
 DECODE = f"pil-draft-imaging{IMAGING_VERSION}"
+# rows of every forward pass (images and texts); part of the numerics, so of the cache key
+ENCODE_BATCH = 64
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
 
@@ -153,14 +166,17 @@ class ClipModel:
     logit_scale: float
     embed_dim: int
     precision: str
+    numerics: str = ""  # what else decides the bits: device kind, precision, ENCODE_BATCH, torch
     encode_image_calls: int = 0
     encode_text_calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def cache_key(self) -> str:
-        """Directory-safe key of the model identity: ``<arch slug>-<sha256(model_id)[:16]>``."""
-        return f"{_slug(self.arch)}-{hashlib.sha256(self.model_id.encode()).hexdigest()[:16]}"
+        """Directory-safe key of the model identity and numerics:
+        ``<arch slug>-<sha256(model_id | numerics)[:16]>``."""
+        key = f"{self.model_id}|{self.numerics}" if self.numerics else self.model_id
+        return f"{_slug(self.arch)}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
     @property
     def image_size(self) -> tuple[int, int]:
@@ -177,15 +193,37 @@ class ClipModel:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.split(":")[0], dtype=self.autocast_dtype)
 
-    def encode_images(self, pixels) -> "Any":
-        """Float pixel batch [n,3,H,W] (already normalised) → L2-normalised float32 embeddings (CPU tensor)."""
+    def _fixed_batches(self, rows, forward):
+        """``forward`` over ``rows`` in chunks of exactly ENCODE_BATCH rows (the last padded with
+        copies of its last row); returns the concatenated results of the real rows."""
         torch = _torch()
-        self.encode_image_calls += 1
-        with torch.inference_mode(), self._autocast():
-            x = pixels.to(self.device, non_blocking=True)
-            feats = self.model.encode_image(x)
-        feats = torch.nn.functional.normalize(feats.float(), dim=-1)
-        return feats.cpu()
+        n = int(rows.shape[0])
+        out = []
+        for start in range(0, n, ENCODE_BATCH):
+            chunk = rows[start:start + ENCODE_BATCH]
+            k = int(chunk.shape[0])
+            if k < ENCODE_BATCH:
+                chunk = torch.cat([chunk, chunk[-1:].expand(ENCODE_BATCH - k, *chunk.shape[1:])])
+            out.append(forward(chunk)[:k])
+        return torch.cat(out) if out else None
+
+    def encode_images(self, pixels) -> "Any":
+        """Float pixel batch [n,3,H,W] (already normalised) → L2-normalised float32 embeddings (CPU tensor).
+
+        Runs in fixed-size forward passes (``ENCODE_BATCH`` rows, see module doc), so a row's result
+        does not depend on ``n`` or on the other rows.
+        """
+        torch = _torch()
+
+        def forward(x):
+            self.encode_image_calls += 1
+            with torch.inference_mode(), self._autocast():
+                feats = self.model.encode_image(x.to(self.device, non_blocking=True))
+            return torch.nn.functional.normalize(feats.float(), dim=-1).cpu()
+
+        if pixels.shape[0] == 0:
+            return torch.zeros((0, self.embed_dim), dtype=torch.float32)
+        return self._fixed_batches(pixels, forward)
 
     def tokenize(self, texts: Sequence[str]):
         return self.tokenizer(list(texts))
@@ -206,22 +244,28 @@ class ClipModel:
         nonpad = int((ids != 0).sum())
         return nonpad + (1 if nonpad >= self.context_length else 0)
 
-    def encode_texts(self, texts: Sequence[str], batch_size: int = 256):
-        """Texts → (L2-normalised float32 embeddings [n,d] as numpy, truncated flags list)."""
+    def encode_texts(self, texts: Sequence[str]):
+        """Texts → (L2-normalised float32 embeddings [n,d] as numpy, truncated flags list).
+
+        Fixed-size forward passes like ``encode_images``: a text's embedding does not depend on the
+        other texts encoded with it.
+        """
         import numpy as np
 
         torch = _torch()
         texts = list(texts)
         truncated = [self.count_tokens(t) > self.context_length for t in texts]
-        out = np.zeros((len(texts), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start:start + batch_size]
-            tokens = self.tokenize(chunk)
+        if not texts:
+            return np.zeros((0, self.embed_dim), dtype=np.float32), truncated
+
+        def forward(tokens):
             self.encode_text_calls += 1
             with torch.inference_mode(), self._autocast():
                 feats = self.model.encode_text(tokens.to(self.device))
-            out[start:start + len(chunk)] = torch.nn.functional.normalize(feats.float(), dim=-1).cpu().numpy()
-        return out, truncated
+            return torch.nn.functional.normalize(feats.float(), dim=-1).cpu()
+
+        out = self._fixed_batches(self.tokenize(texts), forward)
+        return out.numpy().astype(np.float32, copy=False), truncated
 
 
 def _describe_preprocess(cfg: dict) -> str:
@@ -369,9 +413,24 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
         logit_scale=logit_scale, embed_dim=embed_dim,
         precision={None: "fp32"}.get(dtype, str(dtype).replace("torch.", "")),
     )
+    clip.numerics = numerics(device, clip.precision)
     log.info("loaded CLIP %s on %s (%s, dim %d, context %d)", model_id, device, clip.precision, embed_dim,
              context_length)
     return clip
+
+
+def numerics(device: str, precision: str) -> str:
+    """What besides the model decides an embedding's bits: ``cpu-AVX512`` / ``cuda-<device name>``,
+    the autocast precision, ENCODE_BATCH and the torch version (see module doc)."""
+    torch = _torch()
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        where = f"cuda-{torch.cuda.get_device_name(torch.device(device))}"
+    elif kind == "cpu":
+        where = f"cpu-{torch.backends.cpu.get_cpu_capability()}"
+    else:
+        where = kind
+    return f"{where}|{precision}|b{ENCODE_BATCH}|torch-{torch.__version__}"
 
 
 def _embed_dim(net, preprocess, device: str) -> int:

@@ -12,7 +12,7 @@ With ``similarity.logit_column`` set, ``logit_scale * clip_score`` is written to
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -140,8 +140,7 @@ def _image_loss_reasons(paths: list[str]) -> pl.DataFrame:
 def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[str],
         embed_losses: str | Sequence[str] | None = None, scored: str, losses: str,
         logit_column: str | None = None, rank_column: str | None = "clip_rank",
-        columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1,
-        **_: Any) -> int:
+        columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1) -> int:
     """Stage ``score``: write qrels_with_score.jsonl and the pair losses (see module doc)."""
     rank_column = rank_column or "clip_rank"
     q = read_table("qrels", qrels, columns=columns)

@@ -152,7 +152,6 @@ def run(
     version: str | None = None,
     threads: int = 1,
     audit: str | None = None,
-    **_: Any,
 ) -> dict[str, Any]:
     settings = dict(settings or {})
     scale = float(settings.get("scale_factor", 2.0))

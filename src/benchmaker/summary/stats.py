@@ -69,12 +69,13 @@ def facet_distribution(annotations: pl.DataFrame, fm: FacetModel) -> pl.DataFram
     parts = []
     for name, values in fm.taxonomy.items():
         counts = annotations.group_by(pl.col(name).alias("value")).len("images")
-        frame = pl.DataFrame({"value": values}, schema={"value": pl.String}).join(
-            counts, on="value", how="full", coalesce=True).with_columns(pl.col("images").fill_null(0))
+        frame = _in_config_order(pl.DataFrame({"value": values}, schema={"value": pl.String}).join(
+            counts, on="value", how="full", coalesce=True).with_columns(pl.col("images").fill_null(0)), values)
         parts.append(frame.with_columns(pl.lit(name).alias("facet"), pl.lit("taxonomy").alias("type")))
     for name in fm.boolean:
         counts = annotations.group_by(pl.col(name).cast(pl.String).alias("value")).len("images")
-        frame = pl.DataFrame({"value": ["true", "false"]}).join(counts, on="value", how="full", coalesce=True)
+        frame = _in_config_order(pl.DataFrame({"value": ["true", "false"]}).join(
+            counts, on="value", how="full", coalesce=True), ["true", "false"])
         parts.append(frame.with_columns(pl.col("images").fill_null(0), pl.lit(name).alias("facet"),
                                         pl.lit("boolean").alias("type")))
     if not parts:
@@ -83,6 +84,15 @@ def facet_distribution(annotations: pl.DataFrame, fm: FacetModel) -> pl.DataFram
     return (pl.concat([p.select("facet", "type", pl.col("value").fill_null("null"),
                                 pl.col("images").cast(pl.Int64)) for p in parts])
             .with_columns((pl.col("images") / n).round(6).alias("share")))
+
+
+def _in_config_order(frame: pl.DataFrame, values: list) -> pl.DataFrame:
+    """Rows of a full join in a fixed order (a full join has none): the configured values in their
+    order, then any other value (one the annotations have but the config does not) sorted, null last."""
+    order = {str(v): i for i, v in enumerate(values)}
+    return (frame.with_columns(pl.col("value").replace_strict(order, default=len(order), return_dtype=pl.Int64)
+                               .fill_null(len(order) + 1).alias("_o"))
+            .sort("_o", "value", nulls_last=True).drop("_o"))
 
 
 def relevance_by_facet(scored: pl.DataFrame, annotations: pl.DataFrame, fm: FacetModel) -> pl.DataFrame:

@@ -32,13 +32,16 @@ def run(
     cache_dir: str | None = None,
     ledger: str | None = None,
     threads: int = 1,
-    version: str | None = None,
     embeddings: str | None = None,
     embed_losses: str | None = None,
     similarity: Mapping[str, Any] | None = None,
     similarity_runtime: Mapping[str, Any] | None = None,
-    **_: Any,
+    runtime: Mapping[str, Any] | None = None,
 ) -> None:
+    """Annotate one shard. ``settings`` are the adapter settings that decide the output; ``runtime``
+    the ones that only decide speed (batch size, workers, caches, concurrency: benchmaker.triggers),
+    passed outside Snakemake's params trigger and merged into the adapter's settings here."""
+    settings = {**dict(settings), **dict(runtime or {})}
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
     log.info("vision[%s]: %d images from %s", adapter, imgs.height, images)

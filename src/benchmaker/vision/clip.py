@@ -56,6 +56,17 @@ def _bool_phrases(name: str) -> tuple[str, str]:
     return h, f"no {h}"
 
 
+def _row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b.T`` in float64, each entry summed on its own (no BLAS): an image's logits are then the
+    same bits whatever other images share its shard (a BLAS matmul blocks by the number of rows)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    out = np.empty((a.shape[0], b.shape[0]), dtype=np.float64)
+    chunk = max(1, (4 << 20) // max(1, b.shape[0] * b.shape[1]))  # 32 MB of float64 products at a time
+    for s in range(0, a.shape[0], chunk):
+        out[s:s + chunk] = (a64[s:s + chunk, None, :] * b64[None, :, :]).sum(axis=-1)
+    return out
+
+
 def _softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=1, keepdims=True)
     e = np.exp(z)
@@ -148,8 +159,8 @@ class ClipAnnotator:
             return empty_table("annotations", fm)
         emb = np.asarray(table["embedding"].to_numpy(), dtype=np.float32)
         texts, plan = self._plan_prompts()
-        temb, _ = clip.encode_texts(texts, batch_size=max(1, self.batch_size)) if texts else (None, None)
-        logits_all = (clip.logit_scale * (emb @ temb.T)).astype(np.float64) if texts else None
+        temb, _ = clip.encode_texts(texts) if texts else (None, None)
+        logits_all = clip.logit_scale * _row_dots(emb, temb) if texts else None
         n = table.height
         cols: dict[str, Any] = {"image_id": table["image_id"].to_list()}
         conf: dict[str, np.ndarray] = {}

@@ -1,0 +1,277 @@
+"""Same config and images, same bytes: whatever the job order, core count, batch sizes, embedding
+cache state, or a kill -9 and resume. And every setting either changes the output (a rerun trigger,
+part of the cache key) or is not a rerun trigger (``snakemake -n`` says nothing to do).
+
+The workflow runs twice on the tiny corpus, in two folders with the same config file contents:
+
+* A: fresh, ``--cores 1``;
+* B: runtime knobs changed (batch sizes, workers: not part of the output), the embedding cache
+  pre-warmed by ``embed_images`` of half the shards of another benchmark with 10 shards (so B's
+  jobs encode other subsets of images than A's, and find the rest in the cache), then ``--cores 2``
+  killed with SIGKILL mid-run, unlocked and resumed with ``--cores 1``.
+
+Every data file of A and B must have the same sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import support
+
+ROOT = Path(__file__).resolve().parents[1]
+EPOCH = "1700000000"
+# files that may differ between runs: Snakemake's bookkeeping, logs and timings
+VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|\.snakemake_timestamp$")
+
+
+def job_stats(output: str) -> dict[str, int]:
+    stats: dict[str, int] = {}
+    lines = output.splitlines()
+    try:
+        start = max(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
+    except ValueError:
+        return stats
+    for line in lines[start + 1:]:
+        m = re.match(r"^(\S+)\s+(\d+)\s*$", line.strip())
+        if m:
+            if m.group(1) == "total":
+                break
+            stats[m.group(1)] = int(m.group(2))
+    return stats
+
+
+def digests(results: Path) -> dict[str, str]:
+    out = {}
+    for f in sorted(results.rglob("*")):
+        rel = f.relative_to(results).as_posix()
+        if f.is_file() and not VOLATILE.search(rel):
+            out[rel] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def config_for(shared: Path, tiny_corpus: Path, n_shards: int = 2, **runtime) -> dict:
+    """The tiny config with paths that are the same for every run folder (results is relative)."""
+    cfg = support.tiny_config(shared, tiny_corpus, shared / "clip", n_shards=n_shards)
+    cfg["paths"]["results"] = "results"
+    cfg["paths"]["rights_map"] = str(shared / "rights_map.json")
+    for section, values in runtime.items():
+        node = cfg
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        node.update(values)
+    return cfg
+
+
+def smk(args, workdir: Path, cfg: dict, name="config.yaml", **kw):
+    path = support.write_config(workdir / name, cfg)
+    return support.snakemake(args, workdir, path, env={"SOURCE_DATE_EPOCH": EPOCH}, **kw)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_corpus, tiny_clip):
+    shared = tmp_path_factory.mktemp("det")
+    shutil.copytree(tiny_clip, shared / "clip")  # the in-place replacement test touches this copy
+    support.rights_map(shared / "rights_map.json")
+    a, b = shared / "a", shared / "b"
+    a.mkdir()
+    b.mkdir()
+    base = config_for(shared, tiny_corpus)
+
+    r = smk(["-c1", "--show-failed-logs"], a, base)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+
+    # B: other batch sizes and workers (runtime knobs); the embedding cache pre-warmed with half of
+    # the images by another benchmark with 10 shards sharing it: those embeddings come from forward
+    # passes of 1-5 images, and B's own jobs encode the other half. (Without fixed-shape passes a
+    # pass of 3 images gives other bits than one of 16, at 1 and at 2 threads; 8 and 12 do not.)
+    other = config_for(shared, tiny_corpus, **{"similarity": {"batch_size": 3, "num_workers": 1},
+                                               "vision.clip": {"batch_size": 5, "num_workers": 1}})
+    warm = config_for(shared, tiny_corpus, n_shards=10)
+    warm["paths"]["results"] = "prewarm"
+    warm["similarity"]["cache_dir"] = "results/.cache/embeddings"
+    r = smk(["-c1", *(f"prewarm/tiny/embeddings/images/{i:05d}.parquet" for i in range(5))], b, warm,
+            name="prewarm.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    assert list((b / "results" / ".cache" / "embeddings").rglob("part-*.parquet"))
+    # then a --cores 2 run, killed (SIGKILL to Snakemake and its jobs) once some jobs have finished
+    cfg_path = support.write_config(b / "config.yaml", other)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", SOURCE_DATE_EPOCH=EPOCH,
+               PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PATH=support.no_slurm_path())
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(b),
+                             "--configfile", str(cfg_path), "--workflow-profile", "none", "-c2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.time() + 600
+    marker = b / "results" / "tiny" / "annotations.jsonl"
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    killed = proc.poll() is None
+    if killed:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    r = smk(["--unlock"], b, other)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = smk(["-c1", "--rerun-incomplete", "--show-failed-logs"], b, other)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    res_a, res_b = a / "results" / "tiny", b / "results" / "tiny"
+    return {"shared": shared, "a": a, "b": b, "base": base, "killed": killed,
+            "digests_a": digests(res_a), "digests_b": digests(res_b), "corpus": tiny_corpus}
+
+
+@pytest.mark.slow
+def test_two_runs_in_other_orders_give_identical_bytes(runs):
+    assert runs["killed"], "the second run finished before it could be killed"
+    da, db = runs["digests_a"], runs["digests_b"]
+    assert set(da) == set(db), set(da) ^ set(db)
+    for must in ("images.jsonl", "annotations.jsonl", "query_plan.jsonl", "qrels.jsonl", "qrels_with_score.jsonl",
+                 "summary/facet_distribution.csv", "summary/summary.json", "summary/report.md",
+                 "hf_dataset/dataset_metadata.json", "embeddings/images/00000.parquet"):
+        assert must in da, must
+    assert any(k.startswith("hf_dataset/data/") and k.endswith(".parquet") for k in da)
+    differ = sorted(k for k in da if da[k] != db[k])
+    assert not differ, f"files that differ between the two runs: {differ}"
+
+
+@pytest.mark.slow
+def test_stage_versions_cover_every_module_the_jobs_ran(runs):
+    """benchmaker.runner warns when a stage ran a benchmaker module outside its stage version."""
+    for run in ("a", "b"):
+        for log in (runs[run] / "results" / "tiny" / "logs").rglob("*.log"):
+            assert "misses modules it ran" not in log.read_text(), log
+
+
+@pytest.mark.slow
+def test_runtime_knobs_are_not_rerun_triggers(runs):
+    cfg = config_for(runs["shared"], runs["corpus"], **{
+        "similarity": {"batch_size": 7, "num_workers": 0, "cache_dir": str(runs["shared"] / "elsewhere")},
+        "vision.clip": {"batch_size": 2, "num_workers": 0}})
+    r = smk(["-n", "-c1"], runs["a"], cfg, name="knobs.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Nothing to be done" in r.stdout + r.stderr, job_stats(r.stdout + r.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("section, key, value", [("similarity", "precision", "bf16"),
+                                                 ("similarity", "device", "auto")])
+def test_similarity_numerics_rerun_embeddings_only(runs, section, key, value):
+    cfg = config_for(runs["shared"], runs["corpus"], **{section: {key: value}})
+    r = smk(["-n", "-c1"], runs["a"], cfg, name=f"{key}.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert set(stats) == {"embed_images", "embed_queries", "score", "summary", "export", "all"}, stats
+
+
+@pytest.mark.slow
+def test_vision_precision_reruns_vision_not_embeddings(runs):
+    cfg = config_for(runs["shared"], runs["corpus"], **{"vision.clip": {"precision": "bf16"}})
+    r = smk(["-n", "-c1"], runs["a"], cfg, name="vprec.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert stats.get("vision") == 2 and "embed_images" not in stats and "preprocess" not in stats, stats
+
+
+@pytest.mark.slow
+def test_replacing_a_local_checkpoint_reruns_every_rule_that_uses_it(runs):
+    weights = runs["shared"] / "clip" / "open_clip_model.safetensors"
+    st = weights.stat()
+    os.utime(weights, (time.time() + 5, time.time() + 5))  # replaced in place: same path, newer file
+    try:
+        r = smk(["-n", "-c1"], runs["a"], runs["base"], name="ckpt.yaml")
+    finally:
+        os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert stats.get("vision") == 2 and stats.get("embed_images") == 2 and stats.get("embed_queries") == 1, stats
+    assert "preprocess" not in stats, stats
+
+
+# ------------------------------------------------------------------------------- unit level, fast
+@pytest.fixture(scope="module")
+def clip(tiny_clip):
+    from benchmaker.similarity.model import load_clip
+
+    return load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="fp32", reuse=False)
+
+
+def test_an_embedding_does_not_depend_on_batch_size_or_partners(clip, tiny_corpus):
+    """The measurement behind ENCODE_BATCH: fixed-shape forward passes give bit-identical rows
+    whatever the other rows, their number, the batch size and the thread count."""
+    import torch
+
+    from benchmaker.similarity import embed
+
+    paths = sorted(str(p) for p in tiny_corpus.rglob("*.png") if p.parent.name != "broken")[:12]
+
+    def encode(some, **kw):
+        rows = {}
+        for idx, emb, failed in embed.iter_image_batches(clip, some, num_workers=0, **kw):
+            assert not failed
+            rows.update(zip(idx.tolist(), emb))
+        return np.stack([rows[i] for i in range(len(some))])
+
+    ref = encode(paths, batch_size=8)
+    for bs in (1, 3, 5):
+        assert np.array_equal(ref, encode(paths, batch_size=bs)), bs
+    assert np.array_equal(ref[::-1], encode(paths[::-1], batch_size=4))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = encode(paths[5:6])
+    finally:
+        torch.set_num_threads(threads)
+    assert np.array_equal(ref[5:6], alone)
+    texts = ["a red circle", "blue stripes", "a gray square on a white background"] * 30
+    full, _ = clip.encode_texts(texts)
+    part, _ = clip.encode_texts(texts[1:2])
+    assert np.array_equal(full[1:2], part) and np.array_equal(full[1], full[4])
+
+
+def test_numerics_are_part_of_the_cache_key(tiny_clip):
+    from benchmaker.similarity.model import ENCODE_BATCH, load_clip
+
+    fp32 = load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="fp32", reuse=False)
+    bf16 = load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="bf16", reuse=False)
+    assert fp32.model_id == bf16.model_id
+    assert fp32.cache_key != bf16.cache_key
+    assert f"b{ENCODE_BATCH}" in fp32.numerics and "fp32" in fp32.numerics and fp32.numerics.startswith("cpu-")
+
+
+def test_created_utc_honours_source_date_epoch(monkeypatch):
+    from benchmaker.export import created_utc
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    assert created_utc() == "2023-11-14T22:13:20Z"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(ValueError, match="SOURCE_DATE_EPOCH"):
+        created_utc()
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", created_utc())
+
+
+def test_facet_distribution_rows_in_config_order():
+    import polars as pl
+
+    from benchmaker.formats import FacetModel
+    from benchmaker.summary.stats import facet_distribution
+
+    fm = FacetModel.from_config(support.TINY_FACETS)
+    ann = pl.DataFrame({"color": ["gray", "blue", None, "gray"], "shape": ["circle"] * 4,
+                        "is_bright": [False, True, None, False]})
+    for frame in (ann, ann.reverse(), ann.sample(fraction=1.0, shuffle=True, seed=3)):
+        got = facet_distribution(frame, fm)
+        assert got.filter(pl.col("facet") == "color")["value"].to_list() == \
+            [*support.TINY_FACETS["taxonomy"]["color"], "null"]
+        assert got.filter(pl.col("facet") == "is_bright")["value"].to_list() == ["true", "false", "null"]
+

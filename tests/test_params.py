@@ -1,0 +1,165 @@
+"""Rule params are checked: a name a stage function does not accept is an error naming the rule.
+
+Unit tests of ``benchmaker.runner`` with a stand-in ``snakemake`` object, and a check of every job of
+the real workflow (built with Snakemake's API for each adapter combination) against the signature of
+the function its script runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import support
+from benchmaker.runner import ParamError, TRIGGER_ONLY, check_kwargs, run_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Named(dict):
+    """A Snakemake Namedlist stand-in: named entries as attributes plus ``_names``."""
+
+    def __init__(self, **kw):
+        super().__init__(kw)
+        self._names = {k: None for k in kw}
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __len__(self):
+        return len(self._names)
+
+
+def smk(rule="plan", input=None, output=None, params=None, log=None):
+    return SimpleNamespace(rule=rule, input=Named(**(input or {})), output=Named(**(output or {})),
+                           params=Named(**(params or {})), log=[str(log)] if log else [], threads=3,
+                           wildcards=Named())
+
+
+def stage(*, images: str, out: str, cache_dir: str | None = None, threads: int = 1) -> dict:
+    return {"images": images, "out": out, "cache_dir": cache_dir, "threads": threads}
+
+
+def stage_without_threads(*, images: str, out: str) -> dict:
+    return {"images": images, "out": out}
+
+
+def test_named_inputs_outputs_params_and_threads_reach_the_stage(tmp_path):
+    got = run_stage(smk(input={"images": "a.jsonl"}, output={"out": "b.jsonl"},
+                        params={"cache_dir": "c", "version": "abc123"}, log=tmp_path / "x.log"), stage)
+    assert got == {"images": "a.jsonl", "out": "b.jsonl", "cache_dir": "c", "threads": 3}
+
+
+def test_trigger_only_params_and_threads_are_dropped_when_not_accepted():
+    assert "version" in TRIGGER_ONLY
+    got = run_stage(smk(input={"images": "a"}, output={"out": "b"}, params={"version": "abc"}),
+                    stage_without_threads)
+    assert got == {"images": "a", "out": "b"}
+
+
+def test_misspelled_param_is_an_error_naming_rule_and_param(tmp_path):
+    log = tmp_path / "plan.log"
+    with pytest.raises(ParamError) as exc:
+        run_stage(smk(rule="embed_images", input={"images": "a"}, output={"out": "b"},
+                      params={"cache_dirr": "c"}, log=log), stage)
+    msg = str(exc.value)
+    assert "rule embed_images" in msg and "param 'cache_dirr'" in msg and "cache_dir" in msg
+    assert "cache_dirr" in log.read_text()  # the traceback reaches the rule's log
+
+
+def test_unknown_input_or_output_name_is_named_as_such():
+    with pytest.raises(ParamError, match=r"rule r: .* input 'imagez'"):
+        check_kwargs("r", stage, {"imagez": "a", "out": "b"}, {"imagez": "input", "out": "output"})
+    with pytest.raises(ParamError, match=r"needs 'images'"):
+        check_kwargs("r", stage, {"out": "b"})
+
+
+def test_name_used_twice_or_reserved_is_an_error():
+    with pytest.raises(ParamError, match="used twice"):
+        run_stage(smk(input={"images": "a"}, output={"images": "b"}), stage)
+    with pytest.raises(ParamError, match="threads"):
+        run_stage(smk(input={"images": "a"}, output={"out": "b"}, params={"threads": 4}), stage)
+
+
+def test_stage_entry_points_take_no_catch_all_kwargs():
+    """Every function a script hands to run_stage has an explicit signature (no **kwargs)."""
+    import importlib
+    import inspect
+    import re
+
+    for script in sorted((ROOT / "scripts").glob("*.py")):
+        m = re.search(r'run_stage\(snakemake,\s*"([\w.]+):(\w+)"', script.read_text())
+        assert m, f"{script.name}: no run_stage target"
+        func = getattr(importlib.import_module(m.group(1)), m.group(2))
+        kinds = {p.kind for p in inspect.signature(func).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{script.name}: {m.group(0)} takes **kwargs"
+
+
+PROBE = r"""
+import importlib, json, re, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, ResourceSettings,
+                                      StorageSettings)
+from benchmaker.runner import check_kwargs
+
+root, workdir, configs = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+checked = {}
+for cfg in configs:
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(cores=1),
+                          config_settings=ConfigSettings(configfiles=[Path(cfg)]),
+                          storage_settings=StorageSettings(), snakefile=root / "Snakefile", workdir=workdir)
+        wf.dag(DAGSettings(targets={"all", "upload"})).execute_workflow(executor="local",
+                                                                         pseudo_executor="dryrun")
+        for job in wf._workflow.dag.jobs:
+            script = job.rule.script
+            if not script:
+                continue
+            text = (root / "rules" / script).resolve().read_text()
+            module, func = re.search(r'run_stage\(snakemake,\s*"([\w.]+):(\w+)"', text).groups()
+            f = getattr(importlib.import_module(module), func)
+            names, kinds = {}, {}
+            for kind, part in (("input", job.input), ("output", job.output), ("param", job.params)):
+                for n in part._names:
+                    names[n] = None
+                    kinds[n] = kind
+            names["threads"] = 1
+            check_kwargs(job.rule.name, f, names, kinds)
+            checked[job.rule.name] = sorted(names)
+print(json.dumps(checked))
+"""
+
+
+def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_corpus, tiny_clip):
+    meta = tmp_path / "meta.jsonl"
+    meta.write_text("")
+    llm = {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-5-mini"}
+    variants = {
+        "clip": {},
+        "batch": {"vision": {"adapter": "openai", "openai": {**llm, "mode": "batch"}},
+                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "batch"}}},
+        "sync": {"vision": {"adapter": "gemini", "gemini": {"mode": "sync"}},
+                 "judge": {"adapter": "openai", "openai": {**llm, "mode": "sync"}}},
+        "metadata": {"vision": {"adapter": "metadata"}, "paths": {"metadata_jsonl": str(meta)}},
+    }
+    configs = [str(support.write_config(tmp_path / f"{name}.yaml",
+                                        support.tiny_config(tmp_path, tiny_corpus, tiny_clip, **over)))
+               for name, over in variants.items()]
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": support.no_slurm_path(), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), str(tmp_path), json.dumps(configs)],
+                       capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    checked = json.loads(r.stdout.strip().splitlines()[-1])
+    expected = {"preprocess", "vision", "vision_build", "vision_submit", "vision_collect", "merge_annotations",
+                "plan", "judge", "judge_build", "judge_submit", "judge_collect", "embed_images", "embed_queries",
+                "score", "summary", "export", "upload"}
+    assert expected <= set(checked), expected - set(checked)
