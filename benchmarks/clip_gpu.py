@@ -94,9 +94,9 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING)
     import torch
+    from clip_cpu import make_images
 
     from benchmaker.similarity.model import load_clip
-    from clip_cpu import make_images
 
     clip = load_clip(args.model, args.pretrained, device=args.device, precision=args.precision)
     w, h = (int(v) for v in args.size.lower().split("x"))

@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
 from benchmaker.versions import stage_version
-from benchmaker.triggers import split_runtime, vision_runtime_keys, without_runtime
+from benchmaker.triggers import output_settings, split_runtime, vision_runtime_keys, without_runtime
 
 try:
     _validated = validate_config(config)

@@ -49,7 +49,7 @@ if JUDGE_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings=judge_settings(config["judge"], BATCH_KEYS),
+            settings=not_a_trigger(judge_settings(config["judge"], BATCH_KEYS)),
             adapter=JUDGE_ADAPTER,
             state_dir=f"{RESULTS}/.batches/judge/all",
             benchmark=config["benchmark"]["name"],
@@ -78,7 +78,8 @@ if JUDGE_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings=JUDGE_SETTINGS,
+            settings=not_a_trigger(JUDGE_SETTINGS),
+            triggers=output_settings(JUDGE_SETTINGS),
             adapter=JUDGE_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
@@ -113,7 +114,8 @@ else:
             runtime=RES.runtime("judge"),
         params:
             adapter=JUDGE_ADAPTER,
-            settings=JUDGE_SETTINGS,
+            settings=not_a_trigger(JUDGE_SETTINGS),
+            triggers=output_settings(JUDGE_SETTINGS),
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,

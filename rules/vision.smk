@@ -100,7 +100,9 @@ if VISION_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings=batch_settings(VISION_SETTINGS),
+            # how requests are cut into batches: decided once, never a rerun trigger (the journal
+            # never resubmits); what the requests are comes in through requests.jsonl
+            settings=not_a_trigger(batch_settings(VISION_SETTINGS)),
             adapter=VISION_ADAPTER,
             state_dir=lambda wc: f"{RESULTS}/.batches/vision/{wc.shard}",
             benchmark=config["benchmark"]["name"],
@@ -128,7 +130,8 @@ if VISION_BATCH:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings=VISION_SETTINGS,
+            settings=not_a_trigger(VISION_SETTINGS),
+            triggers=output_settings(VISION_SETTINGS),
             adapter=VISION_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import support
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import support
 import yaml
 
-import support
-from benchmaker.config import load_config, deep_merge
+from benchmaker.config import deep_merge, load_config
 from benchmaker.formats import read_table
 
 ROOT = Path(__file__).resolve().parents[1]

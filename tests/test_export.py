@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-
-from benchmaker.formats import FormatError, write_table
 from fake_hub import FakeHub
 from test_summary import build_inputs
+
+from benchmaker.formats import FormatError, write_table
 
 COLS = {"query_id": "qid", "relevance_label": "rel", "image": "img", "image_id": "img_id"}
 TOKEN = "hf_FAKEtoken0123456789abcdefXYZ"
@@ -255,7 +255,8 @@ def test_upload_round_trip_against_fake_hub(exported, tmp_path, monkeypatch, cap
 
 
 def test_upload_errors_name_the_key(exported, tmp_path, monkeypatch):
-    from benchmaker.export.upload import UploadError, run as upload_run
+    from benchmaker.export.upload import UploadError
+    from benchmaker.export.upload import run as upload_run
 
     out, _, _, _ = exported
     with pytest.raises(UploadError, match="export.repo_id"):

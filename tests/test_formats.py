@@ -9,10 +9,10 @@ import stat
 import polars as pl
 import pytest
 
-from benchmaker.formats import FacetModel, FormatError, read_table, write_table, empty_table
-from benchmaker.io import atomic_path, write_jsonl, iter_jsonl
-from benchmaker.sharding import shard_of, shard_names
-from benchmaker.losses import Losses, read_losses, merge_losses
+from benchmaker.formats import FacetModel, FormatError, empty_table, read_table, write_table
+from benchmaker.io import atomic_path, iter_jsonl, write_jsonl
+from benchmaker.losses import Losses, merge_losses, read_losses
+from benchmaker.sharding import shard_names, shard_of
 
 FM = FacetModel(taxonomy={"color": ["red", "blue", "unknown"]}, boolean=["bright"], vocabulary=["a", "b"])
 

@@ -10,10 +10,9 @@ import json
 import logging
 from pathlib import Path
 
+import fake_gemini
 import polars as pl
 import pytest
-
-import fake_gemini
 from openai_helpers import images_frame
 from support import TINY_FACETS
 

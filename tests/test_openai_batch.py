@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
+import fake_openai
 import polars as pl
 import pytest
-
-import fake_openai
 from openai_helpers import SETTINGS, SYNC_COST, images_frame, write_images
 from support import TINY_FACETS
 
@@ -203,8 +202,9 @@ def test_wait_false_then_cli_cancel(fake, tmp_path, tiny_corpus, capsys):
     with pytest.raises(pb.BatchPending):
         sh.collect()
     assert not (tmp_path / "annotations.jsonl").exists()
-    from benchmaker import cli
     from support import tiny_config, write_config
+
+    from benchmaker import cli
 
     cfg = tiny_config(tmp_path, tiny_corpus, tmp_path, vision={"adapter": "openai", "openai": {
         "base_url": fake.base_url}})

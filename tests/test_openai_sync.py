@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
+import fake_openai
 import polars as pl
 import pytest
-
-import fake_openai
 from openai_helpers import SETTINGS, SYNC_COST, images_frame
 from support import TINY_FACETS
 

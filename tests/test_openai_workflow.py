@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import fake_openai
+import pytest
 from support import snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow

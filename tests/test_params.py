@@ -14,9 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 import support
-from benchmaker.runner import ParamError, TRIGGER_ONLY, check_kwargs, run_stage
+
+from benchmaker.runner import TRIGGER_ONLY, ParamError, check_kwargs, run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,3 +163,59 @@ def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_c
                 "plan", "judge", "judge_build", "judge_submit", "judge_collect", "embed_images", "embed_queries",
                 "score", "summary", "export", "upload"}
     assert expected <= set(checked), expected - set(checked)
+
+
+TRIGGER_PROBE = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings, StorageSettings
+
+root, workdir, configs = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+seen = {}
+for cfg in configs:
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(cores=1),
+                          config_settings=ConfigSettings(configfiles=[Path(cfg)]),
+                          storage_settings=StorageSettings(), snakefile=root / "Snakefile", workdir=workdir)
+        wf.dag(DAGSettings(targets={"all"})).execute_workflow(executor="local", pseudo_executor="dryrun")
+        for job in wf._workflow.dag.jobs:
+            # what Snakemake stores with the outputs and compares on the next run ("params" trigger)
+            seen[f"{Path(cfg).stem}:{job.rule.name}"] = json.dumps(list(job.non_derived_params), default=str)
+print(json.dumps(seen))
+"""
+
+
+def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_clip):
+    """Concurrency, polling, waiting and batch cutting (benchmaker.triggers.LLM_SYNC_RUNTIME) never
+    reach the params Snakemake compares, in any API rule of batch or sync mode; the output-deciding
+    settings (model, prompts) do."""
+    from benchmaker.triggers import LLM_SYNC_RUNTIME
+
+    knobs = {"concurrency": 7, "poll_seconds": 12345, "wait": False, "max_requests_per_batch": 4321}
+    llm = {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-5-mini-unique-model", **knobs}
+    variants = {
+        "batch": {"vision": {"adapter": "openai", "openai": {**llm, "mode": "batch"}},
+                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "batch"}}},
+        "sync": {"vision": {"adapter": "openai", "openai": {**llm, "mode": "sync"}},
+                 "judge": {"adapter": "openai", "openai": {**llm, "mode": "sync"}}},
+    }
+    configs = [str(support.write_config(tmp_path / f"{name}.yaml",
+                                        support.tiny_config(tmp_path, tiny_corpus, tiny_clip, **over)))
+               for name, over in variants.items()]
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": support.no_slurm_path(), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", TRIGGER_PROBE, str(ROOT), str(tmp_path), json.dumps(configs)],
+                       capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    api_jobs = {k: v for k, v in seen.items() if k.split(":")[1] in
+                ("vision", "vision_build", "vision_submit", "vision_collect", "judge", "judge_build",
+                 "judge_submit", "judge_collect")}
+    assert {"batch:vision_collect", "batch:judge_collect", "batch:vision_submit", "sync:vision",
+            "sync:judge"} <= set(api_jobs), sorted(seen)
+    assert set(knobs) <= set(LLM_SYNC_RUNTIME)
+    for name, params in api_jobs.items():
+        for value in ("12345", "4321"):
+            assert value not in params, f"{name}: a runtime knob is a rerun trigger: {params[:400]}"
+    for name in ("batch:vision_collect", "batch:judge_collect", "sync:vision", "sync:judge"):
+        assert "gpt-5-mini-unique-model" in api_jobs[name], name  # the model still is a trigger

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import support
 from PIL import Image
 
-import support
 from benchmaker.formats import read_table
 from benchmaker.preprocess import RightsMap, RightsMapError, load_rights_map, run
 from benchmaker.sharding import shard_of

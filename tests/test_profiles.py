@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import support
 import yaml
 
-import support
 from benchmaker.profiles import ProfileInstallError, install_profiles, user_profile_dir
 
 ROOT = support.ROOT

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-
 import support
+
 from benchmaker.formats import read_table, write_table
 from benchmaker.losses import read_losses
 from benchmaker.similarity import embed, score

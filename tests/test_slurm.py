@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import support
 
 ROOT = support.ROOT

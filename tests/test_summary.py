@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from support import TINY_FACETS
 
 from benchmaker.formats import FacetModel, write_table
-from support import TINY_FACETS
 
 COLORS = ("red", "green", "blue", "yellow", "gray")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmaker import versions
-from benchmaker.versions import STAGE_ENTRIES, stage_modules, stage_version
+from benchmaker.versions import STAGE_ENTRIES, stage_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "benchmaker"

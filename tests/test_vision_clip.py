@@ -6,8 +6,8 @@ import hashlib
 
 import polars as pl
 import pytest
-
 import support
+
 from benchmaker.formats import FacetModel, read_table, write_table
 from benchmaker.losses import Losses, read_losses
 from benchmaker.similarity import embed

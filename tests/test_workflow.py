@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import support
+
 from benchmaker.config import validate_config
 from benchmaker.formats import FacetModel, read_table
 from benchmaker.losses import read_losses

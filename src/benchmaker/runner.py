@@ -29,7 +29,8 @@ __all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ON
 # function accepts them. version (param): stage_version(stage), the digest of the stage's code
 # (versions.py); weights (input): local CLIP checkpoint files (rules/common.smk clip_weight_inputs),
 # inputs so that replacing a checkpoint in place reruns the rule, read by the model loader itself
-TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights"})
+# triggers (param): the output-deciding part of an API rule's settings (benchmaker.triggers.output_settings)
+TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers"})
 # offered by the runner itself, passed only to functions that take it
 _OFFERED: frozenset[str] = frozenset({"threads"})
 

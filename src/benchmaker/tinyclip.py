@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .smoke import TINY_CLIP_CFG  # noqa: E402 - defined beside the smoke-test check that recognises it
+
 OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
 OPENAI_STD = [0.26862954, 0.26130258, 0.27577711]
 

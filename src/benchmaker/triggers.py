@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-__all__ = ["SIMILARITY_RUNTIME", "CLIP_VISION_RUNTIME", "LLM_SYNC_RUNTIME", "RECORD_DROPS", "vision_runtime_keys",
+__all__ = ["output_settings", "SIMILARITY_RUNTIME", "CLIP_VISION_RUNTIME", "LLM_SYNC_RUNTIME", "RECORD_DROPS", "vision_runtime_keys",
            "split_runtime", "without_runtime"]
 
 SIMILARITY_RUNTIME = ("batch_size", "num_workers", "cache_dir")
@@ -64,4 +64,16 @@ def without_runtime(config: Mapping[str, Any]) -> dict:
         if isinstance(node, dict):
             for k in keys:
                 node.pop(k, None)
+    return out
+
+
+def output_settings(settings: Mapping[str, Any], keys: tuple[str, ...] = LLM_SYNC_RUNTIME) -> dict:
+    """``settings`` without the runtime ``keys``, also inside a judge's ``adapter_settings``: the part
+    of an API rule's settings that decides its output, given to the rule as its ``triggers`` param
+    (trigger-only, never passed to the stage) while the whole settings reach the stage through
+    ``not_a_trigger``. So concurrency, polling, waiting and how requests are cut into batches never
+    make a collect, submit or judge job out of date (answers are cached by request content)."""
+    out = {k: v for k, v in settings.items() if k not in keys}
+    if isinstance(out.get("adapter_settings"), Mapping):
+        out["adapter_settings"] = {k: v for k, v in out["adapter_settings"].items() if k not in keys}
     return out

@@ -35,10 +35,12 @@ from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses
 from .backend import TERMINAL, BatchBackend, BatchInfo
-from .journal import CID as _CID, Journal, split_requests
 from .engine import Item, Runner
-from .fastjson import dumps as fast_dumps, loads
-from .parse import Outcome, RETRYABLE
+from .fastjson import dumps as fast_dumps
+from .fastjson import loads
+from .journal import CID as _CID
+from .journal import Journal, split_requests
+from .parse import RETRYABLE, Outcome
 from .spec import RequestSpec
 
 __all__ = ["BatchPending", "build_requests", "submit_requests", "collect_results", "split_requests",

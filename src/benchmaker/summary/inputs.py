@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from ..formats import FacetModel, empty_table, read_table
-from ..losses import read_losses, Losses
+from ..losses import Losses, read_losses
 
 __all__ = ["Inputs", "load_inputs", "as_paths", "read_costs"]
 

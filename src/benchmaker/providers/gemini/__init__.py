@@ -25,11 +25,33 @@ What is Gemini's own, here:
   written before and after every create call, so an interrupted run resumes without resubmitting.
 """
 
-from .client import (DEFAULT_MODEL, GEMINI_PRICES, KEY_ENVS, LONG_CONTEXT_PRICES, TERMINAL_STATES, MissingKey,
-                     api_key, gemini_price, gemini_settings, key_env_names, make_client, split_base_url)
+from .client import (
+                     DEFAULT_MODEL,
+                     GEMINI_PRICES,
+                     KEY_ENVS,
+                     LONG_CONTEXT_PRICES,
+                     TERMINAL_STATES,
+                     MissingKey,
+                     api_key,
+                     gemini_price,
+                     gemini_settings,
+                     key_env_names,
+                     make_client,
+                     split_base_url,
+)
 from .runner import GeminiRunner, GeminiTransport
-from .wire import (gemini_request_key, media_resolution, parse_response, render_request, request_to_sdk,
-                   response_dict, thinking_config, to_openapi_schema, usage_from_response, uses_json_schema)
+from .wire import (
+                     gemini_request_key,
+                     media_resolution,
+                     parse_response,
+                     render_request,
+                     request_to_sdk,
+                     response_dict,
+                     thinking_config,
+                     to_openapi_schema,
+                     usage_from_response,
+                     uses_json_schema,
+)
 
 __all__ = ["GEMINI_PRICES", "LONG_CONTEXT_PRICES", "DEFAULT_MODEL", "KEY_ENVS", "gemini_price", "api_key",
            "make_client", "split_base_url", "gemini_settings", "key_env_names", "uses_json_schema",

@@ -13,8 +13,8 @@ from ..cost import Price, Usage
 from ..engine import Item, Runner
 from ..parse import Outcome
 from ..transport import SyncTransport
-from .client import (LONG_CONTEXT_TOKENS, LONG_CONTEXT_PRICES, gemini_settings, make_client, _lookup, gemini_price)
-from .wire import (render_request, request_to_sdk, gemini_request_key, response_dict, parse_response)
+from .client import LONG_CONTEXT_PRICES, LONG_CONTEXT_TOKENS, _lookup, gemini_price, gemini_settings, make_client
+from .wire import gemini_request_key, parse_response, render_request, request_to_sdk, response_dict
 
 log = get_logger("providers.gemini")
 

@@ -13,7 +13,7 @@ from ..cache import content_key
 from ..cost import Usage
 from ..parse import Outcome, parse_json_answer
 from ..spec import ImageRef, LLMSettings, RequestSpec, Text, encode_image, request_key
-from .client import (_OK_FINISH)
+from .client import _OK_FINISH
 
 log = get_logger("providers.gemini")
 
