@@ -21,7 +21,9 @@ rule preprocess:
         mem_mb=4000,
     params:
         image_root=IMAGE_ROOT,
-        settings=config["preprocess"],
+        # workers only decides speed (threads): not a rerun trigger; the rest decides the output
+        settings=not_a_trigger(config["preprocess"]),
+        triggers={k: v for k, v in config["preprocess"].items() if k != "workers"},
         shard=lambda wc: wc.shard,
         n_shards=config["n_shards"],
         columns=COLUMNS,

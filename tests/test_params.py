@@ -196,7 +196,8 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
     llm = {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-5-mini-unique-model", **knobs}
     variants = {
         "batch": {"vision": {"adapter": "openai", "openai": {**llm, "mode": "batch"}},
-                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "batch"}}},
+                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "batch"}},
+                  "preprocess": {"workers": 13}},
         "sync": {"vision": {"adapter": "openai", "openai": {**llm, "mode": "sync"}},
                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "sync"}}},
     }
@@ -217,5 +218,7 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
     for name, params in api_jobs.items():
         for value in ("12345", "4321"):
             assert value not in params, f"{name}: a runtime knob is a rerun trigger: {params[:400]}"
+    pre = [v for k, v in seen.items() if k.startswith("batch:preprocess")]
+    assert pre and all('"workers": 13' not in v and '"verify_decode"' in v for v in pre), pre[:1]
     for name in ("batch:vision_collect", "batch:judge_collect", "sync:vision", "sync:judge"):
         assert "gpt-5-mini-unique-model" in api_jobs[name], name  # the model still is a trigger
