@@ -121,8 +121,8 @@ def bench(n: int, q: int, workdir: Path) -> dict:
     a, i = generate(n, workdir)
     gen_s = time.perf_counter() - t0
     settings = {**SETTINGS, "num_seeds": q}
-    p, l = workdir / "query_plan.jsonl", workdir / "losses.jsonl"
-    code = CHILD.format(src=str(ROOT / "src"), a=str(a), i=str(i), p=str(p), l=str(l),
+    p, losses = workdir / "query_plan.jsonl", workdir / "losses.jsonl"
+    code = CHILD.format(src=str(ROOT / "src"), a=str(a), i=str(i), p=str(p), l=str(losses),
                         s=json.dumps(settings), f=json.dumps(FACETS))
     env = dict(os.environ, POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"))
     t1 = time.perf_counter()

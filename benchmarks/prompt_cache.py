@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-import polars as pl
+import polars as pl  # noqa: E402
 
 PRICE = (0.25, 0.025, 2.00)      # gpt-5-mini, USD per 1M tokens: input, cached input, output
 
@@ -46,7 +46,14 @@ FACETS = {
     },
     "boolean": ["people_present", "vehicles_present"],
 }
-WORDS = ["flame", "front", "ember", "spot", "crown", "torch", "canopy", "ridge", "slope", "valley", "road", "structure", "truck", "engine", "crew", "helicopter", "tanker", "retardant", "drop", "line", "dozer", "hose", "hydrant", "power", "pole", "fence", "barn", "house", "roof", "chimney", "ash", "char", "snag", "stump", "log", "debris", "meadow", "pasture", "vineyard", "orchard", "chaparral", "pine", "oak", "fir", "cedar", "juniper", "sage", "grass", "brush", "burn", "scar", "perimeter", "containment", "backfire", "firebreak", "lookout", "radio", "map"]
+WORDS = [
+    "flame", "front", "ember", "spot", "crown", "torch", "canopy", "ridge", "slope", "valley", "road",
+    "structure", "truck", "engine", "crew", "helicopter", "tanker", "retardant", "drop", "line", "dozer", "hose",
+    "hydrant", "power", "pole", "fence", "barn", "house", "roof", "chimney", "ash", "char", "snag", "stump",
+    "log", "debris", "meadow", "pasture", "vineyard", "orchard", "chaparral", "pine", "oak", "fir", "cedar",
+    "juniper", "sage", "grass", "brush", "burn", "scar", "perimeter", "containment", "backfire", "firebreak",
+    "lookout", "radio", "map",
+]
 
 
 def facet_model():

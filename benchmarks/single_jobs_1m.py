@@ -34,8 +34,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
 
-import planner
-from measure import run_measured
+import planner  # noqa: E402
+from measure import run_measured  # noqa: E402
 
 CHILD = """
 import json, logging, resource, sys, time

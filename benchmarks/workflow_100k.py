@@ -35,7 +35,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from measure import TreeSampler
+from measure import TreeSampler  # noqa: E402
 
 FACETS = {
     "taxonomy": {"color": ["red", "green", "blue", "yellow", "gray", "unknown"],

@@ -19,7 +19,8 @@ def test_slurm_skip_policy(tmp_path, env, rc, expect):
     (tmp_path / "conftest.py").write_text(
         "import importlib.util, sys\n"
         f"sys.path.insert(0, {str(support.ROOT / 'tests')!r})\n"
-        f"spec = importlib.util.spec_from_file_location('bm_conftest', {str(support.ROOT / 'tests' / 'conftest.py')!r})\n"
+        "spec = importlib.util.spec_from_file_location("
+        f"'bm_conftest', {str(support.ROOT / 'tests' / 'conftest.py')!r})\n"
         "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
         "pytest_runtest_makereport = mod.pytest_runtest_makereport\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: x\n")

@@ -154,7 +154,8 @@ def test_card_matches_data(exported):
     # losses per stage with reasons, quarantine, costs, models, load snippet, columns
     for s in ("| vision | image | refusal | 1 |", "| plan | query | no_candidates | 2 |",
               "| judge | pair | invalid_answer | 1 |", "3 files were quarantined", "| truncated | 1 |",
-              "Total: USD 0.0070 over 3 requests", "`ViT-B-32`", "laion2b_s34b_b79k", "`openai` with model `gpt-5-mini`",
+              "Total: USD 0.0070 over 3 requests", "`ViT-B-32`", "laion2b_s34b_b79k",
+              "`openai` with model `gpt-5-mini`",
               'load_dataset("me/tiny-bench", split="test")', 'row["img"]', "| `img_id` |", "| `color` |",
               "Ada Lovelace (Analytical)", "nDCG@10"):
         assert s in card, s
@@ -243,7 +244,8 @@ def test_upload_round_trip_against_fake_hub(exported, tmp_path, monkeypatch, cap
         settings = {"repo_id": "me/tiny-bench", "private": True, "token_env": "HF_TOKEN", "endpoint": hub.url}
         res = upload_run(dataset=str(out), receipt=str(receipt), settings=settings)
     assert hub.repos["me/tiny-bench"]["type"] == "dataset"
-    assert hub.repos["me/tiny-bench"].get("private") is True or hub.repos["me/tiny-bench"].get("visibility") == "private"
+    assert (hub.repos["me/tiny-bench"].get("private") is True
+            or hub.repos["me/tiny-bench"].get("visibility") == "private")
     local = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert hub.files["me/tiny-bench"] == local
     auth = [{k.lower(): v for k, v in r["headers"].items()}.get("authorization") for r in hub.requests]
@@ -282,7 +284,8 @@ def test_rules_summary_and_export_through_snakemake(tmp_path, tiny_corpus):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("")
     # the judge audit (summary and export take its report) reads the judge's qrels: qrels_with_score has them all
-    shutil.copyfile(tmp_path / "results" / "tiny" / "qrels_with_score.jsonl", tmp_path / "results" / "tiny" / "qrels.jsonl")
+    shutil.copyfile(tmp_path / "results" / "tiny" / "qrels_with_score.jsonl",
+                    tmp_path / "results" / "tiny" / "qrels.jsonl")
     r = support.snakemake(["-c1", "export", "--allowed-rules", "summary", "export", "audit_sample", "audit_report"],
                           tmp_path, tmp_path / "config.yaml", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

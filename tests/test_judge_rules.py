@@ -129,7 +129,8 @@ def test_compose_text_phrasing():
                          ("is_grayscale", False, True)], ["coffee_cup"]) == \
         "a photo of a cat, indoor setting, person present, not grayscale, with coffee cup"
     assert compose_text([("viewpoint", "fixed_long_range", False), ("confounder_type", "none", False),
-                         ("lighting", "unknown", False)], []) == "a photo of a fixed long range viewpoint, no confounder"
+                         ("lighting", "unknown", False)], []) == \
+        "a photo of a fixed long range viewpoint, no confounder"
     assert compose_text([], ["a", "b", "c"]) == "a photo, with a, b and c"
 
 

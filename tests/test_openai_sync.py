@@ -31,7 +31,8 @@ def fake(monkeypatch):
 
 def annotator(fake, tmp_path, **kw):
     s = {**SETTINGS, "base_url": fake.base_url, **kw}
-    return OpenAIAnnotator(facets=FM, settings=s, image_root=str(kw.pop("root", tmp_path)), cache_dir=str(tmp_path / "cache"))
+    return OpenAIAnnotator(facets=FM, settings=s, image_root=str(kw.pop("root", tmp_path)),
+                           cache_dir=str(tmp_path / "cache"))
 
 
 def test_vision_sync_round_trip_cost_and_cache(fake, tmp_path, tiny_corpus):

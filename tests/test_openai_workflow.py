@@ -49,7 +49,8 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     assert r2.returncode == 0, r2.stderr[-4000:]
     assert fake.count("POST", "/v1/batches") == n_batches
     assert fake.count("POST", "/v1/responses") == sent
-    vcosts = [json.loads(x) for f in sorted((res / "costs" / "vision").glob("*.jsonl")) for x in f.read_text().splitlines()]
+    vcosts = [json.loads(x) for f in sorted((res / "costs" / "vision").glob("*.jsonl"))
+              for x in f.read_text().splitlines()]
     assert vcosts and all(c["cached"] and c["cost_usd"] == 0 for c in vcosts if c["last_run"])
     # the cost files keep the spend to date: the paid rows of the first run are still there
     before = sum(c["cost_usd"] for c in costs)

@@ -129,7 +129,8 @@ def test_rights_map_precedence(tmp_path, tiny_corpus):
 
 def test_rights_map_longest_prefix_wins_regardless_of_order():
     rmap = RightsMap.from_dict({"prefixes": [
-        {"prefix": "a/", "license": "short"}, {"prefix": "a/b/c/", "license": "longest"}, {"prefix": "a/b/", "license": "mid"},
+        {"prefix": "a/", "license": "short"}, {"prefix": "a/b/c/", "license": "longest"},
+        {"prefix": "a/b/", "license": "mid"},
     ]})
     df = rmap.apply(pl.DataFrame({"image_id": ["a/b/c/x.jpg", "a/b/x.jpg", "a/x.jpg", "z.jpg"]}), "root")
     assert df["license"].to_list() == ["longest", "mid", "short", None]
@@ -223,7 +224,8 @@ def test_configured_column_names_on_disk(tmp_path, tiny_corpus):
     assert "source" in res["metadata"]["ignored_columns"]
     df = read_table("images", out / "images.jsonl", columns=cols)
     assert df.height == GOOD_IN_TINY and "image_id" in df.columns
-    shard0 = json.loads(next(l for i in range(2) for l in (out / "shards" / f"{i:05d}.jsonl").read_text().splitlines()))
+    shard0 = json.loads(next(line for i in range(2)
+                             for line in (out / "shards" / f"{i:05d}.jsonl").read_text().splitlines()))
     assert "id" in shard0
 
 

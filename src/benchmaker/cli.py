@@ -111,7 +111,8 @@ def cmd_estimate(args) -> int:
           f"{sum(x['input_tokens'] for x in lines):>12,} {sum(x['cached_input_tokens'] for x in lines):>11,} "
           f"{sum(x['output_tokens'] for x in lines):>11,} {sum(x['usd'] for x in lines):>10.4f}")
     for ln in lines:
-        extra = f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted" if "quarantined" in ln else ""
+        extra = (f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted"
+                 if "quarantined" in ln else "")
         print(f"{ln['stage']}: from {ln['source']}{extra}")
     print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
           "characters per text token, OpenAI's image tile rule, an allowance for reasoning tokens, the stable "

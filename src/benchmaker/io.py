@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent", "JsonlAppender"]
+__all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent",
+           "JsonlAppender"]
 
 
 def ensure_parent(path: str | os.PathLike) -> Path:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-__all__ = ["output_settings", "SIMILARITY_RUNTIME", "CLIP_VISION_RUNTIME", "LLM_SYNC_RUNTIME", "RECORD_DROPS", "vision_runtime_keys",
-           "split_runtime", "without_runtime"]
+__all__ = ["output_settings", "SIMILARITY_RUNTIME", "CLIP_VISION_RUNTIME", "LLM_SYNC_RUNTIME", "RECORD_DROPS",
+           "vision_runtime_keys", "split_runtime", "without_runtime"]
 
 SIMILARITY_RUNTIME = ("batch_size", "num_workers", "cache_dir")
 CLIP_VISION_RUNTIME = ("batch_size", "num_workers", "embedding_cache_dir")

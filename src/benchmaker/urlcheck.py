@@ -30,8 +30,9 @@ def _probe(image_id: str, url: str | None, timeout: float) -> UrlResult:
         return UrlResult(image_id, url, False, None, "no image_url (set preprocess.image_base_url)")
     last: str | None = None
     for method in ("HEAD", "GET"):
-        req = urllib.request.Request(url, method=method, headers={"User-Agent": "benchmaker-check-urls",
-                                                                  **({"Range": "bytes=0-0"} if method == "GET" else {})})
+        req = urllib.request.Request(url, method=method,
+                                     headers={"User-Agent": "benchmaker-check-urls",
+                                              **({"Range": "bytes=0-0"} if method == "GET" else {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 ctype = resp.headers.get("Content-Type", "")

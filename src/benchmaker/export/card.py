@@ -13,12 +13,14 @@ from ..summary.report import md_table
 __all__ = ["render_card", "COLUMN_DOCS", "size_category"]
 
 COLUMN_DOCS = {
-    "query_id": "Query identifier, a string such as `<benchmark>_q0001` (keep it a string: INQUIRE-style schemas that type it as a number will not match).",
+    "query_id": "Query identifier, a string such as `<benchmark>_q0001` (keep it a string: INQUIRE-style schemas "
+                "that type it as a number will not match).",
     "query_text": "The natural-language query. Unique per query_id.",
     "image_id": "Stable image identifier: the POSIX path of the image relative to the image folder.",
     "relevance_label": "Judged relevance of the image to the query: 0/1 (binary) or 0..3 (graded). Never null.",
     "image": "The image itself (`datasets.Image`, bytes embedded; decodes to a PIL image).",
-    "clip_score": "Cosine similarity between the CLIP embeddings of query_text and the image (higher = more similar). Null only where the image could not be embedded.",
+    "clip_score": "Cosine similarity between the CLIP embeddings of query_text and the image (higher = more similar). "
+                  "Null only where the image could not be embedded.",
     "clip_rank": "Rank of the image within the query's pool by clip_score (1 = most similar).",
     "pool": "Why the planner put the image in the query's pool: seed, positive, neutral, hard, nearmiss or easy.",
     "is_seed": "True for the seed image(s) the query was written from; seed rows come first within a query.",
@@ -29,7 +31,8 @@ COLUMN_DOCS = {
     "tags": "Tags of the image from the controlled vocabulary.",
     "confidence": "Annotator confidence per facet (0..1).",
     "license": "License of the image file.",
-    "doi": "DOI of the image's source, or the credit line its license asks for, from the rights map (null when unknown).",
+    "doi": "DOI of the image's source, or the credit line its license asks for, from the rights map "
+           "(null when unknown).",
     "original_dataset_name": "Name of the collection the image comes from.",
     "image_url": "Public URL of the image, when configured.",
     "mime_type": "MIME type of the image file.",

@@ -28,10 +28,12 @@ class UploadError(RuntimeError):
 
 def _files(folder: Path) -> list[dict]:
     return [{"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size}
-            for p in sorted(folder.rglob("*")) if p.is_file() and not any(s.startswith(".") for s in p.relative_to(folder).parts)]
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and not any(s.startswith(".") for s in p.relative_to(folder).parts)]
 
 
-def run(*, dataset: str, receipt: str, settings: Mapping[str, Any], commit_message: str | None = None) -> dict[str, Any]:
+def run(*, dataset: str, receipt: str, settings: Mapping[str, Any],
+        commit_message: str | None = None) -> dict[str, Any]:
     settings = dict(settings or {})
     folder = Path(dataset)
     repo_id = settings.get("repo_id")

@@ -86,7 +86,8 @@ def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_
         .select("query_id", "query_text", "image_id", "relevance_label", "pool", "is_seed",
                 "seed_not_relevant", "judge", "rationale")
     )
-    dup_text = texts.filter(~pl.col("query_id").is_in(list(bad_q))).group_by("query_text").len().filter(pl.col("len") > 1)
+    dup_text = (texts.filter(~pl.col("query_id").is_in(list(bad_q)))
+                .group_by("query_text").len().filter(pl.col("len") > 1))
     if dup_text.height:
         log.warning("%d query texts are shared by several queries (evaluators that dedupe by text "
                     "will merge them): %s", dup_text.height, dup_text["query_text"].head(5).to_list())

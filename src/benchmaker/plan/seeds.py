@@ -85,7 +85,7 @@ def sample_seeds(index: Index, strata_facets: list[int], num_seeds: int, per_que
         rnd += 1
     ids = query_ids(benchmark_name, len(seq))
     out = []
-    for qid, (k, seeds) in zip(ids, seq):
+    for qid, (_k, seeds) in zip(ids, seq):
         label = ",".join(f"{index.facet_names[f]}={index.values[f][index.codes[seeds[0], f]]}" for f in strata_facets)
         out.append(SeedQuery(qid, seeds, label or "all"))
     return out, max(0, num_seeds - len(seq))

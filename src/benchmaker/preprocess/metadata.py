@@ -50,7 +50,8 @@ class MetadataReport:
                 source, self.unmatched, self.unmatched_examples,
             )
         if self.duplicates:
-            logger.warning("metadata %s: %d image_id(s) appear more than once; the last row wins", source, self.duplicates)
+            logger.warning("metadata %s: %d image_id(s) appear more than once; the last row wins",
+                           source, self.duplicates)
         if self.ignored_columns:
             logger.warning(
                 "metadata %s: column(s) %s are computed by preprocess or reserved, so they were ignored",

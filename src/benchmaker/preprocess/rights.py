@@ -55,7 +55,8 @@ class RightsMap:
         default = _entry(data.get("default") or {}, f"{source}: default", allow_prefix=False)
         files_raw = data.get("files") or {}
         if not isinstance(files_raw, Mapping):
-            raise RightsMapError(f"{source}: 'files' must be an object {{image_id: {{...}}}}, got {type(files_raw).__name__}")
+            raise RightsMapError(f"{source}: 'files' must be an object {{image_id: {{...}}}}, "
+                                 f"got {type(files_raw).__name__}")
         files = {}
         for image_id, entry in files_raw.items():
             if str(image_id).startswith("_"):
@@ -164,7 +165,8 @@ def _clean(expr: pl.Expr, key: str) -> pl.Expr:
 
 def _entry(entry: Any, where: str, *, allow_prefix: bool) -> dict[str, str | None]:
     if not isinstance(entry, Mapping):
-        raise RightsMapError(f"{where}: must be an object with keys {', '.join(RIGHTS_KEYS)}, got {type(entry).__name__}")
+        raise RightsMapError(f"{where}: must be an object with keys {', '.join(RIGHTS_KEYS)}, "
+                             f"got {type(entry).__name__}")
     allowed = set(RIGHTS_KEYS) | ({"prefix"} if allow_prefix else set())
     out: dict[str, str | None] = {}
     for key, value in entry.items():
@@ -191,5 +193,6 @@ def load_rights_map(path: str | os.PathLike | None) -> RightsMap:
     except FileNotFoundError:
         raise RightsMapError(f"rights map {p}: file not found (paths.rights_map)") from None
     except json.JSONDecodeError as exc:
-        raise RightsMapError(f"rights map {p}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise RightsMapError(f"rights map {p}: not valid JSON: {exc.msg} "
+                             f"at line {exc.lineno} column {exc.colno}") from None
     return RightsMap.from_dict(data, source=f"rights map {p}")

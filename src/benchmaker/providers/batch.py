@@ -404,7 +404,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                               "cancelled": "batch_cancelled"}.get(status, "no_response")
                     for i, a in missing:
                         attempts[i] = max(attempts[i], a)
-                        last[i] = Outcome(False, reason=reason, detail=f"batch {bid} {status}" + (f": {errs}" if errs else ""))
+                        last[i] = Outcome(False, reason=reason,
+                                          detail=f"batch {bid} {status}" + (f": {errs}" if errs else ""))
                         failed.add(i)
                     log.warning("%s: batch %s %s: %d request(s) without an answer (%s)", stage, bid, status,
                                 len(missing), reason)

@@ -144,7 +144,8 @@ def _images(cfg: Mapping[str, Any], results: Path):
 
 def _typical_row(fm, i: int) -> dict:
     """An annotation row of typical length for the facet model (judge estimate before a plan exists)."""
-    words = ["person", "walking", "along", "a", "road", "near", "trees", "with", "buildings", "and", "a", "vehicle", "in", "the", "background", "under", "a", "clear", "sky"]
+    words = ["person", "walking", "along", "a", "road", "near", "trees", "with", "buildings", "and", "a", "vehicle",
+             "in", "the", "background", "under", "a", "clear", "sky"]
     row = {"image_id": f"img{i}", "summary": " ".join(words[: 18 + i % 5]),
            "tags": [(fm.vocabulary[j % len(fm.vocabulary)] if fm.vocabulary else f"tag number {j}")
                     for j in range((fm.min_tags + fm.max_tags) // 2)]}

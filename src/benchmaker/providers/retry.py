@@ -107,7 +107,8 @@ def _retry_info(exc: BaseException) -> float | None:
 
 def _network_errors() -> tuple[type, ...]:
     out: list[type] = [ConnectionError, TimeoutError]
-    for mod, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)), ("openai", ("APIConnectionError", "APITimeoutError")),
+    for mod, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
+                       ("openai", ("APIConnectionError", "APITimeoutError")),
                        ("requests", ("ConnectionError", "Timeout"))):
         try:
             m = __import__(mod)

@@ -50,7 +50,8 @@ def load_image(path: str, draft_size: tuple[int, int] | None):
 def _split_preprocess(preprocess) -> tuple[Any, tuple[float, ...] | None, tuple[float, ...] | None]:
     """Split open_clip's eval transform into (PIL part, mean, std) when it ends in ToTensor + Normalize."""
     tfs = list(getattr(preprocess, "transforms", []) or [])
-    if len(tfs) >= 2 and type(tfs[-2]).__name__ in ("ToTensor", "MaybeToTensor") and type(tfs[-1]).__name__ == "Normalize":
+    if (len(tfs) >= 2 and type(tfs[-2]).__name__ in ("ToTensor", "MaybeToTensor")
+            and type(tfs[-1]).__name__ == "Normalize"):
         from torchvision import transforms as T
 
         norm = tfs[-1]
@@ -220,7 +221,8 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
     base = images.select("image_id", "sha256").with_columns(
         pl.Series("__path", image_paths(images, image_root), dtype=pl.String))
     shas = base["sha256"].unique(maintain_order=True)
-    hit = cache.lookup(shas) if cache is not None else pl.DataFrame(schema={"sha256": pl.String, "embedding": emb_dtype})
+    hit = (cache.lookup(shas) if cache is not None
+           else pl.DataFrame(schema={"sha256": pl.String, "embedding": emb_dtype}))
     todo = (base.filter(~pl.col("sha256").is_in(hit["sha256"].implode()))
             .unique("sha256", keep="first", maintain_order=True))
     log.info("%s: %d images, %d distinct sha256, %d from cache, %d to encode (batch %d, %d workers, %s)",

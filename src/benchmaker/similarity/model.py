@@ -321,7 +321,8 @@ def _load_error(model: str, pretrained: str | None, exc: BaseException) -> Model
         "  To use weights already on disk, set either\n"
         "    similarity.pretrained: /path/to/open_clip_model.safetensors   (with similarity.model: <architecture>)\n"
         "  or\n"
-        "    similarity.model: local-dir:/path/to/folder   (a folder with open_clip_config.json + open_clip_model.safetensors)\n"
+        "    similarity.model: local-dir:/path/to/folder   "
+        "(a folder with open_clip_config.json + open_clip_model.safetensors)\n"
         "  (the same keys exist under vision.clip for the clip vision adapter).\n"
         "  To try the pipeline with no download at all: `make example-offline` (random tiny CLIP, a smoke test)."
     )

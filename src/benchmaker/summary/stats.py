@@ -151,7 +151,8 @@ def clip_histogram(scored: pl.DataFrame, bins: int = 40) -> pl.DataFrame:
     return (s.select(((pl.col("clip_score") - lo) / width).floor().clip(0, bins - 1).cast(pl.Int64).alias("bin"),
                      "relevance_label")
             .group_by("bin", "relevance_label").len("pairs")
-            .select((lo + pl.col("bin") * width).alias("bin_start"), (lo + (pl.col("bin") + 1) * width).alias("bin_end"),
+            .select((lo + pl.col("bin") * width).alias("bin_start"),
+                    (lo + (pl.col("bin") + 1) * width).alias("bin_end"),
                     "relevance_label", pl.col("pairs").cast(pl.Int64))
             .sort("bin_start", "relevance_label"))
 

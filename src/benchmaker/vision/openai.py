@@ -196,13 +196,14 @@ def batch_metadata(benchmark: str, stage: str, shard: str) -> dict[str, str]:
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            shard: str = "all", cache_dir: str | None = None, adapter: str = "openai") -> None:
-    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted, state_dir=state_dir,
-                       metadata=batch_metadata(benchmark, "vision", shard))
+    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
+                       state_dir=state_dir, metadata=batch_metadata(benchmark, "vision", shard))
 
 
 def collect(*, images: str, manifest: str, submitted: str, annotations: str, losses: str, costs: str,
             settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str],
-            state_dir: str, benchmark: str, shard: str = "all", cache_dir: str | None = None, adapter: str = "openai") -> None:
+            state_dir: str, benchmark: str, shard: str = "all", cache_dir: str | None = None,
+            adapter: str = "openai") -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
     runner = _runner(settings, cache_dir, adapter)

@@ -38,7 +38,8 @@ class GeminiBatchBackend(BatchBackend):
     max_bytes = INLINE_BATCH_BYTES
 
     def line(self, item, custom_id: str) -> str:
-        return f'{{"custom_id":"{custom_id}","request":' + fast_dumps(render_request(item.spec, self.runner.llm)) + "}\n"
+        return (f'{{"custom_id":"{custom_id}","request":'
+                + fast_dumps(render_request(item.spec, self.runner.llm)) + "}\n")
 
     def upload(self, path: str, name: str) -> str:
         return f"local:{path}"                 # inline requests: nothing to upload
