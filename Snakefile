@@ -22,6 +22,7 @@ include: "rules/judge.smk"
 include: "rules/similarity.smk"
 include: "rules/summary.smk"
 include: "rules/export.smk"
+include: "rules/evaluate.smk"
 
 
 rule all:
@@ -34,3 +35,5 @@ rule all:
         f"{RESULTS}/qrels_with_score.jsonl",
         f"{RESULTS}/summary",
         f"{RESULTS}/hf_dataset",
+        # the evaluate target joins `all` only when systems are configured (docs/evaluate.md)
+        f"{RESULTS}/evaluate/leaderboard.csv" if EVAL_SYSTEMS else [],

@@ -27,6 +27,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
     "summary": ("summary", "formats.py", "losses.py"),
     "export": ("export", "summary", "formats.py", "losses.py"),
+    "evaluate": ("evaluate", "formats.py", "ids.py", "similarity/model.py", "similarity/embed.py"),
 }
 
 
