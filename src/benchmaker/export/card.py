@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 
@@ -49,7 +49,7 @@ def size_category(n: int) -> str:
     return "1B<n<10B"
 
 
-def _front_matter(meta, features, files, split, n_rows, repo_tags) -> str:
+def _front_matter(meta, features, files, split, n_rows, repo_tags, extra_configs=()) -> str:
     from datasets import DatasetInfo
     from datasets.info import DatasetInfosDict
     from datasets.splits import SplitDict, SplitInfo
@@ -64,7 +64,8 @@ def _front_matter(meta, features, files, split, n_rows, repo_tags) -> str:
         pretty_name=meta.get("title") or meta.get("name"),
         task_categories=["text-to-image", "image-feature-extraction"],
         tags=repo_tags, size_categories=[size_category(n_rows)],
-        configs=[{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]}],
+        configs=[{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]},
+                 *extra_configs],
     )
     DatasetInfosDict({"default": info}).to_dataset_card_data(data)
     return data.to_yaml()
@@ -114,14 +115,15 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 config: Mapping[str, Any], similarity: Mapping[str, Any], summary: Mapping[str, Any],
                 columns: Mapping[str, str], image_col: str, facets: FacetModel, repo_id: str | None,
                 config_digest: str, version: str | None,
-                sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None) -> str:
+                sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
+                extra_configs: Sequence[Mapping[str, Any]] = ()) -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
     name = meta.get("name") or "benchmark"
     title = meta.get("title") or name
     c = counts
     tags = ["image-retrieval", "text-to-image-retrieval", "benchmark", "benchmaker"]
-    fm = _front_matter(meta, features, files, split, c["rows"], tags)
+    fm = _front_matter(meta, features, files, split, c["rows"], tags, extra_configs)
     col = lambda k: columns.get(k, k)  # noqa: E731
     out = [f"---\n{fm.rstrip()}\n---\n", f"# {title}\n"]
     if meta.get("description"):
@@ -245,6 +247,9 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         "- `dataset_metadata.json`: counts, digests and versions.\n"
         "- `beir/` (`queries.jsonl`, `corpus.jsonl`, `qrels/<split>.tsv`) and `trec/qrels.txt`: corpus-level views of "
         "the same judgments, each image once, for evaluators that rank a whole corpus.\n"
+        "- `mteb/{corpus,queries,qrels}/`: the configs `corpus` (id, image), `queries` (id, text) and `qrels` "
+        "(query-id, corpus-id, score) that mteb's image retrieval tasks load (`load_dataset(repo, \"corpus\")`); "
+        "ids there and in `beir/` and `trec/` are URL-percent-encoded image/query ids (no whitespace).\n"
         "- `summary/`: statistics and charts (`summary/report.md`), `summary/config_values.csv`.\n")
     authors = meta.get("authors") or []
     if authors:

@@ -1,0 +1,97 @@
+"""The export's IR views load unchanged in datasets, mteb's own loader, BEIR and ranx (odd file names)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from benchmaker.export.ir_views import mteb_configs, write_ir_views
+from benchmaker.ids import from_trec_id, trec_id
+
+ODD = "red/my café #1.jpg"
+
+
+@pytest.fixture()
+def views(tmp_path, tiny_corpus):
+    root = tmp_path / "images"
+    shutil.copytree(tiny_corpus, root)
+    first = sorted((root / "red").glob("*.jpg"))[0]
+    first.rename(root / ODD)
+    ids = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "broken" not in p.parts)
+    rows = []
+    for n, qid in enumerate(("q 1", "q été")):
+        for j, iid in enumerate(ids[n * 3:n * 3 + 6] + ([ODD] if n else [])):
+            rows.append({"query_id": qid, "query_text": f"query {n}", "image_id": iid,
+                         "relevance_label": int(j % 2 == 0), "summary": f"summary of {iid}"})
+    df = pl.DataFrame(rows).unique(["query_id", "image_id"], keep="first", maintain_order=True)
+    out = tmp_path / "hf"
+    out.mkdir()
+    counts = write_ir_views(df, out, "test", root)
+    # the card's YAML configs as the export writes them (default = the flat table, not needed here)
+    (out / "README.md").write_text("---\n" + yaml.safe_dump({"configs": mteb_configs("test")}) + "---\n")
+    return out, df, counts
+
+
+def test_datasets_loads_every_mteb_config(views):
+    from datasets import load_dataset
+
+    out, df, counts = views
+    corpus = load_dataset(str(out), "corpus", split="test")
+    assert corpus.column_names == ["id", "image"] and len(corpus) == counts["corpus"]
+    assert trec_id(ODD) in corpus["id"] and all(" " not in i for i in corpus["id"])
+    assert corpus[0]["image"].size[0] > 0  # decodes to PIL
+    queries = load_dataset(str(out), "queries", split="test")
+    assert sorted(from_trec_id(i) for i in queries["id"]) == ["q 1", "q été"]
+    qrels = load_dataset(str(out), "mteb-qrels", split="test")
+    assert qrels.column_names == ["query-id", "corpus-id", "score"] and len(qrels) == df.height
+
+
+def test_mteb_own_loader(views):
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalDatasetLoader
+
+    out, df, _ = views
+    # AbsTaskRetrieval.load_data builds exactly this loader with config=<hf_subset> (docs/evaluate.md)
+    split = RetrievalDatasetLoader(hf_repo=str(out), revision=None, split="test", config="mteb").load()
+    assert len(split["corpus"]) == df["image_id"].n_unique()
+    assert set(split["queries"]["id"]) == {trec_id("q 1"), trec_id("q été")}
+    rel = split["relevant_docs"]
+    assert rel[trec_id("q été")][trec_id(ODD)] in (0, 1)
+
+
+def test_beir_loader_and_exact_dense_search(views):
+    from beir.datasets.data_loader import GenericDataLoader
+    from beir.retrieval.search.dense.exact_search import DenseRetrievalExactSearch
+
+    out, df, _ = views
+    corpus, queries, qrels = GenericDataLoader(data_folder=str(out / "beir")).load(split="test")
+    assert all(doc["title"] == "" for doc in corpus.values())
+    # BEIR's loader keeps title and text only; the file's `image` field and the id both name the image
+    raw = pl.read_ndjson(out / "beir" / "corpus.jsonl")
+    assert raw.columns == ["_id", "title", "text", "image"]
+    assert all(from_trec_id(i) == img for i, img in raw.select("_id", "image").iter_rows())
+    assert trec_id(ODD) in corpus
+    assert qrels[trec_id("q été")][trec_id(ODD)] in (0, 1)
+
+    class Model:  # BEIR's dense-model interface: encode_queries / encode_corpus -> arrays
+        def encode_queries(self, texts, batch_size=16, **kw):
+            return np.stack([np.eye(8, dtype=np.float32)[len(t) % 8] for t in texts])
+
+        def encode_corpus(self, docs, batch_size=16, **kw):
+            return np.stack([np.eye(8, dtype=np.float32)[len(d["title"] + " " + d["text"]) % 8] for d in docs])
+
+    results = DenseRetrievalExactSearch(Model(), batch_size=4).search(corpus, queries, top_k=5, score_function="dot")
+    assert set(results) == set(queries) and all(len(v) <= 5 for v in results.values())
+
+
+def test_ranx_reads_trec_qrels(views):
+    from ranx import Qrels
+
+    out, df, _ = views
+    q = Qrels.from_file(str(out / "trec" / "qrels.txt"), kind="trec")
+    assert q.to_dict()[trec_id("q été")][trec_id(ODD)] == int(
+        df.filter((pl.col("query_id") == "q été") & (pl.col("image_id") == ODD))["relevance_label"][0])
