@@ -20,6 +20,14 @@ def evaluate_uses_gpu(system):
     return system["kind"] in MODEL_KINDS
 
 
+def evaluate_report_inputs():
+    """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
+    evaluate.report is true (the leaderboard then appears in report.html and the dataset card)."""
+    if EVAL_SYSTEMS and (config.get("evaluate") or {}).get("report", True):
+        return {"evaluation": f"{EVAL}/leaderboard.csv"}
+    return {}
+
+
 def _names_regex(names):
     return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
 
@@ -145,7 +153,9 @@ rule evaluate:
     conda:
         "../envs/benchmaker.yaml"
     params:
-        settings={k: v for k, v in config["evaluate"].items() if k != "systems"},
+        settings={
+            k: v for k, v in config["evaluate"].items() if k not in ("systems", "report")
+        },
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=NUMBA_CACHE,

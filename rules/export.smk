@@ -9,6 +9,8 @@ rule export:
         plan=f"{RESULTS}/query_plan.jsonl",
         scored=f"{RESULTS}/qrels_with_score.jsonl",
         summary=f"{RESULTS}/summary",
+        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
+        **evaluate_report_inputs(),
     output:
         dataset=directory(f"{RESULTS}/hf_dataset"),
     log:

@@ -8,6 +8,8 @@ rule summary:
         annotations=f"{RESULTS}/annotations.jsonl",
         plan=f"{RESULTS}/query_plan.jsonl",
         scored=f"{RESULTS}/qrels_with_score.jsonl",
+        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
+        **evaluate_report_inputs(),
     output:
         summary=directory(f"{RESULTS}/summary"),
     log:

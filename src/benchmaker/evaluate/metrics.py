@@ -266,7 +266,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         schema={c: pl.String for c in LEADERBOARD_COLUMNS})
     if board.height:
         first = f"ndcg@{ks[0]}"
-        board = board.sort(["scope", first, "system"], descending=[False, True, False], nulls_last=True)
+        order = pl.col("scope").replace_strict({sc: i for i, sc in enumerate(SCOPES)}, return_dtype=pl.Int64)
+        board = board.sort([order, first, "system"], descending=[False, True, False], nulls_last=True)
     drill = pl.DataFrame(drill_rows, infer_schema_length=None) if drill_rows else pl.DataFrame(
         schema={"system": pl.String, "scope": pl.String, "dimension": pl.String, "value": pl.String})
     pq_all = pl.concat(per_query_frames, how="diagonal_relaxed") if per_query_frames else pl.DataFrame(

@@ -275,6 +275,7 @@ def run(
     public_config: Mapping[str, Any] | None = None,
     version: str | None = None,
     threads: int = 1,
+    evaluation: str | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -318,6 +319,12 @@ def run(
         cv.write_csv(out / "summary" / "config_values.csv")
         shutil.copyfile(annotations, out / "annotations.jsonl")
         ir_views = write_ir_views(rows, out, split, image_root)
+        evaluation_md = ""
+        if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
+            from ..evaluate.report import card_markdown, copy_results
+
+            copy_results(evaluation, out / "evaluate")
+            evaluation_md = card_markdown(evaluation)
         checks = {**checks, "ir_views": ir_views}
         write_table(all_losses, "losses", out / "losses.jsonl")
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
@@ -356,7 +363,8 @@ def run(
                            similarity=dict(similarity or {}), summary=summary_numbers, columns=columns,
                            image_col=image_col, facets=inp.facets, repo_id=settings.get("repo_id"),
                            config_digest=metadata["digests"]["config"], version=version,
-                           sources=sources, examples=examples, extra_configs=mteb_configs(split))
+                           sources=sources, examples=examples, extra_configs=mteb_configs(split),
+                           evaluation_md=evaluation_md)
         atomic_write_text(out / "README.md", card)
         leaked = find_secrets(out, secrets)
         if leaked:

@@ -116,7 +116,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 columns: Mapping[str, str], image_col: str, facets: FacetModel, repo_id: str | None,
                 config_digest: str, version: str | None,
                 sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
-                extra_configs: Sequence[Mapping[str, Any]] = ()) -> str:
+                extra_configs: Sequence[Mapping[str, Any]] = (), evaluation_md: str = "") -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
     name = meta.get("name") or "benchmark"
@@ -170,6 +170,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             f"\nBaseline: ranking each query's pool by `{col('clip_score')}` gives nDCG@10 "
             f"{rk['ndcg@10']:.4f}, MRR {rk.get('mrr') or 0:.4f}, MAP {rk.get('map') or 0:.4f} over "
             f"{rk.get('evaluated_queries')} queries with a positive (see summary/clip_ranking_metrics.csv).\n")
+    if evaluation_md:
+        out.append(evaluation_md)
     out.append("## How it was built\n")
     cfg = config or {}
     plan = cfg.get("plan") or {}

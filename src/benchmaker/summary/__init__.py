@@ -150,6 +150,7 @@ def run(
     benchmark_meta: Mapping[str, Any] | None = None,
     version: str | None = None,
     threads: int = 1,
+    evaluation: str | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     settings = dict(settings or {})
@@ -200,7 +201,12 @@ def run(
         numbers["sample_images"] = sample["image_id"].to_list()
         log.info("summary: %d charts and the contact sheet in %.1f s", len(pngs), time.perf_counter() - t1)
         atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
-        _report(out, meta, numbers, tables, fm)
+        extra = []
+        if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
+            from ..evaluate.report import summary_section
+
+            extra.append(summary_section(evaluation, out, scale))
+        _report(out, meta, numbers, tables, fm, extra)
     log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
              numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
     return numbers
@@ -210,7 +216,8 @@ def _num(v: Any) -> str:
     return "n/a" if v is None else f"{v:g}"
 
 
-def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm) -> None:
+def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
+            extra: Sequence[Section] = ()) -> None:
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
     overview = pl.DataFrame({
@@ -275,6 +282,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
                   "answered from the response cache (no cost in this run)." if c["requests"] else ""),
             table=t["cost_summary"], files=["cost_summary.csv"],
             empty="No API request was recorded: the vision and judge adapters of this run are offline."))
+    sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
     write_report(out, title, meta.get("description") or "", sections)
