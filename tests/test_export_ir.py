@@ -95,3 +95,32 @@ def test_ranx_reads_trec_qrels(views):
     q = Qrels.from_file(str(out / "trec" / "qrels.txt"), kind="trec")
     assert q.to_dict()[trec_id("q été")][trec_id(ODD)] == int(
         df.filter((pl.col("query_id") == "q été") & (pl.col("image_id") == ODD))["relevance_label"][0])
+
+
+def test_mteb_task_definition_from_the_docs_loads(views):
+    """The task class of docs/evaluate.md, pointed at the local folder, loads through mteb's own code."""
+    from mteb.abstasks.retrieval import AbsTaskRetrieval
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    out, df, _ = views
+
+    class MyBenchT2IRetrieval(AbsTaskRetrieval):
+        metadata = TaskMetadata(
+            name="MyBenchT2IRetrieval",
+            description="Text-to-image retrieval on a benchmark built with benchmaker.",
+            reference=None,
+            dataset={"path": str(out), "revision": "main"},
+            type="Any2AnyRetrieval",
+            category="t2i",
+            modalities=["text", "image"],
+            eval_splits=["test"],
+            eval_langs={"mteb": ["eng-Latn"]},  # the subset name selects the mteb-* configs
+            main_score="ndcg_at_10",
+        )
+
+    task = MyBenchT2IRetrieval()
+    task.load_data()
+    data = task.dataset["mteb"]["test"]
+    assert len(data["corpus"]) == df["image_id"].n_unique()
+    assert data["corpus"][0]["image"].size[0] > 0
+    assert trec_id("q été") in data["relevant_docs"]
