@@ -4,7 +4,7 @@
 # are configured; `snakemake evaluate` always works (no systems = an empty leaderboard).
 import re as _re
 
-from benchmaker.evaluate.systems import MODEL_KINDS, check_systems
+from benchmaker.evaluate.systems import MODEL_KINDS, check_systems, sees_judge_text
 
 try:
     EVAL_SYSTEMS = check_systems(config.get("evaluate") or {})
@@ -61,8 +61,10 @@ def evaluate_system_inputs(wildcards):
 
 
 def evaluate_system_params(wildcards):
-    """Only the system's own settings (and the ones it reads from) + the code version."""
-    return EVAL_BY_NAME[wildcards.system]
+    """Only the system's own settings, with whether it sees what the judge saw (derived from the systems
+    it fuses or reranks): editing another system never reruns this one."""
+    s = EVAL_BY_NAME[wildcards.system]
+    return {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
 
 
 rule evaluate_model:
@@ -87,7 +89,6 @@ rule evaluate_model:
         mem_mb=8000,
     params:
         system=evaluate_system_params,
-        systems=EVAL_SYSTEMS,
         image_root=IMAGE_ROOT,
         cache_dir=EMBED_CACHE,
         columns=COLUMNS,
@@ -117,7 +118,6 @@ rule evaluate_system:
         mem_mb=4000,
     params:
         system=evaluate_system_params,
-        systems=EVAL_SYSTEMS,
         image_root=IMAGE_ROOT,
         llm_cache_dir=f"{config['paths']['results']}/.cache/evaluate",
         facets=FACETS,

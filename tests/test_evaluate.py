@@ -91,6 +91,12 @@ def test_run_file_round_trip_odd_ids_and_ranx_reads_it(tmp_path):
     assert back.sort("image_id").equals(run.sort("image_id"))
     r = Run.from_file(str(path), kind="trec")
     assert r.to_dict()[trec_id("q 1")][trec_id(ODD)] == 0.5
+    # tabs and repeated spaces (other tools' files) read the same through the careful reader
+    (tmp_path / "tabs.trec").write_text(path.read_text().replace(" Q0 ", "\tQ0  "))
+    assert read_run(tmp_path / "tabs.trec").sort("image_id").equals(back.sort("image_id"))
+    with pytest.raises(Exception, match="appears twice"):
+        (tmp_path / "dup.trec").write_text("q1 Q0 a 1 0.5 x\nq1 Q0 a 2 0.4 x\n")
+        read_run(tmp_path / "dup.trec")
     with pytest.raises(Exception, match="6 fields"):
         (tmp_path / "bad.trec").write_text("q1 Q0 a b 1 0.5 x\n")
         read_run(tmp_path / "bad.trec")

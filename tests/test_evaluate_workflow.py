@@ -78,9 +78,14 @@ def test_evaluate_target_end_to_end(tmp_path, tiny_cfg, tiny_clip):
         "tiny-clip": False, "bm25": True, "fused": True, "ext": False}
     for f in ("drilldown.csv", "significance.csv", "per_query.csv"):
         assert (res / "evaluate" / f).is_file()
-    # nothing left to do; then dropping every system leaves an empty leaderboard (not an error)
+    # nothing left to do; editing one system reruns it, what fuses it and the aggregate only
     r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
     assert "Nothing to be done" in r.stdout + r.stderr
+    tiny_cfg["evaluate"]["systems"][1]["k1"] = 1.2
+    cfg = support.write_config(tmp_path / "c1.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
+    assert job_stats(r.stdout + r.stderr) == {"evaluate_system": 2, "evaluate": 1}, (r.stdout + r.stderr)[-3000:]
+    # dropping every system leaves an empty leaderboard (not an error)
     tiny_cfg["evaluate"] = {"systems": []}
     cfg = support.write_config(tmp_path / "c0.yaml", tiny_cfg)
     r = support.snakemake(["-c1", "evaluate"], tmp_path, cfg)

@@ -63,17 +63,29 @@ def to_ranx_qrels(qrels: pl.DataFrame):
 
 
 def evaluate_scope(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Sequence[str], name: str,
-                   queries: Sequence[str]) -> pl.DataFrame:
+                   queries: Sequence[str], ranx_qrels=None) -> pl.DataFrame:
     """Per-query ranx scores (``query_id`` + one column per metric) over ``queries``; a query the run
-    does not rank scores 0."""
+    does not rank scores 0. ``ranx_qrels`` (the qrels of exactly ``queries``) is built when not given."""
+    return ranx_scores(ranx_qrels if ranx_qrels is not None else to_ranx_qrels(
+        qrels.filter(pl.col("query_id").is_in(list(queries)))), run, metrics, name, queries)[0]
+
+
+def ranx_scores(q, run: pl.DataFrame, metrics: Sequence[str], name: str, queries: Sequence[str]):
+    """(per-query scores, the ranx Run) of ``run`` against ranx Qrels ``q`` holding exactly ``queries``.
+
+    The Run gets exactly the same queries (an empty ranking where the run has none), so ranx needs no
+    ``make_comparable`` copy."""
     from ranx import evaluate
 
-    q = to_ranx_qrels(qrels.filter(pl.col("query_id").is_in(list(queries))))
-    r = to_ranx_run(run.filter(pl.col("query_id").is_in(list(queries))), name, queries)
-    evaluate(q, r, list(metrics), return_mean=False, make_comparable=True, save_results_in_run=True)
-    order = sorted(q.keys())
+    order = sorted(queries)
+    schema = {"query_id": pl.String, **{m: pl.Float64 for m in metrics}}
+    sub = run.filter(pl.col("query_id").is_in(order))
+    if not sub.height:  # ranx cannot build a Run without a single document; every metric of it is 0
+        return pl.DataFrame({"query_id": order, **{m: [0.0] * len(order) for m in metrics}}, schema=schema), None
+    r = to_ranx_run(sub, name, order)
+    evaluate(q, r, list(metrics), return_mean=False, save_results_in_run=True)
     return pl.DataFrame({"query_id": order, **{m: [float(r.scores[m][x]) for x in order] for m in metrics}},
-                        schema={"query_id": pl.String, **{m: pl.Float64 for m in metrics}})
+                        schema=schema), r
 
 
 def top_k(run: pl.DataFrame, k: int) -> pl.DataFrame:
@@ -139,21 +151,20 @@ def _load_embeddings(paths: Sequence[str], columns) -> tuple[dict[str, int], np.
     return {i: n for n, i in enumerate(df["image_id"].to_list())}, df["embedding"].to_numpy().astype(np.float32)
 
 
-def significance(qrels: pl.DataFrame, runs: Mapping[str, pl.DataFrame], metrics: Sequence[str],
-                 queries: Sequence[str], stat_test: str, correction: str, max_p: float) -> pl.DataFrame:
-    """Paired tests between every pair of systems (ranx ``compare``), p-values corrected across all pairs
-    of a metric (statsmodels ``multipletests``; ``tukey`` is already a multiple-comparison procedure)."""
+def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: str, correction: str,
+                 max_p: float) -> pl.DataFrame:
+    """Paired tests between every pair of systems (``ranx.compare`` on ranx Qrels ``q`` and ranx Runs of
+    the same queries), p-values corrected across all pairs of a metric (statsmodels ``multipletests``;
+    ``tukey`` is already a multiple-comparison procedure and is left as it is)."""
     from ranx import compare
 
     schema = {"metric": pl.String, "system_a": pl.String, "system_b": pl.String, "mean_a": pl.Float64,
               "mean_b": pl.Float64, "p_value": pl.Float64, "p_adjusted": pl.Float64, "significant": pl.Boolean,
               "test": pl.String, "correction": pl.String}
-    names = sorted(runs)
-    if len(names) < 2 or not queries:
+    names = sorted(n for n, r in runs.items() if r is not None)
+    if len(names) < 2:
         return pl.DataFrame(schema=schema)
-    q = to_ranx_qrels(qrels.filter(pl.col("query_id").is_in(list(queries))))
-    rr = [to_ranx_run(runs[n].filter(pl.col("query_id").is_in(list(queries))), n, queries) for n in names]
-    report = compare(q, rr, list(metrics), stat_test=stat_test, max_p=max_p, make_comparable=True)
+    report = compare(q, [runs[n] for n in names], list(metrics), stat_test=stat_test, max_p=max_p)
     rows = []
     for m in metrics:
         pairs = list(itertools.combinations(names, 2))
@@ -210,7 +221,14 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     if set(run_of) != set(meta_of):
         raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
     per_query_frames, board_rows, drill_rows = [], [], []
-    views: dict[str, dict[str, pl.DataFrame]] = {sc: {} for sc in SCOPES}
+    views: dict[str, dict[str, Any]] = {sc: {} for sc in SCOPES}  # ranx Runs, for the paired tests
+    q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries))) if queries else None
+    pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
+    for pool in NEGATIVE_POOLS:
+        sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
+        qs = sorted(set(queries) & set(q_all.filter(pl.col("pool") == pool)["query_id"].unique().to_list()))
+        if qs:
+            pool_qrels[pool] = (sub, qs, to_ranx_qrels(sub.filter(pl.col("query_id").is_in(qs))))
     for name in sorted(run_of):
         meta = meta_of[name]
         full = read_run(run_of[name])
@@ -220,8 +238,9 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
             scoped["corpus"] = corpus_view(full, depth)
             scoped["condensed"] = pool_view(scoped["corpus"], q_all)
         for scope, r in scoped.items():
-            views[scope][name] = r
-            pq = evaluate_scope(q_all, r, metrics, name, queries)
+            if not queries:
+                continue
+            pq, views[scope][name] = ranx_scores(q_main, r, metrics, name, queries)
             for k in ks:
                 if emb_index:
                     pq = pq.join(diversity(r, k, emb_index, emb, queries), on="query_id", how="left")
@@ -246,12 +265,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                                        "value": "(none)" if value is None else str(value), "queries": g.height,
                                        **_mean(g, value_cols)})
         # drill-down per candidate pool: rank the relevant images against one negative pool only
-        for pool in NEGATIVE_POOLS:
-            sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
-            qs = sorted(set(queries) & set(q_all.filter(pl.col("pool") == pool)["query_id"].to_list()))
-            if not qs:
-                continue
-            pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs)
+        for pool, (sub, qs, q_sub) in pool_qrels.items():
+            pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub)
             drill_rows.append({"system": name, "scope": "pool", "dimension": "candidate_pool",
                                "value": f"relevant vs {pool}", "queries": len(qs),
                                **_mean(pq, [c for c in pq.columns if c != "query_id"])})
@@ -259,7 +274,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     correction = s.get("correction") or "holm"
     max_p = float(s.get("max_p") or 0.05)
     main = [m for m in metrics if m.startswith("ndcg@")] + ["map", "mrr"]
-    sig = [significance(q_all, views[sc], main, queries, stat_test, correction, max_p).with_columns(
+    sig = [significance(q_main, views[sc], main, stat_test, correction, max_p).with_columns(
         pl.lit(sc).alias("scope")) for sc in SCOPES if len(views[sc]) >= 2]
     sig_df = pl.concat(sig, how="diagonal_relaxed") if sig else pl.DataFrame(schema={"scope": pl.String})
     board = pl.DataFrame(board_rows, infer_schema_length=None) if board_rows else pl.DataFrame(

@@ -70,11 +70,40 @@ def _chunks(items: list, n: int) -> Iterator[list]:
         yield items[i:i + n]
 
 
+def _read_fast(path: Path) -> pl.DataFrame | None:
+    """Single-space-separated files (what write_run writes) through polars; None = use the careful reader."""
+    names = ["qid", "q0", "docid", "rank", "score", "tag"]
+    try:
+        raw = pl.read_csv(path, separator=" ", has_header=False, new_columns=names, quote_char=None,
+                          schema_overrides={n: pl.String for n in names}, infer_schema=False)
+    except Exception:
+        return None
+    if raw.width != 6 or any(raw[c].null_count() or (raw[c] == "").any() for c in names):
+        return None
+    try:
+        raw.select(pl.col("rank").cast(pl.Int64, strict=True))
+        score = raw["score"].cast(pl.Float64, strict=True)
+    except Exception:
+        return None
+    decode = {}
+    for col in ("qid", "docid"):
+        u = raw[col].unique().to_list()
+        decode[col] = dict(zip(u, (from_trec_id(x) for x in u)))
+    return pl.DataFrame({"query_id": raw["qid"].replace_strict(decode["qid"], return_dtype=pl.String),
+                         "image_id": raw["docid"].replace_strict(decode["docid"], return_dtype=pl.String),
+                         "score": score}, schema=RUN_SCHEMA)
+
+
 def read_run(path: str | os.PathLike) -> pl.DataFrame:
     """A TREC run file as ``query_id, image_id, score`` (ids decoded); names file and line on errors."""
     path = Path(path)
     if not path.is_file():
         raise FormatError(f"{path}: run file not found")
+    if path.stat().st_size == 0:
+        return empty_run()
+    run = _read_fast(path)
+    if run is not None:
+        return _check_unique(run, path)
     qs, ds, ss = [], [], []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -92,7 +121,10 @@ def read_run(path: str | os.PathLike) -> pl.DataFrame:
             qs.append(from_trec_id(parts[0]))
             ds.append(from_trec_id(parts[2]))
             ss.append(score)
-    run = pl.DataFrame({"query_id": qs, "image_id": ds, "score": ss}, schema=RUN_SCHEMA)
+    return _check_unique(pl.DataFrame({"query_id": qs, "image_id": ds, "score": ss}, schema=RUN_SCHEMA), path)
+
+
+def _check_unique(run: pl.DataFrame, path: Path) -> pl.DataFrame:
     dup = run.group_by("query_id", "image_id").len().filter(pl.col("len") > 1)
     if dup.height:
         raise FormatError(f"{path}: image {dup['image_id'][0]!r} appears twice for query {dup['query_id'][0]!r}")

@@ -379,8 +379,10 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata."""
     from ..formats import FacetModel, empty_table, write_table
 
-    all_systems = check_systems({"systems": list(systems or [system]), "depth": system.get("depth", 100)})
-    s = next(x for x in all_systems if x["name"] == system["name"])
+    s = system_settings(system, int(system.get("depth") or 100))
+    # the rule passes this system only (so editing another system never reruns it), with its derived
+    # sees_judge_text; a library caller may pass every system instead
+    sees = sees_judge_text(s, [system_settings(x) for x in systems]) if systems else bool(s.get("sees_judge_text"))
     bench = load_bench(qrels, images, columns)
     loss = Losses("evaluate")
     cost_rows: list[dict] = []
@@ -412,7 +414,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     timing.setdefault("query_latency_ms", round(1000 * q_sec / nq, 4) if q_sec is not None and nq else None)
     lines = write_run(result, run_file, s["name"])
     record = {"name": s["name"], "kind": kind, "scopes": scopes, "depth": int(s["depth"]),
-              "sees_judge_text": sees_judge_text(s, all_systems), "queries": nq, "run_lines": lines,
+              "sees_judge_text": sees, "queries": nq, "run_lines": lines,
               "seconds": round(seconds, 4), "timing": timing,
               "cost_usd": round(sum(r["cost_usd"] for r in cost_rows), 6), "losses": len(loss),
               "settings": {k: v for k, v in s.items() if k not in ("llm",)}, "version": version}
