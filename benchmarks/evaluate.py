@@ -63,7 +63,7 @@ def make(d: Path, n_q: int, n_img: int, dim: int, pool: int, seed: int = 0) -> N
     pools = np.stack([rng.choice(n_img, size=pool, replace=False) for _ in range(n_q)])
     rel = np.zeros((n_q, pool), dtype=np.int64)
     rel[:, :5] = 1
-    qemb = emb[pools[:, :5]].mean(axis=1) + 0.5 * rng.standard_normal((n_q, dim), dtype=np.float32)
+    qemb = emb[pools[:, :5]].mean(axis=1) + (0.5 / np.sqrt(dim)) * rng.standard_normal((n_q, dim), dtype=np.float32)
     qemb /= np.linalg.norm(qemb, axis=1, keepdims=True)
     np.save(d / "queries.npy", qemb.astype(np.float32))
     np.save(d / "pools.npy", pools)
