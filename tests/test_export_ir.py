@@ -124,3 +124,46 @@ def test_mteb_task_definition_from_the_docs_loads(views):
     assert len(data["corpus"]) == df["image_id"].n_unique()
     assert data["corpus"][0]["image"].size[0] > 0
     assert trec_id("q été") in data["relevant_docs"]
+
+
+def test_odd_file_name_survives_the_real_export(tmp_path, tiny_corpus):
+    """export.run on a pool holding `red/my café #1.jpg`: the flat table keeps the id, every IR view
+    encodes it reversibly, and datasets / mteb / BEIR / ranx all load it."""
+    from beir.datasets.data_loader import GenericDataLoader
+    from datasets import load_dataset
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalDatasetLoader
+    from ranx import Qrels
+
+    from benchmaker.export import run as export_run
+    from benchmaker.formats import write_table
+    from openai_helpers import images_frame
+    from support import TINY_FACETS
+
+    root = tmp_path / "images"
+    shutil.copytree(tiny_corpus, root)
+    sorted((root / "red").glob("*.jpg"))[0].rename(root / ODD)
+    imgs = images_frame(root).drop("caption")
+    write_table(imgs, "images", tmp_path / "images.jsonl")
+    ids = imgs["image_id"].to_list()
+    write_table(pl.DataFrame([{"image_id": i, "summary": f"about {i}", "tags": ["red"], "confidence": {"color": 1.0},
+                               "annotator": "t", "color": "red", "shape": "circle", "is_bright": True} for i in ids]),
+                "annotations", tmp_path / "annotations.jsonl")
+    pool = [ODD] + [i for i in ids if i != ODD][:4]
+    write_table(pl.DataFrame([{"query_id": "q été 1", "query_text": "a red thing", "image_id": i,
+                               "relevance_label": int(n < 2), "pool": "seed" if n == 0 else "hard",
+                               "is_seed": n == 0, "seed_not_relevant": False, "judge": "t",
+                               "clip_score": 0.5 - n / 10, "clip_rank": n + 1} for n, i in enumerate(pool)]),
+                "qrels_with_score", tmp_path / "scored.jsonl")
+    out = tmp_path / "hf"
+    export_run(images=str(tmp_path / "images.jsonl"), annotations=str(tmp_path / "annotations.jsonl"),
+               scored=str(tmp_path / "scored.jsonl"), dataset=str(out), facets=TINY_FACETS, image_root=str(root),
+               settings={"split": "test"}, public_config={}, similarity={})
+    flat = load_dataset(str(out), split="test")
+    assert flat[0]["image_id"] == ODD and flat[0]["image"].size[0] > 0
+    data = RetrievalDatasetLoader(hf_repo=str(out), revision=None, split="test", config="mteb").load()
+    assert trec_id(ODD) in data["relevant_docs"][trec_id("q été 1")]
+    assert from_trec_id(data["corpus"].filter(lambda r: r["id"] == trec_id(ODD))[0]["id"]) == ODD
+    corpus, queries, qrels = GenericDataLoader(data_folder=str(out / "beir")).load(split="test")
+    assert qrels[trec_id("q été 1")][trec_id(ODD)] == 1
+    q = Qrels.from_file(str(out / "trec" / "qrels.txt"), kind="trec")
+    assert {from_trec_id(d) for d in q.to_dict()[trec_id("q été 1")]} == set(pool)
