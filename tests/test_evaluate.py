@@ -209,3 +209,29 @@ def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch
 def test_no_systems_gives_an_empty_leaderboard(bench):
     doc = _aggregate(bench, [])
     assert doc["systems"] == [] and (bench / "evaluate" / "leaderboard.csv").is_file()
+
+
+def test_gemini_reranker_through_the_provider_layer(bench, monkeypatch):
+    import fake_gemini
+
+    fake = fake_gemini.start()
+    monkeypatch.setenv("GEMINI_API_KEY", fake_gemini.KEY)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    try:
+        ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+        base = bench / "base.trec"
+        base.write_text("".join(f"{trec_id('q 0')} Q0 {trec_id(i)} {n + 1} {1 - n / 100} b\n"
+                                for n, i in enumerate(ids[:5])))
+        sys_list = systems.check_systems({"systems": [
+            {"name": "b", "kind": "trec_run", "path": str(base)},
+            {"name": "gem", "kind": "rerank", "base": "b", "k": 4, "provider": "gemini",
+             "llm": {"model": "gemini-2.5-flash", "base_url": fake.base_url, "image_max_side": 64}}]})
+        fake.answer = lambda req, schema: {"ranking": list(reversed(schema["properties"]["ranking"]["items"]["enum"]))}
+        meta = _run_system(bench, sys_list[1], sys_list, component_runs=[str(base)], llm_cache_dir=str(bench / "llm"))
+    finally:
+        fake_gemini.stop(fake)
+    assert meta["timing"]["reranked_queries"] == 1 and meta["cost_usd"] > 0
+    got = read_run(bench / "evaluate" / "runs" / "gem.trec").sort("score", descending=True)["image_id"].to_list()
+    assert got == list(reversed(ids[:4])) + [ids[4]]
+    costs = pl.read_ndjson(bench / "costs" / "gem.jsonl")
+    assert costs.height == 1 and costs["stage"][0] == "evaluate"
