@@ -20,9 +20,10 @@ def evaluate_uses_gpu(system):
     return system["kind"] in MODEL_KINDS
 
 
-def evaluate_report_inputs():
+def evaluate_report_inputs(wildcards=None):
     """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
-    evaluate.report is true (the leaderboard then appears in report.html and the dataset card)."""
+    evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
+    """
     if EVAL_SYSTEMS and (config.get("evaluate") or {}).get("report", True):
         return {"evaluation": f"{EVAL}/leaderboard.csv"}
     return {}
@@ -52,7 +53,9 @@ def evaluate_system_inputs(wildcards):
         if model.startswith("local-dir:"):
             folder = Path(model[len("local-dir:") :]).expanduser()
             files = [folder / "open_clip_config.json"] + [
-                f for ext in ("safetensors", "bin", "pth") for f in folder.glob(f"*.{ext}")
+                f
+                for ext in ("safetensors", "bin", "pth")
+                for f in folder.glob(f"*.{ext}")
             ]
             out["weights"] = sorted(str(f) for f in files if f.is_file())
         elif pretrained and Path(pretrained).expanduser().is_file():
@@ -75,12 +78,12 @@ rule evaluate_model:
         meta=f"{EVAL}/runs/{{system}}.json",
         losses=f"{RESULTS}/losses/evaluate/{{system}}.jsonl",
         costs=f"{RESULTS}/costs/evaluate/{{system}}.jsonl",
-    wildcard_constraints:
-        system=_names_regex(EVAL_MODEL_NAMES),
     log:
         f"{LOGS}/evaluate/{{system}}.log",
     benchmark:
         f"{BENCH}/evaluate/{{system}}.tsv"
+    wildcard_constraints:
+        system=_names_regex(EVAL_MODEL_NAMES),
     conda:
         "../envs/benchmaker.yaml"
     threads: 3
@@ -105,12 +108,12 @@ rule evaluate_system:
         meta=f"{EVAL}/runs/{{system}}.json",
         losses=f"{RESULTS}/losses/evaluate/{{system}}.jsonl",
         costs=f"{RESULTS}/costs/evaluate/{{system}}.jsonl",
-    wildcard_constraints:
-        system=_names_regex(EVAL_OTHER_NAMES),
     log:
         f"{LOGS}/evaluate/{{system}}.log",
     benchmark:
         f"{BENCH}/evaluate/{{system}}.tsv"
+    wildcard_constraints:
+        system=_names_regex(EVAL_OTHER_NAMES),
     conda:
         "../envs/benchmaker.yaml"
     threads: 1
@@ -154,7 +157,9 @@ rule evaluate:
         "../envs/benchmaker.yaml"
     params:
         settings={
-            k: v for k, v in config["evaluate"].items() if k not in ("systems", "report")
+            k: v
+            for k, v in config["evaluate"].items()
+            if k not in ("systems", "report")
         },
         facets=FACETS,
         columns=COLUMNS,

@@ -1,5 +1,7 @@
 rule export:
     input:
+        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
+        unpack(evaluate_report_inputs),
         # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
         losses=list(loss_files().values()),
         costs=cost_files(),
@@ -9,8 +11,6 @@ rule export:
         plan=f"{RESULTS}/query_plan.jsonl",
         scored=f"{RESULTS}/qrels_with_score.jsonl",
         summary=f"{RESULTS}/summary",
-        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
-        **evaluate_report_inputs(),
     output:
         dataset=directory(f"{RESULTS}/hf_dataset"),
     log:

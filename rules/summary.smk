@@ -1,5 +1,7 @@
 rule summary:
     input:
+        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
+        unpack(evaluate_report_inputs),
         # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
         losses=list(loss_files().values()),
         costs=cost_files(),
@@ -8,8 +10,6 @@ rule summary:
         annotations=f"{RESULTS}/annotations.jsonl",
         plan=f"{RESULTS}/query_plan.jsonl",
         scored=f"{RESULTS}/qrels_with_score.jsonl",
-        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
-        **evaluate_report_inputs(),
     output:
         summary=directory(f"{RESULTS}/summary"),
     log:
