@@ -20,10 +20,9 @@ include: "rules/vision.smk"
 include: "rules/plan.smk"
 include: "rules/judge.smk"
 include: "rules/similarity.smk"
-# before summary/export: their leaderboard inputs come from here
-include: "rules/evaluate.smk"
 include: "rules/summary.smk"
 include: "rules/export.smk"
+include: "rules/evaluate.smk"
 
 
 rule all:
