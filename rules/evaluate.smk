@@ -30,7 +30,7 @@ rule evaluate_model:
         image_root=IMAGE_ROOT,
         cache_dir=EMBED_CACHE,
         columns=COLUMNS,
-        version=stage_version("evaluate"),
+        version=stage_version("evaluate_system"),
     script:
         "../scripts/evaluate_system.py"
 
@@ -61,7 +61,7 @@ rule evaluate_system:
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=NUMBA_CACHE,
-        version=stage_version("evaluate"),
+        version=stage_version("evaluate_system"),
     script:
         "../scripts/evaluate_system.py"
 

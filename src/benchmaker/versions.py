@@ -25,9 +25,11 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "judge": ("judge", "providers", "formats.py"),
     "embed": ("similarity/model.py", "similarity/embed.py", "similarity/cache.py"),
     "score": ("similarity/score.py", "similarity/embed.py", "formats.py"),
-    "summary": ("summary", "formats.py", "losses.py"),
-    "export": ("export", "summary", "formats.py", "losses.py"),
-    "evaluate": ("evaluate", "formats.py", "ids.py", "similarity/model.py", "similarity/embed.py"),
+    "summary": ("summary", "formats.py", "losses.py", "evaluate/report.py"),
+    "export": ("export", "summary", "formats.py", "losses.py", "evaluate/report.py", "ids.py"),
+    "evaluate_system": ("evaluate/systems.py", "evaluate/runs.py", "evaluate/data.py", "providers", "formats.py",
+                        "ids.py", "similarity/model.py", "similarity/embed.py", "similarity/cache.py"),
+    "evaluate": ("evaluate/metrics.py", "evaluate/runs.py", "evaluate/data.py", "formats.py", "ids.py"),
 }
 
 
