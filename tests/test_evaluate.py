@@ -235,3 +235,30 @@ def test_gemini_reranker_through_the_provider_layer(bench, monkeypatch):
     assert got == list(reversed(ids[:4])) + [ids[4]]
     costs = pl.read_ndjson(bench / "costs" / "gem.jsonl")
     assert costs.height == 1 and costs["stage"][0] == "evaluate"
+
+
+def test_leaderboard_in_report_and_card(bench, tmp_path):
+    from benchmaker.evaluate.report import card_markdown, summary_section
+
+    ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    runs = {}
+    for name, order in (("fwd", ids), ("rev", ids[::-1])):
+        p = bench / f"{name}.trec"
+        p.write_text("".join(f"{trec_id(q)} Q0 {trec_id(i)} {n + 1} {100 - n} {name}\n"
+                             for q in ("q 0", "q 1", "q 2") for n, i in enumerate(order)))
+        runs[name] = p
+    sys_list = systems.check_systems({"systems": [
+        {"name": "fwd", "kind": "trec_run", "path": str(runs["fwd"]), "sees_judge_text": True},
+        {"name": "rev", "kind": "trec_run", "path": str(runs["rev"])}]})
+    for s in sys_list:
+        _run_system(bench, s, sys_list, external=str(runs[s["name"]]))
+    _aggregate(bench, ["fwd", "rev"])
+    board = bench / "evaluate" / "leaderboard.csv"
+    out = tmp_path / "summary"
+    out.mkdir()
+    sec = summary_section(board, out, 0.5)
+    assert sec.title == "Retrieval leaderboard" and "sees what the judge saw" in sec.text
+    assert (out / "evaluate" / "leaderboard.png").is_file() and (out / "evaluate" / "significance.csv").is_file()
+    assert sec.table.filter(pl.col("system") == "fwd")["sees what the judge saw"].to_list() == ["yes"] * 3
+    md = card_markdown(board)
+    assert md.startswith("## Leaderboard") and "| fwd | trec_run | pool |" in md
