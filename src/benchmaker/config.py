@@ -159,6 +159,16 @@ def _cross_checks(cfg: dict) -> None:
         if meta.get(key) in RESERVED_COLUMNS | set(cols.values()):
             problems.append(f"vision.metadata.{key}: '{meta[key]}' is a built-in column name, which preprocess "
                             "keeps out of images.jsonl; give the labels their own name (e.g. label_tags)")
+    if cfg.get("evaluate", {}).get("systems"):  # names, kinds, references (docs/evaluate.md)
+        from .evaluate.systems import check_systems
+
+        try:
+            check_systems(cfg["evaluate"])
+        except ConfigError as exc:
+            problems.append(str(exc))
+        for f in cfg["evaluate"].get("facets") or []:
+            if f not in all_facets:
+                problems.append(f"evaluate.facets: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
