@@ -128,6 +128,15 @@ def test_check_systems_names_the_key():
     with pytest.raises(ConfigError, match="name"):
         systems.check_systems({"systems": [{"name": "a b", "kind": "bm25"}]})
     assert systems.check_systems({}) == []
+    # the same checks run when a config is loaded (benchmaker validate-config)
+    import yaml
+
+    from benchmaker.config import validate_config
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    cfg["evaluate"] = {"systems": [{"name": "r", "kind": "rerank", "base": "nope"}], "facets": ["zz"]}
+    with pytest.raises(ConfigError, match=r"evaluate.systems\[0\].base(.|\n)*evaluate.facets: 'zz'"):
+        validate_config(cfg)
 
 
 def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch):
