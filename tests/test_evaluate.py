@@ -6,13 +6,13 @@ import json
 import shutil
 from pathlib import Path
 
+import fake_openai
 import numpy as np
 import polars as pl
 import pytest
-
-import fake_openai
 from openai_helpers import images_frame
 from support import TINY_FACETS
+
 from benchmaker.config import ConfigError
 from benchmaker.evaluate import metrics, systems
 from benchmaker.evaluate.runs import corpus_view, rank_dense, read_run, write_run
@@ -26,7 +26,7 @@ ODD = "red/my café circle #1.jpg"
 def bench(tmp_path, tiny_corpus):
     root = tmp_path / "images"
     shutil.copytree(tiny_corpus, root)
-    first = sorted((root / "red").glob("*.jpg"))[0]
+    first = min((root / "red").glob("*.jpg"))
     first.rename(root / ODD)
     imgs = images_frame(root).drop("caption")
     write_table(imgs, "images", tmp_path / "images.jsonl")
@@ -177,7 +177,7 @@ def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch
         # the reranker put bm25's third image first
         bm = read_run(d / "bm25.trec").sort(["query_id", "score"], descending=[False, True])
         vl = read_run(d / "vlm.trec").sort(["query_id", "score"], descending=[False, True])
-        q0 = lambda r: r.filter(pl.col("query_id") == "q 0")["image_id"].to_list()  # noqa: E731
+        q0 = lambda r: r.filter(pl.col("query_id") == "q 0")["image_id"].to_list()
         assert q0(vl)[:3] == list(reversed(q0(bm)[:3]))
         # a second rerank run is served from the cache: nothing sent, nothing paid
         sent = fake.count("POST", "/v1/responses")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import support
-from benchmaker.ids import trec_id
 from test_workflow import job_stats
+
+from benchmaker.ids import trec_id
 
 
 def _systems(clip_dir, ext=None):

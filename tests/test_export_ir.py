@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -20,7 +19,7 @@ ODD = "red/my café #1.jpg"
 def views(tmp_path, tiny_corpus):
     root = tmp_path / "images"
     shutil.copytree(tiny_corpus, root)
-    first = sorted((root / "red").glob("*.jpg"))[0]
+    first = min((root / "red").glob("*.jpg"))
     first.rename(root / ODD)
     ids = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "broken" not in p.parts)
     rows = []
@@ -67,7 +66,7 @@ def test_beir_loader_and_exact_dense_search(views):
     from beir.datasets.data_loader import GenericDataLoader
     from beir.retrieval.search.dense.exact_search import DenseRetrievalExactSearch
 
-    out, df, _ = views
+    out, _, _ = views
     corpus, queries, qrels = GenericDataLoader(data_folder=str(out / "beir")).load(split="test")
     assert all(doc["title"] == "" for doc in corpus.values())
     # BEIR's loader keeps title and text only; the file's `image` field and the id both name the image
@@ -132,16 +131,16 @@ def test_odd_file_name_survives_the_real_export(tmp_path, tiny_corpus):
     from beir.datasets.data_loader import GenericDataLoader
     from datasets import load_dataset
     from mteb.abstasks.retrieval_dataset_loaders import RetrievalDatasetLoader
+    from openai_helpers import images_frame
     from ranx import Qrels
+    from support import TINY_FACETS
 
     from benchmaker.export import run as export_run
     from benchmaker.formats import write_table
-    from openai_helpers import images_frame
-    from support import TINY_FACETS
 
     root = tmp_path / "images"
     shutil.copytree(tiny_corpus, root)
-    sorted((root / "red").glob("*.jpg"))[0].rename(root / ODD)
+    min((root / "red").glob("*.jpg")).rename(root / ODD)
     imgs = images_frame(root).drop("caption")
     write_table(imgs, "images", tmp_path / "images.jsonl")
     ids = imgs["image_id"].to_list()
@@ -163,7 +162,7 @@ def test_odd_file_name_survives_the_real_export(tmp_path, tiny_corpus):
     data = RetrievalDatasetLoader(hf_repo=str(out), revision=None, split="test", config="mteb").load()
     assert trec_id(ODD) in data["relevant_docs"][trec_id("q été 1")]
     assert from_trec_id(data["corpus"].filter(lambda r: r["id"] == trec_id(ODD))[0]["id"]) == ODD
-    corpus, queries, qrels = GenericDataLoader(data_folder=str(out / "beir")).load(split="test")
+    _, _, qrels = GenericDataLoader(data_folder=str(out / "beir")).load(split="test")
     assert qrels[trec_id("q été 1")][trec_id(ODD)] == 1
     q = Qrels.from_file(str(out / "trec" / "qrels.txt"), kind="trec")
     assert {from_trec_id(d) for d in q.to_dict()[trec_id("q été 1")]} == set(pool)
