@@ -32,7 +32,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmaker.formats import write_table  # noqa: E402
+from benchmaker.formats import write_table
 
 POOLS = ["seed", "positive", "neutral", "hard", "nearmiss", "easy"]
 

@@ -5,4 +5,4 @@ scores every run with ranx and writes the leaderboard, drill-downs and significa
 ``evaluate``); ``runs`` reads and writes TREC run files. Importing this package never imports torch.
 """
 
-__all__ = ["runs", "systems", "metrics", "data"]
+__all__ = ["data", "metrics", "runs", "systems"]

@@ -7,8 +7,8 @@ pools come from ``qrels.jsonl``. Canonical column names throughout (files are re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import polars as pl

@@ -18,8 +18,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -29,8 +30,18 @@ from ..io import atomic_write_text
 from ..logs import get_logger
 from .runs import corpus_view, pool_view, read_run, to_ranx_run
 
-__all__ = ["ranx_metrics", "evaluate_scope", "diversity", "judged_at", "difficulty_of", "run",
-           "LEADERBOARD_COLUMNS", "SCOPES", "DIFFICULTY_BINS", "set_numba_cache"]
+__all__ = [
+    "DIFFICULTY_BINS",
+    "LEADERBOARD_COLUMNS",
+    "SCOPES",
+    "difficulty_of",
+    "diversity",
+    "evaluate_scope",
+    "judged_at",
+    "ranx_metrics",
+    "run",
+    "set_numba_cache",
+]
 
 log = get_logger("evaluate")
 SCOPES = ("pool", "corpus", "condensed")

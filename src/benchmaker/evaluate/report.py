@@ -12,8 +12,15 @@ from pathlib import Path
 
 import polars as pl
 
-__all__ = ["leaderboard_table", "write_charts", "summary_section", "card_markdown", "copy_results",
-           "RESULT_FILES", "JUDGE_NOTE"]
+__all__ = [
+    "JUDGE_NOTE",
+    "RESULT_FILES",
+    "card_markdown",
+    "copy_results",
+    "leaderboard_table",
+    "summary_section",
+    "write_charts",
+]
 
 RESULT_FILES = ("leaderboard.csv", "leaderboard.json", "drilldown.csv", "significance.csv")
 JUDGE_NOTE = ("Systems marked \"sees what the judge saw\" read the vision annotator's summaries and tags, the text "

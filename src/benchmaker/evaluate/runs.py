@@ -13,8 +13,8 @@ Ids are written with :func:`benchmaker.ids.trec_id` (whitespace-free, reversible
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -23,8 +23,18 @@ from ..formats import FormatError
 from ..ids import from_trec_id, trec_id
 from ..io import atomic_path
 
-__all__ = ["RUN_SCHEMA", "write_run", "read_run", "rank_dense", "rank_scored", "empty_run", "to_ranx_run",
-           "pool_view", "corpus_view", "sort_run"]
+__all__ = [
+    "RUN_SCHEMA",
+    "corpus_view",
+    "empty_run",
+    "pool_view",
+    "rank_dense",
+    "rank_scored",
+    "read_run",
+    "sort_run",
+    "to_ranx_run",
+    "write_run",
+]
 
 RUN_SCHEMA = {"query_id": pl.String, "image_id": pl.String, "score": pl.Float64}
 
@@ -58,10 +68,8 @@ def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:
         # shortest round-trip float text: the same run always gives the same bytes
         pl.col("score").cast(pl.String),
     ).select(pl.format("{} Q0 {} {} {} " + tag, "query_id", "image_id", "rank", "score").alias("l"))
-    with atomic_path(path, suffix=".tmp") as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for chunk in _chunks(lines["l"].to_list(), 100_000):
-                fh.write("\n".join(chunk) + "\n")
+    with atomic_path(path, suffix=".tmp") as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.writelines("\n".join(chunk) + "\n" for chunk in _chunks(lines["l"].to_list(), 100_000))
     return r.height
 
 
@@ -76,14 +84,14 @@ def _read_fast(path: Path) -> pl.DataFrame | None:
     try:
         raw = pl.read_csv(path, separator=" ", has_header=False, new_columns=names, quote_char=None,
                           schema_overrides={n: pl.String for n in names}, infer_schema=False)
-    except Exception:
+    except (pl.exceptions.PolarsError, ValueError):  # ragged lines, tabs: the careful reader names the line
         return None
     if raw.width != 6 or any(raw[c].null_count() or (raw[c] == "").any() for c in names):
         return None
     try:
         raw.select(pl.col("rank").cast(pl.Int64, strict=True))
         score = raw["score"].cast(pl.Float64, strict=True)
-    except Exception:
+    except pl.exceptions.PolarsError:
         return None
     decode = {}
     for col in ("qid", "docid"):

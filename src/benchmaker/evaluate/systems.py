@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -36,8 +37,20 @@ from ..losses import Losses
 from .data import Bench, load_bench
 from .runs import empty_run, rank_dense, rank_scored, read_run, sort_run, write_run
 
-__all__ = ["KINDS", "MODEL_KINDS", "system_settings", "check_systems", "sees_judge_text", "run",
-           "clip_run", "bm25_run", "hybrid_run", "rerank_run", "external_run", "annotation_texts"]
+__all__ = [
+    "KINDS",
+    "MODEL_KINDS",
+    "annotation_texts",
+    "bm25_run",
+    "check_systems",
+    "clip_run",
+    "external_run",
+    "hybrid_run",
+    "rerank_run",
+    "run",
+    "sees_judge_text",
+    "system_settings",
+]
 
 log = get_logger("evaluate")
 
@@ -310,7 +323,6 @@ def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, i
     base order and is written to the losses."""
     from ..providers.engine import Item
     from ..providers.spec import ImageRef
-
     from .runs import pool_view
 
     k = int(system["k"])

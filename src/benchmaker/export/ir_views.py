@@ -23,7 +23,7 @@ import polars as pl
 
 from ..ids import trec_id
 
-__all__ = ["write_ir_views", "mteb_configs", "MTEB_CONFIGS"]
+__all__ = ["MTEB_CONFIGS", "mteb_configs", "write_ir_views"]
 
 MTEB_CONFIGS = ("corpus", "queries", "qrels")
 
