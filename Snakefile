@@ -26,6 +26,7 @@ include: "rules/similarity.smk"
 include: "rules/audit.smk"  # before summary/export: they take its optional input
 include: "rules/summary.smk"
 include: "rules/export.smk"
+include: "rules/evaluate.smk"
 
 
 rule all:
@@ -40,6 +41,8 @@ rule all:
         f"{RESULTS}/hf_dataset",
         # the judge audit's labelling files (docs/audit.md)
         [f"{RESULTS}/audit/labelling"] if AUDIT_ON else [],
+        # the evaluate target joins `all` only when systems are configured (docs/evaluate.md)
+        f"{RESULTS}/evaluate/leaderboard.csv" if EVAL_SYSTEMS else [],
 
 
 # the run's final block on failure: each failed stage's problem and fix (its <log>.error, written by

@@ -153,3 +153,62 @@ def not_a_trigger(value):
     benchmaker/triggers.py.
     """
     return lambda wildcards, threads: value
+
+
+# ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
+import re as _re
+
+from benchmaker.evaluate.systems import MODEL_KINDS, check_systems, sees_judge_text
+
+try:
+    EVAL_SYSTEMS = check_systems(config.get("evaluate") or {})
+except ConfigError as exc:
+    raise WorkflowError(str(exc))
+EVAL = f"{RESULTS}/evaluate"
+EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
+NUMBA_CACHE = f"{config['paths']['results']}/.cache/numba"
+
+
+def evaluate_uses_gpu(system):
+    """Whether a system's job runs a model itself (it then gets GPU resources: rule evaluate_model)."""
+    return system["kind"] in MODEL_KINDS
+
+
+def evaluate_report_inputs(wildcards=None):
+    """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
+    evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
+    """
+    if EVAL_SYSTEMS and (config.get("evaluate") or {}).get("report", True):
+        return {"evaluation": f"{EVAL}/leaderboard.csv"}
+    return {}
+
+
+def _names_regex(names):
+    return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
+
+
+EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
+EVAL_OTHER_NAMES = [s["name"] for s in EVAL_SYSTEMS if not evaluate_uses_gpu(s)]
+
+
+def evaluate_system_inputs(wildcards):
+    s = EVAL_BY_NAME[wildcards.system]
+    out = {"qrels": f"{RESULTS}/qrels.jsonl", "images": f"{RESULTS}/images.jsonl"}
+    if s["kind"] == "bm25":
+        out["annotations"] = f"{RESULTS}/annotations.jsonl"
+    if s["kind"] == "hybrid":
+        out["component_runs"] = [f"{EVAL}/runs/{n}.trec" for n in s["systems"]]
+    if s["kind"] == "rerank":
+        out["component_runs"] = [f"{EVAL}/runs/{s['base']}.trec"]
+    if s["kind"] == "trec_run":
+        out["external"] = s["path"]
+    if s["kind"] == "clip":  # local weights (staged under --profile nrp: rules/cluster.smk)
+        out.update(model_weight_inputs(s))
+    return out
+
+
+def evaluate_system_params(wildcards):
+    """Only the system's own settings, with whether it sees what the judge saw (derived from the systems
+    it fuses or reranks): editing another system never reruns this one."""
+    s = EVAL_BY_NAME[wildcards.system]
+    return {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}

@@ -2,6 +2,8 @@ rule export:
     input:
         # the judge audit's report when the audit is enabled (rules/audit.smk)
         unpack(audit_input),
+        # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
+        unpack(evaluate_report_inputs),
         # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
         losses=list(loss_files().values()),
         costs=cost_files(),

@@ -365,7 +365,7 @@ def test_corpus_image_storage_stores_each_image_once(tmp_path, tiny_corpus, monk
         "image_storage": "corpus"})
     rows = datasets.load_dataset(str(out), split="test")
     assert rows.num_rows == 17 and "img" not in rows.column_names
-    corpus = datasets.load_dataset(str(out), "corpus", split="test")
+    corpus = datasets.load_dataset(str(out), "images", split="test")
     assert isinstance(corpus.features["img"], datasets.Image)
     ids = corpus["img_id"]
     assert len(ids) == len(set(ids)) == len(set(rows["img_id"]))  # each image once, all of them
@@ -376,4 +376,4 @@ def test_corpus_image_storage_stores_each_image_once(tmp_path, tiny_corpus, monk
     assert sum(f["images_read"] for p, f in files.items() if p.startswith("corpus/")) == len(ids)
     assert sum(f["rows"] for p, f in files.items() if p.startswith("data/")) == 17
     card = (out / "README.md").read_text()
-    assert "config_name: corpus" in card
+    assert "config_name: images" in card

@@ -167,6 +167,16 @@ def _cross_checks(cfg: dict) -> None:
     from .audit.settings import audit_problems  # the judge audit's strata and facets (docs/audit.md)
 
     problems += audit_problems(cfg)
+    if cfg.get("evaluate", {}).get("systems"):  # names, kinds, references (docs/evaluate.md)
+        from .evaluate.systems import check_systems
+
+        try:
+            check_systems(cfg["evaluate"])
+        except ConfigError as exc:
+            problems.append(str(exc))
+        for f in cfg["evaluate"].get("facets") or []:
+            if f not in all_facets:
+                problems.append(f"evaluate.facets: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 

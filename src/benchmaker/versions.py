@@ -49,6 +49,8 @@ STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
     "audit_report": ("benchmaker.audit.report",),
     "audit_judge2": ("benchmaker.audit.judge2",),
     "staging": ("benchmaker.staging",),
+    "evaluate_system": ("benchmaker.evaluate.systems",),
+    "evaluate": ("benchmaker.evaluate.metrics",),
 }
 # every script runs its stage through the runner (how params reach run(...), logging)
 COMMON_ENTRIES: tuple[str, ...] = ("benchmaker.runner",)

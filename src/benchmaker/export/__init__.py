@@ -32,6 +32,7 @@ from ..losses import Losses
 from ..summary.inputs import Inputs, load_inputs
 from ..summary.outdir import staged_dir
 from .card import render_card
+from .ir_views import mteb_configs, write_ir_views
 from .scrub import find_secrets, scrub_config, secret_values
 
 __all__ = ["run", "build_rows", "card_tables", "counts", "EXPORT_META"]
@@ -319,31 +320,6 @@ def card_tables(rows: pl.DataFrame, n_examples: int = 5) -> tuple[pl.DataFrame, 
     return sources, examples
 
 
-def write_ir_views(rows: pl.DataFrame, out: Path, split: str) -> dict[str, int]:
-    """Corpus-level views beside the flat table, for evaluators other than imsearch_eval.
-
-    ``beir/``: ``queries.jsonl`` ({_id, text}), ``corpus.jsonl`` ({_id, text = summary, image = relative path
-    of the image inside the flat table's image_id}), ``qrels/<split>.tsv`` (query-id, corpus-id, score);
-    ``trec/qrels.txt`` (``qid 0 docid rel``). Images appear once in the corpus however many pools hold them.
-    """
-    q = rows.select(pl.col("query_id").alias("_id"), pl.col("query_text").alias("text")).unique(
-        "_id", keep="first", maintain_order=True)
-    corpus_cols = [pl.col("image_id").alias("_id")]
-    corpus_cols.append(pl.col("summary").alias("text") if "summary" in rows.columns else pl.lit("").alias("text"))
-    c = rows.select(corpus_cols).unique("_id", keep="first").sort("_id")
-    qrels = rows.select(pl.col("query_id").alias("query-id"), pl.col("image_id").alias("corpus-id"),
-                        pl.col("relevance_label").alias("score"))
-    (out / "beir" / "qrels").mkdir(parents=True, exist_ok=True)
-    (out / "trec").mkdir(parents=True, exist_ok=True)
-    q.write_ndjson(out / "beir" / "queries.jsonl")
-    c.write_ndjson(out / "beir" / "corpus.jsonl")
-    qrels.write_csv(out / "beir" / "qrels" / f"{split}.tsv", separator="\t")
-    trec = qrels.select(pl.format("{} 0 {} {}", "query-id", "corpus-id", "score").alias("line"))
-    (out / "trec" / "qrels.txt").write_text("\n".join(trec["line"].to_list()) + "\n")
-    return {"queries": q.height, "corpus": c.height, "qrels": qrels.height}
-
-
-
 def created_utc() -> str:
     """The export's creation time (UTC, ISO 8601), the one value that differs between two exports of
     the same inputs; it lives only in dataset_metadata.json (``created_utc``). ``SOURCE_DATE_EPOCH``
@@ -380,6 +356,7 @@ def run(
     version: str | None = None,
     threads: int = 1,
     audit: str | None = None,
+    evaluation: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     settings = dict(settings or {})
@@ -422,7 +399,13 @@ def run(
         cv = pl.DataFrame(flatten_config(cfg_public), schema=["Config Variable", "Value", "Type"], orient="row")
         cv.write_csv(out / "summary" / "config_values.csv")
         shutil.copyfile(annotations, out / "annotations.jsonl")
-        ir_views = write_ir_views(rows, out, split)
+        ir_views = write_ir_views(rows, out, split, image_root)
+        evaluation_md = ""
+        if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
+            from ..evaluate.report import card_markdown, copy_results
+
+            copy_results(evaluation, out / "evaluate")
+            evaluation_md = card_markdown(evaluation)
         checks = {**checks, "ir_views": ir_views}
         write_table(all_losses, "losses", out / "losses.jsonl")
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
@@ -462,7 +445,8 @@ def run(
                            similarity=dict(similarity or {}), summary=summary_numbers, columns=columns,
                            image_col=image_col, facets=inp.facets, repo_id=settings.get("repo_id"),
                            config_digest=metadata["digests"]["config"], version=version,
-                           sources=sources, examples=examples, audit=audit)
+                           sources=sources, examples=examples, audit=audit,
+                           extra_configs=mteb_configs(split), evaluation_md=evaluation_md)
         from ..audit.report import export_files
 
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)

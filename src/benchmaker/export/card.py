@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 
@@ -52,7 +52,7 @@ def size_category(n: int) -> str:
     return "1B<n<10B"
 
 
-def _front_matter(meta, features, files, split, n_rows, repo_tags) -> str:
+def _front_matter(meta, features, files, split, n_rows, repo_tags, extra_configs=()) -> str:
     from datasets import DatasetInfo
     from datasets.info import DatasetInfosDict
     from datasets.splits import SplitDict, SplitInfo
@@ -68,8 +68,9 @@ def _front_matter(meta, features, files, split, n_rows, repo_tags) -> str:
         task_categories=["text-to-image", "image-feature-extraction"],
         tags=repo_tags, size_categories=[size_category(n_rows)],
         configs=[{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]}]
-        + ([{"config_name": "corpus", "data_files": [{"split": split, "path": "corpus/images-*"}]}]
-           if any(f["path"].startswith("corpus/") for f in files) else []),
+        + ([{"config_name": "images", "data_files": [{"split": split, "path": "corpus/images-*"}]}]
+           if any(f["path"].startswith("corpus/") for f in files) else [])
+        + list(extra_configs),
     )
     DatasetInfosDict({"default": info}).to_dataset_card_data(data)
     return data.to_yaml()
@@ -120,7 +121,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 columns: Mapping[str, str], image_col: str, facets: FacetModel, repo_id: str | None,
                 config_digest: str, version: str | None,
                 sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
-                audit: str | None = None) -> str:
+                audit: str | None = None, extra_configs: Sequence[Mapping[str, Any]] = (),
+                evaluation_md: str = "") -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
     name = meta.get("name") or "benchmark"
@@ -131,7 +133,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     tags = ["image-retrieval", "text-to-image-retrieval", "benchmark", "benchmaker"]
     if meta.get("smoke_test"):
         tags = ["image-retrieval", "benchmaker", "smoke-test", "not-a-benchmark"]
-    fm = _front_matter(meta, features, files, split, c["rows"], tags)
+    fm = _front_matter(meta, features, files, split, c["rows"], tags, extra_configs)
     col = lambda k: columns.get(k, k)  # noqa: E731
     out = [f"---\n{fm.rstrip()}\n---\n", f"# {title}\n"]
     if meta.get("smoke_test"):   # a random / tiny model (benchmaker.smoke): first thing a reader sees
@@ -184,6 +186,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             f"\nBaseline: ranking each query's pool by `{col('clip_score')}` gives nDCG@10 "
             f"{rk['ndcg@10']:.4f}, MRR {rk.get('mrr') or 0:.4f}, MAP {rk.get('map') or 0:.4f} over "
             f"{rk.get('evaluated_queries')} queries with a positive (see summary/clip_ranking_metrics.csv).\n")
+    if evaluation_md:
+        out.append(evaluation_md)
     from ..audit.report import card_markdown  # judge vs people; "not audited yet" without an audit
 
     out.append(card_markdown(audit))
@@ -266,6 +270,9 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         "- `dataset_metadata.json`: counts, digests and versions.\n"
         "- `beir/` (`queries.jsonl`, `corpus.jsonl`, `qrels/<split>.tsv`) and `trec/qrels.txt`: corpus-level views of "
         "the same judgments, each image once, for evaluators that rank a whole corpus.\n"
+        "- `mteb/{corpus,queries,qrels}/`: the configs `corpus` (id, image), `queries` (id, text) and `qrels` "
+        "(query-id, corpus-id, score) that mteb's image retrieval tasks load (`load_dataset(repo, \"corpus\")`); "
+        "ids there and in `beir/` and `trec/` are URL-percent-encoded image/query ids (no whitespace).\n"
         "- `summary/`: statistics and charts (`summary/report.md`), `summary/config_values.csv`.\n")
     authors = meta.get("authors") or []
     if authors:

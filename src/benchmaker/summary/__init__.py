@@ -152,6 +152,7 @@ def run(
     version: str | None = None,
     threads: int = 1,
     audit: str | None = None,
+    evaluation: str | None = None,
 ) -> dict[str, Any]:
     settings = dict(settings or {})
     scale = float(settings.get("scale_factor", 2.0))
@@ -201,7 +202,12 @@ def run(
         numbers["sample_images"] = sample["image_id"].to_list()
         log.info("summary: %d charts and the contact sheet in %.1f s", len(pngs), time.perf_counter() - t1)
         atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
-        _report(out, meta, numbers, tables, fm, audit=audit)
+        extra = []
+        if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
+            from ..evaluate.report import summary_section
+
+            extra.append(summary_section(evaluation, out, scale))
+        _report(out, meta, numbers, tables, fm, extra, audit=audit)
     log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
              numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
     return numbers
@@ -212,7 +218,7 @@ def _num(v: Any) -> str:
 
 
 def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
-            audit: str | None = None) -> None:
+            extra: Sequence[Section] = (), audit: str | None = None) -> None:
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
     overview = pl.DataFrame({
@@ -279,6 +285,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
                   if c["requests"] else ""),
             table=t["cost_summary"], files=["cost_summary.csv"],
             empty="No API request was recorded: the vision and judge adapters of this run are offline."))
+    sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
     from ..audit.report import summary_section  # the judge audit (docs/audit.md): "not audited yet" without one

@@ -1,0 +1,104 @@
+# Evaluate retrieval systems on the benchmark (docs/evaluate.md). One job per configured system
+# (evaluate.systems), each writing evaluate/runs/<name>.trec; the `evaluate` rule scores every run with
+# ranx and writes the leaderboard, drill-downs and significance tests. Part of `all` only when systems
+# are configured; `snakemake evaluate` always works (no systems = an empty leaderboard).
+# Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/common.smk.
+
+
+rule evaluate_model:
+    input:
+        unpack(evaluate_system_inputs),
+    output:
+        run_file=f"{EVAL}/runs/{{system}}.trec",
+        meta=f"{EVAL}/runs/{{system}}.json",
+        losses=f"{RESULTS}/losses/evaluate/{{system}}.jsonl",
+        costs=f"{RESULTS}/costs/evaluate/{{system}}.jsonl",
+    log:
+        f"{LOGS}/evaluate/{{system}}.log",
+    benchmark:
+        f"{BENCH}/evaluate/{{system}}.tsv"
+    wildcard_constraints:
+        system=_names_regex(EVAL_MODEL_NAMES),
+    conda:
+        "../envs/benchmaker.yaml"
+    threads: 3
+    resources:
+        gpu=1,
+        mem_mb=8000,
+    params:
+        system=evaluate_system_params,
+        image_root=IMAGE_ROOT,
+        cache_dir=EMBED_CACHE,
+        columns=COLUMNS,
+        version=stage_version("evaluate_system"),
+    script:
+        "../scripts/evaluate_system.py"
+
+
+rule evaluate_system:
+    input:
+        unpack(evaluate_system_inputs),
+    output:
+        run_file=f"{EVAL}/runs/{{system}}.trec",
+        meta=f"{EVAL}/runs/{{system}}.json",
+        losses=f"{RESULTS}/losses/evaluate/{{system}}.jsonl",
+        costs=f"{RESULTS}/costs/evaluate/{{system}}.jsonl",
+    log:
+        f"{LOGS}/evaluate/{{system}}.log",
+    benchmark:
+        f"{BENCH}/evaluate/{{system}}.tsv"
+    wildcard_constraints:
+        system=_names_regex(EVAL_OTHER_NAMES),
+    conda:
+        "../envs/benchmaker.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        system=evaluate_system_params,
+        image_root=IMAGE_ROOT,
+        llm_cache_dir=f"{config['paths']['results']}/.cache/evaluate",
+        facets=FACETS,
+        columns=COLUMNS,
+        numba_cache_dir=NUMBA_CACHE,
+        version=stage_version("evaluate_system"),
+    script:
+        "../scripts/evaluate_system.py"
+
+
+rule evaluate:
+    input:
+        qrels=f"{RESULTS}/qrels.jsonl",
+        images=f"{RESULTS}/images.jsonl",
+        annotations=f"{RESULTS}/annotations.jsonl",
+        runs=[f"{EVAL}/runs/{s['name']}.trec" for s in EVAL_SYSTEMS],
+        metas=[f"{EVAL}/runs/{s['name']}.json" for s in EVAL_SYSTEMS],
+        image_embeddings=(
+            expand(f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS)
+            if EVAL_SYSTEMS
+            else []
+        ),
+    output:
+        leaderboard_csv=f"{EVAL}/leaderboard.csv",
+        leaderboard_json=f"{EVAL}/leaderboard.json",
+        drilldown=f"{EVAL}/drilldown.csv",
+        significance_csv=f"{EVAL}/significance.csv",
+        per_query=f"{EVAL}/per_query.csv",
+    log:
+        f"{LOGS}/evaluate.log",
+    benchmark:
+        f"{BENCH}/evaluate.tsv"
+    conda:
+        "../envs/benchmaker.yaml"
+    params:
+        settings={
+            k: v
+            for k, v in config["evaluate"].items()
+            if k not in ("systems", "report")
+        },
+        facets=FACETS,
+        columns=COLUMNS,
+        numba_cache_dir=NUMBA_CACHE,
+        version=stage_version("evaluate"),
+    script:
+        "../scripts/evaluate.py"

@@ -1,0 +1,317 @@
+"""The ``evaluate`` aggregate: every system's run scored with ranx, drill-downs, significance, leaderboard.
+
+Metrics are ranx's (never re-implemented here): ``ndcg@k``, ``map``, ``mrr``, ``precision@k``,
+``recall@k``, ``hit_rate@k`` for each configured cutoff k. Beside them, as the Sage evaluator reports
+it, ``diversity@k`` = 1 − mean pairwise cosine similarity of the top-k images' embeddings (the
+benchmark's similarity-model image embeddings, the same for every system), and for the corpus scopes
+``judged@k`` = the share of the top k that the judge labelled.
+
+Scopes (docs/evaluate.md): ``pool`` ranks only each query's judged pool (what the Sage evaluator
+does); ``corpus`` ranks the whole benchmark corpus, cut at the system's depth, unjudged images
+counted as non-relevant (trec_eval's convention; a lower bound); ``condensed`` is the corpus ranking
+with the unjudged images removed before scoring (Sakai 2007). Queries without any relevant image are
+left out of every scope (reported as ``queries_without_positive``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..formats import FacetModel, read_table
+from ..io import atomic_write_text
+from ..logs import get_logger
+from .runs import corpus_view, pool_view, read_run, to_ranx_run
+
+__all__ = [
+    "DIFFICULTY_BINS",
+    "LEADERBOARD_COLUMNS",
+    "SCOPES",
+    "difficulty_of",
+    "diversity",
+    "evaluate_scope",
+    "judged_at",
+    "ranx_metrics",
+    "run",
+    "set_numba_cache",
+]
+
+log = get_logger("evaluate")
+SCOPES = ("pool", "corpus", "condensed")
+# query difficulty from the share of relevant images in its judged pool (fewer = harder)
+DIFFICULTY_BINS = ((0.2, "hard"), (0.5, "medium"), (1.01, "easy"))
+NEGATIVE_POOLS = ("neutral", "hard", "nearmiss", "easy")
+
+
+def set_numba_cache(path: str | None) -> None:
+    """Point numba's on-disk cache (ranx's JIT) at a persistent folder, before ranx is imported."""
+    if path and not os.environ.get("NUMBA_CACHE_DIR"):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        os.environ["NUMBA_CACHE_DIR"] = str(Path(path).resolve())
+
+
+def ranx_metrics(ks: Sequence[int]) -> list[str]:
+    out = []
+    for k in ks:
+        out += [f"ndcg@{k}", f"precision@{k}", f"recall@{k}", f"hit_rate@{k}"]
+    return out + ["map", "mrr"]
+
+
+def to_ranx_qrels(qrels: pl.DataFrame):
+    from ranx import Qrels
+
+    d: dict[str, dict[str, int]] = {}
+    for qid, ids, rels in qrels.group_by("query_id").agg("image_id", "relevance_label").iter_rows():
+        d[qid] = {i: int(r) for i, r in zip(ids, rels)}
+    return Qrels(d)
+
+
+def evaluate_scope(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Sequence[str], name: str,
+                   queries: Sequence[str], ranx_qrels=None) -> pl.DataFrame:
+    """Per-query ranx scores (``query_id`` + one column per metric) over ``queries``; a query the run
+    does not rank scores 0. ``ranx_qrels`` (the qrels of exactly ``queries``) is built when not given."""
+    return ranx_scores(ranx_qrels if ranx_qrels is not None else to_ranx_qrels(
+        qrels.filter(pl.col("query_id").is_in(list(queries)))), run, metrics, name, queries)[0]
+
+
+def ranx_scores(q, run: pl.DataFrame, metrics: Sequence[str], name: str, queries: Sequence[str]):
+    """(per-query scores, the ranx Run) of ``run`` against ranx Qrels ``q`` holding exactly ``queries``.
+
+    The Run gets exactly the same queries (an empty ranking where the run has none), so ranx needs no
+    ``make_comparable`` copy."""
+    from ranx import evaluate
+
+    order = sorted(queries)
+    schema = {"query_id": pl.String, **{m: pl.Float64 for m in metrics}}
+    sub = run.filter(pl.col("query_id").is_in(order))
+    if not sub.height:  # ranx cannot build a Run without a single document; every metric of it is 0
+        return pl.DataFrame({"query_id": order, **{m: [0.0] * len(order) for m in metrics}}, schema=schema), None
+    r = to_ranx_run(sub, name, order)
+    evaluate(q, r, list(metrics), return_mean=False, save_results_in_run=True)
+    return pl.DataFrame({"query_id": order, **{m: [float(r.scores[m][x]) for x in order] for m in metrics}},
+                        schema=schema), r
+
+
+def top_k(run: pl.DataFrame, k: int) -> pl.DataFrame:
+    return (run.sort(["query_id", "score", "image_id"], descending=[False, True, False])
+            .group_by("query_id", maintain_order=True).head(k))
+
+
+def judged_at(run: pl.DataFrame, qrels: pl.DataFrame, k: int, queries: Sequence[str]) -> pl.DataFrame:
+    """Per query: share of the top k that has a judgment (any label)."""
+    t = top_k(run, k).join(qrels.select("query_id", "image_id", pl.lit(True).alias("_j")),
+                           on=["query_id", "image_id"], how="left")
+    g = t.group_by("query_id").agg((pl.col("_j").fill_null(False).sum() / k).alias(f"judged@{k}"))
+    return pl.DataFrame({"query_id": list(queries)}, schema={"query_id": pl.String}).join(
+        g, on="query_id", how="left").with_columns(pl.col(f"judged@{k}").fill_null(0.0))
+
+
+def diversity(run: pl.DataFrame, k: int, emb_index: Mapping[str, int], emb: np.ndarray,
+              queries: Sequence[str]) -> pl.DataFrame:
+    """Per query: 1 − mean pairwise cosine similarity of the top k (images with an embedding); null when
+    fewer than two of them have one (as the Sage evaluator: NaN below two vectors)."""
+    name = f"diversity@{k}"
+    t = top_k(run, k).group_by("query_id", maintain_order=True).agg("image_id")
+    val: dict[str, float | None] = {}
+    for qid, ids in t.iter_rows():
+        idx = [emb_index[i] for i in ids if i in emb_index]
+        if len(idx) < 2:
+            val[qid] = None
+            continue
+        v = emb[idx]
+        sim = v @ v.T
+        iu = np.triu_indices(len(idx), k=1)
+        val[qid] = float(1.0 - sim[iu].mean())
+    return pl.DataFrame({"query_id": list(queries), name: [val.get(q) for q in queries]},
+                        schema={"query_id": pl.String, name: pl.Float64})
+
+
+def difficulty_of(qrels: pl.DataFrame) -> pl.DataFrame:
+    """``query_id, positive_rate, difficulty`` (hard / medium / easy by the pool's share of relevant images)."""
+    g = qrels.group_by("query_id").agg((pl.col("relevance_label") > 0).mean().alias("positive_rate"))
+    expr = pl.when(pl.col("positive_rate") < DIFFICULTY_BINS[0][0]).then(pl.lit(DIFFICULTY_BINS[0][1]))
+    for limit, label in DIFFICULTY_BINS[1:]:
+        expr = expr.when(pl.col("positive_rate") < limit).then(pl.lit(label))
+    return g.with_columns(expr.otherwise(pl.lit(DIFFICULTY_BINS[-1][1])).alias("difficulty"))
+
+
+def query_facets(qrels: pl.DataFrame, annotations: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
+    """The facet values of each query's (first) seed image: ``query_id`` + one string column per facet."""
+    seeds = (qrels.filter(pl.col("is_seed")).sort("query_id", "image_id").unique("query_id", keep="first")
+             .select("query_id", "image_id"))
+    cols = [n for n in names if n in annotations.columns]
+    return seeds.join(annotations.select("image_id", *[pl.col(c).cast(pl.String) for c in cols]),
+                      on="image_id", how="left").drop("image_id")
+
+
+def _load_embeddings(paths: Sequence[str], columns) -> tuple[dict[str, int], np.ndarray]:
+    from ..similarity.embed import read_embeddings
+
+    frames = [read_embeddings(p, columns=columns)[0].select("image_id", "embedding") for p in paths]
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return {}, np.zeros((0, 1), np.float32)
+    df = pl.concat(frames).unique("image_id", keep="first")
+    return {i: n for n, i in enumerate(df["image_id"].to_list())}, df["embedding"].to_numpy().astype(np.float32)
+
+
+def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: str, correction: str,
+                 max_p: float) -> pl.DataFrame:
+    """Paired tests between every pair of systems (``ranx.compare`` on ranx Qrels ``q`` and ranx Runs of
+    the same queries), p-values corrected across all pairs of a metric (statsmodels ``multipletests``;
+    ``tukey`` is already a multiple-comparison procedure and is left as it is)."""
+    from ranx import compare
+
+    schema = {"metric": pl.String, "system_a": pl.String, "system_b": pl.String, "mean_a": pl.Float64,
+              "mean_b": pl.Float64, "p_value": pl.Float64, "p_adjusted": pl.Float64, "significant": pl.Boolean,
+              "test": pl.String, "correction": pl.String}
+    names = sorted(n for n, r in runs.items() if r is not None)
+    if len(names) < 2:
+        return pl.DataFrame(schema=schema)
+    report = compare(q, [runs[n] for n in names], list(metrics), stat_test=stat_test, max_p=max_p)
+    rows = []
+    for m in metrics:
+        pairs = list(itertools.combinations(names, 2))
+        pv = [float(report.comparisons[frozenset((a, b))][m]["p_value"]) for a, b in pairs]
+        if stat_test == "tukey" or correction == "none":
+            adj, method = pv, ("tukey-hsd" if stat_test == "tukey" else "none")
+        else:
+            from statsmodels.stats.multitest import multipletests
+
+            adj = list(multipletests(pv, alpha=max_p, method=correction)[1])
+            method = correction
+        for (a, b), p, pa in zip(pairs, pv, adj):
+            rows.append({"metric": m, "system_a": a, "system_b": b, "mean_a": report.results[a][m],
+                         "mean_b": report.results[b][m], "p_value": p, "p_adjusted": float(pa),
+                         "significant": bool(pa <= max_p), "test": stat_test, "correction": method})
+    return pl.DataFrame(rows, schema=schema)
+
+
+LEADERBOARD_COLUMNS = ("system", "kind", "scope", "sees_judge_text", "queries")
+
+
+def _mean(df: pl.DataFrame, cols: Sequence[str]) -> dict[str, float | None]:
+    return {c: (None if df[c].drop_nulls().len() == 0 else round(float(df[c].drop_nulls().mean()), 6))
+            for c in cols}
+
+
+def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str = (), metas: Sequence[str] | str = (),
+        image_embeddings: Sequence[str] | str = (), leaderboard_csv: str, leaderboard_json: str, drilldown: str,
+        significance_csv: str, per_query: str, settings: Mapping[str, Any] | None = None,
+        facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
+        numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1) -> dict:
+    """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests."""
+    set_numba_cache(numba_cache_dir)
+    from ..summary.inputs import as_paths
+
+    s = dict(settings or {})
+    ks = [int(k) for k in (s.get("k") or [10])]
+    metrics = ranx_metrics(ks)
+    fm = FacetModel.from_config(facets) if facets else None
+    q_all = read_table("qrels", qrels, columns=columns)
+    ann = read_table("annotations", annotations, columns=columns, facets=fm)
+    has_pos = q_all.group_by("query_id").agg((pl.col("relevance_label") > 0).any().alias("p"))
+    queries = has_pos.filter(pl.col("p"))["query_id"].sort().to_list()
+    n_without = has_pos.height - len(queries)
+    emb_index, emb = _load_embeddings(as_paths(image_embeddings), columns)
+    facet_names = list(s.get("facets") or (list(fm.names) if fm else []))
+    attrs = difficulty_of(q_all).join(query_facets(q_all, ann, facet_names), on="query_id", how="left")
+
+    meta_of = {}
+    for p in as_paths(metas):
+        m = json.loads(Path(p).read_text())
+        meta_of[m["name"]] = m
+    run_of = {Path(p).stem: p for p in as_paths(runs)}
+    if set(run_of) != set(meta_of):
+        raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
+    per_query_frames, board_rows, drill_rows = [], [], []
+    views: dict[str, dict[str, Any]] = {sc: {} for sc in SCOPES}  # ranx Runs, for the paired tests
+    q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries))) if queries else None
+    pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
+    for pool in NEGATIVE_POOLS:
+        sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
+        qs = sorted(set(queries) & set(q_all.filter(pl.col("pool") == pool)["query_id"].unique().to_list()))
+        if qs:
+            pool_qrels[pool] = (sub, qs, to_ranx_qrels(sub.filter(pl.col("query_id").is_in(qs))))
+    for name in sorted(run_of):
+        meta = meta_of[name]
+        full = read_run(run_of[name])
+        depth = int(meta.get("depth") or 100)
+        scoped = {"pool": pool_view(full, q_all)}
+        if "corpus" in meta.get("scopes", []):
+            scoped["corpus"] = corpus_view(full, depth)
+            scoped["condensed"] = pool_view(scoped["corpus"], q_all)
+        for scope, r in scoped.items():
+            if not queries:
+                continue
+            pq, views[scope][name] = ranx_scores(q_main, r, metrics, name, queries)
+            for k in ks:
+                if emb_index:
+                    pq = pq.join(diversity(r, k, emb_index, emb, queries), on="query_id", how="left")
+                if scope == "corpus":
+                    pq = pq.join(judged_at(r, q_all, k, queries), on="query_id", how="left")
+            pq = pq.with_columns(pl.lit(name).alias("system"), pl.lit(scope).alias("scope"))
+            per_query_frames.append(pq)
+            value_cols = [c for c in pq.columns if c not in ("query_id", "system", "scope")]
+            timing = meta.get("timing") or {}
+            board_rows.append({"system": name, "kind": meta["kind"], "scope": scope,
+                               "sees_judge_text": bool(meta.get("sees_judge_text")), "queries": len(queries),
+                               **_mean(pq, value_cols),
+                               "images_per_s": timing.get("images_per_s"),
+                               "query_latency_ms": timing.get("query_latency_ms"),
+                               "seconds": meta.get("seconds"), "cost_usd": meta.get("cost_usd")})
+            # drill-downs: facet values of the seed, query difficulty
+            joined = pq.join(attrs, on="query_id", how="left")
+            dims = [("difficulty", "difficulty")] + [(f"facet:{f}", f) for f in facet_names if f in joined.columns]
+            for dim, col in dims:
+                for (value,), g in joined.group_by(col, maintain_order=True):
+                    drill_rows.append({"system": name, "scope": scope, "dimension": dim,
+                                       "value": "(none)" if value is None else str(value), "queries": g.height,
+                                       **_mean(g, value_cols)})
+        # drill-down per candidate pool: rank the relevant images against one negative pool only
+        for pool, (sub, qs, q_sub) in pool_qrels.items():
+            pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub)
+            drill_rows.append({"system": name, "scope": "pool", "dimension": "candidate_pool",
+                               "value": f"relevant vs {pool}", "queries": len(qs),
+                               **_mean(pq, [c for c in pq.columns if c != "query_id"])})
+    stat_test = s.get("stat_test") or "student"
+    correction = s.get("correction") or "holm"
+    max_p = float(s.get("max_p") or 0.05)
+    main = [m for m in metrics if m.startswith("ndcg@")] + ["map", "mrr"]
+    sig = [significance(q_main, views[sc], main, stat_test, correction, max_p).with_columns(
+        pl.lit(sc).alias("scope")) for sc in SCOPES if len(views[sc]) >= 2]
+    sig_df = pl.concat(sig, how="diagonal_relaxed") if sig else pl.DataFrame(schema={"scope": pl.String})
+    board = pl.DataFrame(board_rows, infer_schema_length=None) if board_rows else pl.DataFrame(
+        schema={c: pl.String for c in LEADERBOARD_COLUMNS})
+    if board.height:
+        first = f"ndcg@{ks[0]}"
+        order = pl.col("scope").replace_strict({sc: i for i, sc in enumerate(SCOPES)}, return_dtype=pl.Int64)
+        board = board.sort([order, first, "system"], descending=[False, True, False], nulls_last=True)
+    drill = pl.DataFrame(drill_rows, infer_schema_length=None) if drill_rows else pl.DataFrame(
+        schema={"system": pl.String, "scope": pl.String, "dimension": pl.String, "value": pl.String})
+    pq_all = pl.concat(per_query_frames, how="diagonal_relaxed") if per_query_frames else pl.DataFrame(
+        schema={"query_id": pl.String, "system": pl.String, "scope": pl.String})
+    for df, path in ((board, leaderboard_csv), (drill, drilldown), (sig_df, significance_csv), (pq_all, per_query)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        df.write_csv(path)
+    doc = {
+        "metrics": metrics + [f"diversity@{k}" for k in ks] + [f"judged@{k}" for k in ks],
+        "k": ks, "scopes": list(SCOPES), "queries_evaluated": len(queries), "queries_without_positive": n_without,
+        "stat_test": stat_test, "correction": correction, "max_p": max_p,
+        "systems": [{**{k: v for k, v in meta_of[n].items() if k not in ("settings",)},
+                     "settings": meta_of[n].get("settings"),
+                     "results": {r["scope"]: {k: v for k, v in r.items() if k not in LEADERBOARD_COLUMNS}
+                                 for r in board_rows if r["system"] == n}} for n in sorted(meta_of)],
+        "version": version,
+    }
+    atomic_write_text(leaderboard_json, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
+             n_without, leaderboard_csv)
+    return doc

@@ -1,0 +1,207 @@
+"""TREC run files and the ranking core shared by every system (docs/evaluate.md).
+
+A system's run holds, per query, the union of (a) its ranking of the whole benchmark corpus cut at
+``depth`` and (b) its score of every image of the query's judged pool, in one order by score (ties by
+image id). Both scopes are views of that one file: the **pool** view keeps the judged pool's images
+(exact: every pool image is scored), the **corpus** view keeps the first ``depth`` entries (exact: an
+image below the cut that is in the pool has a lower score than every image above it).
+
+Ids are written with :func:`benchmaker.ids.trec_id` (whitespace-free, reversible) and read back with
+:func:`benchmaker.ids.from_trec_id`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..formats import FormatError
+from ..ids import from_trec_id, trec_id
+from ..io import atomic_path
+
+__all__ = [
+    "RUN_SCHEMA",
+    "corpus_view",
+    "empty_run",
+    "pool_view",
+    "rank_dense",
+    "rank_scored",
+    "read_run",
+    "sort_run",
+    "to_ranx_run",
+    "write_run",
+]
+
+RUN_SCHEMA = {"query_id": pl.String, "image_id": pl.String, "score": pl.Float64}
+
+
+def empty_run() -> pl.DataFrame:
+    return pl.DataFrame(schema=RUN_SCHEMA)
+
+
+def sort_run(run: pl.DataFrame) -> pl.DataFrame:
+    """Canonical order: query id, score descending, image id; with a 1-based ``rank`` per query."""
+    run = run.select(pl.col("query_id").cast(pl.String), pl.col("image_id").cast(pl.String),
+                     pl.col("score").cast(pl.Float64))
+    run = run.unique(["query_id", "image_id"], keep="first").sort(
+        ["query_id", "score", "image_id"], descending=[False, True, False])
+    return run.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id").alias("rank"))
+
+
+def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:
+    """Write ``query_id, image_id, score`` as a TREC run (``qid Q0 docid rank score tag``); returns lines."""
+    if not tag or any(c.isspace() for c in tag):
+        raise ValueError(f"run tag {tag!r} must be a non-empty token without whitespace")
+    r = sort_run(run)
+    q = pl.Series(r["query_id"].unique().to_list(), dtype=pl.String)
+    qmap = dict(zip(q.to_list(), (trec_id(x) for x in q.to_list())))
+    d = r["image_id"].unique().to_list()
+    dmap = dict(zip(d, (trec_id(x) for x in d)))
+    lines = r.select(
+        pl.col("query_id").replace_strict(qmap, return_dtype=pl.String),
+        pl.col("image_id").replace_strict(dmap, return_dtype=pl.String),
+        pl.col("rank"),
+        # shortest round-trip float text: the same run always gives the same bytes
+        pl.col("score").cast(pl.String),
+    ).select(pl.format("{} Q0 {} {} {} " + tag, "query_id", "image_id", "rank", "score").alias("l"))
+    with atomic_path(path, suffix=".tmp") as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.writelines("\n".join(chunk) + "\n" for chunk in _chunks(lines["l"].to_list(), 100_000))
+    return r.height
+
+
+def _chunks(items: list, n: int) -> Iterator[list]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def _read_fast(path: Path) -> pl.DataFrame | None:
+    """Single-space-separated files (what write_run writes) through polars; None = use the careful reader."""
+    names = ["qid", "q0", "docid", "rank", "score", "tag"]
+    try:
+        raw = pl.read_csv(path, separator=" ", has_header=False, new_columns=names, quote_char=None,
+                          schema_overrides={n: pl.String for n in names}, infer_schema=False)
+    except (pl.exceptions.PolarsError, ValueError):  # ragged lines, tabs: the careful reader names the line
+        return None
+    if raw.width != 6 or any(raw[c].null_count() or (raw[c] == "").any() for c in names):
+        return None
+    try:
+        raw.select(pl.col("rank").cast(pl.Int64, strict=True))
+        score = raw["score"].cast(pl.Float64, strict=True)
+    except pl.exceptions.PolarsError:
+        return None
+    decode = {}
+    for col in ("qid", "docid"):
+        u = raw[col].unique().to_list()
+        decode[col] = dict(zip(u, (from_trec_id(x) for x in u)))
+    return pl.DataFrame({"query_id": raw["qid"].replace_strict(decode["qid"], return_dtype=pl.String),
+                         "image_id": raw["docid"].replace_strict(decode["docid"], return_dtype=pl.String),
+                         "score": score}, schema=RUN_SCHEMA)
+
+
+def read_run(path: str | os.PathLike) -> pl.DataFrame:
+    """A TREC run file as ``query_id, image_id, score`` (ids decoded); names file and line on errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise FormatError(f"{path}: run file not found")
+    if path.stat().st_size == 0:
+        return empty_run()
+    run = _read_fast(path)
+    if run is not None:
+        return _check_unique(run, path)
+    qs, ds, ss = [], [], []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 6:
+                raise FormatError(f"{path}:{n}: a TREC run line has 6 fields (qid Q0 docid rank score tag), "
+                                  f"got {len(parts)}: {line.strip()[:120]!r}")
+            try:
+                score = float(parts[4])
+                int(parts[3])
+            except ValueError:
+                raise FormatError(
+                    f"{path}:{n}: rank must be an integer and score a number: {line.strip()[:120]!r}") from None
+            qs.append(from_trec_id(parts[0]))
+            ds.append(from_trec_id(parts[2]))
+            ss.append(score)
+    return _check_unique(pl.DataFrame({"query_id": qs, "image_id": ds, "score": ss}, schema=RUN_SCHEMA), path)
+
+
+def _check_unique(run: pl.DataFrame, path: Path) -> pl.DataFrame:
+    dup = run.group_by("query_id", "image_id").len().filter(pl.col("len") > 1)
+    if dup.height:
+        raise FormatError(f"{path}: image {dup['image_id'][0]!r} appears twice for query {dup['query_id'][0]!r}")
+    return run
+
+
+def pool_view(run: pl.DataFrame, qrels: pl.DataFrame) -> pl.DataFrame:
+    """The run restricted to each query's judged pool."""
+    return run.join(qrels.select("query_id", "image_id"), on=["query_id", "image_id"], how="semi")
+
+
+def corpus_view(run: pl.DataFrame, depth: int) -> pl.DataFrame:
+    """The first ``depth`` entries of each query's ranking."""
+    return sort_run(run).filter(pl.col("rank") <= depth).drop("rank")
+
+
+def to_ranx_run(run: pl.DataFrame, name: str, queries: Sequence[str] | None = None):
+    """A ranx Run; ``queries`` adds an empty ranking for each listed query that has none (scored 0)."""
+    from ranx import Run
+
+    d: dict[str, dict[str, float]] = {}
+    for qid, ids, scores in run.group_by("query_id").agg("image_id", "score").iter_rows():
+        d[qid] = dict(zip(ids, scores))
+    for q in queries or ():
+        d.setdefault(q, {})
+    return Run(d, name=name)
+
+
+def rank_scored(score_chunks: Iterator[tuple[np.ndarray, np.ndarray]], query_ids: Sequence[str],
+                doc_ids: Sequence[str], pools: Sequence[np.ndarray], depth: int) -> pl.DataFrame:
+    """Turn dense score rows into a run: the top ``depth`` of each row plus the row's pool columns.
+
+    ``score_chunks`` yields ``(row indices, scores [len(rows), n_docs])``; ``pools[i]`` holds the
+    document indices of query i's judged pool. NaN scores (documents a system cannot score) are dropped.
+    """
+    qi_all, di_all, sc_all = [], [], []
+    n_docs = len(doc_ids)
+    for rows, scores in score_chunks:
+        k = min(depth, n_docs)
+        if k <= 0:
+            continue
+        s = np.where(np.isnan(scores), -np.inf, scores)
+        top = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < n_docs else np.tile(np.arange(n_docs), (len(rows), 1))
+        for j, qi in enumerate(rows):
+            idx = np.unique(np.concatenate([top[j], pools[qi]]).astype(np.int64))
+            val = scores[j, idx]
+            keep = ~np.isnan(val)
+            qi_all.append(np.full(int(keep.sum()), qi, dtype=np.int64))
+            di_all.append(idx[keep])
+            sc_all.append(val[keep].astype(np.float64))
+    if not qi_all:
+        return empty_run()
+    qi = np.concatenate(qi_all)
+    di = np.concatenate(di_all)
+    q_arr = pl.Series(list(query_ids), dtype=pl.String)
+    d_arr = pl.Series(list(doc_ids), dtype=pl.String)
+    return pl.DataFrame({"query_id": q_arr.gather(qi), "image_id": d_arr.gather(di),
+                         "score": np.concatenate(sc_all)}, schema=RUN_SCHEMA)
+
+
+def rank_dense(queries: np.ndarray, docs: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
+               pools: Sequence[np.ndarray], depth: int, chunk: int = 256) -> pl.DataFrame:
+    """Cosine ranking of L2-normalised embeddings (queries [nq,d], docs [n,d]) in query chunks."""
+    docs = np.ascontiguousarray(docs, dtype=np.float32)
+
+    def chunks():
+        for start in range(0, len(queries), chunk):
+            q = np.ascontiguousarray(queries[start:start + chunk], dtype=np.float32)
+            yield np.arange(start, start + len(q)), q @ docs.T
+
+    return rank_scored(chunks(), query_ids, doc_ids, pools, depth)

@@ -1,0 +1,439 @@
+"""Retrieval systems of the ``evaluate`` target: one job per configured system (docs/evaluate.md).
+
+Kinds:
+
+* ``clip``: any open_clip model (architecture + tag or file, ``hf-hub:``, ``local-dir:``), loaded and
+  cached exactly as the similarity stage does (:mod:`benchmaker.similarity`): every image is encoded
+  once per model identity, through the shared embedding cache.
+* ``bm25``: BM25 (the ``bm25s`` library) over each image's annotation text (summary and tags). It reads
+  the annotator's output, which is what the judge labelled from: it *sees what the judge saw*.
+* ``hybrid``: fusion of other systems' runs with ``ranx.fuse`` (``rrf`` by default; or a normalised
+  weighted sum, ``method: wsum`` + ``norm: min-max`` ...).
+* ``rerank``: a vision-language model reranks the top ``k`` of another system's run through the
+  project's provider layer (OpenAI / OpenAI-compatible / Gemini; response cache, retries, costs).
+* ``trec_run``: an external system given as a TREC run file (ids as written by ``trec_id``).
+
+Each job writes ``runs/<name>.trec`` (see :mod:`.runs`), ``runs/<name>.json`` (kind, scopes, timings,
+cost) and its losses and costs files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..config import ConfigError
+from ..formats import FormatError, read_table
+from ..io import atomic_write_text
+from ..logs import get_logger
+from ..losses import Losses
+from .data import Bench, load_bench
+from .runs import empty_run, rank_dense, rank_scored, read_run, sort_run, write_run
+
+__all__ = [
+    "KINDS",
+    "MODEL_KINDS",
+    "annotation_texts",
+    "bm25_run",
+    "check_systems",
+    "clip_run",
+    "external_run",
+    "hybrid_run",
+    "rerank_run",
+    "run",
+    "sees_judge_text",
+    "system_settings",
+]
+
+log = get_logger("evaluate")
+
+KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run")
+MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "clip": {"model": None, "pretrained": None, "precision": "auto", "device": "auto", "batch_size": 128,
+             "num_workers": 2},
+    "bm25": {"fields": ["summary", "tags"], "k1": 1.5, "b": 0.75},
+    "hybrid": {"systems": [], "method": "rrf", "norm": None, "weights": None},
+    "rerank": {"base": None, "k": 10, "provider": "openai", "scope": "corpus", "llm": {}},
+    "trec_run": {"path": None, "scope": "corpus", "sees_judge_text": False},
+}
+COMMON = ("name", "kind", "depth", "sees_judge_text")
+
+
+def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, Any]:
+    """A system's dict with the kind's defaults filled in."""
+    kind = system.get("kind")
+    out = {"depth": depth, **DEFAULTS.get(kind, {}), **dict(system)}
+    if kind == "rerank":
+        out["llm"] = dict(out.get("llm") or {})
+    return out
+
+
+def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Validate ``evaluate.systems`` (names, kinds, references); errors name the key path."""
+    systems = list((evaluate or {}).get("systems") or [])
+    depth = int((evaluate or {}).get("depth") or 100)
+    names: dict[str, int] = {}
+    out = []
+    for i, s in enumerate(systems):
+        where = f"evaluate.systems[{i}]"
+        if not isinstance(s, Mapping):
+            raise ConfigError(f"{where}: must be a mapping with name and kind")
+        name, kind = s.get("name"), s.get("kind")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ConfigError(f"{where}.name: {name!r} must be a file-safe token (letters, digits, . _ -; at most "
+                              "64 characters, starting with a letter or digit)")
+        if name in names:
+            raise ConfigError(f"{where}.name: {name!r} is already the name of evaluate.systems[{names[name]}]")
+        names[name] = i
+        if kind not in KINDS:
+            raise ConfigError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+        allowed = set(COMMON) | set(DEFAULTS[kind])
+        extra = sorted(set(s) - allowed)
+        if extra:
+            raise ConfigError(f"{where}: key(s) {extra} do not apply to kind {kind!r} (allowed: {sorted(allowed)})")
+        out.append(system_settings(s, depth))
+    for i, s in enumerate(out):
+        where = f"evaluate.systems[{i}]"
+        if s["kind"] == "clip" and not s.get("model"):
+            raise ConfigError(f"{where}.model: a clip system needs an open_clip model (e.g. ViT-B-32, "
+                              "hf-hub:org/repo, local-dir:/path)")
+        if s["kind"] == "trec_run" and not s.get("path"):
+            raise ConfigError(f"{where}.path: a trec_run system needs the run file's path")
+        refs = s.get("systems") if s["kind"] == "hybrid" else ([s.get("base")] if s["kind"] == "rerank" else [])
+        key = "systems" if s["kind"] == "hybrid" else "base"
+        if s["kind"] == "hybrid" and len(refs or []) < 2:
+            raise ConfigError(f"{where}.systems: a hybrid fuses at least two systems (by name)")
+        if s["kind"] == "hybrid" and s.get("weights") is not None and len(s["weights"]) != len(refs):
+            raise ConfigError(f"{where}.weights: one weight per fused system ({len(refs)})")
+        for r in refs or []:
+            if r not in names:
+                raise ConfigError(f"{where}.{key}: {r!r} is not the name of a configured system")
+            if r == s["name"]:
+                raise ConfigError(f"{where}.{key}: a system cannot use its own run")
+        if s["kind"] == "rerank" and s["provider"] not in ("openai", "gemini"):
+            raise ConfigError(f"{where}.provider: {s['provider']!r} is not openai or gemini")
+    # no cycles (hybrid of a rerank of the hybrid ...)
+    by = {s["name"]: s for s in out}
+
+    def deps(s):
+        return s.get("systems") if s["kind"] == "hybrid" else ([s["base"]] if s["kind"] == "rerank" else [])
+
+    for s in out:
+        seen, stack = set(), list(deps(s))
+        while stack:
+            n = stack.pop()
+            if n == s["name"]:
+                raise ConfigError(f"evaluate.systems: {s['name']!r} depends on itself through {sorted(seen)}")
+            if n not in seen:
+                seen.add(n)
+                stack += deps(by[n])
+    return out
+
+
+def sees_judge_text(system: Mapping[str, Any], systems: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a system reads the annotator's text (summaries, tags) that the judge labelled from."""
+    by = {s["name"]: s for s in systems}
+    kind = system["kind"]
+    if kind == "bm25":
+        return True
+    if kind == "hybrid":
+        return any(sees_judge_text(by[n], systems) for n in system["systems"] if n in by)
+    if kind == "rerank":
+        return system["base"] in by and sees_judge_text(by[system["base"]], systems)
+    return bool(system.get("sees_judge_text"))
+
+
+# ------------------------------------------------------------------------------------------------ kinds
+def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None, cache_dir: str | None,
+             losses: Losses, threads: int = 1) -> tuple[pl.DataFrame, dict]:
+    from ..similarity.cache import EmbeddingCache
+    from ..similarity.embed import embed_image_table
+    from ..similarity.model import load_clip
+
+    clip = load_clip(system["model"], system.get("pretrained"), device=system.get("device") or "auto",
+                     precision=system.get("precision") or "auto")
+    if clip.device == "cpu" and threads:
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+    cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
+    t0 = time.perf_counter()
+    table = embed_image_table(bench.images, clip, image_root=image_root, cache=cache, losses=losses,
+                              batch_size=int(system.get("batch_size") or 128),
+                              num_workers=int(system.get("num_workers") or 0), desc=f"evaluate {system['name']}")
+    t_index = time.perf_counter() - t0
+    encoded = table.height - (cache.hits if cache is not None else 0)
+    rate = encoded / t_index if encoded > 0 and t_index > 0 else None
+    if rate is None and table.height:  # everything came from the cache: time a small fresh sample
+        rate = _encode_rate(clip, bench.images, image_root, int(system.get("batch_size") or 128))
+    t1 = time.perf_counter()
+    q_emb, _ = clip.encode_texts(bench.queries["query_text"].to_list())  # fixed-shape passes
+    doc_ids = table["image_id"].to_list()
+    docs = table["embedding"].to_numpy() if table.height else np.zeros((0, clip.embed_dim), np.float32)
+    run = rank_dense(q_emb, docs, bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]))
+    t_query = time.perf_counter() - t1
+    timing = {"images_indexed": table.height, "images_encoded": max(0, encoded),
+              "index_seconds": round(t_index, 4),
+              "images_per_s": round(rate, 2) if rate else None, "images_per_s_from_sample": encoded <= 0,
+              "query_seconds": round(t_query, 4), "device": clip.device, "model_id": clip.model_id}
+    return run, timing
+
+
+def _encode_rate(clip, images: pl.DataFrame, image_root: str | None, batch_size: int, n: int = 64) -> float | None:
+    """Images per second of decoding + encoding a sample of ``n`` images (no cache), after one warm-up batch."""
+    from ..similarity.embed import image_paths, iter_image_batches
+
+    paths = image_paths(images.head(n), image_root)
+    if not paths:
+        return None
+    for _ in iter_image_batches(clip, paths[:2], batch_size=2, num_workers=0):
+        pass
+    t0 = time.perf_counter()
+    done = sum(len(idx) for idx, _, _ in iter_image_batches(clip, paths, batch_size=min(batch_size, n),
+                                                            num_workers=0))
+    dt = time.perf_counter() - t0
+    return done / dt if done and dt > 0 else None
+
+
+def annotation_texts(annotations: pl.DataFrame, fields: Sequence[str]) -> pl.DataFrame:
+    """``image_id, text``: the annotation fields joined by spaces (lists joined, facet values included)."""
+    parts = []
+    for f in fields:
+        if f not in annotations.columns:
+            raise FormatError(f"bm25 field {f!r} is not an annotations column (has {annotations.columns})")
+        dt = annotations.schema[f]
+        col = pl.col(f)
+        if isinstance(dt, pl.List):
+            col = col.cast(pl.List(pl.String)).list.join(" ")
+        else:
+            col = col.cast(pl.String)
+        parts.append(col.fill_null(""))
+    return annotations.select("image_id", pl.concat_str(parts, separator=" ").alias("text"))
+
+
+def bm25_run(system: Mapping[str, Any], bench: Bench, annotations: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    import bm25s
+
+    corpus = annotation_texts(annotations, system["fields"]).join(
+        bench.images.select("image_id"), on="image_id", how="semi").sort("image_id")
+    doc_ids = corpus["image_id"].to_list()
+    t0 = time.perf_counter()
+    tokens = bm25s.tokenize(corpus["text"].to_list(), stopwords="en", show_progress=False)
+    retriever = bm25s.BM25(k1=float(system["k1"]), b=float(system["b"]))
+    retriever.index(tokens, show_progress=False)
+    t_index = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    q_tokens = bm25s.tokenize(bench.queries["query_text"].to_list(), stopwords="en", return_ids=False,
+                              show_progress=False)
+    n = len(doc_ids)
+
+    def chunks(size: int = 64):
+        for start in range(0, len(q_tokens), size):
+            block = q_tokens[start:start + size]
+            scores = np.zeros((len(block), n), dtype=np.float32)
+            for j, toks in enumerate(block):
+                if toks and n:
+                    scores[j] = retriever.get_scores(list(toks))
+            yield np.arange(start, start + len(block)), scores
+
+    run = rank_scored(chunks(), bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]))
+    t_query = time.perf_counter() - t1
+    return run, {"images_indexed": n, "index_seconds": round(t_index, 4),
+                 "images_per_s": round(n / t_index, 2) if t_index > 0 and n else None,
+                 "query_seconds": round(t_query, 4)}
+
+
+def hybrid_run(system: Mapping[str, Any], runs: Sequence[str], bench: Bench) -> tuple[pl.DataFrame, dict]:
+    from ranx import Run, fuse
+
+    from .runs import to_ranx_run
+
+    parts = [to_ranx_run(read_run(p), Path(p).stem, bench.query_ids) for p in runs]
+    params = {"weights": list(system["weights"])} if system.get("weights") is not None else None
+    kw = {"norm": system.get("norm"), "method": system.get("method") or "rrf", "params": params}
+    # warm-up on a one-query run: ranx's numba compilation is not the system's query cost
+    tiny = [Run({"q": {"d": 1.0, "e": 0.5}}, name=f"w{i}") for i in range(len(parts))]
+    fuse(tiny, **kw)
+    t0 = time.perf_counter()
+    fused: Run = fuse(parts, **kw)
+    rows = [(q, d, float(s)) for q, docs in fused.to_dict().items() for d, s in docs.items()]
+    run = pl.DataFrame(rows, schema=["query_id", "image_id", "score"], orient="row") if rows else empty_run()
+    return run, {"query_seconds": round(time.perf_counter() - t0, 4), "fused": [Path(p).stem for p in runs]}
+
+
+RERANK_SYSTEM = (
+    "You rank images for an image search engine. Given a search query and candidate images, each labelled "
+    "with a key, order ALL keys from the image that best matches the query to the one that matches it least. "
+    "Judge only what is visible in the images. Answer with JSON: {\"ranking\": [keys, best first]}.")
+
+
+def _rerank_spec(query_text: str, cands: Sequence[tuple[str, Any]]):
+    from ..providers.spec import RequestSpec, Text
+
+    keys = [k for k, _ in cands]
+    parts: list[Any] = [Text(f"Search query: {query_text}\nCandidates ({len(keys)}):")]
+    for key, ref in cands:
+        parts += [Text(f"Key {key}:"), ref]
+    schema = {"type": "object", "additionalProperties": False, "required": ["ranking"],
+              "properties": {"ranking": {"type": "array", "items": {"type": "string", "enum": keys},
+                                         "minItems": len(keys), "maxItems": len(keys)}}}
+    return RequestSpec(system=RERANK_SYSTEM, parts=tuple(parts), schema=schema, schema_name="rerank")
+
+
+def _check_permutation(keys: Sequence[str]):
+    want = sorted(keys)
+
+    def check(answer: dict) -> str | None:
+        got = answer.get("ranking")
+        if not isinstance(got, list) or sorted(got) != want:
+            return f"ranking must list each of the {len(want)} keys exactly once"
+        return None
+
+    return check
+
+
+def make_rerank_runner(system: Mapping[str, Any], cache_dir: str | None, client: Any = None):
+    """The provider layer's runner for this reranker (openai/compatible or gemini), sync mode."""
+    settings = {**dict(system.get("llm") or {}), "mode": "sync"}
+    if system["provider"] == "gemini":
+        from ..providers.gemini import GeminiRunner
+
+        return GeminiRunner(stage="evaluate", item_type="query", settings=settings, cache_dir=cache_dir,
+                            client=client)
+    from ..providers.engine import Runner
+
+    return Runner(stage="evaluate", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
+
+
+def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, image_root: str | None,
+               cache_dir: str | None, losses: Losses, client: Any = None) -> tuple[pl.DataFrame, dict, list[dict]]:
+    """Rerank the first ``k`` images of each query's base ranking (corpus scope: of the whole corpus
+    ranking; pool scope: of the judged pool's ranking). Reranked images get scores above every other
+    image, in the model's order; the rest keep the base order below. A query whose answer fails keeps its
+    base order and is written to the losses."""
+    from ..providers.engine import Item
+    from ..providers.spec import ImageRef
+    from .runs import pool_view
+
+    k = int(system["k"])
+    scope = system["scope"]
+    base = sort_run(pool_view(base, bench.qrels) if scope == "pool" else base).drop("rank")
+    img = {r["image_id"]: r for r in bench.images.select("image_id", "sha256", "image_url", "width", "height")
+           .iter_rows(named=True)}
+    texts = dict(bench.queries.iter_rows())
+    runner = make_rerank_runner(system, cache_dir, client)
+    items, keys_of = [], {}
+    tops = base.group_by("query_id", maintain_order=True).head(k)
+    for qid, ids in tops.group_by("query_id", maintain_order=True).agg("image_id").iter_rows():
+        cands = []
+        for j, iid in enumerate(ids):
+            r = img.get(iid)
+            if r is None:
+                continue
+            ref = ImageRef(sha256=r["sha256"], path=str(Path(image_root or ".") / iid), url=r.get("image_url"),
+                           width=int(r.get("width") or 0), height=int(r.get("height") or 0))
+            cands.append((f"c{j + 1}", ref))
+        if len(cands) < 2:
+            continue
+        keys_of[qid] = {f"c{j + 1}": iid for j, iid in enumerate(ids)}
+        items.append(Item(qid, _rerank_spec(texts.get(qid, ""), cands), _check_permutation([c for c, _ in cands])))
+    t0 = time.perf_counter()
+    answers = runner.run_sync(items, losses) if items else {}
+    t_query = time.perf_counter() - t0
+    top = float(base["score"].max()) if base.height else 0.0
+    new_rows = []
+    for qid, ans in answers.items():
+        order = ans["ranking"]
+        for pos, key in enumerate(order):
+            new_rows.append((qid, keys_of[qid][key], top + 1.0 + (len(order) - pos)))
+    if new_rows:
+        re_df = pl.DataFrame(new_rows, schema=["query_id", "image_id", "score"], orient="row")
+        base = pl.concat([re_df, base.join(re_df, on=["query_id", "image_id"], how="anti")])
+    timing = {"query_seconds": round(t_query, 4), "reranked_queries": len(answers), "requested": len(items),
+              "requests_sent": runner.sent, "cost_usd": round(runner.cost_total, 6), "model": runner.llm.model}
+    return base, timing, list(runner.cost_rows)
+
+
+def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tuple[pl.DataFrame, dict]:
+    run = read_run(system["path"])
+    known_q = set(bench.query_ids)
+    known_d = set(bench.images["image_id"].to_list())
+    bad_q = run.filter(~pl.col("query_id").is_in(list(known_q)))
+    bad_d = run.filter(~pl.col("image_id").is_in(list(known_d)))
+    for q in bad_q["query_id"].unique().sort().to_list():
+        losses.add("query", q, "unknown_query", f"{system['path']}: query id not in the benchmark")
+    for d in bad_d["image_id"].unique().sort().to_list():
+        losses.add("image", d, "unknown_image", f"{system['path']}: image id not in the benchmark corpus")
+    if bad_q.height or bad_d.height:
+        log.warning("evaluate %s: %d lines with unknown query ids and %d with unknown image ids dropped "
+                    "(losses file)", system["name"], bad_q.height, bad_d.height)
+    run = run.filter(pl.col("query_id").is_in(list(known_q)) & pl.col("image_id").is_in(list(known_d)))
+    return run, {}
+
+
+# ------------------------------------------------------------------------------------------------ stage
+def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, meta: str, losses: str,
+        costs: str, annotations: str | None = None, component_runs: Sequence[str] | None = None,
+        external: str | None = None, systems: Sequence[Mapping[str, Any]] | None = None,
+        image_root: str | None = None, cache_dir: str | None = None, llm_cache_dir: str | None = None,
+        columns: Mapping[str, str] | None = None, facets: Mapping[str, Any] | None = None,
+        version: str | None = None, threads: int = 1, client: Any = None) -> dict:
+    """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata."""
+    from ..formats import FacetModel, empty_table, write_table
+
+    s = system_settings(system, int(system.get("depth") or 100))
+    # the rule passes this system only (so editing another system never reruns it), with its derived
+    # sees_judge_text; a library caller may pass every system instead
+    sees = sees_judge_text(s, [system_settings(x) for x in systems]) if systems else bool(s.get("sees_judge_text"))
+    bench = load_bench(qrels, images, columns)
+    loss = Losses("evaluate")
+    cost_rows: list[dict] = []
+    t0 = time.perf_counter()
+    kind = s["kind"]
+    if kind == "clip":
+        result, timing = clip_run(s, bench, image_root=image_root, cache_dir=cache_dir, losses=loss, threads=threads)
+    elif kind == "bm25":
+        fm = FacetModel.from_config(facets) if facets else None
+        ann = read_table("annotations", annotations, columns=columns, facets=fm)
+        result, timing = bm25_run(s, bench, ann)
+    elif kind == "hybrid":
+        result, timing = hybrid_run(s, list(component_runs or []), bench)
+    elif kind == "rerank":
+        base = read_run((component_runs or [None])[0])
+        result, timing, cost_rows = rerank_run(s, base, bench, image_root=image_root, cache_dir=llm_cache_dir,
+                                               losses=loss, client=client)
+    else:
+        if external:
+            s = {**s, "path": external}
+        result, timing = external_run(s, bench, loss)
+    seconds = time.perf_counter() - t0
+    if kind == "rerank" and s["scope"] == "pool" or kind == "trec_run" and s["scope"] == "pool":
+        scopes = ["pool"]
+    else:
+        scopes = ["pool", "corpus"]
+    nq = bench.queries.height
+    q_sec = timing.get("query_seconds")
+    timing.setdefault("query_latency_ms", round(1000 * q_sec / nq, 4) if q_sec is not None and nq else None)
+    lines = write_run(result, run_file, s["name"])
+    record = {"name": s["name"], "kind": kind, "scopes": scopes, "depth": int(s["depth"]),
+              "sees_judge_text": sees, "queries": nq, "run_lines": lines,
+              "seconds": round(seconds, 4), "timing": timing,
+              "cost_usd": round(sum(r["cost_usd"] for r in cost_rows), 6), "losses": len(loss),
+              "settings": {k: v for k, v in s.items() if k not in ("llm",)}, "version": version}
+    if kind == "rerank":
+        record["settings"]["llm_model"] = (s.get("llm") or {}).get("model")
+    atomic_write_text(meta, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+    loss.write(losses)
+    write_table(pl.DataFrame(cost_rows) if cost_rows else empty_table("costs"), "costs", costs)
+    log.info("evaluate %s (%s): %d run lines for %d queries in %.1f s -> %s", s["name"], kind, lines, nq, seconds,
+             run_file)
+    return record

@@ -1,0 +1,273 @@
+"""The evaluate target's library: runs, systems, ranx metrics, drill-downs, significance."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import fake_openai
+import numpy as np
+import polars as pl
+import pytest
+from openai_helpers import images_frame
+from support import TINY_FACETS
+
+from benchmaker.config import ConfigError
+from benchmaker.evaluate import metrics, systems
+from benchmaker.evaluate.runs import corpus_view, rank_dense, read_run, write_run
+from benchmaker.formats import write_table
+from benchmaker.ids import trec_id
+
+ODD = "red/my café circle #1.jpg"
+
+
+@pytest.fixture()
+def bench(tmp_path, tiny_corpus):
+    root = tmp_path / "images"
+    shutil.copytree(tiny_corpus, root)
+    first = min((root / "red").glob("*.jpg"))
+    first.rename(root / ODD)
+    imgs = images_frame(root).drop("caption")
+    write_table(imgs, "images", tmp_path / "images.jsonl")
+    rows = []
+    for iid in imgs["image_id"].to_list():
+        color = iid.split("/")[0] if iid.split("/")[0] in TINY_FACETS["taxonomy"]["color"] else "unknown"
+        shape = next((s for s in ("circle", "square", "stripes") if s in iid), "unknown")
+        rows.append({"image_id": iid, "summary": f"a {color} {shape} picture", "tags": [color, shape],
+                     "confidence": {"color": 0.9}, "annotator": "test", "color": color, "shape": shape,
+                     "is_bright": color in ("yellow", "red")})
+    ann = pl.DataFrame(rows)
+    write_table(ann, "annotations", tmp_path / "annotations.jsonl")
+    q = []
+    ids = imgs["image_id"].to_list()
+    for n, color in enumerate(("red", "blue", "green")):
+        mine = [i for i in ids if i.startswith(color + "/")]
+        other = [i for i in ids if not i.startswith(color + "/")][n * 3:n * 3 + 4]
+        for j, iid in enumerate(mine + other):
+            q.append({"query_id": f"q {n}", "query_text": f"a {color} thing", "image_id": iid,
+                      "relevance_label": int(iid in mine), "pool": "seed" if j == 0 else ("positive" if iid in mine
+                                                                                           else "hard"),
+                      "is_seed": j == 0, "seed_not_relevant": False, "judge": "test"})
+    # a query whose pool has no relevant image: left out of the metrics, counted
+    q += [{"query_id": "q none", "query_text": "nothing", "image_id": ids[0], "relevance_label": 0, "pool": "seed",
+           "is_seed": True, "seed_not_relevant": True, "judge": "test"}]
+    write_table(pl.DataFrame(q), "qrels", tmp_path / "qrels.jsonl")
+    return tmp_path
+
+
+def _run_system(bench: Path, system: dict, all_systems: list[dict], **kw) -> dict:
+    out = bench / "evaluate" / "runs"
+    out.mkdir(parents=True, exist_ok=True)
+    return systems.run(system=system, systems=all_systems, qrels=str(bench / "qrels.jsonl"),
+                       images=str(bench / "images.jsonl"), annotations=str(bench / "annotations.jsonl"),
+                       run_file=str(out / f"{system['name']}.trec"), meta=str(out / f"{system['name']}.json"),
+                       losses=str(bench / "losses" / f"{system['name']}.jsonl"),
+                       costs=str(bench / "costs" / f"{system['name']}.jsonl"), image_root=str(bench / "images"),
+                       facets=TINY_FACETS, **kw)
+
+
+def _aggregate(bench: Path, names: list[str], **settings) -> dict:
+    d = bench / "evaluate"
+    return metrics.run(qrels=str(bench / "qrels.jsonl"), images=str(bench / "images.jsonl"),
+                       annotations=str(bench / "annotations.jsonl"),
+                       runs=[str(d / "runs" / f"{n}.trec") for n in names],
+                       metas=[str(d / "runs" / f"{n}.json") for n in names],
+                       leaderboard_csv=str(d / "leaderboard.csv"), leaderboard_json=str(d / "leaderboard.json"),
+                       drilldown=str(d / "drilldown.csv"), significance_csv=str(d / "significance.csv"),
+                       per_query=str(d / "per_query.csv"), settings={"k": [5], **settings}, facets=TINY_FACETS)
+
+
+def test_run_file_round_trip_odd_ids_and_ranx_reads_it(tmp_path):
+    from ranx import Run
+
+    run = pl.DataFrame({"query_id": ["q 1", "q 1", "q 2"], "image_id": [ODD, "a/b.jpg", "été/x y.png"],
+                        "score": [0.5, 0.9, 0.1]})
+    path = tmp_path / "r.trec"
+    assert write_run(run, path, "sys") == 3
+    lines = path.read_text().splitlines()
+    assert lines[0] == f"{trec_id('q 1')} Q0 a/b.jpg 1 0.9 sys" and all(len(x.split()) == 6 for x in lines)
+    back = read_run(path)
+    assert back.sort("image_id").equals(run.sort("image_id"))
+    r = Run.from_file(str(path), kind="trec")
+    assert r.to_dict()[trec_id("q 1")][trec_id(ODD)] == 0.5
+    # tabs and repeated spaces (other tools' files) read the same through the careful reader
+    (tmp_path / "tabs.trec").write_text(path.read_text().replace(" Q0 ", "\tQ0  "))
+    assert read_run(tmp_path / "tabs.trec").sort("image_id").equals(back.sort("image_id"))
+    with pytest.raises(Exception, match="appears twice"):
+        (tmp_path / "dup.trec").write_text("q1 Q0 a 1 0.5 x\nq1 Q0 a 2 0.4 x\n")
+        read_run(tmp_path / "dup.trec")
+    with pytest.raises(Exception, match="6 fields"):
+        (tmp_path / "bad.trec").write_text("q1 Q0 a b 1 0.5 x\n")
+        read_run(tmp_path / "bad.trec")
+
+
+def test_rank_dense_keeps_top_depth_and_every_pool_image():
+    rng = np.random.default_rng(0)
+    docs = rng.normal(size=(50, 8)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    qs = docs[:3] + 0.01
+    pools = [np.array([40, 41]), np.array([], dtype=np.int64), np.array([0, 49])]
+    ids = [f"d{i}" for i in range(50)]
+    run = rank_dense(qs, docs, ["a", "b", "c"], ids, pools, depth=5, chunk=2)
+    per = run.group_by("query_id").agg("image_id")
+    got = dict(per.iter_rows())
+    assert {"d40", "d41"} <= set(got["a"]) and len(got["b"]) == 5 and {"d0", "d49"} <= set(got["c"])
+    exact = np.argsort(-(qs[0] @ docs.T))[:5]
+    assert corpus_view(run, 5).filter(pl.col("query_id") == "a")["image_id"].to_list() == [ids[i] for i in exact]
+
+
+def test_check_systems_names_the_key():
+    with pytest.raises(ConfigError, match=r"evaluate.systems\[1\].name"):
+        systems.check_systems({"systems": [{"name": "a", "kind": "bm25"}, {"name": "a", "kind": "bm25"}]})
+    with pytest.raises(ConfigError, match=r"evaluate.systems\[0\].systems"):
+        systems.check_systems({"systems": [{"name": "h", "kind": "hybrid", "systems": ["a", "zz"]},
+                                           {"name": "a", "kind": "bm25"}]})
+    with pytest.raises(ConfigError, match="do not apply"):
+        systems.check_systems({"systems": [{"name": "a", "kind": "bm25", "model": "x"}]})
+    with pytest.raises(ConfigError, match="name"):
+        systems.check_systems({"systems": [{"name": "a b", "kind": "bm25"}]})
+    assert systems.check_systems({}) == []
+    # the same checks run when a config is loaded (benchmaker validate-config)
+    import yaml
+
+    from benchmaker.config import validate_config
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    cfg["evaluate"] = {"systems": [{"name": "r", "kind": "rerank", "base": "nope"}], "facets": ["zz"]}
+    with pytest.raises(ConfigError, match=r"evaluate.systems\[0\].base(.|\n)*evaluate.facets: 'zz'"):
+        validate_config(cfg)
+
+
+def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch):
+    from ranx import Qrels, Run, evaluate
+
+    fake = fake_openai.start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    try:
+        ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+        reds = [i for i in ids if i.startswith("red/") and i != ODD]
+        blues = [i for i in ids if i.startswith("blue/")]
+        ext = bench / "external.trec"
+        ext.write_text("".join(f"{trec_id('q 0')} Q0 {trec_id(i)} {n + 1} {1.0 - n / 10} ext\n" for n, i in
+                               enumerate([reds[-1], ODD, blues[0], "nope.jpg"])))
+        sys_list = systems.check_systems({"systems": [
+            {"name": "bm25", "kind": "bm25"},
+            {"name": "clip", "kind": "clip", "model": f"local-dir:{tiny_clip}", "device": "cpu", "num_workers": 0},
+            {"name": "fused", "kind": "hybrid", "systems": ["bm25", "clip"]},
+            {"name": "vlm", "kind": "rerank", "base": "bm25", "k": 3,
+             "llm": {"model": "gpt-5-mini", "base_url": fake.base_url, "image_max_side": 64, "max_attempts": 1}},
+            {"name": "ext", "kind": "trec_run", "path": str(ext)},
+        ], "depth": 10})
+
+        def answer(body, schema):  # reverse the candidate order: a valid permutation
+            keys = schema["properties"]["ranking"]["items"]["enum"]
+            return {"ranking": list(reversed(keys))}
+
+        fake.answer = answer
+        d = bench / "evaluate" / "runs"
+        _run_system(bench, sys_list[0], sys_list)
+        _run_system(bench, sys_list[1], sys_list, cache_dir=str(bench / "cache"), threads=1)
+        _run_system(bench, sys_list[2], sys_list, component_runs=[str(d / "bm25.trec"), str(d / "clip.trec")])
+        meta = _run_system(bench, sys_list[3], sys_list, component_runs=[str(d / "bm25.trec")],
+                           llm_cache_dir=str(bench / "llm"))
+        assert meta["timing"]["reranked_queries"] == 4 and meta["cost_usd"] > 0 and meta["sees_judge_text"]
+        ext_meta = _run_system(bench, sys_list[4], sys_list, external=str(ext))
+        assert ext_meta["losses"] == 1  # nope.jpg is not in the corpus
+        # the reranker put bm25's third image first
+        bm = read_run(d / "bm25.trec").sort(["query_id", "score"], descending=[False, True])
+        vl = read_run(d / "vlm.trec").sort(["query_id", "score"], descending=[False, True])
+        q0 = lambda r: r.filter(pl.col("query_id") == "q 0")["image_id"].to_list()
+        assert q0(vl)[:3] == list(reversed(q0(bm)[:3]))
+        # a second rerank run is served from the cache: nothing sent, nothing paid
+        sent = fake.count("POST", "/v1/responses")
+        _run_system(bench, sys_list[3], sys_list, component_runs=[str(d / "bm25.trec")],
+                    llm_cache_dir=str(bench / "llm"))
+        assert fake.count("POST", "/v1/responses") == sent
+    finally:
+        fake_openai.stop(fake)
+    names = [s["name"] for s in sys_list]
+    doc = _aggregate(bench, names)
+    board = pl.read_csv(bench / "evaluate" / "leaderboard.csv")
+    assert doc["queries_evaluated"] == 3 and doc["queries_without_positive"] == 1
+    assert set(board.filter(pl.col("scope") == "corpus")["system"]) == set(names)
+    bm25_row = board.filter((pl.col("system") == "bm25") & (pl.col("scope") == "pool")).row(0, named=True)
+    assert bm25_row["sees_judge_text"] is True
+    assert board.filter(pl.col("system") == "clip")["sees_judge_text"].to_list() == [False] * 3
+    # values equal ranx's own on the TREC files: corpus scope of the external run (depth >= its length)
+    qrels = pl.read_ndjson(bench / "qrels.jsonl")
+    qfile = bench / "qrels.txt"
+    qfile.write_text("".join(f"{trec_id(a)} 0 {trec_id(b)} {c}\n" for a, b, c in
+                             qrels.select("query_id", "image_id", "relevance_label").iter_rows()))
+    q = Qrels.from_file(str(qfile), kind="trec")
+    q = Qrels({k: v for k, v in q.to_dict().items() if any(x > 0 for x in v.values())})
+    want = evaluate(q, Run.from_file(str(d / "ext.trec"), kind="trec"),
+                    ["ndcg@5", "map", "mrr", "precision@5", "recall@5", "hit_rate@5"], make_comparable=True)
+    row = board.filter((pl.col("system") == "ext") & (pl.col("scope") == "corpus")).row(0, named=True)
+    for m, v in want.items():
+        assert row[m] == pytest.approx(v, abs=1e-6), m
+    # drill-downs and significance
+    drill = pl.read_csv(bench / "evaluate" / "drilldown.csv")
+    assert {"difficulty", "facet:color", "candidate_pool"} <= set(drill["dimension"])
+    assert drill.filter(pl.col("dimension") == "facet:color")["value"].to_list()[:1]
+    sig = pl.read_csv(bench / "evaluate" / "significance.csv")
+    assert sig.height and (sig["p_adjusted"] >= sig["p_value"] - 1e-12).all()
+    assert json.loads((bench / "evaluate" / "leaderboard.json").read_text())["systems"][0]["results"]
+
+
+def test_no_systems_gives_an_empty_leaderboard(bench):
+    doc = _aggregate(bench, [])
+    assert doc["systems"] == [] and (bench / "evaluate" / "leaderboard.csv").is_file()
+
+
+def test_gemini_reranker_through_the_provider_layer(bench, monkeypatch):
+    import fake_gemini
+
+    fake = fake_gemini.start()
+    monkeypatch.setenv("GEMINI_API_KEY", fake_gemini.KEY)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    try:
+        ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+        base = bench / "base.trec"
+        base.write_text("".join(f"{trec_id('q 0')} Q0 {trec_id(i)} {n + 1} {1 - n / 100} b\n"
+                                for n, i in enumerate(ids[:5])))
+        sys_list = systems.check_systems({"systems": [
+            {"name": "b", "kind": "trec_run", "path": str(base)},
+            {"name": "gem", "kind": "rerank", "base": "b", "k": 4, "provider": "gemini",
+             "llm": {"model": "gemini-2.5-flash", "base_url": fake.base_url, "image_max_side": 64}}]})
+        fake.answer = lambda req, schema: {"ranking": list(reversed(schema["properties"]["ranking"]["items"]["enum"]))}
+        meta = _run_system(bench, sys_list[1], sys_list, component_runs=[str(base)], llm_cache_dir=str(bench / "llm"))
+    finally:
+        fake_gemini.stop(fake)
+    assert meta["timing"]["reranked_queries"] == 1 and meta["cost_usd"] > 0
+    got = read_run(bench / "evaluate" / "runs" / "gem.trec").sort("score", descending=True)["image_id"].to_list()
+    assert got == list(reversed(ids[:4])) + [ids[4]]
+    costs = pl.read_ndjson(bench / "costs" / "gem.jsonl")
+    assert costs.height == 1 and costs["stage"][0] == "evaluate"
+
+
+def test_leaderboard_in_report_and_card(bench, tmp_path):
+    from benchmaker.evaluate.report import card_markdown, summary_section
+
+    ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    runs = {}
+    for name, order in (("fwd", ids), ("rev", ids[::-1])):
+        p = bench / f"{name}.trec"
+        p.write_text("".join(f"{trec_id(q)} Q0 {trec_id(i)} {n + 1} {100 - n} {name}\n"
+                             for q in ("q 0", "q 1", "q 2") for n, i in enumerate(order)))
+        runs[name] = p
+    sys_list = systems.check_systems({"systems": [
+        {"name": "fwd", "kind": "trec_run", "path": str(runs["fwd"]), "sees_judge_text": True},
+        {"name": "rev", "kind": "trec_run", "path": str(runs["rev"])}]})
+    for s in sys_list:
+        _run_system(bench, s, sys_list, external=str(runs[s["name"]]))
+    _aggregate(bench, ["fwd", "rev"])
+    board = bench / "evaluate" / "leaderboard.csv"
+    out = tmp_path / "summary"
+    out.mkdir()
+    sec = summary_section(board, out, 0.5)
+    assert sec.title == "Retrieval leaderboard" and "sees what the judge saw" in sec.text
+    assert (out / "evaluate" / "leaderboard.png").is_file() and (out / "evaluate" / "significance.csv").is_file()
+    assert sec.table.filter(pl.col("system") == "fwd")["sees what the judge saw"].to_list() == ["yes"] * 3
+    md = card_markdown(board)
+    assert md.startswith("## Leaderboard") and "| fwd | trec_run | pool |" in md

@@ -1,0 +1,93 @@
+"""The evaluate target in the workflow: jobs per system, GPU only for model systems, the real run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+import support
+from test_workflow import job_stats
+
+from benchmaker.ids import trec_id
+
+
+def _systems(clip_dir, ext=None):
+    s = [{"name": "tiny-clip", "kind": "clip", "model": f"local-dir:{clip_dir}", "device": "cpu", "num_workers": 0},
+         {"name": "bm25", "kind": "bm25"},
+         {"name": "fused", "kind": "hybrid", "systems": ["tiny-clip", "bm25"]}]
+    if ext:
+        s.append({"name": "ext", "kind": "trec_run", "path": str(ext), "scope": "pool"})
+    return s
+
+
+def test_dry_run_one_job_per_system_and_all_only_with_systems(tmp_path, tiny_cfg, tiny_clip):
+    cfg = support.write_config(tmp_path / "none.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert not {"evaluate", "evaluate_model", "evaluate_system"} & set(stats)
+    r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
+    assert r.returncode == 0 and job_stats(r.stdout + r.stderr)["evaluate"] == 1
+    tiny_cfg["evaluate"] = {"systems": _systems(tiny_clip)}
+    cfg = support.write_config(tmp_path / "with.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 2 and stats["evaluate"] == 1
+    out = r.stdout + r.stderr
+    # GPU resources only on the model job
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
+    assert any(b.startswith("rule evaluate_model:") and "gpu=1" in b for b in blocks)
+    assert [b for b in blocks if b.startswith("rule evaluate_system:")]
+    assert not any(b.startswith("rule evaluate_system:") and "gpu=" in b for b in blocks)
+
+
+def test_bad_system_names_the_key(tmp_path, tiny_cfg):
+    tiny_cfg["evaluate"] = {"systems": [{"name": "h", "kind": "hybrid", "systems": ["x", "y"]}]}
+    cfg = support.write_config(tmp_path / "c.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    assert r.returncode != 0 and "evaluate.systems[0].systems" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_target_end_to_end(tmp_path, tiny_cfg, tiny_clip):
+    ext = tmp_path / "ext.trec"
+    ext.write_text("")  # replaced below once the query ids are known
+    tiny_cfg["evaluate"] = {"systems": _systems(tiny_clip, ext), "k": [5], "report": False}
+    cfg = support.write_config(tmp_path / "c.yaml", tiny_cfg)
+    res = Path(tiny_cfg["paths"]["results"]) / tiny_cfg["benchmark"]["name"]
+    r = support.snakemake(["-c2", "--show-failed-logs", f"{res}/qrels.jsonl"], tmp_path, cfg, timeout=1500)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    qrels = pl.read_ndjson(res / "qrels.jsonl")
+    q0 = qrels["query_id"][0]
+    pool = qrels.filter(pl.col("query_id") == q0)["image_id"].to_list()
+    ext.write_text("".join(f"{trec_id(q0)} Q0 {trec_id(i)} {n + 1} {10 - n} ext\n" for n, i in enumerate(pool)))
+    r = support.snakemake(["-c2", "--show-failed-logs", "evaluate"], tmp_path, cfg, timeout=1500)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    board = pl.read_csv(res / "evaluate" / "leaderboard.csv")
+    assert set(board["system"]) == {"tiny-clip", "bm25", "fused", "ext"}
+    assert board.filter(pl.col("system") == "ext")["scope"].to_list() == ["pool"]
+    for name in ("tiny-clip", "bm25", "fused", "ext"):
+        lines = (res / "evaluate" / "runs" / f"{name}.trec").read_text().splitlines()
+        assert lines and all(len(x.split()) == 6 and x.split()[-1] == name for x in lines)
+    doc = json.loads((res / "evaluate" / "leaderboard.json").read_text())
+    assert {s["name"]: s["sees_judge_text"] for s in doc["systems"]} == {
+        "tiny-clip": False, "bm25": True, "fused": True, "ext": False}
+    for f in ("drilldown.csv", "significance.csv", "per_query.csv"):
+        assert (res / "evaluate" / f).is_file()
+    # nothing left to do; editing one system reruns it, what fuses it and the aggregate only
+    r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
+    assert "Nothing to be done" in r.stdout + r.stderr
+    tiny_cfg["evaluate"]["systems"][1]["k1"] = 1.2
+    cfg = support.write_config(tmp_path / "c1.yaml", tiny_cfg)
+    r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
+    assert job_stats(r.stdout + r.stderr) == {"evaluate_system": 2, "evaluate": 1}, (r.stdout + r.stderr)[-3000:]
+    # dropping every system leaves an empty leaderboard (not an error)
+    tiny_cfg["evaluate"] = {"systems": []}
+    cfg = support.write_config(tmp_path / "c0.yaml", tiny_cfg)
+    r = support.snakemake(["-c1", "evaluate"], tmp_path, cfg)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert json.loads((res / "evaluate" / "leaderboard.json").read_text())["systems"] == []
