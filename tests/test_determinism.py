@@ -103,7 +103,7 @@ def runs(tmp_path_factory, tiny_corpus, tiny_clip):
     r = smk(["-c1", *(f"prewarm/tiny/embeddings/images/{i:05d}.parquet" for i in range(5))], b, warm,
             name="prewarm.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-    assert list((b / "results" / ".cache" / "embeddings").rglob("part-*.parquet"))
+    assert list((b / "results" / ".cache" / "embeddings").rglob("part-*.keys.npy"))
     # then a --cores 2 run, killed (SIGKILL to Snakemake and its jobs) once some jobs have finished
     cfg_path = support.write_config(b / "config.yaml", other)
     env = dict(os.environ, HF_HUB_OFFLINE="1", SOURCE_DATE_EPOCH=EPOCH,

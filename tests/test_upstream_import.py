@@ -211,8 +211,9 @@ def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path):
         cfg = yaml.safe_load(out.read_text())
         cfg["vision"]["openai"]["poll_seconds"] = 0.05      # not part of the request key
         support.write_config(out, cfg)
-        target = f"{tmp_path}/results/tiny-upstream-bench/annotations.jsonl"
-        r = support.snakemake(["--cores", "2", target], tmp_path, out,
+        res_dir = f"{tmp_path}/results/tiny-upstream-bench"
+        targets = [f"{res_dir}/annotations.jsonl", f"{res_dir}/images.jsonl"]
+        r = support.snakemake(["--cores", "2", *targets], tmp_path, out,
                               env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": fake.base_url})
         assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
         res = tmp_path / "results" / "tiny-upstream-bench"
