@@ -389,7 +389,7 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     n = cfg["n_shards"]
     assert {r: len(b) for r, b in by_rule.items()} == {
         "preprocess": n, "vision": n, "embed_images": n, "plan": 1, "judge": 1, "embed_queries": 1,
-        "score": 1, "summary": 1, "export": 1, "audit_sample": 1, "audit_labelling": 1, "audit_report": 1,
+        "score": 1, "summary": 1, "export": 1, "audit_labelling": 1, "audit_report": 1,
     }, sorted(by_rule)
     for rule, bodies in by_rule.items():
         for body in bodies:

@@ -35,6 +35,11 @@ TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers"})
 _OFFERED: frozenset[str] = frozenset({"threads"})
 
 
+# loaded by the runner or the rule scripts themselves, never deciding a stage's output: versions (the
+# check itself) and staging (scripts map staged weight paths under --profile nrp, rules/cluster.smk)
+_NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.staging"})
+
+
 class ParamError(TypeError):
     """A rule passes a name that its stage function does not accept (or misses a required one)."""
 
@@ -118,7 +123,7 @@ def _unversioned_modules(target: Any, loaded: Iterable[str]) -> list[str]:
              m[:-3].replace("/", ".") for m in stage_modules(stages[0])}
     known = {f"benchmaker.{m}" if m != "__init__" else "benchmaker" for m in known}
     return sorted(m for m in loaded if (m == "benchmaker" or m.startswith("benchmaker."))
-                  and m not in known and m != "benchmaker.versions")
+                  and m not in known and m not in _NOT_STAGE_CODE)
 
 
 def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
