@@ -4,6 +4,7 @@ peak memory per phase.
     python benchmarks/requests_build.py                 # N = 25,000, 50,000, 100,000
     python benchmarks/requests_build.py --n 100000      # one size
     python benchmarks/requests_build.py --no-cache      # collect without response-cache writes
+    python benchmarks/requests_build.py --n 1000000 --phases build,submit,table,collect
 
 Each phase runs in a fresh process (so its peak RSS is its own) over one shared temporary folder:
 
@@ -20,6 +21,10 @@ Each phase runs in a fresh process (so its peak RSS is its own) over one shared 
   cost file, annotation rows spilled and read back in order, annotations + losses written. Answers
   go to the response cache's pack segments (one append per answer, a segment published every
   25,000 entries; see docs/openai.md, "Response cache").
+* **table**: reads the shard's ``images.jsonl`` alone (the first thing collect does). Collect's
+  peak minus this phase's peak (``collect_over_table_mb``, printed last) is what collect itself
+  holds: answers are spilled to index-range part files and written part by part, and per request it
+  keeps a 32-byte key and two flag bytes, so this stays flat as the number of requests grows.
 * **rebuild**: ``vision_build`` again over the filled cache: every item is answered by the cache
   (loading the segments' index, one look-up per item), nothing is written to ``requests.jsonl``.
 
@@ -210,6 +215,20 @@ def _du(path: str) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
 
 
+def phase_table(n: int, tmp: Path, cache: bool) -> dict:
+    """Only what collect reads first: the shard's images table (``read_table``). Its peak is what
+    the shard's own table costs; collect's peak minus this one is what collect itself holds (answers,
+    per-request state), which must not grow with the number of requests."""
+    from benchmaker.formats import read_table
+
+    p = _paths(tmp)
+    base = _rss_now()
+    t = time.perf_counter()
+    imgs = read_table("images", p["images"], columns={})
+    dt = time.perf_counter() - t
+    return {"seconds": round(dt, 2), "rows": imgs.height, "base_rss_mb": base}
+
+
 def phase_rebuild(n: int, tmp: Path, cache: bool) -> dict:
     """Build again over the cache that collect filled: every request is answered by the cache (the
     index of the pack segments is loaded once, then one in-memory look-up per item)."""
@@ -245,7 +264,8 @@ def _peak() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-PHASES = {"build": phase_build, "submit": phase_submit, "collect": phase_collect, "rebuild": phase_rebuild}
+PHASES = {"build": phase_build, "submit": phase_submit, "table": phase_table, "collect": phase_collect,
+          "rebuild": phase_rebuild}
 
 
 def main() -> None:
@@ -253,6 +273,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--phase", choices=list(PHASES), default=None)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--phases", default=None, help="comma-separated phases to run (default: all)")
     ap.add_argument("--no-cache", action="store_true", help="collect without writing the response cache")
     ap.add_argument("--tracemalloc", action="store_true",
                     help="also report the phase's peak Python-heap allocation (slower)")
@@ -269,12 +290,18 @@ def main() -> None:
         print(json.dumps({"phase": args.phase, "n": args.n, **out, "peak_rss_mb": _peak(), **extra}), flush=True)
         return
     for n in ([args.n] if args.n else [25_000, 50_000, 100_000]):
+        peaks = {}
         with tempfile.TemporaryDirectory(prefix="bm-bench-") as d:
-            for phase in PHASES:
+            for phase in (args.phases.split(",") if args.phases else PHASES):
                 cmd = [sys.executable, __file__, "--n", str(n), "--phase", phase, "--dir", d]
                 cmd += (["--no-cache"] if args.no_cache else []) + (["--tracemalloc"] if args.tracemalloc else [])
-                subprocess.run(cmd, check=True,
-                               env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
+                r = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True,
+                                   env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
+                print(r.stdout, end="", flush=True)
+                peaks[phase] = json.loads(r.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+        if "collect" in peaks and "table" in peaks:
+            print(json.dumps({"n": n, "collect_peak_rss_mb": peaks["collect"], "table_peak_rss_mb": peaks["table"],
+                              "collect_over_table_mb": round(peaks["collect"] - peaks["table"], 1)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -331,3 +331,85 @@ def test_empty_shard_and_unicode_ids(fake, tmp_path, tiny_corpus):
     ann, losses, costs = sh2.results()
     assert sorted(ann["image_id"].to_list()) == sorted(df["image_id"].to_list()) and losses == []
     assert {c["item_id"] for c in costs} == set(df["image_id"].to_list())
+
+
+def test_judge_batch_collect_streams_items_retries_and_records_losses_once(fake, tmp_path, tiny_corpus):
+    """judge_build -> judge_submit -> judge_collect: collect streams the items (made again only for
+    the retried query), a query missing an annotation is one loss (not one per pass), and the
+    retried query's labels land in the qrels under its candidates' image ids."""
+    from benchmaker.formats import write_table
+    from benchmaker.judge import openai as jo
+
+    imgs = images_frame(tiny_corpus, 6)
+    ids = imgs["image_id"].to_list()
+    images = write_images(imgs, tmp_path / "images.jsonl")
+    ann = pl.DataFrame([{"image_id": i, "summary": f"a {i.split('/')[0]} shape", "tags": ["red", "circle"],
+                         "confidence": {"color": 0.9, "shape": 0.8, "is_bright": 0.5}, "annotator": "t",
+                         "color": "red", "shape": "circle", "is_bright": True} for i in ids[:5]])
+    write_table(ann, "annotations", tmp_path / "annotations.jsonl")
+
+    def q(qid, seed, cands):
+        return {"query_id": qid, "seed_image_ids": [seed], "candidate_image_ids": [seed, *cands],
+                "candidates": [{"image_id": seed, "pool": "seed", "reason": "seed"}]
+                + [{"image_id": c, "pool": "hard", "reason": "x"} for c in cands], "difficulty": 0.5,
+                "shortfall": []}
+
+    shortfall = pl.List(pl.Struct({"pool": pl.String, "wanted": pl.Int64, "got": pl.Int64, "reason": pl.String}))
+    plan = pl.DataFrame([q("tiny_q0001", ids[0], ids[1:4]), q("tiny_q0002", ids[4], [ids[5]]),
+                         q("tiny_q0003", ids[3], [ids[4]])], schema_overrides={"shortfall": shortfall})
+    write_table(plan, "query_plan", tmp_path / "plan.jsonl")
+    calls = {"n": 0}
+
+    def answer(body, schema):
+        obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
+        obj["query_text"] = f"query with {len(obj['judgments'])} candidates"
+        for j in obj["judgments"]:
+            j["label"] = 1
+        calls["n"] += 1
+        if calls["n"] == 2:                      # the second answered request: out of the binary enum
+            for j in obj["judgments"]:
+                j["label"] = 7
+        return obj
+
+    fake.answer = answer
+    s = {**SETTINGS, "mode": "batch", "base_url": fake.base_url, "labels": "binary"}
+    p = {k: str(tmp_path / f"{k}.jsonl") for k in ("requests", "manifest", "qrels", "losses", "costs")}
+    common = dict(plan=str(tmp_path / "plan.jsonl"), annotations=str(tmp_path / "annotations.jsonl"), images=images,
+                  settings=s, facets=TINY_FACETS, image_root=str(tiny_corpus), columns={})
+    jo.build(**common, requests=p["requests"], manifest=p["manifest"], cache_dir=str(tmp_path / "cache"))
+    jo.submit(requests=p["requests"], submitted=str(tmp_path / "submitted.json"), settings=s,
+              state_dir=str(tmp_path / "state"), benchmark="tiny")
+    jo.collect(**common, manifest=p["manifest"], submitted=str(tmp_path / "submitted.json"), qrels=p["qrels"],
+               losses=p["losses"], costs=p["costs"], state_dir=str(tmp_path / "state"), benchmark="tiny",
+               cache_dir=str(tmp_path / "cache"))
+    qrels = read_table("qrels", p["qrels"])
+    losses = list(iter_jsonl(p["losses"]))
+    # tiny_q0002 needs ids[5], which has no annotation: one loss, recorded once across both passes
+    assert [(r["item_id"], r["reason"]) for r in losses] == [("tiny_q0002", "missing_annotation")]
+    assert fake.count("POST", "/v1/batches") == 2            # the first round, then one retry batch
+    got = {(r["query_id"], r["image_id"]): r["relevance_label"] for r in qrels.iter_rows(named=True)}
+    assert got == {("tiny_q0001", i): 1 for i in ids[0:4]} | {("tiny_q0003", i): 1 for i in (ids[3], ids[4])}
+
+
+def test_answer_spill_parts_write_the_same_bytes_as_one_table(tmp_path):
+    """Answers arriving out of order (and again after a re-read) spilled in parts of 2 rows are
+    written part by part: the file is byte-identical to ordering and writing the whole table."""
+    from benchmaker.formats import FacetModel, write_table
+
+    fm = FacetModel.from_config(TINY_FACETS)
+    ids = pl.Series([f"img/{i:03d}.png" for i in range(7)])
+
+    def ans(i):
+        return {"summary": f" image {i} ", "tags": ["red", " red", "circle"][: 1 + i % 3],
+                "confidence": {"color": i / 10}, "color": "red", "shape": "circle", "is_bright": i % 2 == 0}
+
+    spill = vo.AnswerSpill(tmp_path / "parts", fm, "openai:m", ids, rows_per_part=2)
+    order = [5, 0, 6, 2, 5, 1, 4]                 # 5 twice (a re-read), 3 never answered
+    for i in order:
+        spill(i, ans(i))
+    n = spill.write(str(tmp_path / "parts.jsonl"), columns={})
+    whole = {i: ans(i) for i in order}
+    df = vo.answers_to_frame({ids[i]: a for i, a in whole.items()}, ids.to_list(), fm, "openai:m")
+    write_table(df, "annotations", tmp_path / "whole.jsonl", facets=fm)
+    assert n == 6 and (tmp_path / "parts.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert not (tmp_path / "parts").exists()

@@ -157,14 +157,27 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
     runner = _runner(s, cache_dir, adapter)
     attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
     loss = Losses("judge")
-    pairs = list(judge_items(plan_df, ann, imgs, fm, s, image_root, loss))
+    keys_of: dict[str, dict] = {}
+    calls = 0
+
+    def items() -> Iterator[Item]:
+        """The items streamed (their request specs are not held: made again only for retries); the
+        first pass records the losses and each query's candidate keys."""
+        nonlocal calls
+        calls += 1
+        first = calls == 1
+        for it, keys in judge_items(plan_df, ann, imgs, fm, s, image_root, loss if first else Losses("judge")):
+            if first:
+                keys_of[it.item_id] = keys
+            yield it
+
     with runner.ledger:
-        answers = pb.collect_results(runner, [it for it, _ in pairs], manifest=manifest, submitted=submitted,
+        answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted,
                                      state_dir=state_dir, losses=loss,
                                      metadata=batch_metadata(benchmark, "judge", "all"),
                                      wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
     name = f"{adapter}:{runner.llm.model}"
-    judged = answers_to_frame(answers, {it.item_id: k for it, k in pairs}, name, bool(s.get("rationale")))
+    judged = answers_to_frame(answers, keys_of, name, bool(s.get("rationale")))
     out = finalize(plan_df, judged, loss, judge_name=name, graded=s.get("labels") == "graded")
     write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)

@@ -269,32 +269,43 @@ def _chunk_ids(path: str) -> Iterator[str]:
 
 
 class _Slim:
-    """What collect keeps per item: its id, its content key (32 bytes) and a reference to its schema
-    and check (shared objects: one per stage for vision): not the request itself. Full items are
-    made again only for the requests that are retried."""
+    """What collect keeps per item: its content key (32 bytes) and a reference to its schema and check
+    (run-length coded: one run per stage for vision), and its id unless the caller passes ``ids`` (a
+    column of the shard's own table, e.g. a polars Series: then no per-item Python object is held).
+    Not the request itself: full items are made again only for the requests that are retried."""
 
-    def __init__(self) -> None:
-        self.ids: list[str] = []
+    def __init__(self, ids: Sequence[str] | None = None) -> None:
+        self.own = ids is None
+        self.ids: Sequence[str] = [] if ids is None else ids
         self.keys = bytearray()
+        self.starts: list[int] = []          # first index of each run of items sharing a prototype
         self.protos: list[tuple] = []
+        self.n = 0
 
-    def add(self, it: Item) -> None:
-        self.ids.append(it.item_id)
+    def add(self, it: Item) -> bool:
+        """Add the next item; false when ``ids`` were given and this item's id is not the next one."""
+        if self.own:
+            self.ids.append(it.item_id)     # type: ignore[attr-defined]
+        elif self.n >= len(self.ids) or self.ids[self.n] != it.item_id:
+            return False
         self.keys += bytes.fromhex(it.key)
         last = self.protos[-1] if self.protos else None
-        if last is not None and last[0] is it.spec.schema and last[1] is it.check:
-            self.protos.append(last)
-        else:
+        if last is None or last[0] is not it.spec.schema or last[1] is not it.check:
+            self.starts.append(self.n)
             self.protos.append((it.spec.schema, it.check, it.spec.schema_name))
+        self.n += 1
+        return True
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self.n
 
     def key(self, i: int) -> str:
         return self.keys[32 * i: 32 * i + 32].hex()
 
     def item(self, i: int) -> Item:
-        schema, check, name = self.protos[i]
+        import bisect
+
+        schema, check, name = self.protos[bisect.bisect_right(self.starts, i) - 1]
         return Item(self.ids[i], RequestSpec(system="", parts=(), schema=schema, schema_name=name), check,
                     key=self.key(i))
 
@@ -302,23 +313,30 @@ class _Slim:
 def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterable[Item]], *, manifest: str,
                     submitted: str, state_dir: str, losses: Losses, metadata: Mapping[str, str],
                     wait: bool = True, poll_seconds: float = 30.0,
-                    on_answer: Callable[[int, dict], None] | None = None) -> dict[str, dict]:
+                    on_answer: Callable[[int, dict], None] | None = None,
+                    ids: Sequence[str] | None = None) -> dict[str, dict]:
     """Wait, download, parse, retry failures as new batches; returns item_id -> answer.
 
     ``items`` is a sequence, or a function that returns a fresh iterable of the same items each time
     it is called (they are then streamed, and made again only for retries). With
     ``on_answer(index, answer)`` answers are handed over as they are validated and not kept (flat
-    memory for large shards); the returned dict is then empty."""
+    memory for large shards); the returned dict is then empty. ``ids``: the items' ids in order, as
+    a column the caller holds anyway (a polars Series of the shard's table): collect then keeps no
+    Python object per item, only a 32-byte key and two flag bytes (memory flat in the number of
+    requests beyond the shard's own table)."""
     make_items: Callable[[], Iterable[Item]] = items if callable(items) else (lambda: iter(items))
-    done: set[int] = set()
     results: dict[str, dict] = {}
-    slim = _Slim()
+    slim = _Slim(ids)
+    n_done = 0
 
     dups: dict[int, list[int]] = {}      # index that sends a content -> later items with the same content
 
     def keep(i: int, obj: dict) -> None:
+        nonlocal n_done
         for j in (i, *dups.get(i, ())):
-            done.add(j)
+            if not done[j]:
+                done[j] = 1
+                n_done += 1
             if on_answer is not None:
                 on_answer(j, obj)
             else:
@@ -329,32 +347,34 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                            "Snakemake should have rebuilt them: rerun the workflow")
     last: dict[int, Outcome] = {}
     failed: set[int] = set()
-    cached_idx: list[int] = []
+    cached = bytearray()                 # per item: 1 when the cache answered it at build time
     with open(manifest, "rb") as man_fh:
         man_lines = (ln for ln in man_fh if ln.strip())
         for i, it in enumerate(make_items()):
             ln = next(man_lines, None)
             runner.keyed([it])
             m = loads(ln) if ln is not None else None
-            if m is None or m["i"] != i or m["key"] != it.key:
+            if m is None or m["i"] != i or m["key"] != it.key or not slim.add(it):
                 raise changed
-            slim.add(it)
+            cached.append(0)
             if m.get("error"):
                 losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
             elif m.get("dup") is not None:
                 dups.setdefault(int(m["dup"]), []).append(i)
             elif m["cached"]:
-                cached_idx.append(i)
-        if next(man_lines, None) is not None:
+                cached[i] = 1
+        if next(man_lines, None) is not None or (not slim.own and len(slim.ids) != len(slim)):
             raise changed
-    for i in cached_idx:
+    done = bytearray(len(slim))          # per item: 1 once it has its answer
+    for i in (i for i, c in enumerate(cached) if c):
         obj = runner.from_cache(slim.item(i), "batch")
         if obj is not None:
             keep(i, obj)
         else:
             failed.add(i)
             last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
-    attempts = [0] * len(slim)
+    del cached
+    attempts = bytearray(len(slim))      # per item: the highest attempt sent (< 256)
     sub = json.loads(Path(submitted).read_text())
     round_batches = [b["batch_id"] for b in sub["batches"]]
     round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
@@ -385,7 +405,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                         if i in seen or i >= len(slim):
                             continue
                         seen.add(i)
-                        attempts[i] = max(attempts[i], att)
+                        attempts[i] = max(attempts[i], min(att, 255))
                         obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
                                             record=record)
                         if obj is not None:
@@ -403,7 +423,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                     reason = {"failed": "batch_failed", "expired": "batch_expired",
                               "cancelled": "batch_cancelled"}.get(status, "no_response")
                     for i, a in missing:
-                        attempts[i] = max(attempts[i], a)
+                        attempts[i] = max(attempts[i], min(a, 255))
                         last[i] = Outcome(False, reason=reason,
                                           detail=f"batch {bid} {status}" + (f": {errs}" if errs else ""))
                         failed.add(i)
@@ -425,14 +445,14 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
         journal.close()
         stack.close()                                   # the segment is published before we go on
     for i in sorted(failed):
-        if i in done:
+        if done[i]:
             continue
         oc = last[i]
         for j in (i, *dups.get(i, ())):
             losses.add(runner.item_type, slim.ids[j], oc.reason or "api_error", oc.detail,
                        attempts=max(1, attempts[i]))
-    n_lost = sum(1 + len(dups.get(i, ())) for i in failed - done)
-    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, len(done), n_lost,
+    n_lost = sum(1 + len(dups.get(i, ())) for i in failed if not done[i])
+    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, n_done, n_lost,
              runner.cost_count, runner.cost_total)
     return results
 

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 import polars as pl
 
-from ..formats import FacetModel, empty_table, read_table, write_table
+from ..formats import FacetModel, empty_table, read_table
 from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
@@ -101,31 +101,82 @@ def answer_row(image_id: str, a: Mapping[str, Any], fm: FacetModel, annotator: s
 
 
 class AnswerSpill:
-    """Annotation rows spilled to a JSONL file as answers arrive (in any order), read back sorted by
-    item index with polars: memory stays flat however many answers a shard has."""
+    """Annotation rows spilled as answers arrive (in any order) to part files of ``rows_per_part``
+    consecutive item indexes each, then written part by part, in item order: each part is read,
+    ordered and de-duplicated on its own and appended to the output, so memory stays bounded by one
+    part however many answers a shard has. Each part holds a disjoint range of item indexes and
+    polars writes JSON lines row by row, so the output is byte-identical to ordering and writing
+    the whole table at once. ``ids``: the item ids in order (a column of the shard's table)."""
 
-    def __init__(self, path: str | Path, fm: FacetModel, annotator: str, ids: list[str]):
-        self.path, self.fm, self.annotator, self.ids = Path(path), fm, annotator, ids
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "w", encoding="utf-8")
+    MAX_OPEN = 64
+
+    def __init__(self, path: str | Path, fm: FacetModel, annotator: str, ids: Any, rows_per_part: int = 10_000):
+        import shutil
+
+        self.dir, self.fm, self.annotator, self.ids = Path(path), fm, annotator, ids
+        self.rows_per_part = int(rows_per_part)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._fhs: dict[int, Any] = {}
+        self._parts: set[int] = set()
+
+    def _fh(self, part: int):
+        fh = self._fhs.get(part)
+        if fh is None:
+            if len(self._fhs) >= self.MAX_OPEN:          # close the least recently opened one
+                self._fhs.pop(next(iter(self._fhs))).close()
+            fh = self._fhs[part] = open(self.dir / f"{part:08d}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._parts.add(part)
+        return fh
 
     def __call__(self, i: int, answer: Mapping[str, Any]) -> None:
-        self._fh.write(fast_dumps({"__i": i, **answer_row(self.ids[i], answer, self.fm, self.annotator)}) + "\n")
+        row = answer_row(self.ids[i], answer, self.fm, self.annotator)
+        self._fh(i // self.rows_per_part).write(fast_dumps({"__i": i, **row}) + "\n")
 
-    def frame(self) -> pl.DataFrame:
-        self._fh.close()
+    def _close(self) -> None:
+        while self._fhs:
+            self._fhs.popitem()[1].close()
+
+    def _schema(self) -> dict:
         fm = self.fm
-        if self.path.stat().st_size == 0:
-            self.path.unlink()
-            return empty_table("annotations", fm)
         schema = {"__i": pl.Int64, "image_id": pl.String, "summary": pl.String, "tags": pl.List(pl.String),
                   "annotator": pl.String, "confidence": fm.confidence_dtype() if fm.names else pl.Struct({})}
-        schema |= {n: pl.String for n in fm.taxonomy} | {n: pl.Boolean for n in fm.boolean}
-        # lazily, on the streaming engine: parse, order and de-duplicate without a second full copy
-        df = (pl.scan_ndjson(self.path, schema=schema).sort("__i", maintain_order=True)
-              .unique("__i", keep="first", maintain_order=True).drop("__i").collect(engine="streaming"))
-        self.path.unlink()
-        return df
+        return schema | {n: pl.String for n in fm.taxonomy} | {n: pl.Boolean for n in fm.boolean}
+
+    def _part_frame(self, part: int) -> pl.DataFrame:
+        path = self.dir / f"{part:08d}.jsonl"
+        return (pl.scan_ndjson(path, schema=self._schema()).sort("__i", maintain_order=True)
+                .unique("__i", keep="first", maintain_order=True).drop("__i").collect(engine="streaming"))
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        """The annotation rows, in item order, one part at a time (each part's file is removed)."""
+        self._close()
+        for part in sorted(self._parts):
+            df = self._part_frame(part)
+            (self.dir / f"{part:08d}.jsonl").unlink()
+            if df.height:
+                yield df
+
+    def write(self, path: str, *, columns: Mapping[str, str] | None = None) -> int:
+        """Validate and write the annotations file part by part (atomically); returns the rows."""
+        from ..formats import to_disk_names, validate_table
+        from ..io import atomic_path
+
+        n = 0
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            for df in self.frames():
+                df = validate_table(df, "annotations", facets=self.fm,
+                                    source=f"annotations output {path} (rows {n + 1}..{n + df.height})")
+                to_disk_names(df, columns).write_ndjson(fh)
+                n += df.height
+        self.dir.rmdir()
+        return n
+
+    def frame(self) -> pl.DataFrame:
+        """The whole table at once (small shards and sync callers)."""
+        frames = list(self.frames())
+        self.dir.rmdir()
+        return pl.concat(frames) if frames else empty_table("annotations", self.fm)
 
 
 def write_costs(rows: list[dict], path: str | None, ledger: Any = None) -> None:
@@ -210,8 +261,8 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
     loss = Losses("vision")
     # items are streamed (and made again only for retries): collect holds ids and keys, not requests
     items = lambda: vision_items(imgs, fm, settings, image_root)  # noqa: E731
-    spill = AnswerSpill(Path(state_dir) / "answers.part.jsonl", fm, f"{adapter}:{runner.llm.model}",
-                        imgs["image_id"].to_list())
+    ids = imgs["image_id"]
+    spill = AnswerSpill(Path(state_dir) / "answers.parts", fm, f"{adapter}:{runner.llm.model}", ids)
     attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
     cached_rows = Path(state_dir) / "costs.cached.part.jsonl"
     try:
@@ -220,11 +271,11 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
             pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
                                losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
                                wait=bool(settings.get("wait", True)),
-                               poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill)
-        ann = spill.frame()
-        write_table(ann, "annotations", annotations, columns=columns, facets=fm)
+                               poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill, ids=ids)
+        # written part by part in item order: the whole annotations table is never in memory
+        n_ann = spill.write(annotations, columns=columns)
         loss.write(losses)
         write_costs(iter_jsonl(cached_rows), costs, runner.ledger)
     finally:
         cached_rows.unlink(missing_ok=True)
-    log.info("vision collect: %d annotations, %d losses", ann.height, len(loss))
+    log.info("vision collect: %d annotations, %d losses", n_ann, len(loss))
