@@ -58,6 +58,12 @@ rule evaluate_system:
         system=evaluate_system_params,
         image_root=IMAGE_ROOT,
         llm_cache_dir=f"{config['paths']['results']}/.cache/evaluate",
+        # rerank only: Batch API state (llm.mode: batch; its journal never submits twice) and the
+        # crash-safe record of every paid request (providers/ledger.py), both outside the outputs
+        batch_dir=lambda wc: f"{RESULTS}/.batches/evaluate/{wc.system}",
+        ledger=lambda wc: f"{RESULTS}/.ledger/evaluate/{wc.system}.jsonl",
+        benchmark=config["benchmark"]["name"],
+        llm_runtime=evaluate_llm_runtime,
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=NUMBA_CACHE,
