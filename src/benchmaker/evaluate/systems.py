@@ -35,7 +35,7 @@ from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench, load_bench
-from .runs import empty_run, rank_dense, rank_scored, read_run, sort_run, write_run
+from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, sort_run, write_run
 
 __all__ = [
     "KINDS",
@@ -419,12 +419,15 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         image_root: str | None = None, cache_dir: str | None = None, llm_cache_dir: str | None = None,
         columns: Mapping[str, str] | None = None, facets: Mapping[str, Any] | None = None,
         version: str | None = None, threads: int = 1, client: Any = None, batch_dir: str | None = None,
-        ledger: str | None = None, benchmark: str = "benchmaker", llm_runtime: Mapping[str, Any] | None = None) -> dict:
+        ledger: str | None = None, benchmark: str = "benchmaker", llm_runtime: Mapping[str, Any] | None = None,
+        numba_cache_dir: str | None = None) -> dict:
     """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata.
 
     Rerankers only: ``batch_dir`` (Batch API state, ``llm.mode: batch``), ``ledger`` (crash-safe
     record of every paid request), ``benchmark`` (batch metadata), ``llm_runtime`` (the ``llm`` keys
-    that only change speed, which the rule passes outside its compared params)."""
+    that only change speed, which the rule passes outside its compared params), ``numba_cache_dir``
+    (ranx's JIT cache, for hybrid's ``ranx.fuse``)."""
+    set_numba_cache(numba_cache_dir)
     if llm_runtime and system.get("kind") == "rerank":
         system = {**system, "llm": {**dict(system.get("llm") or {}), **dict(llm_runtime)}}
     from ..formats import FacetModel, empty_table, write_table
