@@ -101,10 +101,13 @@ def public_config():
 
 
 def cost_files(wildcards=None):
-    """Cost files of the API stages (empty files for the offline adapters)."""
-    return expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS) + [
-        f"{RESULTS}/costs/judge.jsonl"
-    ]
+    """Cost files of the API stages (empty files for the offline adapters), with the evaluate
+    systems' (rerankers pay; the others write empty files) when the leaderboard is in the report."""
+    return (
+        expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS)
+        + [f"{RESULTS}/costs/judge.jsonl"]
+        + evaluate_cost_files()
+    )
 
 
 def similarity_weight_inputs(wildcards):
@@ -159,6 +162,7 @@ def not_a_trigger(value):
 import re as _re
 
 from benchmaker.evaluate.systems import MODEL_KINDS, check_systems, sees_judge_text
+from benchmaker.triggers import LLM_SYNC_RUNTIME
 
 try:
     EVAL_SYSTEMS = check_systems(config.get("evaluate") or {})
@@ -181,6 +185,14 @@ def evaluate_report_inputs(wildcards=None):
     if EVAL_SYSTEMS and (config.get("evaluate") or {}).get("report", True):
         return {"evaluation": f"{EVAL}/leaderboard.csv"}
     return {}
+
+
+def evaluate_cost_files():
+    """costs/evaluate/<name>.jsonl of every system when evaluate.report is true (summary and export
+    wait for the leaderboard then anyway, so this adds no job to their DAG)."""
+    if not evaluate_report_inputs():
+        return []
+    return [f"{RESULTS}/costs/evaluate/{s['name']}.jsonl" for s in EVAL_SYSTEMS]
 
 
 def _names_regex(names):
@@ -211,4 +223,17 @@ def evaluate_system_params(wildcards):
     """Only the system's own settings, with whether it sees what the judge saw (derived from the systems
     it fuses or reranks): editing another system never reruns this one."""
     s = EVAL_BY_NAME[wildcards.system]
-    return {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
+    out = {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
+    if s["kind"] == "rerank":  # a reranker's runtime knobs reach it through evaluate_llm_runtime
+        out["llm"] = split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[0]
+    return out
+
+
+def evaluate_llm_runtime(wildcards, threads):
+    """A reranker's llm keys that only change speed (concurrency, poll_seconds, wait, how requests are
+    cut into batches: benchmaker/triggers.py): a function of threads, so never a rerun trigger
+    (see not_a_trigger); answers are cached by request content either way."""
+    s = EVAL_BY_NAME[wildcards.system]
+    if s["kind"] != "rerank":
+        return {}
+    return split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[1]

@@ -3,6 +3,20 @@
 # ranx and writes the leaderboard, drill-downs and significance tests. Part of `all` only when systems
 # are configured; `snakemake evaluate` always works (no systems = an empty leaderboard).
 # Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/common.smk.
+# Resources: a GPU (gpu_resources, rules/cluster.smk) only for the systems that run a model
+# (evaluate_model: clip); mem_mb from the input sizes (benchmaker/resources.py, rules/resources.smk).
+
+
+def evaluate_model_mem_mb(wildcards, input, attempt=1):
+    """A clip system's memory: torch + the model + its loader's batches (its own batch_size and
+    num_workers) + the images' embeddings, as for embed_images (benchmaker/resources.py)."""
+    s = EVAL_BY_NAME[wildcards.system]
+    request = RES.mem_mb(
+        "embed_images",
+        batch_size=int(s.get("batch_size") or 128),
+        num_workers=int(s.get("num_workers") or 0),
+    )
+    return request(wildcards, input, attempt)
 
 
 rule evaluate_model:
@@ -23,8 +37,9 @@ rule evaluate_model:
         "../envs/benchmaker.yaml"
     threads: 3
     resources:
-        gpu=1,
-        mem_mb=8000,
+        **gpu_resources(True),
+        mem_mb=evaluate_model_mem_mb,
+        runtime=RES.runtime("embed_images"),
     params:
         system=evaluate_system_params,
         image_root=IMAGE_ROOT,
@@ -53,11 +68,18 @@ rule evaluate_system:
         "../envs/benchmaker.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        **gpu_resources(False),
+        mem_mb=RES.mem_mb("evaluate_system"),
     params:
         system=evaluate_system_params,
         image_root=IMAGE_ROOT,
         llm_cache_dir=f"{config['paths']['results']}/.cache/evaluate",
+        # rerank only: Batch API state (llm.mode: batch; its journal never submits twice) and the
+        # crash-safe record of every paid request (providers/ledger.py), both outside the outputs
+        batch_dir=lambda wc: f"{RESULTS}/.batches/evaluate/{wc.system}",
+        ledger=lambda wc: f"{RESULTS}/.ledger/evaluate/{wc.system}.jsonl",
+        benchmark=config["benchmark"]["name"],
+        llm_runtime=evaluate_llm_runtime,
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=NUMBA_CACHE,
@@ -90,6 +112,8 @@ rule evaluate:
         f"{BENCH}/evaluate.tsv"
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("evaluate"),
     params:
         settings={
             k: v

@@ -271,3 +271,65 @@ def test_leaderboard_in_report_and_card(bench, tmp_path):
     assert sec.table.filter(pl.col("system") == "fwd")["sees what the judge saw"].to_list() == ["yes"] * 3
     md = card_markdown(board)
     assert md.startswith("## Leaderboard") and "| fwd | trec_run | pool |" in md
+
+
+def test_rerank_batch_mode_through_the_shared_batch_machinery(bench, monkeypatch):
+    """llm.mode: batch goes through providers.batch.run_batch (build -> submit -> poll -> collect with
+    the journal), every paid row lands in the cost ledger and the cost file, the leaderboard shows the
+    spend; a rerun (same batch state, or a fresh one) is answered without sending anything."""
+    fake = fake_openai.start(steps=2)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    try:
+        ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+        base = bench / "base.trec"
+        base.write_text("".join(f"{trec_id(q)} Q0 {trec_id(i)} {n + 1} {100 - n} b\n"
+                                for q in ("q 0", "q 1", "q 2") for n, i in enumerate(ids)))
+        sys_list = systems.check_systems({"systems": [
+            {"name": "b", "kind": "trec_run", "path": str(base)},
+            {"name": "vlm", "kind": "rerank", "base": "b", "k": 4,
+             "llm": {"model": "gpt-5-mini", "base_url": fake.base_url, "image_max_side": 64, "mode": "batch",
+                     "poll_seconds": 0}}]})
+        fake.answer = lambda body, schema: {"ranking": list(reversed(schema["properties"]["ranking"]["items"]["enum"]))}
+        _run_system(bench, sys_list[0], sys_list, external=str(base))
+        kw = {"component_runs": [str(base)], "llm_cache_dir": str(bench / "llm"), "benchmark": "tiny",
+              "batch_dir": str(bench / ".batches" / "vlm"), "ledger": str(bench / ".ledger" / "vlm.jsonl")}
+        meta = _run_system(bench, sys_list[1], sys_list, **kw)
+        # one batch of three requests (one per query), no sync request
+        assert fake.count("POST", "/v1/batches") == 1 and fake.count("POST", "/v1/files") == 1
+        assert fake.count("POST", "/v1/responses") == 0
+        b = next(iter(fake.batches.values()))
+        assert b["metadata"]["bm_stage"] == "evaluate" and b["metadata"]["benchmaker"] == "tiny"
+        assert len(fake.bill) == 3 and {x["mode"] for x in fake.bill} == {"batch"}
+        assert meta["timing"]["mode"] == "batch" and meta["timing"]["reranked_queries"] == 3
+        assert meta["timing"]["paid_requests"] == 3
+        # what was paid is what the provider billed: cost file, ledger, run metadata
+        costs = pl.read_ndjson(bench / "costs" / "vlm.jsonl")
+        assert costs.height == 3 and set(costs["mode"]) == {"batch"} and costs["last_run"].all()
+        assert costs["cost_usd"].sum() == pytest.approx(fake.billed_usd(), rel=1e-6)
+        assert fake.billed_usd() > 0 and meta["cost_usd"] == pytest.approx(fake.billed_usd(), abs=1e-6)
+        assert meta["cost_usd_last_run"] == meta["cost_usd"]
+        assert len([x for x in (bench / ".ledger" / "vlm.jsonl").read_text().splitlines() if '"rid"' in x]) == 3
+        got = read_run(bench / "evaluate" / "runs" / "vlm.trec").filter(pl.col("query_id") == "q 0").sort(
+            "score", descending=True)["image_id"].to_list()
+        assert got[:5] == list(reversed(ids[:4])) + [ids[4]]
+        first = (bench / "evaluate" / "runs" / "vlm.trec").read_bytes()
+        # a rerun with the same batch state re-reads the downloaded results; with a fresh state folder
+        # the response cache answers every query: either way nothing is sent or paid again
+        log_len = len(fake.log)
+        again = _run_system(bench, sys_list[1], sys_list, **kw)
+        fresh = _run_system(bench, sys_list[1], sys_list, **{**kw, "batch_dir": str(bench / ".batches" / "new")})
+        sent = [(m, p) for m, p, _ in fake.log[log_len:] if m == "POST"]
+        assert sent == [] and len(fake.bill) == 3
+        for m in (again, fresh):
+            assert m["cost_usd"] == meta["cost_usd"] and m["cost_usd_last_run"] == 0
+            assert m["timing"]["paid_requests"] == 0 and m["timing"]["reranked_queries"] == 3
+        costs = pl.read_ndjson(bench / "costs" / "vlm.jsonl")
+        assert costs.filter(~pl.col("cached")).height == 3 and not costs.filter(~pl.col("cached"))["last_run"].any()
+        assert costs.filter(pl.col("cached"))["cost_usd"].sum() == 0
+        assert (bench / "evaluate" / "runs" / "vlm.trec").read_bytes() == first
+    finally:
+        fake_openai.stop(fake)
+    _aggregate(bench, ["b", "vlm"])
+    board = pl.read_csv(bench / "evaluate" / "leaderboard.csv")
+    assert board.filter(pl.col("system") == "vlm")["cost_usd"].to_list()[0] == pytest.approx(meta["cost_usd"])
+    assert board.filter(pl.col("system") == "b")["cost_usd"].to_list()[0] == 0

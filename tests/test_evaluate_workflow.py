@@ -31,13 +31,18 @@ def test_dry_run_one_job_per_system_and_all_only_with_systems(tmp_path, tiny_cfg
     assert not {"evaluate", "evaluate_model", "evaluate_system"} & set(stats)
     r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
     assert r.returncode == 0 and job_stats(r.stdout + r.stderr)["evaluate"] == 1
-    tiny_cfg["evaluate"] = {"systems": _systems(tiny_clip)}
+    # a batch-mode reranker: a CPU job like bm25/hybrid (no GPU), its cost file an input of the summary
+    rerank = {"name": "vlm", "kind": "rerank", "base": "bm25", "k": 3,
+              "llm": {"model": "gpt-5-mini", "mode": "batch", "poll_seconds": 5}}
+    tiny_cfg["evaluate"] = {"systems": [*_systems(tiny_clip), rerank]}
     cfg = support.write_config(tmp_path / "with.yaml", tiny_cfg)
-    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    r = support.snakemake(["-n", "-c1", "-p"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 2 and stats["evaluate"] == 1
+    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 3 and stats["evaluate"] == 1
     out = r.stdout + r.stderr
+    summary = re.split(r"\n(?=(?:local)?rule \w+:)", out.split("rule summary:")[1])[0]
+    assert "costs/evaluate/vlm.jsonl" in summary and "costs/judge.jsonl" in summary
     # GPU resources only on the model job
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
     assert any(b.startswith("rule evaluate_model:") and "gpu=1" in b for b in blocks)

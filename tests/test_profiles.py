@@ -91,6 +91,9 @@ def test_gpu_rules_ask_through_gpu_resources():
     vision = (ROOT / "rules" / "vision.smk").read_text()
     block = vision.split("rule vision:")[1].split("\nrule ")[0]
     assert '**gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"])' in block
+    evaluate = (ROOT / "rules" / "evaluate.smk").read_text()
+    assert "**gpu_resources(True)" in evaluate.split("rule evaluate_model:")[1].split("\nrule ")[0]
+    assert "**gpu_resources(False)" in evaluate.split("rule evaluate_system:")[1].split("\nrule ")[0]
     for smk in sorted((ROOT / "rules").glob("*.smk")):
         text = smk.read_text()
         assert not re.search(r"^\s+gpu\s*=", text, flags=re.M), f"{smk.name}: a literal gpu= resource"

@@ -54,7 +54,7 @@ USER_ERROR_NAMES = frozenset({
 })
 # third-party loggers whose records below WARNING never reach a handler
 NOISY = ("httpx", "httpx2", "httpcore", "urllib3", "PIL", "matplotlib", "filelock", "openai", "google_genai",
-         "huggingface_hub", "fsspec", "asyncio", "h5py", "numexpr", "timm")
+         "huggingface_hub", "fsspec", "asyncio", "h5py", "numexpr", "timm", "numba")
 
 
 # third-party loggers whose warnings (retries, mostly) go to the log file only

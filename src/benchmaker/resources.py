@@ -46,6 +46,9 @@ FACTORS: dict[str, tuple[int, float, tuple[str, ...]]] = {
     "score": (PY_BASE, 6.0, ("qrels", "query_embeddings")),
     "summary": (PY_BASE + 300, 6.0, ("scored", "annotations", "images", "plan")),
     "export": (PY_BASE + 200, 4.0, ("scored", "annotations", "images", "plan")),
+    # evaluate (docs/evaluate.md): ranx + numba (~300 MB); one system's runs / every system's runs
+    "evaluate_system": (PY_BASE + 300, 8.0, ("qrels", "images", "annotations", "component_runs", "external")),
+    "evaluate": (PY_BASE + 300, 8.0, ("qrels", "images", "annotations", "runs", "image_embeddings")),
 }
 
 

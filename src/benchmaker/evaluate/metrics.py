@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import polars as pl
 from ..formats import FacetModel, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
-from .runs import corpus_view, pool_view, read_run, to_ranx_run
+from .runs import corpus_view, pool_view, read_run, set_numba_cache, to_ranx_run
 
 __all__ = [
     "DIFFICULTY_BINS",
@@ -48,13 +47,6 @@ SCOPES = ("pool", "corpus", "condensed")
 # query difficulty from the share of relevant images in its judged pool (fewer = harder)
 DIFFICULTY_BINS = ((0.2, "hard"), (0.5, "medium"), (1.01, "easy"))
 NEGATIVE_POOLS = ("neutral", "hard", "nearmiss", "easy")
-
-
-def set_numba_cache(path: str | None) -> None:
-    """Point numba's on-disk cache (ranx's JIT) at a persistent folder, before ranx is imported."""
-    if path and not os.environ.get("NUMBA_CACHE_DIR"):
-        Path(path).mkdir(parents=True, exist_ok=True)
-        os.environ["NUMBA_CACHE_DIR"] = str(Path(path).resolve())
 
 
 def ranx_metrics(ks: Sequence[int]) -> list[str]:

@@ -31,6 +31,7 @@ __all__ = [
     "rank_dense",
     "rank_scored",
     "read_run",
+    "set_numba_cache",
     "sort_run",
     "to_ranx_run",
     "write_run",
@@ -205,3 +206,10 @@ def rank_dense(queries: np.ndarray, docs: np.ndarray, query_ids: Sequence[str], 
             yield np.arange(start, start + len(q)), q @ docs.T
 
     return rank_scored(chunks(), query_ids, doc_ids, pools, depth)
+
+
+def set_numba_cache(path: str | None) -> None:
+    """Point numba's on-disk cache (ranx's JIT) at a persistent folder, before ranx is imported."""
+    if path and not os.environ.get("NUMBA_CACHE_DIR"):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        os.environ["NUMBA_CACHE_DIR"] = str(Path(path).resolve())

@@ -35,7 +35,7 @@ from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench, load_bench
-from .runs import empty_run, rank_dense, rank_scored, read_run, sort_run, write_run
+from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, sort_run, write_run
 
 __all__ = [
     "KINDS",
@@ -302,24 +302,47 @@ def _check_permutation(keys: Sequence[str]):
 
 
 def make_rerank_runner(system: Mapping[str, Any], cache_dir: str | None, client: Any = None):
-    """The provider layer's runner for this reranker (openai/compatible or gemini), sync mode."""
-    settings = {**dict(system.get("llm") or {}), "mode": "sync"}
-    if system["provider"] == "gemini":
-        from ..providers.gemini import GeminiRunner
+    """The provider layer's runner for this reranker (openai/compatible or gemini). ``llm.mode`` is
+    ``sync`` unless the system sets ``mode: batch`` (the provider's Batch API: half price, slower)."""
+    from ..providers.engine import provider_runner
 
-        return GeminiRunner(stage="evaluate", item_type="query", settings=settings, cache_dir=cache_dir,
-                            client=client)
-    from ..providers.engine import Runner
+    settings = {"mode": "sync", **dict(system.get("llm") or {})}
+    return provider_runner(system["provider"], stage="evaluate", item_type="query", settings=settings,
+                           cache_dir=cache_dir, client=client)
 
-    return Runner(stage="evaluate", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
+
+def _rerank_answers(runner: Any, items: list, losses: Losses, *, batch_dir: str | None,
+                    benchmark: str) -> dict[str, dict]:
+    """Sync requests, or (``mode: batch``) the shared build -> submit -> poll -> collect of
+    :func:`benchmaker.providers.batch.run_batch`, resumable from ``batch_dir`` (its journal never
+    submits a request twice); cache misses only either way."""
+    s = runner.settings
+    if s.get("mode", "sync") != "batch":
+        return runner.run_sync(items, losses)
+    from ..providers.batch import run_batch
+
+    if batch_dir is None:
+        import tempfile
+
+        batch_dir = tempfile.mkdtemp(prefix="bm-evaluate-batches-")
+        log.warning("evaluate: batch mode without a batch state folder: state in %s, an interrupted run "
+                    "cannot resume", batch_dir)
+    return run_batch(runner, items, losses, state_dir=batch_dir, wait=bool(s.get("wait", True)),
+                     poll_seconds=float(s.get("poll_seconds", 30)), benchmark=benchmark)
 
 
 def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, image_root: str | None,
-               cache_dir: str | None, losses: Losses, client: Any = None) -> tuple[pl.DataFrame, dict, list[dict]]:
+               cache_dir: str | None, losses: Losses, client: Any = None, batch_dir: str | None = None,
+               ledger: str | None = None, benchmark: str = "benchmaker") -> tuple[pl.DataFrame, dict, Any]:
     """Rerank the first ``k`` images of each query's base ranking (corpus scope: of the whole corpus
     ranking; pool scope: of the judged pool's ranking). Reranked images get scores above every other
     image, in the model's order; the rest keep the base order below. A query whose answer fails keeps its
-    base order and is written to the losses."""
+    base order and is written to the losses.
+
+    Requests go through the provider layer: the response cache (never paid twice), sync or
+    ``mode: batch`` (:func:`_rerank_answers`), and, with ``ledger``, every paid request on record in
+    that crash-safe cost ledger as it arrives (:mod:`benchmaker.providers.ledger`). Returns the run,
+    its timing and the runner (its ``cost_rows``: the rows not in the ledger; ``ledger``: closed)."""
     from ..providers.engine import Item
     from ..providers.spec import ImageRef
     from .runs import pool_view
@@ -346,8 +369,17 @@ def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, i
             continue
         keys_of[qid] = {f"c{j + 1}": iid for j, iid in enumerate(ids)}
         items.append(Item(qid, _rerank_spec(texts.get(qid, ""), cands), _check_permutation([c for c, _ in cands])))
+    if ledger:
+        from ..providers.ledger import CostLedger
+
+        runner.ledger = CostLedger(ledger)
+    mode = runner.settings.get("mode", "sync")
     t0 = time.perf_counter()
-    answers = runner.run_sync(items, losses) if items else {}
+    try:
+        answers = _rerank_answers(runner, items, losses, batch_dir=batch_dir, benchmark=benchmark) if items else {}
+    finally:
+        if runner.ledger is not None:
+            runner.ledger.close()
     t_query = time.perf_counter() - t0
     top = float(base["score"].max()) if base.height else 0.0
     new_rows = []
@@ -359,8 +391,8 @@ def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, i
         re_df = pl.DataFrame(new_rows, schema=["query_id", "image_id", "score"], orient="row")
         base = pl.concat([re_df, base.join(re_df, on=["query_id", "image_id"], how="anti")])
     timing = {"query_seconds": round(t_query, 4), "reranked_queries": len(answers), "requested": len(items),
-              "requests_sent": runner.sent, "cost_usd": round(runner.cost_total, 6), "model": runner.llm.model}
-    return base, timing, list(runner.cost_rows)
+              "mode": mode, "requests_sent": runner.sent, "model": runner.llm.model}
+    return base, timing, runner
 
 
 def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tuple[pl.DataFrame, dict]:
@@ -386,8 +418,18 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         external: str | None = None, systems: Sequence[Mapping[str, Any]] | None = None,
         image_root: str | None = None, cache_dir: str | None = None, llm_cache_dir: str | None = None,
         columns: Mapping[str, str] | None = None, facets: Mapping[str, Any] | None = None,
-        version: str | None = None, threads: int = 1, client: Any = None) -> dict:
-    """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata."""
+        version: str | None = None, threads: int = 1, client: Any = None, batch_dir: str | None = None,
+        ledger: str | None = None, benchmark: str = "benchmaker", llm_runtime: Mapping[str, Any] | None = None,
+        numba_cache_dir: str | None = None) -> dict:
+    """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata.
+
+    Rerankers only: ``batch_dir`` (Batch API state, ``llm.mode: batch``), ``ledger`` (crash-safe
+    record of every paid request), ``benchmark`` (batch metadata), ``llm_runtime`` (the ``llm`` keys
+    that only change speed, which the rule passes outside its compared params), ``numba_cache_dir``
+    (ranx's JIT cache, for hybrid's ``ranx.fuse``)."""
+    set_numba_cache(numba_cache_dir)
+    if llm_runtime and system.get("kind") == "rerank":
+        system = {**system, "llm": {**dict(system.get("llm") or {}), **dict(llm_runtime)}}
     from ..formats import FacetModel, empty_table, write_table
 
     s = system_settings(system, int(system.get("depth") or 100))
@@ -396,7 +438,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     sees = sees_judge_text(s, [system_settings(x) for x in systems]) if systems else bool(s.get("sees_judge_text"))
     bench = load_bench(qrels, images, columns)
     loss = Losses("evaluate")
-    cost_rows: list[dict] = []
+    runner = None  # a reranker's provider runner (its cost rows and ledger)
     t0 = time.perf_counter()
     kind = s["kind"]
     if kind == "clip":
@@ -409,8 +451,9 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         result, timing = hybrid_run(s, list(component_runs or []), bench)
     elif kind == "rerank":
         base = read_run((component_runs or [None])[0])
-        result, timing, cost_rows = rerank_run(s, base, bench, image_root=image_root, cache_dir=llm_cache_dir,
-                                               losses=loss, client=client)
+        result, timing, runner = rerank_run(s, base, bench, image_root=image_root, cache_dir=llm_cache_dir,
+                                            losses=loss, client=client, batch_dir=batch_dir, ledger=ledger,
+                                            benchmark=benchmark)
     else:
         if external:
             s = {**s, "path": external}
@@ -424,16 +467,33 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     q_sec = timing.get("query_seconds")
     timing.setdefault("query_latency_ms", round(1000 * q_sec / nq, 4) if q_sec is not None and nq else None)
     lines = write_run(result, run_file, s["name"])
+    # costs: every paid request to date (the ledger's, across reruns: what this system has cost) plus
+    # this run's answers from the response cache (cost 0); cost_usd_last_run: what this run paid
+    if runner is not None:
+        from ..providers.ledger import write_cost_file
+
+        write_cost_file(costs, runner.ledger, runner.cost_rows)
+        led = runner.ledger
+        if led is not None:
+            paid = list(led.rows())
+            now = [r for r in paid if r.get("run") == led.run]
+        else:
+            paid = now = [r for r in runner.cost_rows if not r.get("cached")]
+        cost_usd = round(sum(float(r.get("cost_usd") or 0.0) for r in paid), 6)
+        timing["paid_requests"] = len(now)
+        timing["cost_usd_last_run"] = round(sum(float(r.get("cost_usd") or 0.0) for r in now), 6)
+    else:
+        write_table(empty_table("costs"), "costs", costs)
+        cost_usd = 0.0
     record = {"name": s["name"], "kind": kind, "scopes": scopes, "depth": int(s["depth"]),
               "sees_judge_text": sees, "queries": nq, "run_lines": lines,
               "seconds": round(seconds, 4), "timing": timing,
-              "cost_usd": round(sum(r["cost_usd"] for r in cost_rows), 6), "losses": len(loss),
+              "cost_usd": cost_usd, "cost_usd_last_run": timing.get("cost_usd_last_run", 0.0), "losses": len(loss),
               "settings": {k: v for k, v in s.items() if k not in ("llm",)}, "version": version}
     if kind == "rerank":
         record["settings"]["llm_model"] = (s.get("llm") or {}).get("model")
     atomic_write_text(meta, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
     loss.write(losses)
-    write_table(pl.DataFrame(cost_rows) if cost_rows else empty_table("costs"), "costs", costs)
     log.info("evaluate %s (%s): %d run lines for %d queries in %.1f s -> %s", s["name"], kind, lines, nq, seconds,
              run_file)
     return record
