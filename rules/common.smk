@@ -200,7 +200,13 @@ def _names_regex(names):
 
 
 EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
-EVAL_OTHER_NAMES = [s["name"] for s in EVAL_SYSTEMS if not evaluate_uses_gpu(s)]
+# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit)
+EVAL_API_NAMES = [s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank"]
+EVAL_OTHER_NAMES = [
+    s["name"]
+    for s in EVAL_SYSTEMS
+    if not evaluate_uses_gpu(s) and s["name"] not in EVAL_API_NAMES
+]
 
 
 def evaluate_system_inputs(wildcards):

@@ -9,7 +9,8 @@
 
 def evaluate_model_mem_mb(wildcards, input, attempt=1):
     """A clip system's memory: torch + the model + its loader's batches (its own batch_size and
-    num_workers) + the images' embeddings, as for embed_images (benchmaker/resources.py)."""
+    num_workers) + the images' embeddings, as for embed_images (benchmaker/resources.py).
+    """
     s = EVAL_BY_NAME[wildcards.system]
     request = RES.mem_mb(
         "embed_images",
@@ -86,6 +87,18 @@ rule evaluate_system:
         version=stage_version("evaluate_system"),
     script:
         "../scripts/evaluate_system.py"
+
+
+# rerankers (API-bound): the same job as a local rule, as for the API vision/judge rules, so that they
+# run where the API keys are and never under a cluster job's time limit (docs/clusters.md)
+use rule evaluate_system as evaluate_api with:
+    wildcard_constraints:
+        system=_names_regex(EVAL_API_NAMES),
+
+
+# (`localrule:` is not carried by `use rule ... with:`)
+localrules:
+    evaluate_api,
 
 
 rule evaluate:

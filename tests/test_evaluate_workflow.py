@@ -31,7 +31,8 @@ def test_dry_run_one_job_per_system_and_all_only_with_systems(tmp_path, tiny_cfg
     assert not {"evaluate", "evaluate_model", "evaluate_system"} & set(stats)
     r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
     assert r.returncode == 0 and job_stats(r.stdout + r.stderr)["evaluate"] == 1
-    # a batch-mode reranker: a CPU job like bm25/hybrid (no GPU), its cost file an input of the summary
+    # a batch-mode reranker: a local job on the controller like the API vision/judge rules (API keys, no
+    # cluster time limit), no GPU; its cost file an input of the summary
     rerank = {"name": "vlm", "kind": "rerank", "base": "bm25", "k": 3,
               "llm": {"model": "gpt-5-mini", "mode": "batch", "poll_seconds": 5}}
     tiny_cfg["evaluate"] = {"systems": [*_systems(tiny_clip), rerank]}
@@ -39,15 +40,35 @@ def test_dry_run_one_job_per_system_and_all_only_with_systems(tmp_path, tiny_cfg
     r = support.snakemake(["-n", "-c1", "-p"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 3 and stats["evaluate"] == 1
+    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 2 and stats["evaluate"] == 1
+    assert stats["evaluate_api"] == 1
     out = r.stdout + r.stderr
+    # the reranker is a local rule (on the controller, like the API vision/judge rules), the others not
+    probe = ("import json, sys; from pathlib import Path; from snakemake.api import SnakemakeApi; "
+             "from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings\n"
+             "with SnakemakeApi(OutputSettings(quiet=None)) as api:\n"
+             "    wf = api.workflow(resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings(),"
+             " config_settings=ConfigSettings(configfiles=[Path(sys.argv[2])]), snakefile=Path(sys.argv[1]),"
+             " workdir=Path(sys.argv[3]))\n"
+             "    print(json.dumps(sorted(wf._workflow._localrules)))\n")
+    import os
+    import subprocess
+    import sys
+
+    rc = subprocess.run([sys.executable, "-c", probe, str(support.ROOT / "Snakefile"), str(cfg), str(tmp_path)],
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PYTHONPATH": str(support.ROOT / "src"), "PATH": support.no_slurm_path()})
+    assert rc.returncode == 0, rc.stderr[-3000:]
+    local = set(__import__("json").loads(rc.stdout.strip().splitlines()[-1]))
+    assert "evaluate_api" in local and not {"evaluate_system", "evaluate_model"} & local, local
     summary = re.split(r"\n(?=(?:local)?rule \w+:)", out.split("rule summary:")[1])[0]
     assert "costs/evaluate/vlm.jsonl" in summary and "costs/judge.jsonl" in summary
     # GPU resources only on the model job
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
     assert any(b.startswith("rule evaluate_model:") and "gpu=1" in b for b in blocks)
     assert [b for b in blocks if b.startswith("rule evaluate_system:")]
-    assert not any(b.startswith("rule evaluate_system:") and "gpu=" in b for b in blocks)
+    assert not any(b.startswith(("rule evaluate_system:", "localrule evaluate_api:")) and "gpu=" in b
+                   for b in blocks)
 
 
 def test_bad_system_names_the_key(tmp_path, tiny_cfg):
