@@ -26,6 +26,12 @@ example-offline: $(STAMP)
 
 ## Run the test suite (unit tests, workflow tests on a tiny corpus, fake OpenAI/Hub/S3 servers).
 test: $(STAMP)
+	@# the judge audit's labelling page is tested in the system Chromium: installed here where we can
+	@if ! command -v chromium >/dev/null 2>&1 && [ -z "$$BENCHMAKER_CHROMIUM" ] && [ "$$(id -u)" = 0 ] \
+	    && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium for tests/test_audit_page.py (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	fi
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
 
 lint: $(STAMP)
