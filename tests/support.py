@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -193,3 +194,22 @@ def shutdown(srv) -> None:
     if srv is not None:
         srv.shutdown()
         srv.server_close()
+
+
+def job_stats(output: str) -> dict[str, int]:
+    """Parse Snakemake's 'Job stats' table into {rule: count}."""
+    stats: dict[str, int] = {}
+    lines = output.splitlines()
+    try:
+        start = max(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
+    except ValueError:
+        return stats
+    for line in lines[start + 1:]:
+        m = re.match(r"^(\S+)\s+(\d+)\s*$", line.strip())
+        if m:
+            if m.group(1) == "total":
+                break
+            stats[m.group(1)] = int(m.group(2))
+        elif stats and not line.strip():
+            break
+    return stats

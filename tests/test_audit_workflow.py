@@ -16,22 +16,7 @@ from benchmaker.audit.files import read_sample
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def job_stats(output: str) -> dict[str, int]:
-    stats: dict[str, int] = {}
-    lines = output.splitlines()
-    try:
-        start = max(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
-    except ValueError:
-        return stats
-    for line in lines[start + 1:]:
-        m = re.match(r"^(\S+)\s+(\d+)\s*$", line.strip())
-        if m:
-            if m.group(1) == "total":
-                break
-            stats[m.group(1)] = int(m.group(2))
-        elif stats and not line.strip():
-            break
-    return stats
+job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
 
 
 def _cfg(tmp, tiny_corpus, tiny_clip, **audit):

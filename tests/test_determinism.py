@@ -35,20 +35,7 @@ EPOCH = "1700000000"
 VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|\.snakemake_timestamp$")
 
 
-def job_stats(output: str) -> dict[str, int]:
-    stats: dict[str, int] = {}
-    lines = output.splitlines()
-    try:
-        start = max(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
-    except ValueError:
-        return stats
-    for line in lines[start + 1:]:
-        m = re.match(r"^(\S+)\s+(\d+)\s*$", line.strip())
-        if m:
-            if m.group(1) == "total":
-                break
-            stats[m.group(1)] = int(m.group(2))
-    return stats
+job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
 
 
 def digests(results: Path) -> dict[str, str]:

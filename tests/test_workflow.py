@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,23 +21,7 @@ RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "p
                  "embed_queries", "score", "summary", "export", "all"}
 
 
-def job_stats(output: str) -> dict[str, int]:
-    """Parse Snakemake's 'Job stats' table into {rule: count}."""
-    stats: dict[str, int] = {}
-    lines = output.splitlines()
-    try:
-        start = max(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
-    except ValueError:
-        return stats
-    for line in lines[start + 1:]:
-        m = re.match(r"^(\S+)\s+(\d+)\s*$", line.strip())
-        if m:
-            if m.group(1) == "total":
-                break
-            stats[m.group(1)] = int(m.group(2))
-        elif stats and not line.strip():
-            break
-    return stats
+job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
 
 
 def test_dry_run_lists_every_job(tmp_path, tiny_cfg):
