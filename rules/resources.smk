@@ -8,3 +8,16 @@ CLIP_LOADER = {
     "batch_size": config["similarity"]["batch_size"],
     "num_workers": config["similarity"]["num_workers"],
 }
+
+
+def evaluate_model_mem_mb(wildcards, input, attempt=1):
+    """A clip system's memory: torch + the model + its loader's batches (its own batch_size and
+    num_workers) + the images' embeddings, as for embed_images (benchmaker/resources.py).
+    """
+    s = EVAL_BY_NAME[wildcards.system]
+    request = RES.mem_mb(
+        "embed_images",
+        batch_size=int(s.get("batch_size") or 128),
+        num_workers=int(s.get("num_workers") or 0),
+    )
+    return request(wildcards, input, attempt)
