@@ -28,7 +28,7 @@ import support
 ROOT = support.ROOT
 SCRIPT = ROOT / "tests" / "slurm" / "slurm-local.sh"
 GPU_RULE = "embed_images"
-LOCAL_RULES = {"merge_annotations", "merge_images", "all", "stage_file", "stage_folder"}
+LOCAL_RULES = {"merge_annotations", "merge_images", "all", "stage_file", "stage_folder", "audit_sample"}
 
 pytestmark = [
     pytest.mark.slurm,
@@ -200,8 +200,11 @@ def test_workflow_jobs_go_through_sbatch_and_sacct(slurm_run):
     # every non-local job was submitted, once; localrules never were
     n = slurm_run["cfg"]["n_shards"]
     counts = {r: sum(1 for _, _, x in subs if x == r) for r in rules}
-    assert counts == {"preprocess": 1, "vision": n, GPU_RULE: n, "plan": 1, "judge": 1,
-                      "embed_queries": 1, "score": 1, "summary": 1, "export": 1}, counts
+    # preprocess runs per shard; the judge audit (on by default) adds its labelling page and report
+    # (audit_sample is a local rule)
+    assert counts == {"preprocess": n, "vision": n, GPU_RULE: n, "plan": 1, "judge": 1,
+                      "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
+                      "audit_labelling": 1, "audit_report": 1}, counts
     assert not rules & LOCAL_RULES, rules & LOCAL_RULES
 
     ids = [s for _, s, _ in subs]
