@@ -11,7 +11,12 @@ from snakemake.utils import validate
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
 from benchmaker.versions import stage_version
-from benchmaker.triggers import output_settings, split_runtime, vision_runtime_keys, without_runtime
+from benchmaker.triggers import (
+    output_settings,
+    split_runtime,
+    vision_runtime_keys,
+    without_runtime,
+)
 
 try:
     _validated = validate_config(config)
@@ -88,7 +93,8 @@ def loss_files(wildcards=None):
 
 def public_config():
     """The config as recorded in the dataset card: keys starting with '_' are private and dropped,
-    and so are runtime knobs that change no output (benchmaker.triggers.RECORD_DROPS)."""
+    and so are runtime knobs that change no output (benchmaker.triggers.RECORD_DROPS).
+    """
 
     def clean(obj):
         if isinstance(obj, dict):
@@ -102,7 +108,8 @@ def public_config():
 
 def cost_files(wildcards=None):
     """Cost files of the API stages (empty files for the offline adapters), with the evaluate
-    systems' (rerankers pay; the others write empty files) when the leaderboard is in the report."""
+    systems' (rerankers pay; the others write empty files) when the leaderboard is in the report.
+    """
     return (
         expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS)
         + [f"{RESULTS}/costs/judge.jsonl"]
@@ -139,7 +146,9 @@ if workflow.is_main_process:
     except FileNotFoundError as exc:
         raise WorkflowError(str(exc))
     if _listing.changed:
-        _names = ", ".join(_listing.changed[:8]) + (", ..." if len(_listing.changed) > 8 else "")
+        _names = ", ".join(_listing.changed[:8]) + (
+            ", ..." if len(_listing.changed) > 8 else ""
+        )
         print(
             f"benchmaker: {IMAGE_ROOT}: {_listing.files} image file(s); listing of "
             f"{len(_listing.changed)} shard(s) changed ({_names}) -> their preprocess jobs are out of date",
@@ -220,7 +229,8 @@ def evaluate_system_inputs(wildcards):
         out["component_runs"] = [f"{EVAL}/runs/{s['base']}.trec"]
     if s["kind"] == "trec_run":
         out["external"] = s["path"]
-    if s["kind"] == "clip":  # local weights (staged under --profile nrp: rules/cluster.smk)
+    # local weights (staged under --profile nrp: rules/cluster.smk)
+    if s["kind"] == "clip":
         out.update(model_weight_inputs(s))
     return out
 
@@ -230,7 +240,8 @@ def evaluate_system_params(wildcards):
     it fuses or reranks): editing another system never reruns this one."""
     s = EVAL_BY_NAME[wildcards.system]
     out = {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
-    if s["kind"] == "rerank":  # a reranker's runtime knobs reach it through evaluate_llm_runtime
+    # a reranker's runtime knobs reach it through evaluate_llm_runtime
+    if s["kind"] == "rerank":
         out["llm"] = split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[0]
     return out
 

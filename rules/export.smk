@@ -47,10 +47,10 @@ rule upload:
     log:
         f"{LOGS}/upload.log",
     localrule: True
-    resources:
-        mem_mb=RES.mem_mb("submit"),
     conda:
         "../envs/benchmaker.yaml"
+    resources:
+        mem_mb=RES.mem_mb("submit"),
     params:
         settings=config["export"],
     script:

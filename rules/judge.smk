@@ -44,10 +44,10 @@ if JUDGE_BATCH:
         log:
             f"{LOGS}/judge_submit.log",
         localrule: True
-        resources:
-            mem_mb=RES.mem_mb("submit"),
         conda:
             "../envs/benchmaker.yaml"
+        resources:
+            mem_mb=RES.mem_mb("submit"),
         params:
             settings=not_a_trigger(judge_settings(config["judge"], BATCH_KEYS)),
             adapter=JUDGE_ADAPTER,
@@ -73,10 +73,10 @@ if JUDGE_BATCH:
         benchmark:
             f"{BENCH}/judge_collect.tsv"
         localrule: True
-        resources:
-            mem_mb=RES.mem_mb("judge"),
         conda:
             "../envs/benchmaker.yaml"
+        resources:
+            mem_mb=RES.mem_mb("judge"),
         params:
             settings=not_a_trigger(JUDGE_SETTINGS),
             triggers=output_settings(JUDGE_SETTINGS),

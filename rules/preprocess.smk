@@ -35,7 +35,9 @@ rule preprocess:
 rule merge_images:
     input:
         parts=expand(f"{RESULTS}/shards/images/{{shard}}.jsonl", shard=SHARDS),
-        quarantine_parts=expand(f"{RESULTS}/shards/quarantine/{{shard}}.jsonl", shard=SHARDS),
+        quarantine_parts=expand(
+            f"{RESULTS}/shards/quarantine/{{shard}}.jsonl", shard=SHARDS
+        ),
     output:
         images=f"{RESULTS}/images.jsonl",
         quarantine=f"{RESULTS}/quarantine.jsonl",

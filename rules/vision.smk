@@ -33,7 +33,8 @@ CLIP_SHARED = bool(
     and VISION_ADAPTER == "clip"
     and not VISION_BATCH
     and all(
-        (config["vision"]["clip"].get(k) or "auto") == (config["similarity"].get(k) or "auto")
+        (config["vision"]["clip"].get(k) or "auto")
+        == (config["similarity"].get(k) or "auto")
         for k in ("model", "pretrained", "precision", "device")
     )
 )
@@ -51,7 +52,10 @@ SHARED_PARAMS = (
         "similarity": similarity_model_params(),
         # device: equal to vision.clip.device (CLIP_SHARED), a trigger there; the rest only decides speed
         "similarity_runtime": not_a_trigger(
-            {k: config["similarity"][k] for k in ("device", "batch_size", "num_workers")}
+            {
+                k: config["similarity"][k]
+                for k in ("device", "batch_size", "num_workers")
+            }
         ),
     }
     if CLIP_SHARED
@@ -95,10 +99,10 @@ if VISION_BATCH:
         log:
             f"{LOGS}/vision_submit/{{shard}}.log",
         localrule: True
-        resources:
-            mem_mb=RES.mem_mb("submit"),
         conda:
             "../envs/benchmaker.yaml"
+        resources:
+            mem_mb=RES.mem_mb("submit"),
         params:
             # how requests are cut into batches: decided once, never a rerun trigger (the journal
             # never resubmits); what the requests are comes in through requests.jsonl
@@ -125,10 +129,10 @@ if VISION_BATCH:
         benchmark:
             f"{BENCH}/vision_collect/{{shard}}.tsv"
         localrule: True
-        resources:
-            mem_mb=RES.mem_mb("vision_api"),
         conda:
             "../envs/benchmaker.yaml"
+        resources:
+            mem_mb=RES.mem_mb("vision_api"),
         params:
             settings=not_a_trigger(VISION_SETTINGS),
             triggers=output_settings(VISION_SETTINGS),
@@ -151,10 +155,10 @@ else:
             unpack(vision_weight_inputs),
             images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
         output:
+            **SHARED_OUTPUT,
             annotations=f"{RESULTS}/annotations/{{shard}}.jsonl",
             losses=f"{RESULTS}/losses/vision/{{shard}}.jsonl",
             costs=f"{RESULTS}/costs/vision/{{shard}}.jsonl",
-            **SHARED_OUTPUT,
         log:
             f"{LOGS}/vision/{{shard}}.log",
         benchmark:
@@ -166,10 +170,14 @@ else:
         resources:
             **gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"]),
             mem_mb=RES.mem_mb(
-                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api", **CLIP_LOADER
+                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api",
+                **CLIP_LOADER,
             ),
-            runtime=RES.runtime("vision_clip" if VISION_ADAPTER == "clip" else "vision_api"),
+            runtime=RES.runtime(
+                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api"
+            ),
         params:
+            **SHARED_PARAMS,
             adapter=VISION_ADAPTER,
             settings=VISION_OUTPUT_SETTINGS,
             runtime=not_a_trigger(VISION_RUNTIME),
@@ -180,7 +188,6 @@ else:
             # crash-safe record of every paid request (providers/ledger.py): outside the outputs
             ledger=lambda wc: f"{RESULTS}/.ledger/vision/{wc.shard}.jsonl",
             version=stage_version("vision"),
-            **SHARED_PARAMS,
         script:
             "../scripts/vision.py"
 

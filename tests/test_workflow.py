@@ -63,6 +63,16 @@ def test_lint_is_clean():
     assert "Lints for" not in r.stdout + r.stderr
 
 
+def test_snakefmt_is_clean():
+    """`make lint` (and so CI) runs snakefmt --check: catch a misformatted rule file in pytest first."""
+    snakefmt = Path(sys.executable).with_name("snakefmt")
+    if not snakefmt.exists():
+        pytest.skip("snakefmt is not installed (pip install -e '.[test]')")
+    r = subprocess.run([str(snakefmt), "--check", "Snakefile", "rules"], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory, tiny_corpus, tiny_clip):
     tmp = tmp_path_factory.mktemp("wf")
