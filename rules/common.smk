@@ -71,9 +71,19 @@ def plan_inputs(wildcards):
         "annotations": f"{RESULTS}/annotations.jsonl",
         "images": f"{RESULTS}/images.jsonl",
     }
-    if config["paths"]["seeds_file"]:
+    if config["paths"]["pools_file"]:
+        # fixed pools (benchmaker.plan.pools): the seeds file is not read then
+        out["pools_file"] = workflow_input(config["paths"]["pools_file"])
+    elif config["paths"]["seeds_file"]:
         out["seeds_file"] = workflow_input(config["paths"]["seeds_file"])
     return out
+
+
+def judge_reuse_inputs(wildcards):
+    """Labels already paid for (paths.judge_reuse_file, benchmaker.judge.reuse), staged under nrp."""
+    if config["paths"]["judge_reuse_file"]:
+        return {"reuse": workflow_input(config["paths"]["judge_reuse_file"])}
+    return {}
 
 
 def similarity_model_params():

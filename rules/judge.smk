@@ -1,6 +1,8 @@
 # Judge: one query text per planned query and a label per planned candidate. API adapters in batch
 # mode run as judge_build -> judge_submit -> judge_collect; everything else as the single `judge`
 # rule. Outputs either way: qrels.jsonl, losses/judge.jsonl, costs/judge.jsonl (empty for `rules`).
+# Labels already paid for (paths.judge_reuse_file) are an input of the rules that decide what is sent
+# (benchmaker.judge.reuse): a query they fully cover is answered from the file.
 # Which settings each rule gets: benchmaker.providers.settings (imported in rules/vision.smk).
 
 JUDGE_SETTINGS = judge_settings(config["judge"])
@@ -10,6 +12,7 @@ if JUDGE_BATCH:
 
     rule judge_build:
         input:
+            unpack(judge_reuse_inputs),
             plan=f"{RESULTS}/query_plan.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
             images=f"{RESULTS}/images.jsonl",
@@ -59,6 +62,7 @@ if JUDGE_BATCH:
 
     rule judge_collect:
         input:
+            unpack(judge_reuse_inputs),
             plan=f"{RESULTS}/query_plan.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
             images=f"{RESULTS}/images.jsonl",
@@ -95,6 +99,7 @@ else:
 
     rule judge:
         input:
+            unpack(judge_reuse_inputs),
             plan=f"{RESULTS}/query_plan.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
             images=f"{RESULTS}/images.jsonl",

@@ -59,7 +59,8 @@ Str, Int, Float, Bool = pl.String, pl.Int64, pl.Float64, pl.Boolean
 StrList = pl.List(pl.String)
 CANDIDATE = pl.Struct({"image_id": Str, "pool": Str, "reason": Str})
 SHORTFALL = pl.Struct({"pool": Str, "wanted": Int, "got": Int, "reason": Str})
-POOLS = ("seed", "positive", "neutral", "hard", "nearmiss", "easy")
+# imported: candidates of a pools file whose position names no pool (benchmaker.plan.pools)
+POOLS = ("seed", "positive", "neutral", "hard", "nearmiss", "easy", "imported")
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def _named_paths(cfg: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     if paths.get("image_root"):
         out.append(("paths.image_root", paths["image_root"], "dir"))
-    for key in ("rights_map", "metadata_jsonl", "seeds_file"):
+    for key in ("rights_map", "metadata_jsonl", "seeds_file", "pools_file", "judge_reuse_file"):
         if paths.get(key):
             out.append((f"paths.{key}", paths[key], "file"))
     for section in ("similarity", "vision.clip"):

@@ -15,13 +15,12 @@
   ``annotations.jsonl`` -> **vision response cache** entries under ``<results>/.cache/vision``, keyed
   exactly as the ``vision`` stage keys its requests for the imported config, so the first run sends
   no vision request for an image upstream annotated (its costs file shows them as cached, $0);
-  ``query_plan.jsonl`` -> ``<results>/imported/seeds.jsonl`` (``paths.seeds_file``: the same query
-  ids and seed images); ``qrels.jsonl`` -> ``<results>/imported/upstream_qrels.jsonl`` in this
-  project's qrels format (for comparison; see below).
-* What cannot be reused: upstream's judge labels. This project's planner builds different candidate
-  pools (positives, neutrals, reuse caps) and its judge sees opaque keys, so its judge requests are
-  new requests; ``benchmaker estimate`` shows their cost before anything is sent. Upstream's labels
-  stay in ``upstream_qrels.jsonl``.
+  ``query_plan.jsonl`` -> ``<results>/imported/pools.jsonl`` (``paths.pools_file``: the plan is
+  upstream's queries, seeds and candidate pools, not the planner's own; the seeds file would be
+  redundant and is not written); ``qrels.jsonl`` -> ``<results>/imported/upstream_qrels.jsonl`` in
+  this project's qrels shape (``paths.judge_reuse_file``: a planned query whose every candidate
+  upstream labelled is answered from it, so the judge is not paid again; see
+  :mod:`benchmaker.judge.reuse`).
 """
 
 from __future__ import annotations
@@ -502,15 +501,26 @@ def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out:
             rep.files.append(f"{imported / 'metadata.jsonl'} (upstream images.jsonl's extra columns; "
                              "paths.metadata_jsonl)")
     if plan_f:
-        seeds = []
+        pools = []
         qcol = up_cols.get("query_id", "query_id")
         scol = up_cols.get("seed_image_ids", "seed_image_ids")
+        ccol = up_cols.get("candidate_image_ids", "candidate_image_ids")
         for r in _read_jsonl(plan_f):
-            seeds.append({"query_id": r.get(qcol, r.get("query_id")), "seed_image_ids": r.get(scol, [])})
-        _write_jsonl(imported / "seeds.jsonl", seeds)
-        cfg["paths"]["seeds_file"] = str(imported / "seeds.jsonl")
-        rep.files.append(f"{imported / 'seeds.jsonl'} ({len(seeds)} queries with upstream's ids and seeds; "
-                         "paths.seeds_file)")
+            pools.append({"query_id": r.get(qcol, r.get("query_id")),
+                          "seed_image_ids": r.get(scol, r.get("seed_image_ids", [])),
+                          "candidate_image_ids": r.get(ccol, r.get("candidate_image_ids", []))})
+        _write_jsonl(imported / "pools.jsonl", pools)
+        cfg["paths"]["pools_file"] = str(imported / "pools.jsonl")
+        rep.files.append(f"{imported / 'pools.jsonl'} ({len(pools)} queries with upstream's ids, seeds and "
+                         "candidate pools; paths.pools_file: the plan stage uses these pools instead of "
+                         "planning its own)")
+        p = cfg["plan"]
+        n_neg = p["neg_hard"] + p["neg_nearmiss"] + p["neg_easy"]
+        named = sum(1 for r in pools if len([c for c in r["candidate_image_ids"]
+                                             if c not in set(r["seed_image_ids"])]) == n_neg)
+        rep.notes.append(f"plan: {named} of {len(pools)} upstream pools have neg_hard + neg_nearmiss + neg_easy = "
+                         f"{n_neg} candidates besides the seed and get pool names by position (hard, nearmiss, "
+                         "easy); the others' candidates are in the pool 'imported'")
     if qrels_f:
         rows = []
         for r in _read_jsonl(qrels_f):
@@ -520,8 +530,14 @@ def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out:
                                                                                           "relevance_label")),
                          "judge": "imsearch_benchmaker"})
         _write_jsonl(imported / "upstream_qrels.jsonl", rows)
-        rep.files.append(f"{imported / 'upstream_qrels.jsonl'} ({len(rows)} upstream judgments, for comparison: "
-                         "this project plans its own pools, so the judge runs again; see `benchmaker estimate`)")
+        cfg["paths"]["judge_reuse_file"] = str(imported / "upstream_qrels.jsonl")
+        rep.files.append(f"{imported / 'upstream_qrels.jsonl'} ({len(rows)} upstream judgments of "
+                         f"{len({r['query_id'] for r in rows})} queries; paths.judge_reuse_file: a planned query "
+                         "whose every candidate upstream labelled is not sent to the judge)")
+        if not plan_f:
+            rep.notes.append("judge: no query_plan.jsonl upstream, so this project plans its own pools; upstream's "
+                             "labels are reused only for queries whose planned candidates they all cover (few or "
+                             "none): see `benchmaker estimate`")
     if ann_f and cfg.get("vision", {}).get("adapter") == "openai" and \
             cfg["vision"]["openai"].get("image_transport") == "url":
         ann_rows = _read_jsonl(ann_f)

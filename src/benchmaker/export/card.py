@@ -115,6 +115,18 @@ def _losses_table(losses: pl.DataFrame) -> pl.DataFrame:
     return (losses.group_by("stage", "item_type", "reason").len("count").sort("stage", "item_type", "reason"))
 
 
+def _reused_labels(summary: Mapping[str, Any] | None) -> str:
+    """The judge step's note on labels reused from paths.judge_reuse_file (judge 'imported:<source>')."""
+    reused = {j[len("imported:"):]: v for j, v in ((summary or {}).get("judges") or {}).items()
+              if j.startswith("imported:")}
+    if not reused:
+        return ""
+    q, p = sum(v["queries"] for v in reused.values()), sum(v["pairs"] for v in reused.values())
+    return (f", except for {q:,} queries ({p:,} pairs) whose query text and labels were reused as they were from "
+            f"an earlier judgment ({', '.join(f'`{k}`' for k in sorted(reused))}; column `judge` = "
+            "`imported:<source>`), without asking the judge again")
+
+
 def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: str, counts: dict[str, Any],
                 checks: dict[str, Any], losses: pl.DataFrame, quarantine: pl.DataFrame, costs: pl.DataFrame | None,
                 config: Mapping[str, Any], similarity: Mapping[str, Any], summary: Mapping[str, Any],
@@ -210,7 +222,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         f"negatives ({plan.get('neg_total', '?')}: hard {plan.get('neg_hard', '?')}, near-miss "
         f"{plan.get('neg_nearmiss', '?')}, easy {plan.get('neg_easy', '?')}).\n"
         f"4. **Judge**: {_llm_or_clip(cfg.get('judge'))} wrote the query text from the seed and labelled "
-        f"every pair ({(cfg.get('judge') or {}).get('labels', 'binary')} labels).\n"
+        f"every pair ({(cfg.get('judge') or {}).get('labels', 'binary')} labels)"
+        + _reused_labels(summary) + ".\n"
         f"5. **Similarity**: `{col('clip_score')}` from open_clip model `{similarity.get('model', '?')}` "
         + (f"(pretrained `{similarity.get('pretrained')}`, " if similarity.get("pretrained") else "(")
         + f"precision `{similarity.get('precision', '?')}`).\n")

@@ -3,7 +3,9 @@
 Adapters (``judge.adapter``) implement :class:`benchmaker.judge.base.Judge`. Whatever the adapter,
 ``finalize`` enforces the contract of qrels.jsonl: a query is kept only if its judgment covers exactly
 the planned candidates (otherwise it goes to the losses file), labels are in range, rows are ordered
-seed first then in plan order, ``is_seed`` and ``seed_not_relevant`` are set.
+seed first then in plan order, ``is_seed`` and ``seed_not_relevant`` are set. Queries that
+``paths.judge_reuse_file`` fully labels are answered from it and never reach the adapter
+(:mod:`benchmaker.judge.reuse`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..formats import FacetModel, read_table, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from .base import get_judge
+from .reuse import split_reused
 
 __all__ = ["run", "finalize", "planned_pairs"]
 
@@ -116,6 +119,7 @@ def run(
     ledger: str | None = None,
     threads: int = 1,
     version: str | None = None,
+    reuse: str | None = None,
 ) -> None:
     fm = FacetModel.from_config(facets)
     plan_df = read_table("query_plan", plan, columns=columns)
@@ -129,22 +133,24 @@ def run(
     judge = get_judge(adapter, facets=fm, settings=judge_settings, image_root=image_root,
                       cache_dir=cache_dir, threads=threads)
     log.info("judge[%s]: %d planned queries", adapter, plan_df.height)
+    todo, reused, reuse_costs = split_reused(plan_df, reuse, graded=graded, columns=columns)
     runner = getattr(judge, "runner", None)
     if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
         from ..vision.openai import attach_ledger
 
         attach_ledger(runner, ledger)
     try:
-        judged = judge.judge(plan_df, ann, imgs, loss)
+        judged = judge.judge(todo, ann, imgs, loss) if todo.height else reused.clear()
     finally:
         if runner is not None and runner.ledger is not None:
             runner.ledger.close()
+    judged = pl.concat([reused, judged], how="diagonal_relaxed") if reused.height else judged
     out = finalize(plan_df, judged, loss, judge_name=getattr(judge, "name", adapter), graded=graded)
     n = write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
     if costs:  # API adapters report one row per paid request; the others write an empty file
         from ..vision.openai import write_costs
 
-        write_costs(list(getattr(judge, "costs", []) or []), costs, getattr(runner, "ledger", None))
+        write_costs(reuse_costs + list(getattr(judge, "costs", []) or []), costs, getattr(runner, "ledger", None))
     log.info("judge[%s]: wrote %d qrels rows for %d queries; %d losses", adapter, n,
              out["query_id"].n_unique(), len(loss))

@@ -130,9 +130,12 @@ def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
 
 def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
           facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str], cache_dir: str | None = None,
-          threads: int = 1, adapter: str = "openai") -> None:
+          threads: int = 1, adapter: str = "openai", reuse: str | None = None) -> None:
+    from .reuse import split_reused
+
     s = merged_settings(settings)
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
+    plan_df = split_reused(plan_df, reuse, graded=s.get("labels") == "graded", columns=columns)[0]
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
     pb.build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
 
@@ -148,12 +151,16 @@ def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_
 def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str, losses: str,
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
             columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
-            adapter: str = "openai") -> None:
+            adapter: str = "openai", reuse: str | None = None) -> None:
     from ..vision.openai import attach_ledger, batch_metadata, write_costs
     from . import finalize
+    from .reuse import split_reused
 
     s = merged_settings(settings)
-    fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
+    fm, full_plan, ann, imgs = _load(plan, annotations, images, columns, facets)
+    # queries the reuse file answers are not in the requests (build) and are added back here
+    plan_df, reused, reuse_costs = split_reused(full_plan, reuse, graded=s.get("labels") == "graded",
+                                                columns=columns)
     runner = _runner(s, cache_dir, adapter)
     attach_ledger(runner, str(Path(state_dir) / "ledger.jsonl"))
     loss = Losses("judge")
@@ -178,9 +185,11 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
                                      wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
     name = f"{adapter}:{runner.llm.model}"
     judged = answers_to_frame(answers, keys_of, name, bool(s.get("rationale")))
-    out = finalize(plan_df, judged, loss, judge_name=name, graded=s.get("labels") == "graded")
+    if reused.height:
+        judged = pl.concat([reused, judged], how="diagonal_relaxed")
+    out = finalize(full_plan, judged, loss, judge_name=name, graded=s.get("labels") == "graded")
     write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
-    write_costs(runner.cost_rows, costs, runner.ledger)
+    write_costs(reuse_costs + runner.cost_rows, costs, runner.ledger)
     log.info("judge collect: %d qrels rows for %d queries; %d losses", out.height, out["query_id"].n_unique(),
              len(loss))

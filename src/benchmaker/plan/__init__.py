@@ -3,7 +3,8 @@
 ``run(...)`` reads annotations and images, picks seeds (stratified over core-facet combinations, or
 from a seeds file), and for each query draws positive / neutral / hard / near-miss / easy candidates
 (``benchmaker.plan.planner``). Queries that cannot be planned at all go to the losses file; pools that
-could not be filled are recorded per query in ``shortfall`` and logged.
+could not be filled are recorded per query in ``shortfall`` and logged. With ``paths.pools_file`` the
+plan is that file's queries and candidates instead (``benchmaker.plan.pools``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from ..logs import get_logger, progress
 from ..losses import Losses
 from .index import Index, build_index
 from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
+from .pools import IMPORTED, read_pools_file
 from .seeds import query_ids, read_seeds_file, sample_seeds
 
 __all__ = ["run", "plan_frames", "DEFAULTS", "SAMPLE_CAP"]
 
 log = get_logger("plan")
 
-DIFFICULTY = pl.Struct({p: pl.Int64 for p in POOLS})
+PLANNER_POOLS = tuple(p for p in POOLS if p != IMPORTED)   # what the planner draws; + imported with a pools file
 
 
 def _strata(index: Index, s: Mapping[str, Any]) -> list[int]:
@@ -37,7 +39,7 @@ def _strata(index: Index, s: Mapping[str, Any]) -> list[int]:
 def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, settings: Mapping[str, Any],
                 benchmark_name: str, losses: Losses, seeds_file: str | None = None,
                 columns: Mapping[str, str] | None = None,
-                sample_cap: int = SAMPLE_CAP) -> pl.DataFrame:
+                sample_cap: int = SAMPLE_CAP, pools_file: str | None = None) -> pl.DataFrame:
     """The query plan as a canonical ``query_plan`` frame (see module doc)."""
     s = {**DEFAULTS, **dict(settings)}
     if s["neg_hard"] + s["neg_nearmiss"] + s["neg_easy"] != s["neg_total"]:
@@ -54,6 +56,15 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
              time.perf_counter() - t0,
              "".join(f"; inverted index over {len(p.keys)} (core bucket, tag) lists, {p.members.size} entries"
                      for p in index._postings.values()))
+    if pools_file:
+        if seeds_file:
+            log.warning("paths.seeds_file %s is not used: paths.pools_file fixes the queries and their seeds",
+                        seeds_file)
+        planned = read_pools_file(pools_file, index, s, benchmark_name, losses, columns)
+        log.info("pools file %s: %d queries with fixed pools (the planner draws nothing; seeds_file and the "
+                 "pool quotas are not used)", pools_file, len(planned))
+        _report(planned)
+        return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], POOLS)
     if seeds_file:
         queries = read_seeds_file(seeds_file, index, benchmark_name, losses, columns)
         log.info("seeds file %s: %d queries", seeds_file, len(queries))
@@ -84,7 +95,7 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
              "inverted-index budget %d); %d neutral pools also searched facet by facet", cov["whole bucket"],
              cov["every image sharing a seed tag"], cov["sampled"], planner.cap, planner.post_budget,
              cov["neutral per-facet search"])
-    return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]])
+    return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], PLANNER_POOLS)
 
 
 def _report(planned: list[PlannedQuery]) -> None:
@@ -102,10 +113,10 @@ def _report(planned: list[PlannedQuery]) -> None:
                     ", ".join(f"{p}: {per_pool[p]} queries / {missing[p]} candidates" for p in POOLS if p in per_pool))
     totals = Counter(p[1] for q in planned for p in q.picks)
     log.info("planned %d queries; candidates per pool: %s", len(planned),
-             ", ".join(f"{p}={totals.get(p, 0)}" for p in POOLS[1:]))
+             ", ".join(f"{p}={totals.get(p, 0)}" for p in POOLS[1:] if p != IMPORTED or totals.get(p)))
 
 
-def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int]) -> pl.DataFrame:
+def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools: tuple[str, ...]) -> pl.DataFrame:
     ids = index.ids
     rows = []
     for q in planned:
@@ -118,7 +129,7 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int]) -> pl.
             "seed_image_ids": seeds,
             "candidate_image_ids": [c["image_id"] for c in cands],
             "candidates": cands,
-            "difficulty": {p: counts.get(p, 0) for p in POOLS},
+            "difficulty": {p: counts.get(p, 0) for p in pools},
             "shortfall": q.shortfall,
         }
         if core:
@@ -126,7 +137,8 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int]) -> pl.
         rows.append(row)
     schema: dict[str, Any] = {
         "query_id": pl.String, "seed_image_ids": pl.List(pl.String), "candidate_image_ids": pl.List(pl.String),
-        "candidates": pl.List(CANDIDATE), "difficulty": DIFFICULTY, "shortfall": pl.List(SHORTFALL),
+        "candidates": pl.List(CANDIDATE), "difficulty": pl.Struct({p: pl.Int64 for p in pools}),
+        "shortfall": pl.List(SHORTFALL),
     }
     if core:
         schema["profile"] = pl.Struct({
@@ -150,6 +162,7 @@ def run(
     version: str | None = None,
     threads: int = 1,
     seeds_file: str | None = None,
+    pools_file: str | None = None,
 ) -> None:
     fm = FacetModel.from_config(facets)
     # keep only what the planner needs, so the full tables can be freed early
@@ -158,7 +171,7 @@ def run(
     df = plan_frames(
         read_table("annotations", annotations, columns=columns, facets=fm).select(["image_id", "tags", *fm.names]),
         read_table("images", images, columns=columns).select("image_id", "sha256", "phash"),
-        fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns)
+        fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns, pools_file=pools_file)
     n = write_table(df, "query_plan", plan, columns=columns)
     loss.write(losses)
     log.info("wrote %d planned queries to %s; %d losses", n, plan, len(loss))

@@ -14,8 +14,10 @@ What it counts, per API stage:
   plus an allowance for reasoning tokens (``reasoning_effort``). Batch mode gets ``batch_discount``.
 
 The judge is priced from the real query plan and annotations when they exist (the exact requests
-and their cache keys); before that, from ``plan`` (queries x candidates) with annotation rows of
-the typical length the facet model yields.
+and their cache keys); before that, from ``paths.pools_file`` when set (its queries and pool sizes),
+else from ``plan`` (queries x candidates), with annotation rows of the typical length the facet
+model yields. Queries that ``paths.judge_reuse_file`` fully labels are free (never sent) and counted
+as ``reused`` (:mod:`benchmaker.judge.reuse`).
 """
 
 from __future__ import annotations
@@ -156,34 +158,70 @@ def _typical_row(fm, i: int) -> dict:
     return row
 
 
-def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path) -> tuple[Iterable, str]:
+def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, list[str], int]]:
+    """(query id, candidate ids seeds first, number of seeds) per row of a pools file (before any plan)."""
+    qcol = columns.get("query_id", "query_id")
+    scol = columns.get("seed_image_ids", "seed_image_ids")
+    ccol = columns.get("candidate_image_ids", "candidate_image_ids")
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        seeds = row.get(scol, row.get("seed_image_ids")) or []
+        seeds = [seeds] if isinstance(seeds, str) else list(seeds)
+        cands = row.get(ccol, row.get("candidate_image_ids")) or []
+        out.append((str(row.get(qcol, row.get("query_id"))), list(dict.fromkeys([*seeds, *cands])), len(seeds)))
+    return out
+
+
+def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path) -> tuple[Iterable, str, int]:
+    """(spec and candidate count per request to price, where they come from, queries answered by
+    paths.judge_reuse_file)."""
     from ..formats import read_table
     from ..judge.openai import judge_items
+    from ..judge.reuse import read_reuse_file, reusable, split_reused
     from ..losses import Losses
 
+    reuse_path = cfg["paths"].get("judge_reuse_file")
+    graded = s.get("labels") == "graded"
     plan_p, ann_p, img_p = results / "query_plan.jsonl", results / "annotations.jsonl", results / "images.jsonl"
     if plan_p.exists() and ann_p.exists() and img_p.exists():
         cols = cfg["columns"]
         plan = read_table("query_plan", plan_p, columns=cols)
         ann = read_table("annotations", ann_p, columns=cols, facets=fm)
         imgs = read_table("images", img_p, columns=cols)
+        n_all = plan.height
+        plan = split_reused(plan, reuse_path, graded=graded, columns=cols)[0]
         items = judge_items(plan, ann, imgs, fm, s, cfg["paths"]["image_root"], Losses("judge"))
-        return ((it.spec, len(keys)) for it, keys in items), "query_plan.jsonl + annotations.jsonl"
+        return ((it.spec, len(keys)) for it, keys in items), "query_plan.jsonl + annotations.jsonl", \
+            n_all - plan.height
     from ..judge.prompts import candidate_keys, judge_spec
+
+    def typical(qid: str, n_seed: int, n_c: int, q: int):
+        rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
+        keys = candidate_keys(qid, [r["image_id"] for r in rows])
+        return judge_spec(query_id=qid, seed_rows=rows[:n_seed], candidates=rows, keys=keys, meta_row={},
+                          fm=fm, settings=s), n_c
+
+    pools_file = cfg["paths"].get("pools_file")
+    if pools_file:
+        rows = _pools_file_rows(pools_file, cfg["columns"])
+        done: set[str] = set()
+        if reuse_path:
+            done = set(reusable(read_reuse_file(reuse_path, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
+                                3 if graded else 1)[0])
+        todo = [r for r in rows if r[0] not in done]
+        return ((typical(q, n_seed, len(ids), k)) for k, (q, ids, n_seed) in enumerate(todo)), \
+            f"paths.pools_file ({len(rows)} queries, typical annotation rows)", len(rows) - len(todo)
 
     p = cfg["plan"]
     n_q = int(p["num_seeds"])
     n_seed = int(p["seeds_per_query"])
     n_c = n_seed + int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
 
-    def gen():
-        for q in range(n_q):
-            rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
-            keys = candidate_keys(f"q{q}", [r["image_id"] for r in rows])
-            yield judge_spec(query_id=f"q{q}", seed_rows=rows[:n_seed], candidates=rows, keys=keys, meta_row={},
-                             fm=fm, settings=s), n_c
-
-    return gen(), f"plan settings ({n_q} queries x {n_c} candidates, typical annotation rows)"
+    return ((typical(f"q{q}", n_seed, n_c, q)) for q in range(n_q)), \
+        f"plan settings ({n_q} queries x {n_c} candidates, typical annotation rows)", 0
 
 
 def estimate(cfg: Mapping[str, Any]) -> list[dict]:
@@ -208,9 +246,9 @@ def estimate(cfg: Mapping[str, Any]) -> list[dict]:
     if ad in API_ADAPTERS:
         s = {**cfg["judge"][ad], "labels": cfg["judge"]["labels"], "rationale": cfg["judge"]["rationale"]}
         st = _Stage("judge", ad, s, f"{cache_root}/judge")
-        specs, source = _judge_specs(cfg, fm, st.s, results)
+        specs, source, n_reused = _judge_specs(cfg, fm, st.s, results)
         real = source.startswith("query_plan")
         for spec, n in specs:
             st.add(spec, n, check_cache=real)
-        lines.append(st.line() | {"source": source})
+        lines.append(st.line() | {"source": source, "reused": n_reused})
     return lines

@@ -86,6 +86,9 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
         "shortfall": {"queries": int(inp.plan.select(pl.col("shortfall").list.len() > 0).sum().item())
                       if inp.plan.height else 0,
                       "missing_candidates": int(t["plan_shortfalls"]["missing"].sum() or 0)},
+        # who labelled the pairs: the judge, or labels reused from paths.judge_reuse_file ("imported:...")
+        "judges": {j: {"queries": int(nq), "pairs": int(npairs)} for j, nq, npairs in scored.group_by("judge").agg(
+            pl.col("query_id").n_unique(), pl.len()).sort("judge").iter_rows()} if "judge" in scored.columns else {},
         "losses": losses,
         "losses_total": int(t["losses_by_stage"]["count"].sum() or 0),
         "quarantine": {r: int(n) for r, n in t["quarantine_by_reason"].iter_rows()},
@@ -217,6 +220,13 @@ def _num(v: Any) -> str:
     return "n/a" if v is None else f"{v:g}"
 
 
+def _reused(n: dict[str, Any]) -> str:
+    """'queries (pairs)' whose labels came from paths.judge_reuse_file: judge 'imported:...'
+    (benchmaker.judge.reuse.PREFIX; not imported here, the summary stage does not load the judge)."""
+    rows = [v for j, v in (n.get("judges") or {}).items() if j.startswith("imported:")]
+    return f"{sum(v['queries'] for v in rows)} ({sum(v['pairs'] for v in rows)} pairs)"
+
+
 def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
             extra: Sequence[Section] = (), audit: str | None = None) -> None:
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
@@ -225,11 +235,11 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
         "metric": ["queries", "pairs (query, image)", "unique images in pairs", "images in corpus",
                    "positive pairs", "mean positives per query", "queries without a positive",
                    "queries whose seed was judged not relevant", "losses (all stages)", "quarantined files",
-                   "pairs without clip_score"],
+                   "pairs without clip_score", "queries with reused labels (paths.judge_reuse_file, not judged again)"],
         "value": [str(n["queries"]), str(n["pairs"]), str(n["images_in_pairs"]), str(n["images_in_corpus"]),
                   str(n["positive_pairs"]), f"{ppq['mean'] or 0:.2f}", str(n["queries_without_positives"]),
                   str(n["seed_not_relevant_queries"]), str(n["losses_total"]), str(n["quarantine_total"]),
-                  str(n["clip_score"]["missing"])],
+                  str(n["clip_score"]["missing"]), _reused(n)],
     })
     rk = n["clip_ranking"]
     sections = [
