@@ -177,3 +177,84 @@ def test_deterministic(labels_mode):
     a = judge({"labels": labels_mode, "rationale": True})[1]
     b = judge({"labels": labels_mode, "rationale": True})[1]
     assert a.equals(b)
+
+
+# ---- reused labels (paths.judge_reuse_file, benchmaker.judge.reuse) ---------------------------------
+
+def _reuse_file(tmp_path, rows):
+    p = tmp_path / "reuse.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(p)
+
+
+def _labelled(qid, text, labels, judge="imsearch_benchmaker", cols=None):
+    c = cols or {}
+    return [{c.get("query_id", "query_id"): qid, c.get("query_text", "query_text"): text,
+             c.get("image_id", "image_id"): i, c.get("relevance_label", "relevance_label"): v, "judge": judge}
+            for i, v in labels.items()]
+
+
+def test_reuse_selection(tmp_path):
+    from benchmaker.judge.reuse import split_reused
+
+    full = {"s1": 1, "c1": 0, "c2": 1}
+    rows = [plan_row("qa", ["s1"], ["c1", "c2"]), plan_row("qb", ["s1"], ["c1", "c2"]),
+            plan_row("qc", ["s1"], ["c1", "c2"]), plan_row("qd", ["s1"], ["c1", "c2"]),
+            plan_row("qe", ["s1"], ["c1", "c2"]), plan_row("qf", ["s1"], ["c1"])]
+    path = _reuse_file(tmp_path, [
+        *_labelled("qa", "red circles", full),                       # covered: reused
+        *_labelled("qb", "blue", {"s1": 1, "c1": 0}),                # c2 has no label: judged
+        *_labelled("qc", "graded", {"s1": 3, "c1": 0, "c2": 2}),     # outside binary: judged (graded: reused)
+        *_labelled("qd", "", full),                                  # no text: judged
+        *_labelled("qe", "x", full), *_labelled("qe", "x", {"c1": 1}),  # conflicting labels: judged
+        *_labelled("qf", "extra labels are fine", {"s1": 1, "c1": 1, "c9": 0}, judge=None),
+        *_labelled("qz", "not planned", full),
+    ])
+    plan = plan_frame(rows, with_profile=False)
+    rest, reused, costs = split_reused(plan, path, graded=False)
+    assert rest["query_id"].to_list() == ["qb", "qc", "qd", "qe"]
+    assert reused.filter(pl.col("query_id") == "qa").select("image_id", "relevance_label", "query_text",
+                                                            "judge").rows() == [
+        ("s1", 1, "red circles", "imported:imsearch_benchmaker"), ("c1", 0, "red circles",
+                                                                   "imported:imsearch_benchmaker"),
+        ("c2", 1, "red circles", "imported:imsearch_benchmaker")]
+    assert set(reused.filter(pl.col("query_id") == "qf")["judge"]) == {"imported:file"}
+    assert [(c["item_id"], c["mode"], c["cost_usd"], c["cached"]) for c in costs] == [
+        ("qa", "imported", 0.0, True), ("qf", "imported", 0.0, True)]
+    rest, reused, _ = split_reused(plan, path, graded=True)
+    assert rest["query_id"].to_list() == ["qb", "qd", "qe"]
+    assert split_reused(plan, None, graded=False)[0].height == plan.height
+
+
+def test_run_answers_reused_queries_from_the_file(tmp_path):
+    """run(): a fully labelled query keeps the file's text and labels (the rules judge would label it
+    otherwise); the other is judged; the cost file has one $0 'imported' row; configured column names."""
+    cols = {"image_id": "img", "query_text": "text"}
+    plan_p, ann_p, img_p = tmp_path / "plan.jsonl", tmp_path / "ann.jsonl", tmp_path / "img.jsonl"
+    q2 = plan_row("q2", ["s2"], ["c4", "c5"], CAT_INDOOR)
+    write_table(plan_frame([Q1, q2]), "query_plan", plan_p, columns=cols)
+    write_table(ann_frame(), "annotations", ann_p, columns=cols, facets=FM)
+    n = len(ANN)
+    write_table(pl.DataFrame({
+        "image_id": [a[0] for a in ANN], "image_url": [None] * n, "mime_type": ["image/jpeg"] * n,
+        "width": [1] * n, "height": [1] * n, "file_size": [1] * n, "sha256": [a[0] for a in ANN],
+        "phash": [None] * n, "license": [None] * n, "doi": [None] * n, "original_dataset_name": ["x"] * n,
+    }, schema_overrides={"image_url": pl.String, "phash": pl.String, "license": pl.String, "doi": pl.String}),
+        "images", img_p, columns=cols)
+    upstream = {"s1": 1, "c1": 0, "c2": 0, "c3": 1, "c4": 0, "c5": 0}     # not what the rules judge says
+    reuse = _reuse_file(tmp_path, _labelled("q1", "an upstream query", upstream, cols=cols)
+                        + _labelled("q2", "partial", {"s2": 1}, cols=cols))
+    q_p, l_p, c_p = tmp_path / "qrels.jsonl", tmp_path / "losses.jsonl", tmp_path / "costs.jsonl"
+    run(plan=str(plan_p), annotations=str(ann_p), images=str(img_p), qrels=str(q_p), losses=str(l_p), costs=str(c_p),
+        adapter="rules", settings={"adapter": "rules", "labels": "binary", "rationale": False, "adapter_settings": {}},
+        facets=FACETS, image_root=".", columns=cols, reuse=reuse)
+    qrels = read_table("qrels", q_p, columns=cols)
+    assert qrels["query_id"].to_list() == ["q1"] * 6 + ["q2"] * 3          # plan order kept
+    q1 = qrels.filter(pl.col("query_id") == "q1")
+    assert dict(zip(q1["image_id"], q1["relevance_label"])) == upstream
+    assert set(q1["query_text"]) == {"an upstream query"} and set(q1["judge"]) == {"imported:imsearch_benchmaker"}
+    assert set(qrels.filter(pl.col("query_id") == "q2")["judge"]) == {"rules"}
+    costs = read_table("costs", c_p)
+    assert costs.select("stage", "item_id", "mode", "cost_usd", "cached").rows() == [
+        ("judge", "q1", "imported", 0.0, True)]
+    assert read_losses(l_p).height == 0

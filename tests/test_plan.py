@@ -487,3 +487,56 @@ def test_many_facets_bucket_keys_do_not_overflow():
         df = plan_frames(ann, img, fm, settings, "many", Losses("plan"), seeds_file=sf)
     assert pools(df.row(0, named=True)) == [("seed", "seed"), ("same", "positive"), ("one_off", "nearmiss"),
                                             ("far", "easy")]
+
+
+# ---- fixed pools (paths.pools_file, benchmaker.plan.pools) ------------------------------------------
+
+def test_pools_file_exact_pools_names_by_position_and_losses(tmp_path):
+    """The plan is the file's queries and candidates (seed first, order kept); pools are named by position
+    when the non-seed count is neg_hard + neg_nearmiss + neg_easy (2 + 2 + 1 here), else 'imported';
+    unannotated seeds and candidates are dropped with losses (and a shortfall), never silently."""
+    pf = tmp_path / "pools.jsonl"
+    rows = [
+        # upstream shape: the seed is the first candidate; 5 negatives = the quotas -> by position
+        {"query_id": "up_1", "seed_image_ids": ["S"], "candidate_image_ids": ["S", "g2", "r3", "b1", "ghost", "r6"]},
+        # 3 negatives: the quotas cannot name them -> 'imported'; a duplicate candidate is kept once
+        {"query_id": "up_2", "seed_image_ids": ["b2", "gone"], "candidate_image_ids": ["b2", "r2", "r2", "g1"]},
+        {"query_id": "up_3", "seed_image_ids": ["gone2"], "candidate_image_ids": ["gone2", "r2"]},
+        {"query_id": "up_1", "seed_image_ids": ["g3"], "candidate_image_ids": ["g3"]},
+    ]
+    pf.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loss = Losses("plan")
+    # the seeds file is ignored with a pools file
+    df = plan_frames(ann_frame(HAND), img_frame(HAND), FM, BASE, "hand", loss,
+                     seeds_file=seeds_file(tmp_path, [{"seed_image_ids": ["S"]}]), pools_file=str(pf))
+    assert df["query_id"].to_list() == ["up_1", "up_2"]
+    q1, q2 = df.row(0, named=True), df.row(1, named=True)
+    assert q1["candidate_image_ids"] == ["S", "g2", "r3", "b1", "r6"]
+    assert pools(q1) == [("S", "seed"), ("g2", "hard"), ("r3", "hard"), ("b1", "nearmiss"), ("r6", "easy")]
+    assert {c["reason"] for c in q1["candidates"][1:]} == {"pools_file"}
+    assert q1["shortfall"] == [{"pool": "nearmiss", "wanted": 2, "got": 1,
+                                "reason": "candidates without an annotation: 1 dropped from the pools file's list"}]
+    assert q1["difficulty"] == {"seed": 1, "positive": 0, "neutral": 0, "hard": 2, "nearmiss": 1, "easy": 1,
+                                "imported": 0}
+    assert q1["profile"] == {"color": "red"}
+    assert q2["seed_image_ids"] == ["b2"] and pools(q2) == [("b2", "seed"), ("r2", "imported"), ("g1", "imported")]
+    got = {(r["item_type"], r["item_id"], r["reason"]) for r in loss.rows}
+    assert got == {("image", "ghost", "candidate_not_annotated"), ("image", "gone", "seed_not_annotated"),
+                   ("image", "r2", "duplicate_candidate"), ("image", "gone2", "seed_not_annotated"),
+                   ("query", "up_3", "no_annotated_seed"), ("query", "up_1", "duplicate_query_id")}
+    # the written plan validates (pool 'imported' is a known pool) and is byte-deterministic
+    out1, out2 = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_table(df, "query_plan", out1)
+    df2 = plan_frames(ann_frame(HAND)[::-1], img_frame(HAND), FM, BASE, "hand", Losses("plan"),
+                      pools_file=str(pf))
+    write_table(df2, "query_plan", out2)
+    assert out1.read_bytes() == out2.read_bytes()
+    assert read_table("query_plan", out1).height == 2
+
+
+def test_pool_names_by_position():
+    from benchmaker.plan.pools import pool_names
+
+    s = {"neg_hard": 2, "neg_nearmiss": 1, "neg_easy": 1}
+    assert pool_names(4, s) == ["hard", "hard", "nearmiss", "easy"]
+    assert pool_names(3, s) == ["imported"] * 3 and pool_names(0, s) == []
