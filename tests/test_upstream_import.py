@@ -116,12 +116,18 @@ def upstream_outputs(outputs: Path, corpus: Path, skip: int = 2) -> list[str]:
                     "license": "CC0-1.0", "doi": None})
     (outputs / "images.jsonl").write_text("".join(json.dumps(r) + "\n" for r in images))
     (outputs / "annotations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ann[skip:]))
-    plan = [{"query_id": f"query_{n:03d}", "seed_image_ids": [ids[n * 5]],
-             "candidate_image_ids": [ids[n * 5], ids[n * 5 + 1], ids[n * 5 + 2]]} for n in range(1, 4)]
+    # query_001: seed + neg_hard/nearmiss/easy (1/1/1) -> pools by position; query_002: the same, with an
+    # easy candidate that is not in the corpus (dropped with a loss); query_003: two negatives -> 'imported'
+    plan = [{"query_id": "query_001", "seed_image_ids": [ids[5]], "candidate_image_ids": ids[5:9]},
+            {"query_id": "query_002", "seed_image_ids": [ids[10]],
+             "candidate_image_ids": [*ids[10:13], "gone/never_there.jpg"]},
+            {"query_id": "query_003", "seed_image_ids": [ids[15]], "candidate_image_ids": ids[15:18]}]
     (outputs / "query_plan.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plan))
-    qrels = [{"query_id": q["query_id"], "query_text": "a shape", "image_id": c, "relevance_label": int(c == q[
-        "seed_image_ids"][0])} for q in plan for c in q["candidate_image_ids"]]
-    (outputs / "qrels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qrels))
+    qrels = [{"query_id": q["query_id"], "query_text": f"upstream text of {q['query_id']}", "image_id": c,
+              "relevance_label": int(c == q["seed_image_ids"][0] or c == ids[7])}
+             for q in plan for c in q["candidate_image_ids"]]
+    # upstream's judge never labelled query_003's last candidate: that query is judged again
+    (outputs / "qrels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qrels[:-1]))
     return ids
 
 
@@ -174,8 +180,15 @@ def test_config_conversion(upstream, tmp_path, capsys):
     assert (p["num_seeds"], p["core_facets"], p["off_facets"], p["random_seed"]) == (3, ["color"], ["shape"], 42)
     assert (p["neg_total"], p["neg_hard"], p["pos_total"], p["neutral_total"]) == (3, 1, 0, 0)
     assert cfg["export"]["repo_id"] == "sage/tiny-upstream" and cfg["export"]["private"] is True
-    seeds = [json.loads(x) for x in Path(cfg["paths"]["seeds_file"]).read_text().splitlines()]
-    assert [s["query_id"] for s in seeds] == ["query_001", "query_002", "query_003"]
+    # upstream's plan and judge labels are reused: fixed pools, labels answered from the file
+    assert cfg["paths"]["seeds_file"] is None
+    pools = [json.loads(x) for x in Path(cfg["paths"]["pools_file"]).read_text().splitlines()]
+    assert [p["query_id"] for p in pools] == ["query_001", "query_002", "query_003"]
+    assert pools[0] == {"query_id": "query_001", "seed_image_ids": [ids[5]], "candidate_image_ids": ids[5:9]}
+    reuse = [json.loads(x) for x in Path(cfg["paths"]["judge_reuse_file"]).read_text().splitlines()]
+    assert len(reuse) == 10 and reuse[0]["judge"] == "imsearch_benchmaker"
+    assert "paths.pools_file" in text and "paths.judge_reuse_file" in text
+    assert "2 of 3 upstream pools have neg_hard + neg_nearmiss + neg_easy = 3 candidates" in text
     meta = [json.loads(x) for x in Path(cfg["paths"]["metadata_jsonl"]).read_text().splitlines()]
     assert len(meta) == len(ids) and meta[0]["category"] and "image_url" not in meta[0]
     rights = json.loads(Path(cfg["paths"]["rights_map"]).read_text())
@@ -201,18 +214,29 @@ def test_batch_prices_are_not_discounted_twice():
 
 
 @pytest.mark.slow
-def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path):
+def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path, capsys):
+    """One workflow run up to qrels.jsonl on the imported config, against the fake OpenAI server: vision
+    requests only for the images upstream never annotated, judge requests only for the query upstream's
+    labels do not fully cover (upstream's pools are the plan); `estimate` says so before the run."""
     toml, outputs, ids = upstream
     out = tmp_path / "imported.yaml"
     assert main(["import-upstream", str(toml), "--outputs", str(outputs), "--out", str(out),
                  "--results", str(tmp_path / "results")]) == 0
+    cfg = yaml.safe_load(out.read_text())
+    cfg["vision"]["openai"]["poll_seconds"] = 0.05      # not part of the request key
+    cfg["judge"]["openai"]["poll_seconds"] = 0.05
+    support.write_config(out, cfg)
+    capsys.readouterr()
+    # before anything runs: upstream's pools and labels make two of the three queries free
+    assert main(["estimate", "--json", str(out)]) == 0
+    est = {ln["stage"]: ln for ln in json.loads(capsys.readouterr().out)}
+    assert est["judge"]["source"].startswith("paths.pools_file")
+    assert (est["judge"]["reused"], est["judge"]["requests"]) == (2, 1)
+    assert est["vision"]["cached"] == len(ids) - 2 and est["vision"]["requests"] == 2
     fake = fake_openai.start(steps=1)
     try:
-        cfg = yaml.safe_load(out.read_text())
-        cfg["vision"]["openai"]["poll_seconds"] = 0.05      # not part of the request key
-        support.write_config(out, cfg)
         res_dir = f"{tmp_path}/results/tiny-upstream-bench"
-        targets = [f"{res_dir}/annotations.jsonl", f"{res_dir}/images.jsonl"]
+        targets = [f"{res_dir}/annotations.jsonl", f"{res_dir}/images.jsonl", f"{res_dir}/qrels.jsonl"]
         r = support.snakemake(["--cores", "2", *targets], tmp_path, out,
                               env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": fake.base_url})
         assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
@@ -232,5 +256,39 @@ def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path):
         assert {i["license"] for i in images} == {"CC0-1.0"}
         assert {i["original_dataset_name"] for i in images} == {"tiny"}
         assert "reserved" not in r.stderr
+        # the plan is upstream's pools: names by position where the quotas add up, else 'imported'
+        plan = {p["query_id"]: p for p in map(json.loads, (res / "query_plan.jsonl").read_text().splitlines())}
+        assert list(plan) == ["query_001", "query_002", "query_003"]
+        assert [(c["image_id"], c["pool"]) for c in plan["query_001"]["candidates"]] == [
+            (ids[5], "seed"), (ids[6], "hard"), (ids[7], "nearmiss"), (ids[8], "easy")]
+        assert plan["query_002"]["candidate_image_ids"] == ids[10:13]      # the missing image dropped ...
+        assert [c["pool"] for c in plan["query_003"]["candidates"]] == ["seed", "imported", "imported"]
+        lost = [json.loads(x) for x in (res / "losses" / "plan.jsonl").read_text().splitlines()]
+        assert [(x["item_id"], x["reason"]) for x in lost] == [("gone/never_there.jpg", "candidate_not_annotated")]
+        # the judge: exactly one request (query_003), none for the queries upstream labelled
+        judge_bills = [b for b in fake.bill if b["custom_id"].startswith("judge")]
+        assert len(judge_bills) == 1, fake.bill
+        qrels = [json.loads(x) for x in (res / "qrels.jsonl").read_text().splitlines()]
+        up = {(q["query_id"], q["image_id"]): q for q in map(json.loads, (outputs / "qrels.jsonl").read_text()
+                                                             .splitlines())}
+        for q in qrels:
+            if q["query_id"] == "query_003":
+                assert q["judge"] == "openai:gpt-5-mini"
+                continue
+            u = up[(q["query_id"], q["image_id"])]
+            assert (q["query_text"], q["relevance_label"], q["judge"]) == (
+                u["query_text"], u["relevance_label"], "imported:imsearch_benchmaker")
+        assert len([q for q in qrels if q["query_id"] != "query_003"]) == 4 + 3
+        jc = [json.loads(x) for x in (res / "costs" / "judge.jsonl").read_text().splitlines()]
+        reused = [c for c in jc if c["mode"] == "imported"]
+        assert sorted(c["item_id"] for c in reused) == ["query_001", "query_002"]
+        assert all(c["cost_usd"] == 0 and c["cached"] for c in reused)
+        assert [c["item_id"] for c in jc if c["mode"] != "imported"] == ["query_003"]
     finally:
         fake_openai.stop(fake)
+    # after the run: nothing left to pay (query_003's answer is cached), the two reused queries still free
+    capsys.readouterr()
+    assert main(["estimate", "--json", str(out)]) == 0
+    est = {ln["stage"]: ln for ln in json.loads(capsys.readouterr().out)}
+    assert (est["judge"]["reused"], est["judge"]["requests"], est["judge"]["cached"]) == (2, 0, 1)
+    assert est["judge"]["usd"] == 0

@@ -119,7 +119,6 @@ class _Stage:
 
 def _images(cfg: Mapping[str, Any], results: Path):
     """(images frame, how it was obtained, number of files preprocessing will quarantine)."""
-    import polars as pl
 
     from ..formats import read_table
 
@@ -131,16 +130,21 @@ def _images(cfg: Mapping[str, Any], results: Path):
             with open(q, encoding="utf-8") as fh:
                 nq = sum(1 for ln in fh if ln.strip())
         return read_table("images", p, columns=cfg["columns"]), "images.jsonl", nq
-    from ..preprocess.stage import inspect_corpus
+    from ..preprocess.metadata import load_metadata, merge_metadata
+    from ..preprocess.rights import load_rights_map
+    from ..preprocess.stage import _IMAGE_COLUMNS, _image_url, inspect_corpus
 
     pre = dict(cfg.get("preprocess") or {})
-    accepted, quarantine, _stats, _notes = inspect_corpus(cfg["paths"]["image_root"], pre,
-                                                          workers=int(pre.get("workers") or 1),
+    root = Path(cfg["paths"]["image_root"])
+    accepted, quarantine, _stats, _notes = inspect_corpus(str(root), pre, workers=int(pre.get("workers") or 1),
                                                           exclude_dirs=[results])
-    base = pre.get("image_base_url")
-    df = accepted.sort("image_id").with_columns(
-        (pl.lit(base.rstrip("/") + "/") + pl.col("image_id")).alias("image_url") if base
-        else pl.lit(None, dtype=pl.String).alias("image_url"))
+    # the rows preprocess will write: rights map, URLs and metadata columns (prompts may use them, so
+    # they are part of the request keys that the response cache is checked against)
+    paths = cfg["paths"]
+    df = (load_rights_map(paths.get("rights_map")).apply(accepted.sort("image_id"), root.resolve().name or "images")
+          .with_columns(_image_url(pre.get("image_base_url"))).select(_IMAGE_COLUMNS))
+    if paths.get("metadata_jsonl"):
+        df = merge_metadata(df, load_metadata(paths["metadata_jsonl"], cfg["columns"]), cfg["columns"])[0]
     return df, "inspection of image_root (what preprocess will accept)", quarantine.height
 
 
