@@ -207,15 +207,23 @@ def test_readme_dry_run_stages_local_inputs(s3_server, checkout, tmp_path, tiny_
 
 
 def test_metadata_adapter_has_no_gpu(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip):
+    """(Also: a pools file and a judge reuse file are staged like the seeds file; the seeds file, unused
+    beside a pools file, is not.)"""
     home = tmp_path / "home"
     home.mkdir()
-    meta = home / "metadata.jsonl"
-    meta.write_text("")
-    config, cfg = _user_files(home, tiny_corpus, tiny_clip, paths={"metadata_jsonl": str(meta)},
-                              vision={"adapter": "metadata"})
+    meta, pools, reuse, seeds = (home / n for n in ("metadata.jsonl", "pools.jsonl", "reuse.jsonl", "seeds.jsonl"))
+    for f in (meta, pools, reuse, seeds):
+        f.write_text("")
+    config, cfg = _user_files(home, tiny_corpus, tiny_clip, paths={
+        "metadata_jsonl": str(meta), "pools_file": str(pools), "judge_reuse_file": str(reuse),
+        "seeds_file": str(seeds)}, vision={"adapter": "metadata"})
     res = _snakemake(checkout, config, _env(checkout, s3_server["url"]), "-n")
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
+    base = f"s3://{BUCKET}/{PREFIX}/results/{cfg['benchmark']['name']}"
+    names = {n for n in re.findall(rf"{re.escape(base)}/inputs/file/[0-9a-f]{{12}}/([^\s,]+)", out)}
+    assert {"pools.jsonl", "reuse.jsonl"} <= names and "seeds.jsonl" not in names, names
+    assert str(home) not in " ".join(re.findall(r"s3://\S+", out))
     vision = _resources(out, "vision")
     assert len(vision) == cfg["n_shards"]
     for r in vision:

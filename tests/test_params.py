@@ -134,7 +134,7 @@ for cfg in configs:
                     kinds[n] = kind
             names["threads"] = 1
             check_kwargs(job.rule.name, f, names, kinds)
-            checked[job.rule.name] = sorted(names)
+            checked[job.rule.name] = sorted(set(checked.get(job.rule.name, [])) | set(names))
 print(json.dumps(checked))
 """
 
@@ -142,13 +142,18 @@ print(json.dumps(checked))
 def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_corpus, tiny_clip):
     meta = tmp_path / "meta.jsonl"
     meta.write_text("")
+    pools, reuse = tmp_path / "pools.jsonl", tmp_path / "reuse.jsonl"   # fixed pools, reused judge labels
+    pools.write_text("")
+    reuse.write_text("")
     llm = {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-5-mini"}
     variants = {
         "clip": {},
         "batch": {"vision": {"adapter": "openai", "openai": {**llm, "mode": "batch"}},
-                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "batch"}}},
+                  "judge": {"adapter": "openai", "openai": {**llm, "mode": "batch"}},
+                  "paths": {"pools_file": str(pools), "judge_reuse_file": str(reuse)}},
         "sync": {"vision": {"adapter": "gemini", "gemini": {"mode": "sync"}},
-                 "judge": {"adapter": "openai", "openai": {**llm, "mode": "sync"}}},
+                 "judge": {"adapter": "openai", "openai": {**llm, "mode": "sync"}},
+                 "paths": {"judge_reuse_file": str(reuse)}},
         "metadata": {"vision": {"adapter": "metadata"}, "paths": {"metadata_jsonl": str(meta)}},
     }
     configs = [str(support.write_config(tmp_path / f"{name}.yaml",
@@ -163,6 +168,9 @@ def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_c
                 "plan", "judge", "judge_build", "judge_submit", "judge_collect", "embed_images", "embed_queries",
                 "score", "summary", "export", "upload"}
     assert expected <= set(checked), expected - set(checked)
+    for rule in ("judge", "judge_build", "judge_collect"):
+        assert "reuse" in checked[rule], (rule, checked[rule])
+    assert "pools_file" in checked["plan"], checked["plan"]
 
 
 TRIGGER_PROBE = r"""
