@@ -85,10 +85,11 @@ def build_inputs(tmp: Path, corpus: Path, columns: dict | None = None, with_cost
             "shortfall": ([{"pool": "nearmiss", "wanted": 2, "got": 0, "reason": "no candidates"}] if n == 3 else []),
         })
         seed_rel = 0 if n == 3 else 1
+        judge = "imported:imsearch_benchmaker" if n == 3 else "hand"    # labels reused from paths.judge_reuse_file
         rows = [{"query_id": qid, "query_text": text, "image_id": seed, "relevance_label": seed_rel, "pool": "seed",
-                 "is_seed": True, "seed_not_relevant": seed_rel == 0, "judge": "hand"}]
+                 "is_seed": True, "seed_not_relevant": seed_rel == 0, "judge": judge}]
         rows += [{"query_id": qid, "query_text": text, "image_id": c, "relevance_label": r, "pool": p,
-                  "is_seed": False, "seed_not_relevant": seed_rel == 0, "judge": "hand"} for c, p, r in cands]
+                  "is_seed": False, "seed_not_relevant": seed_rel == 0, "judge": judge} for c, p, r in cands]
         for k, row in enumerate(rows):
             # positives score higher, except query 3 where a negative outranks the positive
             row["clip_score"] = round(base - 0.05 * k + (0.2 if row["relevance_label"] else 0.0), 4)
@@ -190,6 +191,8 @@ def test_every_output_exists_and_pngs_are_images(summary_run):
     html = (out / "report.html").read_text()
     for png in out.glob("*.png"):
         assert png.name in html
+    assert "| queries with reused labels (paths.judge_reuse_file, not judged again) | 1 (3 pairs) |" in (
+        out / "report.md").read_text()
 
 
 def test_numbers_equal_hand_counts(summary_run):
@@ -216,6 +219,12 @@ def test_numbers_equal_hand_counts(summary_run):
     assert c["requests"] == 3 and c["cached_requests"] == 1 and abs(c["cost_usd"] - 0.007) < 1e-9
     assert c["by_stage"]["vision"]["input_tokens"] == 300 and c["by_stage"]["judge"]["output_tokens"] == 30
     assert len(n["sample_images"]) == 6
+    assert n["judges"] == {"hand": {"queries": 3, "pairs": 14},
+                           "imported:imsearch_benchmaker": {"queries": 1, "pairs": 3}}
+    from benchmaker.export.card import _reused_labels
+
+    assert _reused_labels(n).startswith(", except for 1 queries (3 pairs) whose query text and labels were reused")
+    assert "`imsearch_benchmaker`" in _reused_labels(n) and _reused_labels({"judges": {"hand": {}}}) == ""
 
 
 def test_ranking_quality_by_hand(summary_run):
