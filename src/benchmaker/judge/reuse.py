@@ -139,5 +139,9 @@ def split_reused(plan: pl.DataFrame, path: str | None, *, graded: bool,
     log.info("reused labels (%s): %d of %d planned queries (%d pairs) answered from the file, no request sent; "
              "%d go to the judge%s", path, len(ok), plan.height, len(rows), plan.height - len(ok),
              "".join(f"; {n} because {r}" for r, n in sorted(why.items())))
+    if graded and rows and max(r["relevance_label"] for r in rows) <= 1:
+        log.warning("judge.labels is graded (0..3) but the %d reused queries' labels from %s are all 0 or 1: "
+                    "binary labels (upstream's are) would read as 'partly relevant'; remove "
+                    "paths.judge_reuse_file to judge them on the graded scale", len(ok), path)
     rest = plan.filter(~pl.col("query_id").is_in(ok))
     return rest, pl.DataFrame(rows, schema=JUDGED_SCHEMA), costs
