@@ -66,9 +66,12 @@ def test_paths_are_checked(tmp_path, tiny_corpus, tiny_clip, capsys):
     cfg["paths"]["image_root"] = str(tmp_path / "missing")
     cfg["paths"]["seeds_file"] = str(tmp_path)          # a folder where a file is expected
     cfg["paths"]["metadata_jsonl"] = "rel/meta.jsonl"
+    cfg["paths"]["pools_file"] = str(tmp_path / "no_pools.jsonl")
+    cfg["paths"]["judge_reuse_file"] = str(tmp_path / "no_qrels.jsonl")
     path = write_config(tmp_path / "c.yaml", cfg)
     assert main(["validate-config", str(path)]) == 1
     err = capsys.readouterr().err
+    assert "paths.pools_file: file" in err and "paths.judge_reuse_file: file" in err
     assert "paths.image_root: folder" in err and "does not exist" in err
     assert "paths.seeds_file:" in err and "is a folder, not a file" in err
     assert "paths.metadata_jsonl: file 'rel/meta.jsonl'" in err
