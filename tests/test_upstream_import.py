@@ -292,3 +292,36 @@ def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path, capsy
     est = {ln["stage"]: ln for ln in json.loads(capsys.readouterr().out)}
     assert (est["judge"]["reused"], est["judge"]["requests"], est["judge"]["cached"]) == (2, 0, 1)
     assert est["judge"]["usd"] == 0
+
+
+def test_card_says_pools_and_labels_were_reused():
+    """The dataset card's "How it was built": a pools-file plan, and how many queries / pairs kept labels
+    reused from paths.judge_reuse_file (summary.json `judges`, judge `imported:<source>`)."""
+    import polars as pl
+
+    from benchmaker.export.card import render_card
+    from benchmaker.formats import FacetModel
+
+    fm = FacetModel.from_config({"taxonomy": {"color": ["red", "blue"]}, "boolean": [],
+                                 "tags": {"min": 0, "max": 3, "vocabulary": []}})
+    counts = {"rows": 5, "queries": 2, "images": 5, "positive_pairs": 2,
+              "positives_per_query": {"mean": 1.0, "min": 1, "max": 1}, "queries_without_positives": 0,
+              "relevance_distribution": {"0": 3, "1": 2}, "seed_not_relevant_queries": 0, "pairs_without_clip_score": 0}
+
+    def card(paths, judges):
+        md = render_card(meta={"name": "x", "title": "X"}, features={}, files=[], split="test", counts=counts,
+                         checks={}, losses=pl.DataFrame(schema={"stage": pl.String, "item_type": pl.String,
+                                                                "reason": pl.String}),
+                         quarantine=pl.DataFrame(schema={"reason": pl.String}), costs=None,
+                         config={"paths": paths, "judge": {"adapter": "openai"}}, similarity={},
+                         summary={"judges": judges}, columns={}, image_col="image", facets=fm, repo_id=None,
+                         config_digest="0" * 64, version="v")
+        return md[md.index("## How it was built"):md.index("## Losses")]
+
+    built = card({"pools_file": "imported/pools.jsonl"}, {"imported:imsearch_benchmaker": {"queries": 1, "pairs": 3},
+                                                          "openai:gpt-5-mini": {"queries": 1, "pairs": 2}})
+    assert "3. **Query plan**: fixed pools read from a pools file (`paths.pools_file`" in built
+    assert "except for 1 queries (3 pairs) whose query text and labels were reused" in built
+    assert "`imsearch_benchmaker`" in built
+    built = card({}, {"openai:gpt-5-mini": {"queries": 2, "pairs": 5}})
+    assert "seeds sampled" in built and "reused" not in built

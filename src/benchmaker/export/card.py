@@ -217,11 +217,14 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         +
         f"2. **Vision annotations**: {_llm_or_clip(cfg.get('vision'))}: a summary, tags and the facets "
         f"{', '.join(f'`{n}`' for n in facets.names)} for every image.\n"
-        f"3. **Query plan**: seeds sampled (`plan.num_seeds` = {plan.get('num_seeds', '?')}); each pool holds the "
-        f"seed, positives ({plan.get('pos_total', '?')}), neutrals ({plan.get('neutral_total', '?')}) and "
-        f"negatives ({plan.get('neg_total', '?')}: hard {plan.get('neg_hard', '?')}, near-miss "
-        f"{plan.get('neg_nearmiss', '?')}, easy {plan.get('neg_easy', '?')}).\n"
-        f"4. **Judge**: {_llm_or_clip(cfg.get('judge'))} wrote the query text from the seed and labelled "
+        + (("3. **Query plan**: fixed pools read from a pools file (`paths.pools_file`, e.g. an earlier "
+            "benchmark's query plan): its queries, seeds and candidates as listed, minus images without an "
+            "annotation (see losses).\n") if (cfg.get("paths") or {}).get("pools_file") else
+           f"3. **Query plan**: seeds sampled (`plan.num_seeds` = {plan.get('num_seeds', '?')}); each pool holds the "
+           f"seed, positives ({plan.get('pos_total', '?')}), neutrals ({plan.get('neutral_total', '?')}) and "
+           f"negatives ({plan.get('neg_total', '?')}: hard {plan.get('neg_hard', '?')}, near-miss "
+           f"{plan.get('neg_nearmiss', '?')}, easy {plan.get('neg_easy', '?')}).\n")
+        + f"4. **Judge**: {_llm_or_clip(cfg.get('judge'))} wrote the query text from the seed and labelled "
         f"every pair ({(cfg.get('judge') or {}).get('labels', 'binary')} labels)"
         + _reused_labels(summary) + ".\n"
         f"5. **Similarity**: `{col('clip_score')}` from open_clip model `{similarity.get('model', '?')}` "
