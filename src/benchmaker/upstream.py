@@ -518,6 +518,11 @@ def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out:
         n_neg = p["neg_hard"] + p["neg_nearmiss"] + p["neg_easy"]
         named = sum(1 for r in pools if len([c for c in r["candidate_image_ids"]
                                              if c not in set(r["seed_image_ids"])]) == n_neg)
+        # the planner's pools are not drawn with a pools file: the note on pos/neutral totals does not apply
+        rep.notes = [n for n in rep.notes if not n.startswith("plan: upstream had no positive or neutral pools")]
+        rep.notes.append("plan: the plan is upstream's pools (paths.pools_file), so plan.pos_total, neutral_total "
+                         "and the other planner settings are not used; to let this project plan new pools "
+                         "instead, remove paths.pools_file (upstream's labels then cover few or none of them)")
         rep.notes.append(f"plan: {named} of {len(pools)} upstream pools have neg_hard + neg_nearmiss + neg_easy = "
                          f"{n_neg} candidates besides the seed and get pool names by position (hard, nearmiss, "
                          "easy); the others' candidates are in the pool 'imported'")
