@@ -128,3 +128,30 @@ def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644
     finally:
         os.umask(old)
+
+
+def test_read_table_where_reads_blocks_and_keeps_only_the_asked_rows(tmp_path):
+    """The export's bounded read: the rows of the asked ids, in file order, whatever the block size
+    (blocks end on whole lines; a column that is null in one block and typed in another still reads)."""
+    from benchmaker.formats import read_table, read_table_where
+
+    n = 40
+    df = pl.DataFrame({
+        "image_id": [f"d/img {k:03d}.jpg" for k in range(n)], "image_url": [None] * n,
+        "mime_type": ["image/jpeg"] * n, "width": list(range(1, n + 1)), "height": [5] * n,
+        "file_size": [100] * n, "sha256": [f"{k:064x}" for k in range(n)], "phash": [None] * n,
+        "license": ["CC0-1.0"] * n, "doi": [None] * (n - 1) + ["10.1/x"], "original_dataset_name": ["t"] * n,
+    }, schema_overrides={"image_url": pl.String, "phash": pl.String})
+    path = tmp_path / "images.jsonl"
+    cols = {"image_id": "file"}
+    write_table(df, "images", path, columns=cols)
+    want = [f"d/img {k:03d}.jpg" for k in (39, 3, 17, 0)] + ["not there"]
+    whole = read_table("images", path, columns=cols).filter(pl.col("image_id").is_in(want))
+    for block in (1, 97, 1000, 1 << 20):
+        got = read_table_where("images", path, key="image_id", values=want, columns=cols, block_bytes=block)
+        assert got.equals(whole), block
+    none = read_table_where("images", path, key="image_id", values=["x"], columns=cols, block_bytes=200)
+    assert none.height == 0 and set(whole.columns) <= set(none.columns)
+    path.write_text(path.read_text().replace('"width":7,', '"width":"seven",'))
+    with pytest.raises(FormatError, match="width"):
+        read_table_where("images", path, key="image_id", values=["d/img 006.jpg"], columns=cols)

@@ -25,6 +25,7 @@ __all__ = [
     "RENAMABLE",
     "FacetModel",
     "read_table",
+    "read_table_where",
     "write_table",
     "empty_table",
     "validate_table",
@@ -290,6 +291,57 @@ def read_table(
         df = pl.read_ndjson(path, infer_schema_length=None)
     except Exception as exc:  # polars raises ComputeError with line info
         raise FormatError(f"{path}: not valid JSON lines for a {kind} file: {exc}") from None
+    df = to_canonical_names(df, columns)
+    return validate_table(df, kind, facets=facets, source=str(path))
+
+
+def read_table_where(
+    kind: str,
+    path: str | os.PathLike,
+    *,
+    key: str,
+    values: pl.Series | list,
+    columns: Mapping[str, str] | None = None,
+    facets: FacetModel | None = None,
+    block_bytes: int = 64 << 20,
+) -> pl.DataFrame:
+    """The rows of a JSONL table whose canonical column ``key`` is in ``values``, read in blocks of
+    ``block_bytes`` (whole lines) so memory holds one block plus the matching rows, never the whole
+    file; validated like :func:`read_table` (the rows kept). File order is kept."""
+    import io
+
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(f"{path}: file not found (expected a {kind} file)")
+    if path.stat().st_size == 0:
+        return empty_table(kind, facets)
+    disk_key = _rename_map(columns, to_disk=True).get(key, key)
+    want = pl.Series(values, dtype=pl.String).unique()
+    frames: list[pl.DataFrame] = []
+    first: pl.DataFrame | None = None
+    line = 0
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(block_bytes)
+            if not block:
+                break
+            block += fh.readline()
+            try:
+                df = pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
+            except Exception as exc:
+                raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
+                                  f"{line}): {exc}") from None
+            line += block.count(b"\n")
+            if disk_key not in df.columns:
+                raise FormatError(f"{path}: missing column {disk_key!r} for a {kind} file (has {df.columns})")
+            if first is None:
+                first = df.head(0)
+            df = df.filter(pl.col(disk_key).cast(pl.String).is_in(want))
+            if df.height:
+                frames.append(df)
+    if first is None:  # only blank lines
+        return empty_table(kind, facets)
+    df = pl.concat(frames, how="diagonal_relaxed") if frames else first
     df = to_canonical_names(df, columns)
     return validate_table(df, kind, facets=facets, source=str(path))
 

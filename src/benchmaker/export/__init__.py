@@ -32,7 +32,7 @@ from ..losses import Losses
 from ..summary.inputs import Inputs, load_inputs
 from ..summary.outdir import staged_dir
 from .card import render_card
-from .ir_views import mteb_configs, write_ir_views
+from .ir_views import MtebCorpusWriter, mteb_configs, write_ir_views
 from .scrub import find_secrets, scrub_config, secret_values
 
 __all__ = ["run", "build_rows", "card_tables", "counts", "EXPORT_META"]
@@ -159,26 +159,30 @@ class _ImageReader:
 
 def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int, image_root: str | Path,
                   columns: Mapping[str, str], image_col: str, threads: int = 1,
-                  image_storage: str = "rows") -> tuple[list[dict], Any]:
+                  image_storage: str = "rows", corpus: Any = None) -> tuple[list[dict], Any]:
     """Write the rows as parquet files with embedded image bytes; returns (file records, features).
 
     Each file is written row group by row group; an image's bytes are read once per file and kept
     only until the last row group of that file that uses it, so memory stays bounded (one row group
     of images plus the images of the current file still to be used again).
     ``image_storage="corpus"``: the rows carry no image column; each image's bytes are written once,
-    to ``corpus/images-*.parquet`` (:func:`write_corpus`).
+    to ``corpus/images-*.parquet`` (:func:`write_corpus`). ``corpus`` (an ``ir_views.MtebCorpusWriter``)
+    receives each image's bytes when they are first read, so no image file is read twice for the views.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if image_storage == "corpus":
         return _write_split_storage(rows, out_dir=out_dir, split=split, rows_per_file=rows_per_file,
-                                    image_root=image_root, columns=columns, image_col=image_col, threads=threads)
+                                    image_root=image_root, columns=columns, image_col=image_col, threads=threads,
+                                    corpus=corpus)
     n_files = max(1, math.ceil(rows.height / rows_per_file))
     disk_first = to_disk_names(rows.head(1), columns)
     # the image column goes right after query_id, query_text, image_id, relevance_label
     schema, features = _schema(disk_first, image_col, min(4, disk_first.width))
     image_type = schema.field(image_col).type
+    image_pos = schema.get_field_index(image_col)
+    plain = pa.schema([f for f in schema if f.name != image_col])
     reader = _ImageReader(Path(image_root), dict(rows.select("image_id", "sha256").unique("image_id").iter_rows()))
     records = []
     (out_dir / "data").mkdir(parents=True, exist_ok=True)
@@ -191,22 +195,25 @@ def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_fil
                 (pl.col("_i").max() // ROW_GROUP).alias("g")).iter_rows())
             cache: dict[str, bytes] = {}
             reads = 0
+            # the file's rows as arrow once (plain types), sliced per row group below
+            chunk_tbl = to_disk_names(chunk, columns).to_arrow().select(plain.names).cast(plain)
+            chunk_ids = chunk["image_id"].to_list()
             with pq.ParquetWriter(out_dir / name, schema, compression="zstd") as writer:
                 for g in range(math.ceil(chunk.height / ROW_GROUP)):
-                    part = chunk.slice(g * ROW_GROUP, ROW_GROUP)
-                    ids = part["image_id"].to_list()
+                    ids = chunk_ids[g * ROW_GROUP:(g + 1) * ROW_GROUP]
                     need = [i for i in dict.fromkeys(ids) if i not in cache]
                     for iid, data in pool.map(reader, need):
                         cache[iid] = data
+                        if corpus is not None:
+                            corpus.add(iid, data)
                     reads += len(need)
                     img = pa.array([{"bytes": cache[i], "path": i} for i in ids], type=image_type)
-                    tbl = to_disk_names(part, columns).to_arrow()
-                    tbl = tbl.add_column(schema.get_field_index(image_col), image_col, img)
-                    writer.write_table(tbl.select(schema.names).cast(schema))
+                    tbl = chunk_tbl.slice(g * ROW_GROUP, len(ids)).add_column(image_pos, image_col, img)
+                    writer.write_table(tbl.cast(schema))
                     for i in set(ids):
                         if last_use[i] == g:
                             del cache[i]
-                    bar.update(part.height)
+                    bar.update(len(ids))
             records.append({"path": name, "rows": chunk.height, "images_read": reads,
                             "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
             log.info("export: wrote %s (%d rows, %d image reads)", name, chunk.height, reads)
@@ -216,7 +223,7 @@ def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_fil
 
 def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int,
                          image_root: str | Path, columns: Mapping[str, str], image_col: str,
-                         threads: int = 1) -> tuple[list[dict], Any]:
+                         threads: int = 1, corpus: Any = None) -> tuple[list[dict], Any]:
     """``image_storage: corpus``: ``data/<split>-*.parquet`` without image bytes (the rows name their
     image by ``image_id``) and ``corpus/images-*.parquet`` with ``image_id, <image column>`` holding
     each exported image once (first-appearance order), both written row group by row group."""
@@ -258,6 +265,9 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
                 for g in range(0, len(ids_all), ROW_GROUP):
                     ids = ids_all[g:g + ROW_GROUP]
                     data = dict(pool.map(reader, ids))
+                    if corpus is not None:
+                        for i in ids:
+                            corpus.add(i, data[i])
                     tbl = pa.table({id_col: pa.array(ids, pa.string()),
                                     image_col: pa.array([{"bytes": data[i], "path": i} for i in ids],
                                                         type=image_type)})
@@ -365,8 +375,9 @@ def run(
     split = str(settings.get("split") or "test")
     rows_per_file = int(settings.get("rows_per_file") or 5000)
     image_col = columns.get("image", "image")
+    # only the images of the scored pairs: memory bounded by the pairs, not by the corpus
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                      losses=losses, costs=costs, columns=columns, facets=facets)
+                      losses=losses, costs=costs, columns=columns, facets=facets, only_scored_images=True)
     rows, export_losses, checks = build_rows(inp, image_root)
     if rows.height == 0:
         # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)
@@ -387,9 +398,11 @@ def run(
     all_losses = pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
     with staged_dir(dataset, EXPORT_META) as out:
         image_storage = str(settings.get("image_storage") or "rows")
+        mteb_corpus = MtebCorpusWriter(out, split)  # fed as the flat table reads each image
         files, features = write_parquet(rows, out_dir=out, split=split, rows_per_file=rows_per_file,
                                         image_root=image_root, columns=columns, image_col=image_col,
-                                        threads=threads, image_storage=image_storage)
+                                        threads=threads, image_storage=image_storage, corpus=mteb_corpus)
+        mteb_corpus.close()
         written = sum(f["rows"] for f in files if f["path"].startswith("data/"))
         if written != rows.height:
             raise AssertionError(f"export: wrote {written} rows, expected {rows.height}")
@@ -399,7 +412,7 @@ def run(
         cv = pl.DataFrame(flatten_config(cfg_public), schema=["Config Variable", "Value", "Type"], orient="row")
         cv.write_csv(out / "summary" / "config_values.csv")
         shutil.copyfile(annotations, out / "annotations.jsonl")
-        ir_views = write_ir_views(rows, out, split, image_root)
+        ir_views = write_ir_views(rows, out, split)
         evaluation_md = ""
         if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
             from ..evaluate.report import card_markdown, copy_results

@@ -23,7 +23,7 @@ import polars as pl
 
 from ..ids import trec_id
 
-__all__ = ["MTEB_CONFIGS", "mteb_configs", "write_ir_views"]
+__all__ = ["MTEB_CONFIGS", "MtebCorpusWriter", "mteb_configs", "write_ir_views"]
 
 MTEB_CONFIGS = ("corpus", "queries", "qrels")
 
@@ -41,27 +41,56 @@ def mteb_configs(split: str) -> list[dict]:
             for prefix in ("", "mteb-") for c in MTEB_CONFIGS]
 
 
-def _write_mteb(corpus_ids: list[str], image_root: Path | None, q: pl.DataFrame, qrels: pl.DataFrame,
-                out: Path, split: str) -> None:
+class MtebCorpusWriter:
+    """``mteb/corpus/<split>-00000-of-00001.parquet`` written image by image as the export reads each
+    image (``add``), so every image file is read and converted once for the flat table and this view
+    (images in first-appearance order of the flat table, each once)."""
+
+    def __init__(self, out: Path, split: str):
+        import pyarrow.parquet as pq
+        from datasets import Features, Image, Value
+
+        (out / "mteb" / "corpus").mkdir(parents=True, exist_ok=True)
+        self.schema = Features({"id": Value("string"), "image": Image()}).arrow_schema
+        self.writer = pq.ParquetWriter(out / "mteb" / "corpus" / f"{split}-00000-of-00001.parquet", self.schema,
+                                       compression="zstd")
+        self.ids: list[str] = []
+        self.images: list[dict] = []
+        self.seen: set[str] = set()
+        self.count = 0
+
+    def add(self, image_id: str, data: bytes | None) -> None:
+        if image_id in self.seen:
+            return
+        self.seen.add(image_id)
+        self.ids.append(trec_id(image_id))
+        self.images.append({"bytes": data, "path": image_id})
+        if len(self.ids) >= 100:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self.ids:
+            self.writer.write_table(pa.table({"id": self.ids, "image": self.images}, schema=self.schema))
+            self.count += len(self.ids)
+            self.ids, self.images = [], []
+
+    def close(self) -> int:
+        self._flush()
+        self.writer.close()
+        return self.count
+
+
+def _write_mteb(q: pl.DataFrame, qrels: pl.DataFrame, out: Path, split: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from datasets import Features, Image, Value
-
-    from ..imaging import export_bytes
+    from datasets import Features, Value
 
     base = out / "mteb"
     for c in MTEB_CONFIGS:
         (base / c).mkdir(parents=True, exist_ok=True)
     name = f"{split}-00000-of-00001.parquet"
-    feats = Features({"id": Value("string"), "image": Image()})
-    schema = feats.arrow_schema
-    with pq.ParquetWriter(base / "corpus" / name, schema, compression="zstd") as w:
-        for start in range(0, len(corpus_ids), 100):
-            chunk = corpus_ids[start:start + 100]
-            # the bytes the flat table ships: the one decoder's output where consumers would see other pixels
-            imgs = [{"bytes": export_bytes((image_root / i).read_bytes()) if image_root else None, "path": i}
-                    for i in chunk]
-            w.write_table(pa.table({"id": [trec_id(i) for i in chunk], "image": imgs}, schema=schema))
     qf = Features({"id": Value("string"), "text": Value("string")})
     pq.write_table(pa.table({"id": q["_id"].to_list(), "text": q["text"].to_list()}, schema=qf.arrow_schema),
                    base / "queries" / name, compression="zstd")
@@ -72,7 +101,11 @@ def _write_mteb(corpus_ids: list[str], image_root: Path | None, q: pl.DataFrame,
 
 
 def write_ir_views(rows: pl.DataFrame, out: Path, split: str, image_root: str | Path | None = None) -> dict[str, int]:
-    """Write the mteb, BEIR and TREC views of the exported rows (canonical names); returns counts."""
+    """Write the mteb, BEIR and TREC views of the exported rows (canonical names); returns counts.
+
+    The export writes the mteb corpus (the image bytes) with :class:`MtebCorpusWriter` while it writes
+    the flat table and passes no ``image_root``; given an ``image_root``, the corpus is written here
+    from the image files (standalone use)."""
     q = rows.select(_ids("query_id").alias("_id"), pl.col("query_text").alias("text")).unique(
         "_id", keep="first", maintain_order=True)
     text = pl.col("summary").fill_null("") if "summary" in rows.columns else pl.lit("")
@@ -87,5 +120,12 @@ def write_ir_views(rows: pl.DataFrame, out: Path, split: str, image_root: str | 
     qrels.write_csv(out / "beir" / "qrels" / f"{split}.tsv", separator="\t")
     trec = qrels.select(pl.format("{} 0 {} {}", "query-id", "corpus-id", "score").alias("line"))
     (out / "trec" / "qrels.txt").write_text("\n".join(trec["line"].to_list()) + "\n", encoding="utf-8")
-    _write_mteb(c["image"].to_list(), Path(image_root) if image_root is not None else None, q, qrels, out, split)
+    _write_mteb(q, qrels, out, split)
+    if image_root is not None:
+        from ..imaging import export_bytes
+
+        corpus = MtebCorpusWriter(out, split)
+        for i in rows["image_id"].unique(maintain_order=True).to_list():
+            corpus.add(i, export_bytes((Path(image_root) / i).read_bytes()))
+        corpus.close()
     return {"queries": q.height, "corpus": c.height, "qrels": qrels.height}

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from ..formats import FacetModel, read_table, write_table
+from ..formats import FacetModel, read_table, read_table_where, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from .base import get_judge
@@ -102,6 +102,17 @@ def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_
     return kept
 
 
+def read_planned(plan: str, annotations: str, images: str, columns, fm: FacetModel):
+    """(plan, annotations, images) with only the planned images' rows of the two image tables, read
+    block by block: the judge's memory is bounded by the pairs, not by the corpus."""
+    plan_df = read_table("query_plan", plan, columns=columns)
+    used = plan_df.select(pl.concat_list("seed_image_ids", "candidate_image_ids").alias("i")).explode("i")["i"]
+    used = used.drop_nulls().unique()
+    return (plan_df,
+            read_table_where("annotations", annotations, key="image_id", values=used, columns=columns, facets=fm),
+            read_table_where("images", images, key="image_id", values=used, columns=columns))
+
+
 def run(
     *,
     plan: str,
@@ -122,9 +133,7 @@ def run(
     reuse: str | None = None,
 ) -> None:
     fm = FacetModel.from_config(facets)
-    plan_df = read_table("query_plan", plan, columns=columns)
-    ann = read_table("annotations", annotations, columns=columns, facets=fm)
-    imgs = read_table("images", images, columns=columns)
+    plan_df, ann, imgs = read_planned(plan, annotations, images, columns, fm)
     settings = dict(settings)
     adapter_settings = dict(settings.pop("adapter_settings", {}) or {})
     judge_settings = {**adapter_settings, **settings}

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 
 import polars as pl
 
-from ..formats import FacetModel, read_table, write_table
+from ..formats import FacetModel, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
@@ -118,10 +118,10 @@ class OpenAIJudge:
 
 # -- batch mode ---------------------------------------------------------------------------------------
 def _load(plan: str, annotations: str, images: str, columns, facets):
+    from . import read_planned
+
     fm = FacetModel.from_config(facets)
-    return (fm, read_table("query_plan", plan, columns=columns),
-            read_table("annotations", annotations, columns=columns, facets=fm),
-            read_table("images", images, columns=columns))
+    return (fm, *read_planned(plan, annotations, images, columns, fm))
 
 
 def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:

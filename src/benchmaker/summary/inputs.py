@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
-from ..formats import FacetModel, empty_table, read_table
+from ..formats import FacetModel, empty_table, read_table, read_table_where
 from ..losses import Losses, read_losses
 
 __all__ = ["Inputs", "load_inputs", "as_paths", "read_costs"]
@@ -74,8 +74,26 @@ def load_inputs(
     costs: str | Sequence[str] | None,
     columns: Mapping[str, str] | None,
     facets: Mapping[str, Any],
+    only_scored_images: bool = False,
 ) -> Inputs:
+    """The stage inputs, validated. ``only_scored_images``: the images and annotations tables hold only
+    the images of the scored pairs, read block by block (the export's memory is then bounded by the
+    pairs, not by the corpus; docs/performance.md)."""
     fm = FacetModel.from_config(facets)
+    if only_scored_images:
+        scored_df = read_table("qrels_with_score", scored, columns=columns)
+        used = scored_df["image_id"].unique()
+        return Inputs(
+            images=read_table_where("images", images, key="image_id", values=used, columns=columns),
+            quarantine=read_table("quarantine", quarantine) if quarantine else empty_table("quarantine"),
+            annotations=read_table_where("annotations", annotations, key="image_id", values=used,
+                                         columns=columns, facets=fm),
+            plan=read_table("query_plan", plan, columns=columns) if plan else empty_table("query_plan"),
+            scored=scored_df,
+            losses=read_all_losses(as_paths(losses)),
+            costs=read_costs(as_paths(costs)),
+            facets=fm,
+        )
     return Inputs(
         images=read_table("images", images, columns=columns),
         quarantine=read_table("quarantine", quarantine) if quarantine else empty_table("quarantine"),
