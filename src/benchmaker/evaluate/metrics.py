@@ -213,6 +213,10 @@ def _sage_system(full: pl.DataFrame, q_all: pl.DataFrame, meta: Mapping[str, Any
                  columns: Mapping[str, str] | None, path: str) -> dict[str, Any]:
     """The sage view of one run: write its per-query CSV, return its leaderboard row (the means)."""
     score_col = str(cfg["score_column"])
+    if int(cfg["limit"]) > int(meta.get("depth") or 100):
+        log.warning("evaluate: sage view of %s: evaluate.sage.limit %s is above the run's depth %s, so lists that "
+                    "reach below the depth are incomplete (complete = false); raise evaluate.depth", meta["name"],
+                    cfg["limit"], meta.get("depth"))
     view = sage_mod.sage_view(full, q_all, limit=int(cfg["limit"]), depth=int(meta.get("depth") or 100),
                               collection_depth=meta.get("collection_depth"), emb_index=emb_index or None,
                               emb=emb if emb_index else None, score_column=score_col)
