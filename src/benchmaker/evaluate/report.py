@@ -110,9 +110,9 @@ def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: fl
     copy_results(leaderboard_csv, out_dir / "evaluate")  # with the sage view's per-system files
     charts = write_charts(board, out_dir / "evaluate", scale_factor) if board.height else []
     text = ("Retrieval systems scored on this benchmark (docs/evaluate.md). Scope pool ranks each query's judged "
-            "pool (as the Sage evaluator does); corpus ranks the whole benchmark corpus (unjudged images count as "
-            "not relevant; judged@k says how much of the top k was judged); condensed drops the unjudged images "
-            "first. " + JUDGE_NOTE)
+            "pool (only judged images, like the Sage evaluator, whose own statistics follow in the next section); "
+            "corpus ranks the whole benchmark corpus (unjudged images count as not relevant; judged@k says how "
+            "much of the top k was judged); condensed drops the unjudged images first. " + JUDGE_NOTE)
     return Section("Retrieval leaderboard", text=text, images=[f"evaluate/{c}" for c in charts],
                    table=leaderboard_table(board) if board.height else pl.DataFrame({"system": []}),
                    files=[f"evaluate/{f}" for f in RESULT_FILES], max_rows=60,
