@@ -354,3 +354,22 @@ def test_rerank_batch_mode_through_the_shared_batch_machinery(bench, monkeypatch
     board = pl.read_csv(bench / "evaluate" / "leaderboard.csv")
     assert board.filter(pl.col("system") == "vlm")["cost_usd"].to_list()[0] == pytest.approx(meta["cost_usd"])
     assert board.filter(pl.col("system") == "b")["cost_usd"].to_list()[0] == 0
+
+
+def test_rank_dense_also_keeps_the_collections_top_depth():
+    """With ``collection`` (every pool's images), the run holds their top depth too; the corpus view is
+    unchanged (those images score below the corpus cut)."""
+    rng = np.random.default_rng(1)
+    docs = rng.normal(size=(60, 8)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    qs = docs[:4] + 0.01
+    ids = [f"d{i}" for i in range(60)]
+    pools = [np.array([50]), np.array([51]), np.array([], dtype=np.int64), np.array([59])]
+    coll = np.arange(30, 60)
+    plain = rank_dense(qs, docs, ["a", "b", "c", "d"], ids, pools, depth=4, chunk=3)
+    run = rank_dense(qs, docs, ["a", "b", "c", "d"], ids, pools, depth=4, chunk=3, collection=coll)
+    for n, q in enumerate("abcd"):
+        got = set(run.filter(pl.col("query_id") == q)["image_id"])
+        assert {ids[30 + i] for i in np.argsort(-(qs[n] @ docs[30:].T))[:4]} <= got
+    assert corpus_view(run, 4).equals(corpus_view(plain, 4))
+    assert run.height > plain.height
