@@ -18,9 +18,9 @@ computes the columns of its ``query_eval_metrics.csv``, with the same names and 
   other queries' rows with their own labels, 0 below two rows) and ``<score>_reciprocal_rank`` (first
   row of R with a label > 0, any query's).
 
-Everything but NDCG is computed for all queries at once (polars, numpy). NDCG is sklearn's own
-``ndcg_score``, called once per distinct pattern (labels in rank order and the tie groups of the
-scores: all NDCG depends on), so it is the evaluator's definition by construction.
+Everything is computed for all queries at once (polars, numpy); NDCG by scikit-learn itself (the
+per-row function ``ndcg_score`` averages, on the lists of one length at a time: :func:`ndcg_per_list`),
+so it is the evaluator's definition by construction.
 
 ``complete`` (ours, not the evaluator's) says whether the run holds the whole top ``limit`` of the
 collection for the query: a run lists the corpus top ``depth`` (plus, for clip and bm25, the
@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_LIMIT",
     "DEFAULT_SCORE_COLUMN",
     "METRIC_COLUMNS",
+    "ndcg_per_list",
     "returned_objects",
     "sage_columns",
     "sage_queries",
@@ -120,23 +121,30 @@ def returned_objects(run: pl.DataFrame, qrels: pl.DataFrame, limit: int, *, dept
     return r, comp
 
 
-_NDCG_MEMO: dict[tuple, float] = {}
+def ndcg_per_list(labels: Sequence[Sequence[float]], scores: Sequence[Sequence[float]]) -> np.ndarray:
+    """``sklearn.metrics.ndcg_score`` of each returned list (labels and scores of its rows); 0.0 below two
+    rows, as the evaluator.
 
+    ``ndcg_score`` averages its rows, so lists of one length go, as one matrix, through the function it
+    averages (``sklearn.metrics._ranking._ndcg_sample_scores``: the same code, one value per row); where a
+    scikit-learn release lacks it, ``ndcg_score`` is called list by list."""
+    from sklearn.metrics import ndcg_score
 
-def _ndcg(labels: tuple, ties: tuple) -> float:
-    """``sklearn.metrics.ndcg_score`` of one returned list (labels in rank order, tie group of each);
-    0.0 below two rows, as the evaluator. NDCG depends on nothing else, so the value is memoised."""
-    if len(labels) < 2:
-        return 0.0
-    key = (labels, ties)
-    v = _NDCG_MEMO.get(key)
-    if v is None:
-        from sklearn.metrics import ndcg_score
-
-        v = float(ndcg_score(np.asarray([labels]), -np.asarray([ties], dtype=np.float64)))
-        if len(_NDCG_MEMO) < 1_000_000:
-            _NDCG_MEMO[key] = v
-    return v
+    try:
+        from sklearn.metrics._ranking import _ndcg_sample_scores
+    except ImportError:  # pragma: no cover - a scikit-learn without the private helper
+        _ndcg_sample_scores = None
+    out = np.zeros(len(labels), dtype=np.float64)
+    lengths = np.fromiter((len(x) for x in labels), dtype=np.int64, count=len(labels))
+    for n in np.unique(lengths[lengths >= 2]):
+        rows = np.flatnonzero(lengths == n)
+        y = np.asarray([labels[i] for i in rows], dtype=np.float64)
+        sc = np.asarray([scores[i] for i in rows], dtype=np.float64)
+        if _ndcg_sample_scores is not None:
+            out[rows] = _ndcg_sample_scores(y, sc, k=None, ignore_ties=False)
+        else:  # pragma: no cover
+            out[rows] = [ndcg_score(y[j:j + 1], sc[j:j + 1]) for j in range(len(rows))]
+    return out
 
 
 def _diversity(r: pl.DataFrame, emb_index: Mapping[str, int] | None, emb: np.ndarray | None) -> dict[str, float]:
@@ -185,13 +193,13 @@ def sage_view(run: pl.DataFrame, qrels: pl.DataFrame, *, limit: int = DEFAULT_LI
         rel_own.sum().cast(pl.Int64).alias("relevant_images"),
         pl.col("pos").filter(pl.col("relevance_label") > 0).min().alias("_first"),
         pl.col("relevance_label").alias("_labels"),
-        pl.col("score").rank("dense", descending=True).alias("_ties"),
+        pl.col("score").alias("_scores"),
     )
-    ndcg = {q: _ndcg(tuple(lab), tuple(t)) for q, lab, t in agg.select("query_id", "_labels", "_ties").iter_rows()}
+    ndcg = dict(zip(agg["query_id"].to_list(), ndcg_per_list(agg["_labels"].to_list(), agg["_scores"].to_list())))
     div = _diversity(r, emb_index, emb)
     nd, rr = f"{score_column}_NDCG", f"{score_column}_reciprocal_rank"
     n = pl.col("total_images")
-    out = (queries.join(agg.drop("_labels", "_ties"), on="query_id", how="left", maintain_order="left")
+    out = (queries.join(agg.drop("_labels", "_scores"), on="query_id", how="left", maintain_order="left")
            .join(denom, on="query_id", how="left", maintain_order="left")
            .join(comp, on="query_id", how="left", maintain_order="left")
            .with_columns(pl.col(c).fill_null(0) for c in ("total_images", "correctly_returned", "relevant_images"))
