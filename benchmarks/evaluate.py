@@ -90,9 +90,10 @@ def _aggregate(d: Path, names: list[str], out: Path) -> dict:
                        sage_leaderboard=str(out / "sage_leaderboard.csv"))
 
 
-def _meta(d: Path, name: str, scopes: list[str], depth: int) -> None:
+def _meta(d: Path, name: str, scopes: list[str], depth: int, collection_depth: int | None = None) -> None:
     (d / f"{name}.json").write_text(json.dumps({"name": name, "kind": "trec_run", "scopes": scopes, "depth": depth,
-                                                "sees_judge_text": False, "timing": {}}))
+                                                "collection_depth": collection_depth, "sees_judge_text": False,
+                                                "timing": {}}))
 
 
 def child_corpus(d: Path, depth: int) -> None:
@@ -105,19 +106,21 @@ def child_corpus(d: Path, depth: int) -> None:
     ids = pl.read_ndjson(d / "images.jsonl")["image_id"].to_list()
     qids = [f"q{i:06d}" for i in range(len(q))]
     t1 = time.perf_counter()
-    run = rank_dense(q, docs, qids, ids, pools, depth)
+    run = rank_dense(q, docs, qids, ids, pools, depth, collection=np.unique(np.concatenate(pools)))  # as clip
     t2 = time.perf_counter()
     n = write_run(run, d / "sys.trec", "sys")
     t3 = time.perf_counter()
     del docs
-    _meta(d, "sys", ["pool", "corpus"], depth)
+    _meta(d, "sys", ["pool", "corpus"], depth, collection_depth=depth)
     doc = _aggregate(d, ["sys"], d / "out")
     t4 = time.perf_counter()
     row = doc["systems"][0]["results"]["corpus"]
     print(f"corpus: {len(qids)} queries x {len(ids)} images, depth {depth}: load {t1 - t0:.1f} s, rank "
           f"{t2 - t1:.1f} s, write run ({n} lines) {t3 - t2:.1f} s, evaluate (3 scopes + drill-downs) "
           f"{t4 - t3:.1f} s (of which the sage view {doc['sage']['seconds']:.1f} s); total {t4 - t0:.1f} s, peak RSS "
-          f"{_rss_mb():.0f} MB; corpus ndcg@10 {row['ndcg@10']:.4f}, judged@10 {row['judged@10']:.3f}")
+          f"{_rss_mb():.0f} MB; corpus ndcg@10 {row['ndcg@10']:.4f}, judged@10 {row['judged@10']:.3f}; sage "
+          f"(limit 25) complete for {doc['sage']['systems'][0]['complete_queries']} of "
+          f"{doc['sage']['systems'][0]['queries']} queries")
 
 
 def child_pool(d: Path, n_sys: int) -> None:

@@ -182,6 +182,14 @@ def test_equals_the_evaluators_algorithm_on_random_runs(seed):
     assert got["query_id"].tolist() == want["query_id"].tolist()
     assert got["total_images"].max() == limit and (got["total_images"] == 0).sum() >= 2
     pd.testing.assert_frame_equal(got[want.columns.tolist()], want, check_dtype=False, atol=1e-6, rtol=0)
+    # diversity in blocks of whole queries (bounded memory) gives the same values
+    from benchmaker.evaluate.sage import _diversity
+
+    r, _ = returned_objects(run_pl, flat_pl, limit)
+    index = {i: n for n, i in enumerate(ids)}
+    vectors = np.asarray([vec[i] for i in ids], dtype=np.float32)
+    one, blocks = _diversity(r, index, vectors), _diversity(r, index, vectors, block_rows=7)
+    assert one.keys() == blocks.keys() and all(blocks[q] == pytest.approx(v, abs=1e-12) for q, v in one.items())
 
 
 def test_aggregate_writes_the_sage_files(tmp_path):

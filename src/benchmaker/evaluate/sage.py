@@ -147,8 +147,13 @@ def ndcg_per_list(labels: Sequence[Sequence[float]], scores: Sequence[Sequence[f
     return out
 
 
-def _diversity(r: pl.DataFrame, emb_index: Mapping[str, int] | None, emb: np.ndarray | None) -> dict[str, float]:
-    """Per query with |R| ≥ 2 and a vector for every row: 1 − mean upper-triangle cosine similarity."""
+def _diversity(r: pl.DataFrame, emb_index: Mapping[str, int] | None, emb: np.ndarray | None,
+               block_rows: int = 8192) -> dict[str, float]:
+    """Per query with |R| ≥ 2 and a vector for every row: 1 − mean upper-triangle cosine similarity.
+
+    The mean over pairs is (‖Σv‖² − Σ‖v‖²) / (n(n−1)) for L2-normalised rows v (sklearn's
+    ``cosine_similarity`` normalises, a zero vector stays zero), computed in float64 for blocks of
+    whole queries (bounded memory)."""
     if not emb_index or emb is None or not r.height:
         return {}
     idx = np.fromiter((emb_index.get(i, -1) for i in r["image_id"].to_list()), dtype=np.int64, count=r.height)
@@ -156,12 +161,17 @@ def _diversity(r: pl.DataFrame, emb_index: Mapping[str, int] | None, emb: np.nda
     starts = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1]])
     counts = np.diff(np.r_[starts, len(qid)])
     missing = np.add.reduceat((idx < 0).astype(np.int64), starts) > 0
-    v = emb[np.where(idx < 0, 0, idx)].astype(np.float64)
-    norm = np.linalg.norm(v, axis=1, keepdims=True)
-    v = np.divide(v, norm, out=np.zeros_like(v), where=norm > 0)  # as sklearn's normalize: zero stays zero
-    total = np.add.reduceat(v, starts, axis=0)
-    sq = np.add.reduceat((v * v).sum(axis=1), starts)
-    pair_sum = ((total * total).sum(axis=1) - sq) / 2.0
+    pair_sum = np.empty(len(starts), dtype=np.float64)
+    per_block = max(1, block_rows // max(1, int(counts.max())))
+    for b in range(0, len(starts), per_block):
+        lo, hi = starts[b], (starts[b + per_block] if b + per_block < len(starts) else len(qid))
+        v = emb[np.maximum(idx[lo:hi], 0)].astype(np.float64)
+        norm = np.linalg.norm(v, axis=1, keepdims=True)
+        v = np.divide(v, norm, out=np.zeros_like(v), where=norm > 0)
+        local = starts[b:b + per_block] - lo
+        total = np.add.reduceat(v, local, axis=0)
+        sq = np.add.reduceat(np.einsum("ij,ij->i", v, v), local)
+        pair_sum[b:b + per_block] = (np.einsum("ij,ij->i", total, total) - sq) / 2.0
     with np.errstate(invalid="ignore", divide="ignore"):
         ils = pair_sum / (counts * (counts - 1) / 2.0)
     ok = (counts >= 2) & ~missing
