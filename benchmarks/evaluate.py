@@ -5,9 +5,11 @@
 
 corpus: one embedding system ranks the whole corpus (exact cosine, top ``depth`` kept plus every
 pool image), its TREC run is written, and the evaluate aggregate scores it at pool, corpus and
-condensed scope (ranx metrics, judged@k, diversity@k, drill-downs). Goal: <= 60 s, <= 4 GB.
+condensed scope (ranx metrics, judged@k, diversity@k, drill-downs) and its sage view (imsearch_eval's
+per-query statistics, limit 25). Goal: <= 60 s, <= 4 GB.
 pool: ``systems`` pool-level runs over ``queries`` queries scored by the aggregate (ranx metrics,
-diversity, drill-downs, paired tests with Holm correction across all 45 pairs).
+diversity, drill-downs, paired tests with Holm correction across all 45 pairs); then the sage view of
+each of those runs (``sage.sage_view``, limit 25, diversity from the embeddings), timed apart.
 
 Data are generated first; each measured part runs in a child process that prints its own wall time
 and peak RSS. ranx's numba compilation is paid once into NUMBA_CACHE_DIR (a first child); importing
@@ -84,12 +86,14 @@ def _aggregate(d: Path, names: list[str], out: Path) -> dict:
                        metas=[str(d / f"{n}.json") for n in names], image_embeddings=[str(d / "embeddings.parquet")],
                        leaderboard_csv=str(out / "leaderboard.csv"), leaderboard_json=str(out / "leaderboard.json"),
                        drilldown=str(out / "drilldown.csv"), significance_csv=str(out / "significance.csv"),
-                       per_query=str(out / "per_query.csv"), settings={"k": [10]})
+                       per_query=str(out / "per_query.csv"), settings={"k": [10]},
+                       sage_leaderboard=str(out / "sage_leaderboard.csv"))
 
 
-def _meta(d: Path, name: str, scopes: list[str], depth: int) -> None:
+def _meta(d: Path, name: str, scopes: list[str], depth: int, collection_depth: int | None = None) -> None:
     (d / f"{name}.json").write_text(json.dumps({"name": name, "kind": "trec_run", "scopes": scopes, "depth": depth,
-                                                "sees_judge_text": False, "timing": {}}))
+                                                "collection_depth": collection_depth, "sees_judge_text": False,
+                                                "timing": {}}))
 
 
 def child_corpus(d: Path, depth: int) -> None:
@@ -102,19 +106,21 @@ def child_corpus(d: Path, depth: int) -> None:
     ids = pl.read_ndjson(d / "images.jsonl")["image_id"].to_list()
     qids = [f"q{i:06d}" for i in range(len(q))]
     t1 = time.perf_counter()
-    run = rank_dense(q, docs, qids, ids, pools, depth)
+    run = rank_dense(q, docs, qids, ids, pools, depth, collection=np.unique(np.concatenate(pools)))  # as clip
     t2 = time.perf_counter()
     n = write_run(run, d / "sys.trec", "sys")
     t3 = time.perf_counter()
     del docs
-    _meta(d, "sys", ["pool", "corpus"], depth)
+    _meta(d, "sys", ["pool", "corpus"], depth, collection_depth=depth)
     doc = _aggregate(d, ["sys"], d / "out")
     t4 = time.perf_counter()
     row = doc["systems"][0]["results"]["corpus"]
     print(f"corpus: {len(qids)} queries x {len(ids)} images, depth {depth}: load {t1 - t0:.1f} s, rank "
           f"{t2 - t1:.1f} s, write run ({n} lines) {t3 - t2:.1f} s, evaluate (3 scopes + drill-downs) "
-          f"{t4 - t3:.1f} s; total {t4 - t0:.1f} s, peak RSS {_rss_mb():.0f} MB; corpus ndcg@10 "
-          f"{row['ndcg@10']:.4f}, judged@10 {row['judged@10']:.3f}")
+          f"{t4 - t3:.1f} s (of which the sage view {doc['sage']['seconds']:.1f} s); total {t4 - t0:.1f} s, peak RSS "
+          f"{_rss_mb():.0f} MB; corpus ndcg@10 {row['ndcg@10']:.4f}, judged@10 {row['judged@10']:.3f}; sage "
+          f"(limit 25) complete for {doc['sage']['systems'][0]['complete_queries']} of "
+          f"{doc['sage']['systems'][0]['queries']} queries")
 
 
 def child_pool(d: Path, n_sys: int) -> None:
@@ -134,6 +140,21 @@ def child_pool(d: Path, n_sys: int) -> None:
     print(f"pool: {n_sys} systems x {doc['queries_evaluated']} queries ({qrels.height} pairs each): write runs "
           f"{t1 - t0:.1f} s, evaluate (metrics, diversity, drill-downs, {n_sys * (n_sys - 1) // 2} paired tests x 3 "
           f"metrics) {t2 - t1:.1f} s; peak RSS {_rss_mb():.0f} MB")
+    # the sage view of every run (in the workflow: corpus-ranked runs only, inside the same aggregate)
+    from benchmaker.evaluate.metrics import _load_embeddings
+    from benchmaker.evaluate.runs import read_run
+    from benchmaker.evaluate.sage import sage_view
+    from benchmaker.formats import read_table
+
+    flat = read_table("qrels", d / "qrels.jsonl")
+    emb_index, emb = _load_embeddings([str(d / "embeddings.parquet")], None)
+    t3 = time.perf_counter()
+    rows = 0
+    for name in names:
+        rows += sage_view(read_run(d / f"{name}.trec"), flat, limit=25, emb_index=emb_index, emb=emb).height
+    t4 = time.perf_counter()
+    print(f"sage view: {n_sys} systems x {rows // n_sys} queries (limit 25, diversity included, reading each run "
+          f"file included) {t4 - t3:.1f} s ({1000 * (t4 - t3) / n_sys:.0f} ms per system); peak RSS {_rss_mb():.0f} MB")
 
 
 def warm(d: Path) -> None:

@@ -180,7 +180,12 @@ def not_a_trigger(value):
 # ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
 import re as _re
 
-from benchmaker.evaluate.systems import MODEL_KINDS, check_systems, sees_judge_text
+from benchmaker.evaluate.systems import (
+    MODEL_KINDS,
+    check_systems,
+    has_corpus_scope,
+    sees_judge_text,
+)
 from benchmaker.triggers import LLM_SYNC_RUNTIME
 
 try:
@@ -219,6 +224,8 @@ def _names_regex(names):
 
 
 EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
+# the systems whose runs rank the whole corpus: the evaluate rule writes their sage view (docs/evaluate.md)
+EVAL_SAGE_NAMES = [s["name"] for s in EVAL_SYSTEMS if has_corpus_scope(s)]
 # rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit)
 EVAL_API_NAMES = [s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank"]
 EVAL_OTHER_NAMES = [

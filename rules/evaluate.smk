@@ -1,7 +1,9 @@
 # Evaluate retrieval systems on the benchmark (docs/evaluate.md). One job per configured system
 # (evaluate.systems), each writing evaluate/runs/<name>.trec; the `evaluate` rule scores every run with
-# ranx and writes the leaderboard, drill-downs and significance tests. Part of `all` only when systems
-# are configured; `snakemake evaluate` always works (no systems = an empty leaderboard).
+# ranx and writes the leaderboard, drill-downs and significance tests, and the sage view of every
+# corpus-ranked run (evaluate/sage/<name>.csv, sage_leaderboard.csv: as the Sage evaluator reports it).
+# Part of `all` only when systems are configured; `snakemake evaluate` always works (no systems = an
+# empty leaderboard).
 # Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/common.smk.
 # Resources: a GPU (gpu_resources, rules/cluster.smk) only for the systems that run a model
 # (evaluate_model: clip); mem_mb from the input sizes (benchmaker/resources.py, rules/resources.smk,
@@ -107,6 +109,8 @@ rule evaluate:
         drilldown=f"{EVAL}/drilldown.csv",
         significance_csv=f"{EVAL}/significance.csv",
         per_query=f"{EVAL}/per_query.csv",
+        sage_leaderboard=f"{EVAL}/sage_leaderboard.csv",
+        sage=[f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

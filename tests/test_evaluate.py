@@ -75,7 +75,8 @@ def _aggregate(bench: Path, names: list[str], **settings) -> dict:
                        metas=[str(d / "runs" / f"{n}.json") for n in names],
                        leaderboard_csv=str(d / "leaderboard.csv"), leaderboard_json=str(d / "leaderboard.json"),
                        drilldown=str(d / "drilldown.csv"), significance_csv=str(d / "significance.csv"),
-                       per_query=str(d / "per_query.csv"), settings={"k": [5], **settings}, facets=TINY_FACETS)
+                       per_query=str(d / "per_query.csv"), settings={"k": [5], **settings}, facets=TINY_FACETS,
+                       sage_leaderboard=str(d / "sage_leaderboard.csv"))
 
 
 def test_run_file_round_trip_odd_ids_and_ranx_reads_it(tmp_path):
@@ -187,7 +188,7 @@ def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch
     finally:
         fake_openai.stop(fake)
     names = [s["name"] for s in sys_list]
-    doc = _aggregate(bench, names)
+    doc = _aggregate(bench, names, sage={"limit": 5})
     board = pl.read_csv(bench / "evaluate" / "leaderboard.csv")
     assert doc["queries_evaluated"] == 3 and doc["queries_without_positive"] == 1
     assert set(board.filter(pl.col("scope") == "corpus")["system"]) == set(names)
@@ -213,6 +214,16 @@ def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch
     sig = pl.read_csv(bench / "evaluate" / "significance.csv")
     assert sig.height and (sig["p_adjusted"] >= sig["p_value"] - 1e-12).all()
     assert json.loads((bench / "evaluate" / "leaderboard.json").read_text())["systems"][0]["results"]
+    # the sage view of every corpus-ranked run; clip and bm25 runs hold the judged collection's top depth
+    # (10), so their lists (limit 5) are complete
+    from benchmaker.evaluate.sage import sage_columns
+
+    sage = pl.read_csv(bench / "evaluate" / "sage_leaderboard.csv")
+    assert set(sage["system"]) == set(names) and (sage["queries"] == 4).all()  # every distinct text
+    for name in ("bm25", "clip"):
+        per = pl.read_csv(bench / "evaluate" / "sage" / f"{name}.csv")
+        assert per.columns[:14] == sage_columns() and per["complete"].all() and (per["total_images"] == 5).all()
+        assert json.loads((d / f"{name}.json").read_text())["collection_depth"] == 10
 
 
 def test_no_systems_gives_an_empty_leaderboard(bench):
@@ -271,6 +282,16 @@ def test_leaderboard_in_report_and_card(bench, tmp_path):
     assert sec.table.filter(pl.col("system") == "fwd")["sees what the judge saw"].to_list() == ["yes"] * 3
     md = card_markdown(board)
     assert md.startswith("## Leaderboard") and "| fwd | trec_run | pool |" in md
+    # the sage view: its own section and card table, its files copied
+    from benchmaker.evaluate.report import copy_results, summary_sections
+
+    secs = summary_sections(board, out, 0.5)
+    assert [s.title for s in secs] == ["Retrieval leaderboard",
+                                       "Retrieval leaderboard as the Sage evaluator reports it"]
+    assert set(secs[1].table["system"]) == {"fwd", "rev"} and "score_reciprocal_rank" in secs[1].table.columns
+    assert "### As the Sage evaluator reports it" in md and "| fwd | trec_run | 4 |" in md
+    assert (out / "evaluate" / "sage" / "fwd.csv").is_file()
+    assert "sage/rev.csv" in copy_results(board, tmp_path / "card")
 
 
 def test_rerank_batch_mode_through_the_shared_batch_machinery(bench, monkeypatch):
@@ -333,3 +354,22 @@ def test_rerank_batch_mode_through_the_shared_batch_machinery(bench, monkeypatch
     board = pl.read_csv(bench / "evaluate" / "leaderboard.csv")
     assert board.filter(pl.col("system") == "vlm")["cost_usd"].to_list()[0] == pytest.approx(meta["cost_usd"])
     assert board.filter(pl.col("system") == "b")["cost_usd"].to_list()[0] == 0
+
+
+def test_rank_dense_also_keeps_the_collections_top_depth():
+    """With ``collection`` (every pool's images), the run holds their top depth too; the corpus view is
+    unchanged (those images score below the corpus cut)."""
+    rng = np.random.default_rng(1)
+    docs = rng.normal(size=(60, 8)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    qs = docs[:4] + 0.01
+    ids = [f"d{i}" for i in range(60)]
+    pools = [np.array([50]), np.array([51]), np.array([], dtype=np.int64), np.array([59])]
+    coll = np.arange(30, 60)
+    plain = rank_dense(qs, docs, ["a", "b", "c", "d"], ids, pools, depth=4, chunk=3)
+    run = rank_dense(qs, docs, ["a", "b", "c", "d"], ids, pools, depth=4, chunk=3, collection=coll)
+    for n, q in enumerate("abcd"):
+        got = set(run.filter(pl.col("query_id") == q)["image_id"])
+        assert {ids[30 + i] for i in np.argsort(-(qs[n] @ docs[30:].T))[:4]} <= got
+    assert corpus_view(run, 4).equals(corpus_view(plain, 4))
+    assert run.height > plain.height

@@ -104,9 +104,23 @@ def test_evaluate_target_end_to_end(tmp_path, tiny_cfg, tiny_clip):
         "tiny-clip": False, "bm25": True, "fused": True, "ext": False}
     for f in ("drilldown.csv", "significance.csv", "per_query.csv"):
         assert (res / "evaluate" / f).is_file()
-    # nothing left to do; editing one system reruns it, what fuses it and the aggregate only
+    # the sage view (docs/evaluate.md): one file per corpus-ranked system, in imsearch_eval's columns
+    from benchmaker.evaluate.sage import sage_columns
+
+    assert sorted(p.name for p in (res / "evaluate" / "sage").iterdir()) == ["bm25.csv", "fused.csv", "tiny-clip.csv"]
+    for name in ("tiny-clip", "bm25", "fused"):
+        per = pl.read_csv(res / "evaluate" / "sage" / f"{name}.csv")
+        assert per.columns[:15] == [*sage_columns(), "complete"] and per.height == qrels["query_text"].n_unique()
+    sage = pl.read_csv(res / "evaluate" / "sage_leaderboard.csv")
+    assert set(sage["system"]) == {"tiny-clip", "bm25", "fused"} and (sage["limit"] == 25).all()
+    assert doc["sage"]["limit"] == 25
+    # nothing left to do; a sage setting reruns the aggregate only; editing one system reruns it, what
+    # fuses it and the aggregate only
     r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)
     assert "Nothing to be done" in r.stdout + r.stderr
+    r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, support.write_config(
+        tmp_path / "c_sage.yaml", {**tiny_cfg, "evaluate": {**tiny_cfg["evaluate"], "sage": {"limit": 50}}}))
+    assert job_stats(r.stdout + r.stderr) == {"evaluate": 1}, (r.stdout + r.stderr)[-3000:]
     tiny_cfg["evaluate"]["systems"][1]["k1"] = 1.2
     cfg = support.write_config(tmp_path / "c1.yaml", tiny_cfg)
     r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, cfg)

@@ -37,6 +37,13 @@ class Bench:
         by_q = dict(g.iter_rows())
         return [np.asarray(by_q.get(q, []), dtype=np.int64) for q in self.query_ids]
 
+    def collection(self, doc_ids: list[str]) -> np.ndarray:
+        """The indices into ``doc_ids`` of every image of any judged pool (the collection the Sage
+        evaluator searches: the flat table's images), ascending."""
+        pos = pl.DataFrame({"image_id": doc_ids, "_d": np.arange(len(doc_ids), dtype=np.int64)},
+                           schema={"image_id": pl.String, "_d": pl.Int64})
+        return np.sort(pos.join(self.qrels.select("image_id").unique(), on="image_id", how="semi")["_d"].to_numpy())
+
 
 def load_bench(qrels: str, images: str, columns: Mapping[str, str] | None = None) -> Bench:
     q = read_table("qrels", qrels, columns=columns)

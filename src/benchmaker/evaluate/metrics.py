@@ -11,12 +11,17 @@ does); ``corpus`` ranks the whole benchmark corpus, cut at the system's depth, u
 counted as non-relevant (trec_eval's convention; a lower bound); ``condensed`` is the corpus ranking
 with the unjudged images removed before scoring (Sakai 2007). Queries without any relevant image are
 left out of every scope (reported as ``queries_without_positive``).
+
+Beside the ranx scopes, the ``sage`` view (:mod:`.sage`) scores every corpus-ranked run the way the Sage
+team's evaluator (``imsearch_eval``) reports it: ``sage/<system>.csv`` with the columns of its
+``query_eval_metrics.csv`` and ``sage_leaderboard.csv`` with their means.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ import polars as pl
 from ..formats import FacetModel, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
+from . import sage as sage_mod
 from .runs import corpus_view, pool_view, read_run, set_numba_cache, to_ranx_run
 
 __all__ = [
@@ -194,12 +200,47 @@ def _mean(df: pl.DataFrame, cols: Sequence[str]) -> dict[str, float | None]:
             for c in cols}
 
 
+SAGE_BOARD_COLUMNS = ("system", "kind", "sees_judge_text", "queries", "complete_queries", "limit", "score_column")
+
+
+def _write_csv(df: pl.DataFrame, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    df.write_csv(path)
+
+
+def _sage_system(full: pl.DataFrame, q_all: pl.DataFrame, meta: Mapping[str, Any], cfg: Mapping[str, Any],
+                 emb_index: Mapping[str, int], emb: np.ndarray, attrs: pl.DataFrame,
+                 columns: Mapping[str, str] | None, path: str) -> dict[str, Any]:
+    """The sage view of one run: write its per-query CSV, return its leaderboard row (the means)."""
+    score_col = str(cfg["score_column"])
+    if int(cfg["limit"]) > int(meta.get("depth") or 100):
+        log.warning("evaluate: sage view of %s: evaluate.sage.limit %s is above the run's depth %s, so lists that "
+                    "reach below the depth are incomplete (complete = false); raise evaluate.depth", meta["name"],
+                    cfg["limit"], meta.get("depth"))
+    view = sage_mod.sage_view(full, q_all, limit=int(cfg["limit"]), depth=int(meta.get("depth") or 100),
+                              collection_depth=meta.get("collection_depth"), emb_index=emb_index or None,
+                              emb=emb if emb_index else None, score_column=score_col)
+    extra = attrs.drop("positive_rate")
+    out = view.join(extra, on="query_id", how="left", maintain_order="left")
+    qid_col = (columns or {}).get("query_id", "query_id")
+    _write_csv(out.rename({"query_id": qid_col}) if qid_col != "query_id" else out, path)
+    values = [c for c in sage_mod.sage_columns(score_col)[2:]]
+    return {"system": meta["name"], "kind": meta["kind"], "sees_judge_text": bool(meta.get("sees_judge_text")),
+            "queries": view.height, "complete_queries": int(view["complete"].sum()), "limit": int(cfg["limit"]),
+            "score_column": score_col, **_mean(view, values)}
+
+
 def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str = (), metas: Sequence[str] | str = (),
         image_embeddings: Sequence[str] | str = (), leaderboard_csv: str, leaderboard_json: str, drilldown: str,
         significance_csv: str, per_query: str, settings: Mapping[str, Any] | None = None,
         facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
-        numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1) -> dict:
-    """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests."""
+        numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1,
+        sage_leaderboard: str | None = None, sage: Sequence[str] | str = ()) -> dict:
+    """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests.
+
+    With ``sage_leaderboard``, also the sage view of every corpus-ranked run (:mod:`.sage`): one
+    ``<system>.csv`` per system (the paths in ``sage``, by file stem; default a ``sage/`` folder beside
+    ``sage_leaderboard``) and their means in ``sage_leaderboard``."""
     set_numba_cache(numba_cache_dir)
     from ..summary.inputs import as_paths
 
@@ -223,7 +264,11 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     run_of = {Path(p).stem: p for p in as_paths(runs)}
     if set(run_of) != set(meta_of):
         raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
-    per_query_frames, board_rows, drill_rows = [], [], []
+    per_query_frames, board_rows, drill_rows, sage_rows = [], [], [], []
+    sage_cfg = {"limit": sage_mod.DEFAULT_LIMIT, "score_column": sage_mod.DEFAULT_SCORE_COLUMN,
+                **dict(s.get("sage") or {})}
+    sage_path = {Path(p).stem: p for p in as_paths(sage)}
+    sage_seconds = 0.0
     views: dict[str, dict[str, Any]] = {sc: {} for sc in SCOPES}  # ranx Runs, for the paired tests
     q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries))) if queries else None
     pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
@@ -267,6 +312,12 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                     drill_rows.append({"system": name, "scope": scope, "dimension": dim,
                                        "value": "(none)" if value is None else str(value), "queries": g.height,
                                        **_mean(g, value_cols)})
+        if sage_leaderboard and "corpus" in meta.get("scopes", []):
+            t_sage = time.perf_counter()
+            sage_rows.append(_sage_system(full, q_all, meta, sage_cfg, emb_index, emb, attrs, columns,
+                                          sage_path.pop(name, None) or str(Path(sage_leaderboard).parent / "sage"
+                                                                           / f"{name}.csv")))
+            sage_seconds += time.perf_counter() - t_sage
         # drill-down per candidate pool: rank the relevant images against one negative pool only
         for pool, (sub, qs, q_sub) in pool_qrels.items():
             pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub)
@@ -303,6 +354,16 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                                  for r in board_rows if r["system"] == n}} for n in sorted(meta_of)],
         "version": version,
     }
+    if sage_leaderboard:
+        for name, p in sage_path.items():  # declared but not corpus-ranked: a header-only file
+            log.warning("evaluate: %s has no corpus ranking, so no sage view (%s is left empty)", name, p)
+            _write_csv(pl.DataFrame(schema={c: pl.String for c in sage_mod.sage_columns(
+                sage_cfg["score_column"], (columns or {}).get("query_id", "query_id"))}), p)
+        sage_board = pl.DataFrame(sage_rows, infer_schema_length=None) if sage_rows else pl.DataFrame(
+            schema={c: pl.String for c in SAGE_BOARD_COLUMNS})
+        _write_csv(sage_board, sage_leaderboard)
+        doc["sage"] = {"limit": int(sage_cfg["limit"]), "score_column": sage_cfg["score_column"],
+                       "systems": sage_rows, "seconds": round(sage_seconds, 4)}
     atomic_write_text(leaderboard_json, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
              n_without, leaderboard_csv)

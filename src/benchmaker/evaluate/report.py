@@ -18,14 +18,24 @@ __all__ = [
     "card_markdown",
     "copy_results",
     "leaderboard_table",
+    "sage_section",
+    "sage_table",
     "summary_section",
+    "summary_sections",
     "write_charts",
 ]
 
-RESULT_FILES = ("leaderboard.csv", "leaderboard.json", "drilldown.csv", "significance.csv")
+RESULT_FILES = ("leaderboard.csv", "leaderboard.json", "drilldown.csv", "significance.csv", "sage_leaderboard.csv")
 JUDGE_NOTE = ("Systems marked \"sees what the judge saw\" read the vision annotator's summaries and tags, the text "
               "the judge labelled from: their scores are optimistic and not comparable to image-only systems.")
 CHARTS = ("leaderboard.png", "quality_vs_latency.png")
+SAGE_NOTE = ("The same runs scored as the Sage team's evaluator (imsearch_eval) reports them, so they compare with "
+             "historical query_eval_metrics.csv files: the judged pools together are the collection (an image in "
+             "two pools is two objects), each distinct query text returns the top `limit` objects, and precision, "
+             "NDCG and reciprocal rank are taken over that returned list, other queries' rows included "
+             "(docs/evaluate.md, \"Comparing with the Sage evaluator\"). Per-query values in evaluate/sage/.")
+# the columns shown (means over the queries; pandas-style, NaN skipped), in imsearch_eval's names
+SAGE_SHOWN = ("accuracy", "precision", "recall", "hit", "diversity")
 
 
 def _first_k(board: pl.DataFrame, prefix: str) -> str | None:
@@ -44,6 +54,22 @@ def leaderboard_table(board: pl.DataFrame) -> pl.DataFrame:
     keep += [c for c in ("images_per_s", "query_latency_ms", "cost_usd") if c in board.columns]
     out = board.select(keep).with_columns(
         pl.when(board["sees_judge_text"].cast(pl.Boolean)).then(pl.lit("yes")).otherwise(pl.lit(""))
+        .alias("sees what the judge saw"))
+    return out.with_columns(pl.col(pl.Float64).round(4))
+
+
+def _read(path: Path) -> pl.DataFrame:
+    return pl.read_csv(path) if path.is_file() and path.stat().st_size else pl.DataFrame()
+
+
+def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
+    """The compact sage table (one row per system): limit, complete queries, the means."""
+    if not sage_board.height:
+        return sage_board
+    ranked = [c for c in sage_board.columns if c.endswith(("_NDCG", "_reciprocal_rank"))]
+    keep = ["system", "kind", "queries", "complete_queries", "limit", *ranked, *SAGE_SHOWN]
+    out = sage_board.select([c for c in keep if c in sage_board.columns]).with_columns(
+        pl.when(sage_board["sees_judge_text"].cast(pl.Boolean)).then(pl.lit("yes")).otherwise(pl.lit(""))
         .alias("sees what the judge saw"))
     return out.with_columns(pl.col(pl.Float64).round(4))
 
@@ -80,21 +106,35 @@ def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: fl
     """A :class:`benchmaker.summary.report.Section` with the leaderboard, its charts and files."""
     from ..summary.report import Section
 
-    src = Path(leaderboard_csv).parent
     board = pl.read_csv(leaderboard_csv) if Path(leaderboard_csv).stat().st_size else pl.DataFrame()
-    (out_dir / "evaluate").mkdir(exist_ok=True)
-    for f in RESULT_FILES:
-        if (src / f).is_file():
-            shutil.copyfile(src / f, out_dir / "evaluate" / f)
+    copy_results(leaderboard_csv, out_dir / "evaluate")  # with the sage view's per-system files
     charts = write_charts(board, out_dir / "evaluate", scale_factor) if board.height else []
     text = ("Retrieval systems scored on this benchmark (docs/evaluate.md). Scope pool ranks each query's judged "
-            "pool (as the Sage evaluator does); corpus ranks the whole benchmark corpus (unjudged images count as "
-            "not relevant; judged@k says how much of the top k was judged); condensed drops the unjudged images "
-            "first. " + JUDGE_NOTE)
+            "pool (only judged images, like the Sage evaluator, whose own statistics follow in the next section); "
+            "corpus ranks the whole benchmark corpus (unjudged images count as not relevant; judged@k says how "
+            "much of the top k was judged); condensed drops the unjudged images first. " + JUDGE_NOTE)
     return Section("Retrieval leaderboard", text=text, images=[f"evaluate/{c}" for c in charts],
                    table=leaderboard_table(board) if board.height else pl.DataFrame({"system": []}),
                    files=[f"evaluate/{f}" for f in RESULT_FILES], max_rows=60,
                    empty="No retrieval system is configured (evaluate.systems).")
+
+
+def sage_section(leaderboard_csv: str | Path):
+    """The report's "As the Sage evaluator reports it" section, or None without a sage leaderboard."""
+    from ..summary.report import Section
+
+    board = _read(Path(leaderboard_csv).parent / "sage_leaderboard.csv")
+    if not board.height:
+        return None
+    return Section("Retrieval leaderboard as the Sage evaluator reports it", text=SAGE_NOTE,
+                   table=sage_table(board), files=["evaluate/sage_leaderboard.csv"], max_rows=60)
+
+
+def summary_sections(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = 2.0) -> list:
+    """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
+    sections = [summary_section(leaderboard_csv, out_dir, scale_factor)]
+    sage = sage_section(leaderboard_csv)
+    return sections + ([sage] if sage is not None else [])
 
 
 def card_markdown(leaderboard_csv: str | Path) -> str:
@@ -109,7 +149,17 @@ def card_markdown(leaderboard_csv: str | Path) -> str:
             "pool; corpus: the whole corpus, unjudged = not relevant; condensed: unjudged removed). "
             + JUDGE_NOTE + " Per-facet, per-pool and per-difficulty results and paired significance tests are in "
             "`evaluate/` (drilldown.csv, significance.csv); charts in `summary/evaluate/`.\n\n"
-            + md_table(leaderboard_table(board), max_rows=60))
+            + md_table(leaderboard_table(board), max_rows=60) + _card_sage(path))
+
+
+def _card_sage(leaderboard_csv: Path) -> str:
+    from ..summary.report import md_table
+
+    board = _read(leaderboard_csv.parent / "sage_leaderboard.csv")
+    if not board.height:
+        return ""
+    return ("\n### As the Sage evaluator reports it\n\n" + SAGE_NOTE + " Files: `evaluate/sage_leaderboard.csv`, "
+            "`evaluate/sage/<system>.csv`.\n\n" + md_table(sage_table(board), max_rows=60))
 
 
 def copy_results(leaderboard_csv: str | Path, dest: Path) -> list[str]:
@@ -121,4 +171,8 @@ def copy_results(leaderboard_csv: str | Path, dest: Path) -> list[str]:
         if (src / f).is_file():
             shutil.copyfile(src / f, dest / f)
             copied.append(f)
+    for f in sorted((src / "sage").glob("*.csv")) if (src / "sage").is_dir() else []:
+        (dest / "sage").mkdir(exist_ok=True)
+        shutil.copyfile(f, dest / "sage" / f.name)
+        copied.append(f"sage/{f.name}")
     return copied

@@ -163,21 +163,34 @@ def to_ranx_run(run: pl.DataFrame, name: str, queries: Sequence[str] | None = No
     return Run(d, name=name)
 
 
+def _top(s: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the ``k`` highest scores of each row (all columns when k covers them)."""
+    n = s.shape[1]
+    return np.argpartition(-s, k - 1, axis=1)[:, :k] if k < n else np.tile(np.arange(n), (s.shape[0], 1))
+
+
 def rank_scored(score_chunks: Iterator[tuple[np.ndarray, np.ndarray]], query_ids: Sequence[str],
-                doc_ids: Sequence[str], pools: Sequence[np.ndarray], depth: int) -> pl.DataFrame:
+                doc_ids: Sequence[str], pools: Sequence[np.ndarray], depth: int,
+                collection: np.ndarray | None = None) -> pl.DataFrame:
     """Turn dense score rows into a run: the top ``depth`` of each row plus the row's pool columns.
 
     ``score_chunks`` yields ``(row indices, scores [len(rows), n_docs])``; ``pools[i]`` holds the
     document indices of query i's judged pool. NaN scores (documents a system cannot score) are dropped.
+    ``collection`` (the document indices of every judged pool together): the top ``depth`` of those
+    columns too, so the run also holds the ranking of the judged collection the Sage evaluator searches
+    (the ``sage`` view, :mod:`.sage`); they all score at most the corpus cut, so the corpus view is unchanged.
     """
     qi_all, di_all, sc_all = [], [], []
     n_docs = len(doc_ids)
+    coll = None if collection is None else np.asarray(collection, dtype=np.int64)
     for rows, scores in score_chunks:
         k = min(depth, n_docs)
         if k <= 0:
             continue
         s = np.where(np.isnan(scores), -np.inf, scores)
-        top = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < n_docs else np.tile(np.arange(n_docs), (len(rows), 1))
+        top = _top(s, k)
+        if coll is not None and len(coll):
+            top = np.concatenate([top, coll[_top(s[:, coll], min(depth, len(coll)))]], axis=1)
         for j, qi in enumerate(rows):
             idx = np.unique(np.concatenate([top[j], pools[qi]]).astype(np.int64))
             val = scores[j, idx]
@@ -196,8 +209,10 @@ def rank_scored(score_chunks: Iterator[tuple[np.ndarray, np.ndarray]], query_ids
 
 
 def rank_dense(queries: np.ndarray, docs: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
-               pools: Sequence[np.ndarray], depth: int, chunk: int = 256) -> pl.DataFrame:
-    """Cosine ranking of L2-normalised embeddings (queries [nq,d], docs [n,d]) in query chunks."""
+               pools: Sequence[np.ndarray], depth: int, chunk: int = 256,
+               collection: np.ndarray | None = None) -> pl.DataFrame:
+    """Cosine ranking of L2-normalised embeddings (queries [nq,d], docs [n,d]) in query chunks
+    (``collection``: as :func:`rank_scored`)."""
     docs = np.ascontiguousarray(docs, dtype=np.float32)
 
     def chunks():
@@ -205,7 +220,7 @@ def rank_dense(queries: np.ndarray, docs: np.ndarray, query_ids: Sequence[str], 
             q = np.ascontiguousarray(queries[start:start + chunk], dtype=np.float32)
             yield np.arange(start, start + len(q)), q @ docs.T
 
-    return rank_scored(chunks(), query_ids, doc_ids, pools, depth)
+    return rank_scored(chunks(), query_ids, doc_ids, pools, depth, collection)
 
 
 def set_numba_cache(path: str | None) -> None:

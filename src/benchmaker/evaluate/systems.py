@@ -45,6 +45,7 @@ __all__ = [
     "check_systems",
     "clip_run",
     "external_run",
+    "has_corpus_scope",
     "hybrid_run",
     "rerank_run",
     "run",
@@ -56,6 +57,8 @@ log = get_logger("evaluate")
 
 KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run")
 MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
+# kinds whose run also holds the top depth of the judged collection (the sage view is then exact)
+COLLECTION_KINDS = ("clip", "bm25")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "clip": {"model": None, "pretrained": None, "precision": "auto", "device": "auto", "batch_size": 128,
@@ -139,6 +142,12 @@ def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def has_corpus_scope(system: Mapping[str, Any]) -> bool:
+    """Whether a system's run ranks the whole corpus (else it ranks the judged pools only: a reranker or
+    a trec_run with ``scope: pool``). Only those get the corpus, condensed and sage views."""
+    return not (system.get("kind") in ("rerank", "trec_run") and (system.get("scope") or "corpus") == "pool")
+
+
 def sees_judge_text(system: Mapping[str, Any], systems: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a system reads the annotator's text (summaries, tags) that the judge labelled from."""
     by = {s["name"]: s for s in systems}
@@ -179,7 +188,8 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
     q_emb, _ = clip.encode_texts(bench.queries["query_text"].to_list())  # fixed-shape passes
     doc_ids = table["image_id"].to_list()
     docs = table["embedding"].to_numpy() if table.height else np.zeros((0, clip.embed_dim), np.float32)
-    run = rank_dense(q_emb, docs, bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]))
+    run = rank_dense(q_emb, docs, bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]),
+                     collection=bench.collection(doc_ids))
     t_query = time.perf_counter() - t1
     timing = {"images_indexed": table.height, "images_encoded": max(0, encoded),
               "index_seconds": round(t_index, 4),
@@ -245,7 +255,8 @@ def bm25_run(system: Mapping[str, Any], bench: Bench, annotations: pl.DataFrame)
                     scores[j] = retriever.get_scores(list(toks))
             yield np.arange(start, start + len(block)), scores
 
-    run = rank_scored(chunks(), bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]))
+    run = rank_scored(chunks(), bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]),
+                      collection=bench.collection(doc_ids))
     t_query = time.perf_counter() - t1
     return run, {"images_indexed": n, "index_seconds": round(t_index, 4),
                  "images_per_s": round(n / t_index, 2) if t_index > 0 and n else None,
@@ -459,10 +470,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
             s = {**s, "path": external}
         result, timing = external_run(s, bench, loss)
     seconds = time.perf_counter() - t0
-    if kind == "rerank" and s["scope"] == "pool" or kind == "trec_run" and s["scope"] == "pool":
-        scopes = ["pool"]
-    else:
-        scopes = ["pool", "corpus"]
+    scopes = ["pool", "corpus"] if has_corpus_scope(s) else ["pool"]
     nq = bench.queries.height
     q_sec = timing.get("query_seconds")
     timing.setdefault("query_latency_ms", round(1000 * q_sec / nq, 4) if q_sec is not None and nq else None)
@@ -487,6 +495,8 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         cost_usd = 0.0
     record = {"name": s["name"], "kind": kind, "scopes": scopes, "depth": int(s["depth"]),
               "sees_judge_text": sees, "queries": nq, "run_lines": lines,
+              # clip, bm25: the run also holds the judged collection's top depth (runs.rank_scored)
+              "collection_depth": int(s["depth"]) if kind in COLLECTION_KINDS else None,
               "seconds": round(seconds, 4), "timing": timing,
               "cost_usd": cost_usd, "cost_usd_last_run": timing.get("cost_usd_last_run", 0.0), "losses": len(loss),
               "settings": {k: v for k, v in s.items() if k not in ("llm",)}, "version": version}

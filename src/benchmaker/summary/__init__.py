@@ -207,9 +207,9 @@ def run(
         atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
         extra = []
         if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
-            from ..evaluate.report import summary_section
+            from ..evaluate.report import summary_sections
 
-            extra.append(summary_section(evaluation, out, scale))
+            extra.extend(summary_sections(evaluation, out, scale))
         _report(out, meta, numbers, tables, fm, extra, audit=audit)
     log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
              numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
