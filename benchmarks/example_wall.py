@@ -53,6 +53,9 @@ def main() -> int:
         "vision": {"clip": {"model": f"local-dir:{clip_dir}", "pretrained": None}},
         "similarity": {"model": f"local-dir:{clip_dir}", "pretrained": None,
                        **({"share_vision_job": False} if a.no_share else {})},
+        # config/offline.yaml's systems with this run's tiny CLIP (lists are replaced, not merged)
+        "evaluate": {"systems": [{"name": "tiny-clip", "kind": "clip", "model": f"local-dir:{clip_dir}",
+                                  "num_workers": 0}, {"name": "bm25", "kind": "bm25"}]},
     }
     (work / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     cmd = [sys.executable, "-m", "snakemake", "--cores", str(a.cores), "--workflow-profile", "none",

@@ -1,4 +1,5 @@
 # Validation, shard list and input functions shared by every rule file. No rules here.
+import os
 import sys
 from pathlib import Path
 
@@ -194,7 +195,13 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 EVAL = f"{RESULTS}/evaluate"
 EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
-NUMBA_CACHE = f"{config['paths']['results']}/.cache/numba"
+# numba's JIT cache for ranx: per user, shared by every benchmark (compiling costs ~30 s per fresh
+# folder otherwise); keyed by numba on source and CPU, so sharing is safe. NUMBA_CACHE_DIR wins.
+NUMBA_CACHE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    "benchmaker",
+    "numba",
+)
 
 
 def evaluate_uses_gpu(system):

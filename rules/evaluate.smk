@@ -73,7 +73,7 @@ rule evaluate_system:
         llm_runtime=evaluate_llm_runtime,
         facets=FACETS,
         columns=COLUMNS,
-        numba_cache_dir=NUMBA_CACHE,
+        numba_cache_dir=not_a_trigger(NUMBA_CACHE),
         version=stage_version("evaluate_system"),
     script:
         "../scripts/evaluate_system.py"
@@ -127,7 +127,7 @@ rule evaluate:
         },
         facets=FACETS,
         columns=COLUMNS,
-        numba_cache_dir=NUMBA_CACHE,
+        numba_cache_dir=not_a_trigger(NUMBA_CACHE),
         version=stage_version("evaluate"),
     script:
         "../scripts/evaluate.py"

@@ -59,8 +59,8 @@ def test_example_end_to_end_offline(tmp_path, tiny_clip, request):
         "similarity": {"model": f"local-dir:{tiny_clip}", "pretrained": None, "num_workers": 0},
     })
     path = support.write_config(tmp_path / "config.yaml", cfg)
-    # ranx's numba compilation (~40 s here) is cached across test sessions (.pytest_cache), as a real
-    # results folder caches it in <results>/.cache/numba (docs/evaluate.md)
+    # ranx's numba compilation (~40 s here) is cached across test sessions (.pytest_cache), as real
+    # runs cache it per user (~/.cache/benchmaker/numba, docs/evaluate.md)
     numba = request.config.cache.mkdir("numba")
     r = support.snakemake(["-c2"], tmp_path, path, timeout=1500, env={"NUMBA_CACHE_DIR": str(numba)})
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
