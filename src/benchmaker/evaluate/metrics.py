@@ -52,7 +52,7 @@ log = get_logger("evaluate")
 SCOPES = ("pool", "corpus", "condensed")
 # query difficulty from the share of relevant images in its judged pool (fewer = harder)
 DIFFICULTY_BINS = ((0.2, "hard"), (0.5, "medium"), (1.01, "easy"))
-NEGATIVE_POOLS = ("neutral", "hard", "nearmiss", "easy")
+NEGATIVE_POOLS = ("neutral", "hard", "nearmiss", "easy", "imported")  # imported: paths.pools_file
 
 
 def ranx_metrics(ks: Sequence[int]) -> list[str]:
