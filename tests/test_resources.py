@@ -46,3 +46,20 @@ def test_export_disk_follows_the_images_manifest(tmp_path):
     inp.append(inp.images)
     assert R.disk_mb("export")(None, inp) >= 1000
     assert R.disk_mb("export")(None, inp) >= 250 * 4
+
+
+def test_merge_judge_export_are_bounded_by_a_part_or_the_pairs(tmp_path):
+    """merge reads one part at a time; judge and export read only the planned / scored images' rows:
+    a larger corpus (annotations, images) or more parts never raise their requests."""
+    parts = [_write(tmp_path / f"p{k}", 8) for k in range(4)]
+    merge = R.mem_mb("merge_annotations")
+    a = merge(None, SimpleNamespace(parts=parts), 1)
+    assert merge(None, SimpleNamespace(parts=parts * 64), 1) == a
+    assert merge(None, SimpleNamespace(parts=parts + [_write(tmp_path / "big", 80)]), 1) > a
+    plan, scored = _write(tmp_path / "plan", 50), _write(tmp_path / "scored", 120)
+    small = SimpleNamespace(plan=plan, scored=scored, annotations=_write(tmp_path / "a1", 5),
+                            images=_write(tmp_path / "i1", 5))
+    huge = SimpleNamespace(plan=plan, scored=scored, annotations=_write(tmp_path / "a2", 500),
+                           images=_write(tmp_path / "i2", 300))
+    for rule in ("judge", "export"):
+        assert R.mem_mb(rule)(None, huge, 1) == R.mem_mb(rule)(None, small, 1) <= 2500

@@ -40,12 +40,15 @@ FACTORS: dict[str, tuple[int, float, tuple[str, ...]]] = {
     "preprocess": (PY_BASE, 0.0, ()),
     "submit": (PY_BASE + 250, 0.0, ()),  # batch submit / upload: stream files, hold no tables
     "vision_api": (PY_BASE, 12.0, ("images",)),
-    "merge_annotations": (PY_BASE, 6.0, ("parts",)),
+    # one part at a time (the largest counts, see mem_mb), then a line per part (benchmaker.merge)
+    "merge_annotations": (PY_BASE, 8.0, ("parts",)),
     "plan": (PY_BASE, 8.0, ("annotations", "images")),
-    "judge": (PY_BASE, 8.0, ("plan", "annotations", "images")),
+    # the plan + the planned images' rows of annotations/images, read in 64 MB blocks (+ BLOCK_MB)
+    "judge": (PY_BASE + 400, 15.0, ("plan",)),
     "score": (PY_BASE, 6.0, ("qrels", "query_embeddings")),
     "summary": (PY_BASE + 300, 6.0, ("scored", "annotations", "images", "plan")),
-    "export": (PY_BASE + 200, 4.0, ("scored", "annotations", "images", "plan")),
+    # the pairs (+ their images' rows, read in blocks) + one row group of image bytes per file
+    "export": (PY_BASE + 600, 6.0, ("scored", "plan")),
     # evaluate (docs/evaluate.md): ranx + numba (~300 MB); one system's runs / every system's runs
     "evaluate_system": (PY_BASE + 300, 8.0, ("qrels", "images", "annotations", "component_runs", "external")),
     "evaluate": (PY_BASE + 300, 8.0, ("qrels", "images", "annotations", "runs", "image_embeddings")),
@@ -100,7 +103,11 @@ def mem_mb(rule: str, *, batch_size: int = 128, num_workers: int = 2) -> Callabl
             mb = _clip_mb(input, batch_size, num_workers if rule != "embed_queries" else 0) + extra
         else:
             base, factor, names = FACTORS[rule]
-            mb = base + factor * input_mb(input, names)
+            if rule == "merge_annotations":  # parts are read one at a time
+                mb = base + factor * max((_size(p) for p in _paths(getattr(input, "parts", None))),
+                                         default=0) / MB
+            else:
+                mb = base + factor * input_mb(input, names)
             if rule == "score":  # one shard's embeddings file at a time during the gather
                 shards = _paths(getattr(input, "image_embeddings", None))
                 mb += 3 * max((_size(p) for p in shards), default=0) / MB
