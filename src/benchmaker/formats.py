@@ -26,6 +26,7 @@ __all__ = [
     "FacetModel",
     "read_table",
     "read_table_where",
+    "iter_json_objects",
     "write_table",
     "empty_table",
     "validate_table",
@@ -293,6 +294,25 @@ def read_table(
         raise FormatError(f"{path}: not valid JSON lines for a {kind} file: {exc}") from None
     df = to_canonical_names(df, columns)
     return validate_table(df, kind, facets=facets, source=str(path))
+
+
+def iter_json_objects(path: str | os.PathLike, what: str = ""):
+    """``(line number, object)`` per non-blank line of a JSONL input file that a user writes (seeds,
+    pools, reused labels); a line that is not a JSON object raises FormatError naming the file, the
+    config key (``what``) and the line."""
+    import json
+
+    where = f"{path} ({what})" if what else str(path)
+    for ln, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"{where}: line {ln} is not JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise FormatError(f"{where}: line {ln} is not a JSON object")
+        yield ln, row
 
 
 def read_table_where(

@@ -14,15 +14,13 @@ the reasons why it was not reused are logged with their counts.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 import polars as pl
 
-from ..formats import FormatError
+from ..formats import FormatError, iter_json_objects
 from ..logs import get_logger
 
 __all__ = ["ReuseFile", "read_reuse_file", "split_reused", "JUDGED_SCHEMA", "PREFIX", "MODE"]
@@ -75,15 +73,7 @@ def read_reuse_file(path: str, columns: Mapping[str, str] | None = None) -> Reus
     cols = dict(columns or {})
     names = {k: cols.get(k, k) for k in ("query_id", "query_text", "image_id", "relevance_label")}
     queries: dict[str, _Query] = {}
-    for ln, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{path} (paths.judge_reuse_file): line {ln} is not JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise FormatError(f"{path} (paths.judge_reuse_file): line {ln} is not a JSON object")
+    for ln, row in iter_json_objects(path, "paths.judge_reuse_file"):
         get = {k: row.get(c, row.get(k)) for k, c in names.items()}
         if get["query_id"] in (None, "") or get["image_id"] in (None, ""):
             raise FormatError(f"{path} (paths.judge_reuse_file): line {ln} has no query_id or image_id")

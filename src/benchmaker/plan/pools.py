@@ -21,14 +21,12 @@ near-duplicate guard, diversity cap) are not applied: the pools are someone else
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..formats import FormatError
+from ..formats import FormatError, iter_json_objects
 from ..losses import Losses
 from .index import Index
 from .planner import PlannedQuery
@@ -77,15 +75,7 @@ def read_pools_file(path: str, index: Index, settings: Mapping[str, Any], benchm
     scol = cols.get("seed_image_ids", "seed_image_ids")
     ccol = cols.get("candidate_image_ids", "candidate_image_ids")
     rows = []
-    for ln, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{path}: line {ln} is not JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise FormatError(f"{path}: line {ln} is not a JSON object")
+    for ln, row in iter_json_objects(path):
         rows.append((row.get(qcol, row.get("query_id")), _id_list(row, scol, "seed_image_ids", path, ln),
                      _id_list(row, ccol, "candidate_image_ids", path, ln)))
     generated = query_ids(benchmark_name, len(rows))

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from ..formats import FormatError
+from ..formats import FormatError, iter_json_objects
 from ..losses import Losses
 from .index import Index
 
@@ -102,13 +100,7 @@ def read_seeds_file(path: str, index: Index, benchmark_name: str, losses: Losses
     cols = dict(columns or {})
     qcol, scol = cols.get("query_id", "query_id"), cols.get("seed_image_ids", "seed_image_ids")
     rows = []
-    for ln, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{path}: line {ln} is not JSON: {exc}") from None
+    for ln, row in iter_json_objects(path):
         seeds = row.get(scol, row.get("seed_image_ids"))
         if isinstance(seeds, str):
             seeds = [seeds]

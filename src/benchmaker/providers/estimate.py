@@ -167,16 +167,10 @@ def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, l
     qcol = columns.get("query_id", "query_id")
     scol = columns.get("seed_image_ids", "seed_image_ids")
     ccol = columns.get("candidate_image_ids", "candidate_image_ids")
-    from ..formats import FormatError
+    from ..formats import iter_json_objects
 
     out = []
-    for ln, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{path} (paths.pools_file): line {ln} is not JSON: {exc}") from None
+    for _ln, row in iter_json_objects(path, "paths.pools_file"):
         seeds = row.get(scol, row.get("seed_image_ids")) or []
         seeds = [seeds] if isinstance(seeds, str) else list(seeds)
         cands = row.get(ccol, row.get("candidate_image_ids")) or []
