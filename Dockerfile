@@ -29,6 +29,7 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HOME=/cache/huggingface \
+    NUMBA_CACHE_DIR=/cache/numba \
     MPLCONFIGDIR=/tmp/matplotlib
 
 # git: Snakemake lists the workflow sources with `git ls-files` when it ships them to the pods
@@ -63,7 +64,8 @@ COPY profiles ./profiles
 COPY envs ./envs
 RUN pip install --no-deps . \
     && python -c "from benchmaker import _tvshim; _tvshim.install(); import torch, open_clip, snakemake; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
-    && mkdir -p /cache/huggingface && chmod 1777 /cache /cache/huggingface
+    && python -m benchmaker.evaluate.warm \
+    && mkdir -p /cache/huggingface && chmod 1777 /cache /cache/huggingface && chmod -R a+rwX /cache/numba
 
 # the kubernetes executor mounts an emptyDir at /workdir and runs the job there
 WORKDIR /workdir

@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip >/dev/null
 	$(PY) -m pip install -e '.[test,slurm,k8s]'
 	$(PY) -m pip install --no-deps 'mteb>=2.26,<3' 'beir>=2.2,<3'  # tests/test_export_ir.py; see pyproject's test extra
+	$(PY) -m benchmaker.evaluate.warm  # compile ranx's numba functions once per user (docs/evaluate.md)
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 ## Build the example benchmark end to end (no API key; downloads CLIP weights on first use).

@@ -373,3 +373,34 @@ def test_rank_dense_also_keeps_the_collections_top_depth():
         assert {ids[30 + i] for i in np.argsort(-(qs[n] @ docs[30:].T))[:4]} <= got
     assert corpus_view(run, 4).equals(corpus_view(plain, 4))
     assert run.height > plain.height
+
+
+def test_ranx_codes_change_no_number_ties_included():
+    """ranx gets fixed-width, order-preserving codes (RanxIds: one JIT cache for every benchmark);
+    every metric equals ranx's on the raw ids, on runs full of score ties and ids of all lengths."""
+    import random
+
+    from ranx import Qrels, Run, evaluate
+
+    from benchmaker.evaluate.metrics import evaluate_scope, ranx_metrics
+    from benchmaker.evaluate.runs import RanxIds
+
+    rnd = random.Random(7)
+    imgs = [f"{'x' * rnd.randint(1, 40)}/ü {k}.jpg" for k in range(60)]
+    qids = [f"q{'z' * rnd.randint(0, 30)}{k}" for k in range(25)]
+    qrows, rrows = [], []
+    for q in qids:
+        pool = rnd.sample(imgs, 12)
+        qrows += [(q, i, rnd.choice([0, 0, 1, 2])) for i in pool]
+        qrows[-1] = (q, pool[-1], 1)  # at least one positive
+        rrows += [(q, i, float(rnd.randint(0, 3))) for i in rnd.sample(imgs, 20)]  # many ties
+    qrels = pl.DataFrame(qrows, schema=["query_id", "image_id", "relevance_label"], orient="row")
+    run = pl.DataFrame(rrows, schema=["query_id", "image_id", "score"], orient="row")
+    metrics = ranx_metrics([1, 3, 10]) + ["r-precision"]
+    ours = evaluate_scope(qrels, run, metrics, "s", sorted(qids), ids=RanxIds(qids, imgs))
+    raw_q = {q: {i: int(r) for _, i, r in g.iter_rows()} for (q,), g in qrels.group_by("query_id")}
+    raw_r = {q: {i: s for _, i, s in g.iter_rows()} for (q,), g in run.group_by("query_id")}
+    r = Run(raw_r)
+    evaluate(Qrels(raw_q), r, metrics, return_mean=False, save_results_in_run=True)
+    for m in metrics:
+        assert ours[m].to_list() == [float(r.scores[m][q]) for q in sorted(qids)], m

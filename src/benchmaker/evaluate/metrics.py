@@ -33,7 +33,7 @@ from ..formats import FacetModel, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
 from . import sage as sage_mod
-from .runs import corpus_view, pool_view, read_run, set_numba_cache, to_ranx_run
+from .runs import RanxIds, corpus_view, pool_view, read_run, set_numba_cache, to_ranx_run
 
 __all__ = [
     "DIFFICULTY_BINS",
@@ -62,28 +62,35 @@ def ranx_metrics(ks: Sequence[int]) -> list[str]:
     return out + ["map", "mrr"]
 
 
-def to_ranx_qrels(qrels: pl.DataFrame):
+def to_ranx_qrels(qrels: pl.DataFrame, ids: RanxIds | None = None):
     from ranx import Qrels
 
+    qc = ids.query if ids is not None else str
+    dc = ids.image if ids is not None else str
     d: dict[str, dict[str, int]] = {}
-    for qid, ids, rels in qrels.group_by("query_id").agg("image_id", "relevance_label").iter_rows():
-        d[qid] = {i: int(r) for i, r in zip(ids, rels)}
+    for qid, docs, rels in qrels.group_by("query_id").agg("image_id", "relevance_label").iter_rows():
+        d[qc(qid)] = {dc(i): int(r) for i, r in zip(docs, rels)}
     return Qrels(d)
 
 
 def evaluate_scope(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Sequence[str], name: str,
-                   queries: Sequence[str], ranx_qrels=None) -> pl.DataFrame:
+                   queries: Sequence[str], ranx_qrels=None, ids: RanxIds | None = None) -> pl.DataFrame:
     """Per-query ranx scores (``query_id`` + one column per metric) over ``queries``; a query the run
-    does not rank scores 0. ``ranx_qrels`` (the qrels of exactly ``queries``) is built when not given."""
+    does not rank scores 0. ``ranx_qrels`` (the qrels of exactly ``queries``) is built when not given;
+    ``ids``: the :class:`RanxIds` codes the qrels were built with (default: built here)."""
+    if ids is None:
+        ids = RanxIds(qrels["query_id"].to_list(), qrels["image_id"].to_list() + run["image_id"].to_list())
+        ranx_qrels = None
     return ranx_scores(ranx_qrels if ranx_qrels is not None else to_ranx_qrels(
-        qrels.filter(pl.col("query_id").is_in(list(queries)))), run, metrics, name, queries)[0]
+        qrels.filter(pl.col("query_id").is_in(list(queries))), ids), run, metrics, name, queries, ids)[0]
 
 
-def ranx_scores(q, run: pl.DataFrame, metrics: Sequence[str], name: str, queries: Sequence[str]):
+def ranx_scores(q, run: pl.DataFrame, metrics: Sequence[str], name: str, queries: Sequence[str],
+                ids: RanxIds | None = None):
     """(per-query scores, the ranx Run) of ``run`` against ranx Qrels ``q`` holding exactly ``queries``.
 
     The Run gets exactly the same queries (an empty ranking where the run has none), so ranx needs no
-    ``make_comparable`` copy."""
+    ``make_comparable`` copy. ``ids``: the :class:`RanxIds` codes ``q`` was built with (or None)."""
     from ranx import evaluate
 
     order = sorted(queries)
@@ -91,9 +98,10 @@ def ranx_scores(q, run: pl.DataFrame, metrics: Sequence[str], name: str, queries
     sub = run.filter(pl.col("query_id").is_in(order))
     if not sub.height:  # ranx cannot build a Run without a single document; every metric of it is 0
         return pl.DataFrame({"query_id": order, **{m: [0.0] * len(order) for m in metrics}}, schema=schema), None
-    r = to_ranx_run(sub, name, order)
+    r = to_ranx_run(sub, name, order, ids)
     evaluate(q, r, list(metrics), return_mean=False, save_results_in_run=True)
-    return pl.DataFrame({"query_id": order, **{m: [float(r.scores[m][x]) for x in order] for m in metrics}},
+    keys = [ids.query(x) for x in order] if ids is not None else order
+    return pl.DataFrame({"query_id": order, **{m: [float(r.scores[m][x]) for x in keys] for m in metrics}},
                         schema=schema), r
 
 
@@ -270,13 +278,20 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     sage_path = {Path(p).stem: p for p in as_paths(sage)}
     sage_seconds = 0.0
     views: dict[str, dict[str, Any]] = {sc: {} for sc in SCOPES}  # ranx Runs, for the paired tests
-    q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries))) if queries else None
+    # one width of ids for ranx whatever the benchmark: its JIT cache is shared (RanxIds); the universe
+    # is every judged id and every id of every run, so ties break as on the ids themselves
+    run_ids: set[str] = set()
+    for name in sorted(run_of):
+        run_ids.update(read_run(run_of[name])["image_id"].unique().to_list())
+    ids = RanxIds(q_all["query_id"].to_list(), q_all["image_id"].unique().to_list() + sorted(run_ids))
+    del run_ids
+    q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries)), ids) if queries else None
     pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
     for pool in NEGATIVE_POOLS:
         sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
         qs = sorted(set(queries) & set(q_all.filter(pl.col("pool") == pool)["query_id"].unique().to_list()))
         if qs:
-            pool_qrels[pool] = (sub, qs, to_ranx_qrels(sub.filter(pl.col("query_id").is_in(qs))))
+            pool_qrels[pool] = (sub, qs, to_ranx_qrels(sub.filter(pl.col("query_id").is_in(qs)), ids))
     for name in sorted(run_of):
         meta = meta_of[name]
         full = read_run(run_of[name])
@@ -288,7 +303,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         for scope, r in scoped.items():
             if not queries:
                 continue
-            pq, views[scope][name] = ranx_scores(q_main, r, metrics, name, queries)
+            pq, views[scope][name] = ranx_scores(q_main, r, metrics, name, queries, ids)
             for k in ks:
                 if emb_index:
                     pq = pq.join(diversity(r, k, emb_index, emb, queries), on="query_id", how="left")
@@ -320,7 +335,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
             sage_seconds += time.perf_counter() - t_sage
         # drill-down per candidate pool: rank the relevant images against one negative pool only
         for pool, (sub, qs, q_sub) in pool_qrels.items():
-            pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub)
+            pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub, ids=ids)
             drill_rows.append({"system": name, "scope": "pool", "dimension": "candidate_pool",
                                "value": f"relevant vs {pool}", "queries": len(qs),
                                **_mean(pq, [c for c in pq.columns if c != "query_id"])})

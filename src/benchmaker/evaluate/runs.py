@@ -25,6 +25,7 @@ from ..io import atomic_path
 
 __all__ = [
     "RUN_SCHEMA",
+    "RanxIds",
     "corpus_view",
     "empty_run",
     "pool_view",
@@ -151,15 +152,45 @@ def corpus_view(run: pl.DataFrame, depth: int) -> pl.DataFrame:
     return sort_run(run).filter(pl.col("rank") <= depth).drop("rank")
 
 
-def to_ranx_run(run: pl.DataFrame, name: str, queries: Sequence[str] | None = None):
-    """A ranx Run; ``queries`` adds an empty ranking for each listed query that has none (scored 0)."""
+class RanxIds:
+    """Fixed-width, order-preserving stand-ins for the query and image ids handed to ranx.
+
+    ranx turns ids into numpy fixed-width strings and numba specialises its compiled functions to
+    that width, so every benchmark (every longest id) would compile ranx anew (20–60 s on 2 cores).
+    With codes of one width (``q`` / ``d`` + 10 digits) the per-user JIT cache serves every
+    benchmark. Codes follow the ids' sorted order, so ranx breaks score ties exactly as it would on
+    the ids themselves; an id outside the given universe gets the next free code (ties involving it
+    may then break differently: the evaluate stage gives every id up front)."""
+
+    def __init__(self, query_ids: Sequence[str] = (), image_ids: Sequence[str] = ()):
+        self._q = {x: f"q{i:010d}" for i, x in enumerate(sorted(set(query_ids)))}
+        self._d = {x: f"d{i:010d}" for i, x in enumerate(sorted(set(image_ids)))}
+
+    def query(self, x: str) -> str:
+        c = self._q.get(x)
+        if c is None:
+            c = self._q[x] = f"q{len(self._q):010d}"
+        return c
+
+    def image(self, x: str) -> str:
+        c = self._d.get(x)
+        if c is None:
+            c = self._d[x] = f"d{len(self._d):010d}"
+        return c
+
+
+def to_ranx_run(run: pl.DataFrame, name: str, queries: Sequence[str] | None = None, ids: RanxIds | None = None):
+    """A ranx Run; ``queries`` adds an empty ranking for each listed query that has none (scored 0);
+    ``ids``: hand ranx the codes of :class:`RanxIds` instead of the ids (results keyed by codes)."""
     from ranx import Run
 
+    qc = ids.query if ids is not None else str
+    dc = ids.image if ids is not None else str
     d: dict[str, dict[str, float]] = {}
-    for qid, ids, scores in run.group_by("query_id").agg("image_id", "score").iter_rows():
-        d[qid] = dict(zip(ids, scores))
+    for qid, docs, scores in run.group_by("query_id").agg("image_id", "score").iter_rows():
+        d[qc(qid)] = {dc(i): s for i, s in zip(docs, scores)}
     for q in queries or ():
-        d.setdefault(q, {})
+        d.setdefault(qc(q), {})
     return Run(d, name=name)
 
 
