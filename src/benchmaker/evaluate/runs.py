@@ -178,6 +178,10 @@ class RanxIds:
             c = self._d[x] = f"d{len(self._d):010d}"
         return c
 
+    def decode(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(query code -> query id, image code -> image id) for results ranx keys by code."""
+        return {c: x for x, c in self._q.items()}, {c: x for x, c in self._d.items()}
+
 
 def to_ranx_run(run: pl.DataFrame, name: str, queries: Sequence[str] | None = None, ids: RanxIds | None = None):
     """A ranx Run; ``queries`` adds an empty ranking for each listed query that has none (scored 0);

@@ -266,17 +266,22 @@ def bm25_run(system: Mapping[str, Any], bench: Bench, annotations: pl.DataFrame)
 def hybrid_run(system: Mapping[str, Any], runs: Sequence[str], bench: Bench) -> tuple[pl.DataFrame, dict]:
     from ranx import Run, fuse
 
-    from .runs import to_ranx_run
+    from .runs import RanxIds, to_ranx_run
 
-    parts = [to_ranx_run(read_run(p), Path(p).stem, bench.query_ids) for p in runs]
+    frames = [read_run(p) for p in runs]
+    # fixed-width codes: ranx's compiled fusion is the same for every benchmark (RanxIds, warm.py)
+    ids = RanxIds(bench.query_ids, sorted({i for f in frames for i in f["image_id"].to_list()}))
+    parts = [to_ranx_run(f, Path(p).stem, bench.query_ids, ids) for f, p in zip(frames, runs)]
     params = {"weights": list(system["weights"])} if system.get("weights") is not None else None
     kw = {"norm": system.get("norm"), "method": system.get("method") or "rrf", "params": params}
     # warm-up on a one-query run: ranx's numba compilation is not the system's query cost
-    tiny = [Run({"q": {"d": 1.0, "e": 0.5}}, name=f"w{i}") for i in range(len(parts))]
+    tiny = [Run({ids.query("q"): {ids.image("d"): 1.0, ids.image("e"): 0.5}}, name=f"w{i}")
+            for i in range(len(parts))]
     fuse(tiny, **kw)
     t0 = time.perf_counter()
     fused: Run = fuse(parts, **kw)
-    rows = [(q, d, float(s)) for q, docs in fused.to_dict().items() for d, s in docs.items()]
+    q_of, d_of = ids.decode()
+    rows = [(q_of[q], d_of[d], float(s)) for q, docs in fused.to_dict().items() for d, s in docs.items()]
     run = pl.DataFrame(rows, schema=["query_id", "image_id", "score"], orient="row") if rows else empty_run()
     return run, {"query_seconds": round(time.perf_counter() - t0, 4), "fused": [Path(p).stem for p in runs]}
 

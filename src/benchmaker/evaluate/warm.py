@@ -54,6 +54,19 @@ def warm(cache_dir: str | os.PathLike | None = None) -> float:
         evaluate_scope(qrels, run, metrics, name, ["q1", "q2"], ids=ids)  # a drill-down's sub-qrels
     for test in ("student", "fisher", "tukey"):
         significance(q, runs, ["ndcg@10", "map", "mrr"], test, "holm", 0.05)
+    # hybrid systems: ranx.fuse on coded runs (systems.hybrid_run), the common methods / norms
+    from ranx import fuse
+
+    from .runs import to_ranx_run
+
+    parts = [to_ranx_run(pl.DataFrame({"query_id": ["q1", "q2", "q3"], "image_id": ["a", "d", "e"],
+                                       "score": [0.9, 0.7, 0.2]}), "x", queries, ids),
+             to_ranx_run(pl.DataFrame({"query_id": ["q1", "q1", "q3"], "image_id": ["c", "a", "e"],
+                                       "score": [0.4, 0.3, 0.1]}), "y", queries, ids)]
+    for method, norm in (("rrf", None), ("wsum", "min-max"), ("sum", "max"), ("mnz", "zmuv"),
+                         ("wsum", "sum"), ("rrf", "rank"), ("sum", "borda")):
+        params = {"weights": [0.5, 0.5]} if method == "wsum" else None
+        fuse(parts, norm=norm, method=method, params=params)
     return time.perf_counter() - t0
 
 
