@@ -42,6 +42,18 @@ def _chromium() -> str:
     return exe
 
 
+def _wait_local_storage_written(profile: Path, quiet_s: float = 3.0, limit_s: float = 30.0) -> None:
+    import time
+
+    folder = profile / "Default" / "Local Storage"
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        mtimes = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
+        if mtimes and time.time() - max(mtimes) >= quiet_s:
+            return
+        time.sleep(0.5)
+
+
 class Browser:
     """One Chromium with a persistent profile; records console messages, page errors and requests."""
 
@@ -126,8 +138,10 @@ def test_label_reload_resume_export(page_dir, tmp_path):
         assert b.state() == (3, 3)
         _assert_offline(b, url)
         # Chromium writes localStorage to disk in batches a few seconds apart (so does a person's browser):
-        # give it that time before closing, as a person who closes the window does
+        # give it that time before closing, as a person who closes the window does; on a busy machine
+        # the write can come later, so wait until the profile's Local Storage has been quiet for 3 s
         b.page.wait_for_timeout(6000)
+        _wait_local_storage_written(profile)
         b.close()
 
         # close the browser, come back later with the same profile: resume where we were
