@@ -394,3 +394,43 @@ def test_report_has_no_header_only_tables_and_says_why(tmp_path, tiny_corpus):
     assert "3 file(s) quarantined by preprocess" in md
     html = (out / "report.html").read_text()
     assert "<tbody></tbody>" not in html
+
+
+@pytest.mark.parametrize("block_bytes", [150, 1000, 64 << 20])
+def test_corpus_counts_read_in_blocks_equal_the_whole_table(tmp_path, block_bytes):
+    """The summary reads images/annotations block by block (memory bounded by a block and the pairs):
+    the facet distribution, top tags and corpus counts equal those of the whole tables."""
+    import random
+
+    from benchmaker.summary import stats
+    from benchmaker.summary.inputs import corpus_profile
+
+    facets = {"taxonomy": {"color": ["red", "green", "blue"], "shape": ["round", "square"]},
+              "boolean": ["bright"], "tags": {"min": 0, "max": 4, "vocabulary": []}}
+    fm = FacetModel.from_config(facets)
+    rnd = random.Random(3)
+    n = 57
+    ann = pl.DataFrame({
+        "image_id": [f"d/im {k}.jpg" for k in range(n)], "summary": ["s"] * n,
+        "tags": [rnd.sample(["a", "b", "c", "d", "e"], rnd.randint(0, 3)) for _ in range(n)],
+        "confidence": [{"color": 0.5, "shape": 0.5, "bright": 0.5}] * n, "annotator": ["t"] * n,
+        "color": [rnd.choice(["red", "green"]) for _ in range(n)],  # blue never appears: a zero count
+        "shape": [rnd.choice(["round", "square"]) for _ in range(n)],
+        "bright": [rnd.choice([True, False]) for _ in range(n)],
+    })
+    imgs = pl.DataFrame({
+        "image_id": [f"d/im {k}.jpg" for k in range(n + 3)], "image_url": [None] * (n + 3),
+        "mime_type": ["image/jpeg"] * (n + 3), "width": [4] * (n + 3), "height": [4] * (n + 3),
+        "file_size": [9] * (n + 3), "sha256": [f"{k:064x}" for k in range(n + 3)], "phash": [None] * (n + 3),
+        "license": ["CC0-1.0"] * (n + 3), "doi": [None] * (n + 3), "original_dataset_name": ["t"] * (n + 3),
+    }, schema_overrides={"image_url": pl.String, "phash": pl.String, "doi": pl.String})
+    cols = {"image_id": "file"}
+    write_table(ann, "annotations", tmp_path / "a.jsonl", columns=cols, facets=fm)
+    write_table(imgs, "images", tmp_path / "i.jsonl", columns=cols)
+    c = corpus_profile(images=str(tmp_path / "i.jsonl"), annotations=str(tmp_path / "a.jsonl"), facets=fm,
+                       columns=cols, block_bytes=block_bytes)
+    assert (c.images, c.annotations) == (n + 3, n)
+    assert stats.facet_distribution_counts(c.facet_counts, c.annotations, fm).equals(
+        stats.facet_distribution(ann, fm))
+    assert stats.top_tags_counts(c.tag_counts).equals(stats.top_tags(ann))
+    assert {f: c.unique_values(f) for f in fm.names} == {f: ann[f].n_unique() for f in fm.names}

@@ -26,6 +26,7 @@ __all__ = [
     "FacetModel",
     "read_table",
     "read_table_where",
+    "iter_table_blocks",
     "iter_json_objects",
     "write_table",
     "empty_table",
@@ -315,6 +316,47 @@ def iter_json_objects(path: str | os.PathLike, what: str = ""):
         yield ln, row
 
 
+def iter_table_blocks(
+    kind: str,
+    path: str | os.PathLike,
+    *,
+    columns: Mapping[str, str] | None = None,
+    facets: FacetModel | None = None,
+    block_bytes: int = 64 << 20,
+    where=None,
+):
+    """The rows of a JSONL table as validated frames (canonical names) of about ``block_bytes`` of
+    file each (whole lines), so a reader holds one block at a time, never the whole file. ``where``:
+    a function of the block (disk names) returning the filter expression applied before validation.
+    The first block is yielded even when ``where`` keeps none of its rows (it carries the schema)."""
+    import io
+
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(f"{path}: file not found (expected a {kind} file)")
+    line = 0
+    first = True
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(block_bytes)
+            if not block:
+                break
+            block += fh.readline()
+            if not block.strip():
+                continue
+            try:
+                df = pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
+            except Exception as exc:
+                raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
+                                  f"{line}): {exc}") from None
+            line += block.count(b"\n")
+            if where is not None:
+                df = df.filter(where(df))
+            if df.height or first:
+                yield validate_table(to_canonical_names(df, columns), kind, facets=facets, source=str(path))
+            first = False
+
+
 def read_table_where(
     kind: str,
     path: str | os.PathLike,
@@ -328,41 +370,22 @@ def read_table_where(
     """The rows of a JSONL table whose canonical column ``key`` is in ``values``, read in blocks of
     ``block_bytes`` (whole lines) so memory holds one block plus the matching rows, never the whole
     file; validated like :func:`read_table` (the rows kept). File order is kept."""
-    import io
-
-    path = Path(path)
-    if not path.exists():
-        raise FormatError(f"{path}: file not found (expected a {kind} file)")
-    if path.stat().st_size == 0:
-        return empty_table(kind, facets)
     disk_key = _rename_map(columns, to_disk=True).get(key, key)
     want = pl.Series(values, dtype=pl.String).unique()
-    frames: list[pl.DataFrame] = []
-    first: pl.DataFrame | None = None
-    line = 0
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(block_bytes)
-            if not block:
-                break
-            block += fh.readline()
-            try:
-                df = pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
-            except Exception as exc:
-                raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
-                                  f"{line}): {exc}") from None
-            line += block.count(b"\n")
-            if disk_key not in df.columns:
-                raise FormatError(f"{path}: missing column {disk_key!r} for a {kind} file (has {df.columns})")
-            if first is None:
-                first = df.head(0)
-            df = df.filter(pl.col(disk_key).cast(pl.String).is_in(want))
-            if df.height:
-                frames.append(df)
-    if first is None:  # only blank lines
+
+    def where(df: pl.DataFrame) -> pl.Expr:
+        if disk_key not in df.columns:
+            raise FormatError(f"{path}: missing column {disk_key!r} for a {kind} file (has {df.columns})")
+        return pl.col(disk_key).cast(pl.String).is_in(want)
+
+    frames = list(iter_table_blocks(kind, path, columns=columns, facets=facets, block_bytes=block_bytes,
+                                    where=where))
+    if not frames:
         return empty_table(kind, facets)
-    df = pl.concat(frames, how="diagonal_relaxed") if frames else first
-    df = to_canonical_names(df, columns)
+    kept = [f for f in frames if f.height]
+    if not kept:
+        return frames[0]
+    df = pl.concat(kept, how="diagonal_relaxed")
     return validate_table(df, kind, facets=facets, source=str(path))
 
 

@@ -18,7 +18,7 @@ from .. import __version__
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
 from . import charts, stats
-from .inputs import Inputs, load_inputs
+from .inputs import Corpus, Inputs, corpus_profile, load_inputs
 from .outdir import staged_dir
 from .report import Section, write_report
 from .sheet import contact_sheet, sample_images
@@ -46,7 +46,8 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str, Any]) -> dict[str, Any]:
+def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str, Any],
+                corpus: Corpus) -> dict[str, Any]:
     q = t["query_relevancy_stats"]
     pos = q["positives"]
     scored = inp.scored
@@ -59,8 +60,8 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
         "pairs": scored.height,
         "queries": q.height,
         "images_in_pairs": scored["image_id"].n_unique(),
-        "images_in_corpus": inp.images.height,
-        "annotated_images": inp.annotations.height,
+        "images_in_corpus": corpus.images,
+        "annotated_images": corpus.annotations,
         "relevance_distribution": {str(k): int(v) for k, v in t["relevance_overview"].select(
             "relevance_label", "pairs").iter_rows()},
         "positive_pairs": int(pos.sum() or 0),
@@ -108,8 +109,9 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
     return _clean(out)
 
 
-def summarize(inp: Inputs) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
-    """All statistics tables (name -> frame, name = CSV file stem) and the ranking info."""
+def summarize(inp: Inputs, corpus: Corpus) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """All statistics tables (name -> frame, name = CSV file stem) and the ranking info. ``inp`` holds
+    the scored images' rows of images/annotations only; ``corpus`` the counts over every image."""
     fm, scored = inp.facets, inp.scored
     t: dict[str, pl.DataFrame] = {}
     t["relevance_overview"] = stats.relevance_overview(scored)
@@ -117,9 +119,9 @@ def summarize(inp: Inputs) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     t["queries_without_positives"] = t["query_relevancy_stats"].filter(pl.col("no_positives")).select(
         "query_id", "query_text", "count", "seeds", "seed_not_relevant")
     t["query_text_length"] = stats.query_length_stats(t["query_relevancy_stats"])
-    t["facet_distribution"] = stats.facet_distribution(inp.annotations, fm)
+    t["facet_distribution"] = stats.facet_distribution_counts(corpus.facet_counts, corpus.annotations, fm)
     t["relevance_by_facet"] = stats.relevance_by_facet(scored, inp.annotations, fm)
-    t["top_tags"] = stats.top_tags(inp.annotations)
+    t["top_tags"] = stats.top_tags_counts(corpus.tag_counts)
     t["clip_score_stats_by_relevance"] = stats.clip_stats_by_relevance(scored)
     t["clip_score_overall_stats"] = stats.clip_overall_stats(scored)
     t["clip_score_histogram"] = stats.clip_histogram(scored)
@@ -132,8 +134,9 @@ def summarize(inp: Inputs) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     t["losses_by_stage"] = stats.loss_counts(inp.losses)
     t["quarantine_by_reason"] = stats.quarantine_counts(inp.quarantine)
     t["cost_summary"] = stats.cost_summary(inp.costs)
-    t["dataset_summary_stats"] = stats.dataset_summary_stats(scored, t["query_relevancy_stats"], inp.images,
-                                                              inp.annotations, fm)
+    t["dataset_summary_stats"] = stats.dataset_summary_stats(
+        scored, t["query_relevancy_stats"], corpus.images, corpus.annotations,
+        {name: corpus.unique_values(name) for name in fm.taxonomy}, fm)
     return t, info
 
 
@@ -162,13 +165,16 @@ def run(
     grid = int(settings.get("sample_grid", 24))
     meta = dict(benchmark_meta or {})
     t0 = time.perf_counter()
+    # the scored images' rows, and counts over the whole corpus read block by block: memory is bounded
+    # by the pairs, not by the number of images (docs/performance.md)
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                      losses=losses, costs=costs, columns=columns, facets=facets)
+                      losses=losses, costs=costs, columns=columns, facets=facets, only_scored_images=True)
+    corpus = corpus_profile(images=images, annotations=annotations, facets=inp.facets, columns=columns)
     log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
-             inp.scored.height, inp.images.height, inp.annotations.height, inp.plan.height, inp.losses.height,
+             inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
              time.perf_counter() - t0)
-    tables, info = summarize(inp)
-    numbers = key_numbers(tables, inp, info)
+    tables, info = summarize(inp, corpus)
+    numbers = key_numbers(tables, inp, info, corpus)
     numbers = {"benchmark": meta.get("name"), "version": meta.get("version"), "stage_version": version,
                "benchmaker_version": __version__, **numbers}
     if numbers["queries_without_positives"]:

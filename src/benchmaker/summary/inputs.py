@@ -15,7 +15,7 @@ import polars as pl
 from ..formats import FacetModel, empty_table, read_table, read_table_where
 from ..losses import Losses, read_losses
 
-__all__ = ["Inputs", "load_inputs", "as_paths", "read_costs"]
+__all__ = ["Corpus", "Inputs", "corpus_profile", "facet_counts", "load_inputs", "as_paths", "read_costs", "tag_counts"]
 
 
 def as_paths(value: str | Sequence[str] | None) -> list[str]:
@@ -37,6 +37,63 @@ class Inputs:
     losses: pl.DataFrame
     costs: pl.DataFrame | None
     facets: FacetModel
+
+
+@dataclass
+class Corpus:
+    """What the summary reports about the whole corpus, aggregated block by block (:func:`corpus_profile`):
+    the summary's memory holds one block of the files plus these counts, never every image's row."""
+    images: int
+    annotations: int
+    facet_counts: dict[str, pl.DataFrame]  # facet -> value (String; booleans "true"/"false"), images
+    tag_counts: pl.DataFrame               # Tag, Images
+
+    def unique_values(self, name: str) -> int:
+        """Distinct values of a facet over the annotations (null counts as one, like polars n_unique)."""
+        return self.facet_counts[name].height
+
+
+def facet_counts(annotations: pl.DataFrame, fm: FacetModel) -> dict[str, pl.DataFrame]:
+    """Images per value of every facet of ``annotations`` (booleans as strings)."""
+    out = {}
+    for name in fm.names:
+        value = pl.col(name).cast(pl.String) if name in fm.boolean else pl.col(name)
+        out[name] = annotations.group_by(value.alias("value")).len("images").with_columns(
+            pl.col("images").cast(pl.Int64))
+    return out
+
+
+def tag_counts(annotations: pl.DataFrame) -> pl.DataFrame:
+    return (annotations.select(pl.col("tags").alias("Tag")).explode("Tag").drop_nulls()
+            .group_by("Tag").len("Images").with_columns(pl.col("Images").cast(pl.Int64)))
+
+
+def _add(a: pl.DataFrame | None, b: pl.DataFrame, key: str, count: str) -> pl.DataFrame:
+    if a is None:
+        return b
+    return pl.concat([a, b], how="vertical_relaxed").group_by(key).agg(pl.col(count).sum())
+
+
+def corpus_profile(*, images: str, annotations: str, facets: FacetModel, columns: Mapping[str, str] | None,
+                   block_bytes: int = 64 << 20) -> Corpus:
+    """Count images, annotations, facet values and tags of the whole corpus, one block at a time."""
+    from ..formats import iter_table_blocks
+
+    n_images = sum(blk.height for blk in iter_table_blocks("images", images, columns=columns,
+                                                            block_bytes=block_bytes))
+    n_ann = 0
+    fc: dict[str, pl.DataFrame | None] = {name: None for name in facets.names}
+    tc: pl.DataFrame | None = None
+    for blk in iter_table_blocks("annotations", annotations, columns=columns, facets=facets,
+                                 block_bytes=block_bytes):
+        n_ann += blk.height
+        for name, counts in facet_counts(blk, facets).items():
+            fc[name] = _add(fc[name], counts, "value", "images")
+        tc = _add(tc, tag_counts(blk), "Tag", "Images")
+    empty_fc = pl.DataFrame(schema={"value": pl.String, "images": pl.Int64})
+    return Corpus(images=n_images, annotations=n_ann,
+                  facet_counts={k: (v if v is not None else empty_fc) for k, v in fc.items()},
+                  tag_counts=tc if tc is not None else pl.DataFrame(schema={"Tag": pl.String, "Images": pl.Int64}))
 
 
 def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:

@@ -7,7 +7,7 @@ A pair is *positive* when ``relevance_label > 0`` (binary labels: 1; graded labe
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import polars as pl
 
@@ -16,7 +16,8 @@ from ..formats import FacetModel
 __all__ = [
     "relevance_overview", "query_stats", "facet_distribution", "relevance_by_facet", "clip_stats_by_relevance",
     "clip_overall_stats", "clip_histogram", "clip_by_query", "pool_mix", "shortfalls", "difficulty_distribution",
-    "loss_counts", "quarantine_counts", "top_tags", "cost_summary", "clip_ranking", "dataset_summary_stats",
+    "loss_counts", "quarantine_counts", "top_tags", "top_tags_counts", "facet_distribution_counts", "cost_summary",
+    "clip_ranking", "dataset_summary_stats",
     "query_length_stats", "shortfall_cause",
 ]
 
@@ -65,15 +66,22 @@ def query_length_stats(queries: pl.DataFrame) -> pl.DataFrame:
 
 def facet_distribution(annotations: pl.DataFrame, fm: FacetModel) -> pl.DataFrame:
     """Images per facet value (every configured value listed, zero counts included); booleans as true/false."""
-    n = max(annotations.height, 1)
+    from .inputs import facet_counts
+
+    return facet_distribution_counts(facet_counts(annotations, fm), annotations.height, fm)
+
+
+def facet_distribution_counts(by_facet: dict[str, pl.DataFrame], n_annotations: int, fm: FacetModel) -> pl.DataFrame:
+    """:func:`facet_distribution` from per-facet counts (``value``, ``images``) of ``n_annotations`` images."""
+    n = max(n_annotations, 1)
     parts = []
     for name, values in fm.taxonomy.items():
-        counts = annotations.group_by(pl.col(name).alias("value")).len("images")
+        counts = by_facet[name]
         frame = _in_config_order(pl.DataFrame({"value": values}, schema={"value": pl.String}).join(
             counts, on="value", how="full", coalesce=True).with_columns(pl.col("images").fill_null(0)), values)
         parts.append(frame.with_columns(pl.lit(name).alias("facet"), pl.lit("taxonomy").alias("type")))
     for name in fm.boolean:
-        counts = annotations.group_by(pl.col(name).cast(pl.String).alias("value")).len("images")
+        counts = by_facet[name]
         frame = _in_config_order(pl.DataFrame({"value": ["true", "false"]}).join(
             counts, on="value", how="full", coalesce=True), ["true", "false"])
         parts.append(frame.with_columns(pl.col("images").fill_null(0), pl.lit(name).alias("facet"),
@@ -245,9 +253,14 @@ def quarantine_counts(quarantine: pl.DataFrame) -> pl.DataFrame:
 
 def top_tags(annotations: pl.DataFrame, n: int = 50) -> pl.DataFrame:
     """Most frequent tags over unique images (upstream counted qrels rows; images in many pools weighed more)."""
-    return (annotations.select(pl.col("tags").alias("Tag")).explode("Tag").drop_nulls()
-            .group_by("Tag").len("Images").with_columns(pl.col("Images").cast(pl.Int64))
-            .sort(["Images", "Tag"], descending=[True, False]).head(n))
+    from .inputs import tag_counts
+
+    return top_tags_counts(tag_counts(annotations), n)
+
+
+def top_tags_counts(counts: pl.DataFrame, n: int = 50) -> pl.DataFrame:
+    """:func:`top_tags` from tag counts (``Tag``, ``Images``)."""
+    return counts.sort(["Images", "Tag"], descending=[True, False]).head(n)
 
 
 def cost_summary(costs: pl.DataFrame | None) -> pl.DataFrame:
@@ -323,8 +336,8 @@ def clip_ranking(scored: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict
     return per, overall, info
 
 
-def dataset_summary_stats(scored: pl.DataFrame, queries: pl.DataFrame, images: pl.DataFrame,
-                          annotations: pl.DataFrame, fm: FacetModel) -> pl.DataFrame:
+def dataset_summary_stats(scored: pl.DataFrame, queries: pl.DataFrame, n_images: int, n_annotations: int,
+                          unique_values: Mapping[str, int], fm: FacetModel) -> pl.DataFrame:
     """Upstream's one-row ``dataset_summary_stats.csv`` (same first columns), plus a few more."""
     pos = int(scored.select(POS.sum()).item() or 0)
     n = scored.height
@@ -337,9 +350,9 @@ def dataset_summary_stats(scored: pl.DataFrame, queries: pl.DataFrame, images: p
         "Relevance Rate": f"{(100 * pos / n if n else 0):.2f}%",
     }
     for name in fm.taxonomy:
-        row[f"Unique {name} values"] = annotations[name].n_unique() if annotations.height else 0
-    row["Images In Corpus"] = images.height
-    row["Annotated Images"] = annotations.height
+        row[f"Unique {name} values"] = unique_values[name] if n_annotations else 0
+    row["Images In Corpus"] = n_images
+    row["Annotated Images"] = n_annotations
     row["Mean Positives Per Query"] = round(float(queries["positives"].mean() or 0), 4)
     row["Queries Without Positives"] = int(queries["no_positives"].sum())
     row["Queries With Seed Not Relevant"] = int(queries["seed_not_relevant"].sum())
