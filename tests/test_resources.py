@@ -49,7 +49,8 @@ def test_export_disk_follows_the_images_manifest(tmp_path):
 
 
 def test_merge_judge_export_are_bounded_by_a_part_or_the_pairs(tmp_path):
-    """merge reads one part at a time; judge and export read only the planned / scored images' rows:
+    """merge reads one part at a time; judge, summary and export read only the planned / scored images'
+    rows (summary: plus counts over blocks):
     a larger corpus (annotations, images) or more parts never raise their requests."""
     parts = [_write(tmp_path / f"p{k}", 8) for k in range(4)]
     merge = R.mem_mb("merge_annotations")
@@ -61,5 +62,5 @@ def test_merge_judge_export_are_bounded_by_a_part_or_the_pairs(tmp_path):
                             images=_write(tmp_path / "i1", 5))
     huge = SimpleNamespace(plan=plan, scored=scored, annotations=_write(tmp_path / "a2", 500),
                            images=_write(tmp_path / "i2", 300))
-    for rule in ("judge", "export"):
+    for rule in ("judge", "export", "summary"):
         assert R.mem_mb(rule)(None, huge, 1) == R.mem_mb(rule)(None, small, 1) <= 2500

@@ -46,7 +46,8 @@ FACTORS: dict[str, tuple[int, float, tuple[str, ...]]] = {
     # the plan + the planned images' rows of annotations/images, read in 64 MB blocks (+ BLOCK_MB)
     "judge": (PY_BASE + 400, 15.0, ("plan",)),
     "score": (PY_BASE, 6.0, ("qrels", "query_embeddings")),
-    "summary": (PY_BASE + 300, 6.0, ("scored", "annotations", "images", "plan")),
+    # the pairs + the scored images' rows; corpus counts aggregated over 64 MB blocks (+ 400)
+    "summary": (PY_BASE + 700, 6.0, ("scored", "plan")),
     # the pairs (+ their images' rows, read in blocks) + one row group of image bytes per file
     "export": (PY_BASE + 600, 6.0, ("scored", "plan")),
     # evaluate (docs/evaluate.md): ranx + numba (~300 MB); one system's runs / every system's runs
