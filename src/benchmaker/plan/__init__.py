@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, read_table, write_table
+from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_blocks, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
 from .index import Index, build_index
@@ -149,6 +149,15 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools:
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
+def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel | None = None) -> pl.DataFrame:
+    """The columns the planner's index needs, read and validated block by block: the other columns
+    (summaries, confidences, licenses, ...) never sit in memory for the whole corpus."""
+    frames = [b.select(keep) for b in iter_table_blocks(kind, path, columns=columns, facets=fm)]
+    if not frames:
+        return empty_table(kind, fm).select(keep)
+    return pl.concat(frames, how="vertical_relaxed")
+
+
 def run(
     *,
     annotations: str,
@@ -169,8 +178,8 @@ def run(
     loss = Losses("plan")
     # read inside the call so that plan_frames holds the only references and can free the tables early
     df = plan_frames(
-        read_table("annotations", annotations, columns=columns, facets=fm).select(["image_id", "tags", *fm.names]),
-        read_table("images", images, columns=columns).select("image_id", "sha256", "phash"),
+        _read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm),
+        _read_columns("images", images, ["image_id", "sha256", "phash"], columns),
         fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns, pools_file=pools_file)
     n = write_table(df, "query_plan", plan, columns=columns)
     loss.write(losses)
