@@ -30,7 +30,7 @@ from ..formats import FormatError, iter_json_objects
 from ..losses import Losses
 from .index import Index
 from .planner import PlannedQuery
-from .seeds import query_ids
+from .seeds import file_queries
 
 __all__ = ["read_pools_file", "pool_names", "seed_profile", "IMPORTED"]
 
@@ -78,29 +78,11 @@ def read_pools_file(path: str, index: Index, settings: Mapping[str, Any], benchm
     for ln, row in iter_json_objects(path):
         rows.append((row.get(qcol, row.get("query_id")), _id_list(row, scol, "seed_image_ids", path, ln),
                      _id_list(row, ccol, "candidate_image_ids", path, ln)))
-    generated = query_ids(benchmark_name, len(rows))
     pos = {iid: i for i, iid in enumerate(index.ids)}
     core = [index.col(f) for f in settings.get("core_facets") or []]
     out: list[PlannedQuery] = []
-    seen: set[str] = set()
-    for (qid, seeds, cands), gen in zip(rows, generated):
-        qid = str(qid) if qid not in (None, "") else gen
-        if qid in seen:
-            losses.add("query", qid, "duplicate_query_id", f"query id {qid} appears more than once in {path}")
-            continue
-        seen.add(qid)
-        good: list[int] = []
-        for s in dict.fromkeys(seeds):
-            if s in pos:
-                good.append(pos[s])
-            else:
-                losses.add("image", s, "seed_not_annotated",
-                           f"seed of {qid} has no annotation (quarantined or not annotated); dropped from the "
-                           "query", query_id=qid)
-        if not good:
-            losses.add("query", qid, "no_annotated_seed",
-                       f"none of the seeds {seeds[:5]} has an annotation" if seeds else "empty seed list")
-            continue
+    for qid, good, (_, seeds, cands) in file_queries(rows, benchmark_name, index, path, losses,
+                                                     "has no annotation (quarantined or not annotated)"):
         seed_set = set(seeds)
         rest = [c for c in cands if c not in seed_set]
         names = pool_names(len(rest), settings)

@@ -89,6 +89,36 @@ def sample_seeds(index: Index, strata_facets: list[int], num_seeds: int, per_que
     return out, max(0, num_seeds - len(seq))
 
 
+def file_queries(rows: list[tuple], benchmark_name: str, index: Index, path: str, losses: Losses,
+                 not_annotated: str = "has no annotation"):
+    """``(query id, annotated seed positions, row)`` per row ``(query id or None, seed ids, ...)`` of a
+    seeds or pools file, in file order. A missing query id is generated from the row number
+    (``<benchmark>_q0001`` = first row); a duplicate id, or a query left without an annotated seed, is
+    a loss (item_type ``query``); each unannotated seed is dropped with a loss (item_type ``image``)."""
+    generated = query_ids(benchmark_name, len(rows))
+    pos = {iid: i for i, iid in enumerate(index.ids)}
+    seen: set[str] = set()
+    for row, gen in zip(rows, generated):
+        qid, seeds = row[0], row[1]
+        qid = str(qid) if qid not in (None, "") else gen
+        if qid in seen:
+            losses.add("query", qid, "duplicate_query_id", f"query id {qid} appears more than once in {path}")
+            continue
+        seen.add(qid)
+        good: list[int] = []
+        for s in dict.fromkeys(seeds):
+            if s in pos:
+                good.append(pos[s])
+            else:
+                losses.add("image", s, "seed_not_annotated",
+                           f"seed of {qid} {not_annotated}; dropped from the query", query_id=qid)
+        if not good:
+            losses.add("query", qid, "no_annotated_seed",
+                       f"none of the seeds {seeds[:5]} has an annotation" if seeds else "empty seed list")
+            continue
+        yield qid, good, row
+
+
 def read_seeds_file(path: str, index: Index, benchmark_name: str, losses: Losses,
                     columns: Mapping[str, str] | None = None) -> list[SeedQuery]:
     """Rows ``{query_id?, seed_image_ids: [...]}`` (configured column names accepted too).
@@ -107,26 +137,5 @@ def read_seeds_file(path: str, index: Index, benchmark_name: str, losses: Losses
         if not isinstance(seeds, list) or not all(isinstance(s, str) for s in seeds):
             raise FormatError(f"{path}: line {ln}: '{scol}' must be a list of image ids")
         rows.append((row.get(qcol, row.get("query_id")), seeds))
-    generated = query_ids(benchmark_name, len(rows))
-    pos = {iid: i for i, iid in enumerate(index.ids)}
-    out: list[SeedQuery] = []
-    seen: set[str] = set()
-    for (qid, seeds), gen in zip(rows, generated):
-        qid = str(qid) if qid not in (None, "") else gen
-        if qid in seen:
-            losses.add("query", qid, "duplicate_query_id", f"query id {qid} appears more than once in {path}")
-            continue
-        seen.add(qid)
-        good: list[int] = []
-        for s in dict.fromkeys(seeds):
-            if s in pos:
-                good.append(pos[s])
-            else:
-                losses.add("image", s, "seed_not_annotated",
-                           f"seed of {qid} has no annotation; dropped from the query", query_id=qid)
-        if not good:
-            losses.add("query", qid, "no_annotated_seed",
-                       f"none of the seeds {seeds[:5]} has an annotation" if seeds else "empty seed list")
-            continue
-        out.append(SeedQuery(qid, good, "seeds_file"))
-    return out
+    return [SeedQuery(qid, good, "seeds_file") for qid, good, _ in
+            file_queries(rows, benchmark_name, index, path, losses)]
