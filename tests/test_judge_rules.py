@@ -147,11 +147,10 @@ def test_losses_and_finalize():
     assert q["rationale"].null_count() == 0
 
 
-def test_get_judge_and_run(tmp_path):
-    assert get_judge("rules", facets=FM, settings={}, image_root=".", cache_dir=None).name == "rules"
-    cols = {"image_id": "img", "query_text": "text"}
+def write_inputs(tmp_path, plan_rows, cols):
+    """plan, annotations (ANN) and images files under configured column names; returns their paths."""
     plan_p, ann_p, img_p = tmp_path / "plan.jsonl", tmp_path / "ann.jsonl", tmp_path / "img.jsonl"
-    write_table(plan_frame([Q1]), "query_plan", plan_p, columns=cols)
+    write_table(plan_frame(plan_rows), "query_plan", plan_p, columns=cols)
     write_table(ann_frame(), "annotations", ann_p, columns=cols, facets=FM)
     n = len(ANN)
     write_table(pl.DataFrame({
@@ -160,6 +159,13 @@ def test_get_judge_and_run(tmp_path):
         "phash": [None] * n, "license": [None] * n, "doi": [None] * n, "original_dataset_name": ["x"] * n,
     }, schema_overrides={"image_url": pl.String, "phash": pl.String, "license": pl.String, "doi": pl.String}),
         "images", img_p, columns=cols)
+    return plan_p, ann_p, img_p
+
+
+def test_get_judge_and_run(tmp_path):
+    assert get_judge("rules", facets=FM, settings={}, image_root=".", cache_dir=None).name == "rules"
+    cols = {"image_id": "img", "query_text": "text"}
+    plan_p, ann_p, img_p = write_inputs(tmp_path, [Q1], cols)
     q_p, l_p = tmp_path / "qrels.jsonl", tmp_path / "losses.jsonl"
     run(plan=str(plan_p), annotations=str(ann_p), images=str(img_p), qrels=str(q_p), losses=str(l_p),
         adapter="rules", settings={"adapter": "rules", "labels": "binary", "rationale": True,
@@ -230,17 +236,7 @@ def test_run_answers_reused_queries_from_the_file(tmp_path):
     """run(): a fully labelled query keeps the file's text and labels (the rules judge would label it
     otherwise); the other is judged; the cost file has one $0 'imported' row; configured column names."""
     cols = {"image_id": "img", "query_text": "text"}
-    plan_p, ann_p, img_p = tmp_path / "plan.jsonl", tmp_path / "ann.jsonl", tmp_path / "img.jsonl"
-    q2 = plan_row("q2", ["s2"], ["c4", "c5"], CAT_INDOOR)
-    write_table(plan_frame([Q1, q2]), "query_plan", plan_p, columns=cols)
-    write_table(ann_frame(), "annotations", ann_p, columns=cols, facets=FM)
-    n = len(ANN)
-    write_table(pl.DataFrame({
-        "image_id": [a[0] for a in ANN], "image_url": [None] * n, "mime_type": ["image/jpeg"] * n,
-        "width": [1] * n, "height": [1] * n, "file_size": [1] * n, "sha256": [a[0] for a in ANN],
-        "phash": [None] * n, "license": [None] * n, "doi": [None] * n, "original_dataset_name": ["x"] * n,
-    }, schema_overrides={"image_url": pl.String, "phash": pl.String, "license": pl.String, "doi": pl.String}),
-        "images", img_p, columns=cols)
+    plan_p, ann_p, img_p = write_inputs(tmp_path, [Q1, plan_row("q2", ["s2"], ["c4", "c5"], CAT_INDOOR)], cols)
     upstream = {"s1": 1, "c1": 0, "c2": 0, "c3": 1, "c4": 0, "c5": 0}     # not what the rules judge says
     reuse = _reuse_file(tmp_path, _labelled("q1", "an upstream query", upstream, cols=cols)
                         + _labelled("q2", "partial", {"s2": 1}, cols=cols))

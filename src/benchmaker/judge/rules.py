@@ -122,7 +122,7 @@ class RulesJudge:
     name = "rules"
 
     def __init__(self, *, facets: FacetModel, settings: Mapping[str, Any] | None = None,
-                 image_root: str | None = None, cache_dir: str | None = None, threads: int = 1, **_: Any):
+                 image_root: str | None = None, cache_dir: str | None = None, threads: int = 1):
         s = {**DEFAULTS, **{k: v for k, v in dict(settings or {}).items() if k in DEFAULTS}}
         self.facets = facets
         self.query_tags = int(s["query_tags"])
