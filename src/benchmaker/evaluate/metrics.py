@@ -79,7 +79,7 @@ def evaluate_scope(qrels: pl.DataFrame, run: pl.DataFrame, metrics: Sequence[str
     does not rank scores 0. ``ranx_qrels`` (the qrels of exactly ``queries``) is built when not given;
     ``ids``: the :class:`RanxIds` codes the qrels were built with (default: built here)."""
     if ids is None:
-        ids = RanxIds(qrels["query_id"].to_list(), qrels["image_id"].to_list() + run["image_id"].to_list())
+        ids = RanxIds(qrels["query_id"].to_list(), qrels["image_id"].to_list())
         ranx_qrels = None
     return ranx_scores(ranx_qrels if ranx_qrels is not None else to_ranx_qrels(
         qrels.filter(pl.col("query_id").is_in(list(queries))), ids), run, metrics, name, queries, ids)[0]
@@ -278,13 +278,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     sage_path = {Path(p).stem: p for p in as_paths(sage)}
     sage_seconds = 0.0
     views: dict[str, dict[str, Any]] = {sc: {} for sc in SCOPES}  # ranx Runs, for the paired tests
-    # one width of ids for ranx whatever the benchmark: its JIT cache is shared (RanxIds); the universe
-    # is every judged id and every id of every run, so ties break as on the ids themselves
-    run_ids: set[str] = set()
-    for name in sorted(run_of):
-        run_ids.update(read_run(run_of[name])["image_id"].unique().to_list())
-    ids = RanxIds(q_all["query_id"].to_list(), q_all["image_id"].unique().to_list() + sorted(run_ids))
-    del run_ids
+    # one width of ids for ranx whatever the benchmark: its JIT cache is shared (RanxIds)
+    ids = RanxIds(q_all["query_id"].to_list(), q_all["image_id"].to_list())
     q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries)), ids) if queries else None
     pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
     for pool in NEGATIVE_POOLS:

@@ -153,14 +153,15 @@ def corpus_view(run: pl.DataFrame, depth: int) -> pl.DataFrame:
 
 
 class RanxIds:
-    """Fixed-width, order-preserving stand-ins for the query and image ids handed to ranx.
+    """Fixed-width stand-ins for the query and image ids handed to ranx.
 
     ranx turns ids into numpy fixed-width strings and numba specialises its compiled functions to
     that width, so every benchmark (every longest id) would compile ranx anew (20–60 s on 2 cores).
     With codes of one width (``q`` / ``d`` + 10 digits) the per-user JIT cache serves every
-    benchmark. Codes follow the ids' sorted order, so ranx breaks score ties exactly as it would on
-    the ids themselves; an id outside the given universe gets the next free code (ties involving it
-    may then break differently: the evaluate stage gives every id up front)."""
+    benchmark. The numbers do not change: ranx orders a query's documents by score and breaks ties
+    in the order the documents are given, never by id (tests/test_evaluate.py checks codes in id
+    order and in reverse order against ranx on the ids). The given ids get codes in sorted order;
+    any other id gets the next free code when first seen."""
 
     def __init__(self, query_ids: Sequence[str] = (), image_ids: Sequence[str] = ()):
         self._q = {x: f"q{i:010d}" for i, x in enumerate(sorted(set(query_ids)))}
