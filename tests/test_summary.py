@@ -434,3 +434,16 @@ def test_corpus_counts_read_in_blocks_equal_the_whole_table(tmp_path, block_byte
         stats.facet_distribution(ann, fm))
     assert stats.top_tags_counts(c.tag_counts).equals(stats.top_tags(ann))
     assert {f: c.unique_values(f) for f in fm.names} == {f: ann[f].n_unique() for f in fm.names}
+    # the same single pass keeps the rows of the scored images (what the summary holds in memory)
+    from benchmaker.formats import read_table
+    from benchmaker.summary.inputs import scan_corpus
+
+    keep = pl.Series(["d/im 3.jpg", "d/im 40.jpg", "d/im 58.jpg", "not there"])
+    c2, kept_imgs, kept_ann = scan_corpus(images=str(tmp_path / "i.jsonl"), annotations=str(tmp_path / "a.jsonl"),
+                                          facets=fm, columns=cols, keep=keep, block_bytes=block_bytes)
+    assert (c2.images, c2.annotations) == (c.images, c.annotations) and c2.tag_counts.sort("Tag").equals(
+        c.tag_counts.sort("Tag"))
+    assert kept_imgs.equals(read_table("images", tmp_path / "i.jsonl", columns=cols).filter(
+        pl.col("image_id").is_in(keep.implode())))
+    assert kept_ann.equals(read_table("annotations", tmp_path / "a.jsonl", columns=cols, facets=fm).filter(
+        pl.col("image_id").is_in(keep.implode())))

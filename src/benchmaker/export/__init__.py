@@ -377,7 +377,7 @@ def run(
     image_col = columns.get("image", "image")
     # only the images of the scored pairs: memory bounded by the pairs, not by the corpus
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                      losses=losses, costs=costs, columns=columns, facets=facets, only_scored_images=True)
+                      losses=losses, costs=costs, columns=columns, facets=facets)
     rows, export_losses, checks = build_rows(inp, image_root)
     if rows.height == 0:
         # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)

@@ -18,7 +18,7 @@ from .. import __version__
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
 from . import charts, stats
-from .inputs import Corpus, Inputs, corpus_profile, load_inputs
+from .inputs import Corpus, Inputs, load_inputs
 from .outdir import staged_dir
 from .report import Section, write_report
 from .sheet import contact_sheet, sample_images
@@ -168,8 +168,8 @@ def run(
     # the scored images' rows, and counts over the whole corpus read block by block: memory is bounded
     # by the pairs, not by the number of images (docs/performance.md)
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                      losses=losses, costs=costs, columns=columns, facets=facets, only_scored_images=True)
-    corpus = corpus_profile(images=images, annotations=annotations, facets=inp.facets, columns=columns)
+                      losses=losses, costs=costs, columns=columns, facets=facets, corpus=True)
+    corpus = inp.corpus
     log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
              inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
              time.perf_counter() - t0)

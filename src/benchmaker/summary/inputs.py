@@ -1,7 +1,8 @@
 """Reading the pipeline's outputs once, for the summary and the export (canonical column names).
 
-Every file goes through :func:`benchmaker.formats.read_table`, so the configured column names are
-mapped back to canonical names and every row is validated against its documented kind.
+Every file goes through the readers of :mod:`benchmaker.formats` (``read_table``, and block by block
+``iter_table_blocks`` / ``read_table_where`` for the images and annotations tables), so the configured
+column names are mapped back to canonical names and every row is validated against its documented kind.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import polars as pl
 from ..formats import FacetModel, empty_table, read_table, read_table_where
 from ..losses import Losses, read_losses
 
-__all__ = ["Corpus", "Inputs", "corpus_profile", "facet_counts", "load_inputs", "as_paths", "read_costs", "tag_counts"]
+__all__ = ["Corpus", "Inputs", "corpus_profile", "facet_counts", "load_inputs", "as_paths", "read_costs", "scan_corpus",
+           "tag_counts"]
 
 
 def as_paths(value: str | Sequence[str] | None) -> list[str]:
@@ -37,6 +39,7 @@ class Inputs:
     losses: pl.DataFrame
     costs: pl.DataFrame | None
     facets: FacetModel
+    corpus: Corpus | None = None  # counts over the whole corpus (load_inputs(corpus=True))
 
 
 @dataclass
@@ -77,23 +80,50 @@ def _add(a: pl.DataFrame | None, b: pl.DataFrame, key: str, count: str) -> pl.Da
 def corpus_profile(*, images: str, annotations: str, facets: FacetModel, columns: Mapping[str, str] | None,
                    block_bytes: int = 64 << 20) -> Corpus:
     """Count images, annotations, facet values and tags of the whole corpus, one block at a time."""
+    return scan_corpus(images=images, annotations=annotations, facets=facets, columns=columns,
+                       block_bytes=block_bytes)[0]
+
+
+def _kept(frames: list[pl.DataFrame], first: pl.DataFrame | None, kind: str, path: str,
+          facets: FacetModel | None = None) -> pl.DataFrame:
+    from ..formats import validate_table
+
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return first.head(0) if first is not None else empty_table(kind, facets)
+    return validate_table(pl.concat(frames, how="diagonal_relaxed"), kind, facets=facets, source=path)
+
+
+def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: Mapping[str, str] | None,
+                keep: pl.Series | None = None,
+                block_bytes: int = 64 << 20) -> tuple[Corpus, pl.DataFrame, pl.DataFrame]:
+    """One pass over each of the two files, block by block: the corpus counts, and the images and
+    annotations rows of the ``keep`` image ids (empty frames without ``keep``)."""
     from ..formats import iter_table_blocks
 
-    n_images = sum(blk.height for blk in iter_table_blocks("images", images, columns=columns,
-                                                            block_bytes=block_bytes))
-    n_ann = 0
+    want = keep.cast(pl.String).unique() if keep is not None else pl.Series([], dtype=pl.String)
+    n_images, img_rows, img_first = 0, [], None
+    for blk in iter_table_blocks("images", images, columns=columns, block_bytes=block_bytes):
+        n_images += blk.height
+        img_first = blk if img_first is None else img_first
+        img_rows.append(blk.filter(pl.col("image_id").is_in(want)))
+    n_ann, ann_rows, ann_first = 0, [], None
     fc: dict[str, pl.DataFrame | None] = {name: None for name in facets.names}
     tc: pl.DataFrame | None = None
     for blk in iter_table_blocks("annotations", annotations, columns=columns, facets=facets,
                                  block_bytes=block_bytes):
         n_ann += blk.height
+        ann_first = blk if ann_first is None else ann_first
+        ann_rows.append(blk.filter(pl.col("image_id").is_in(want)))
         for name, counts in facet_counts(blk, facets).items():
             fc[name] = _add(fc[name], counts, "value", "images")
         tc = _add(tc, tag_counts(blk), "Tag", "Images")
     empty_fc = pl.DataFrame(schema={"value": pl.String, "images": pl.Int64})
-    return Corpus(images=n_images, annotations=n_ann,
-                  facet_counts={k: (v if v is not None else empty_fc) for k, v in fc.items()},
-                  tag_counts=tc if tc is not None else pl.DataFrame(schema={"Tag": pl.String, "Images": pl.Int64}))
+    corpus = Corpus(images=n_images, annotations=n_ann,
+                    facet_counts={k: (v if v is not None else empty_fc) for k, v in fc.items()},
+                    tag_counts=tc if tc is not None else pl.DataFrame(schema={"Tag": pl.String, "Images": pl.Int64}))
+    return (corpus, _kept(img_rows, img_first, "images", images),
+            _kept(ann_rows, ann_first, "annotations", annotations, facets))
 
 
 def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
@@ -131,33 +161,31 @@ def load_inputs(
     costs: str | Sequence[str] | None,
     columns: Mapping[str, str] | None,
     facets: Mapping[str, Any],
-    only_scored_images: bool = False,
+    corpus: bool = False,
 ) -> Inputs:
-    """The stage inputs, validated. ``only_scored_images``: the images and annotations tables hold only
-    the images of the scored pairs, read block by block (the export's memory is then bounded by the
-    pairs, not by the corpus; docs/performance.md)."""
+    """The stage inputs, validated. The images and annotations tables hold only the images of the
+    scored pairs, read block by block, so memory is bounded by the pairs, not by the corpus
+    (docs/performance.md). ``corpus``: the same single pass over each file also counts the whole
+    corpus (``Inputs.corpus``, :class:`Corpus`)."""
     fm = FacetModel.from_config(facets)
-    if only_scored_images:
-        scored_df = read_table("qrels_with_score", scored, columns=columns)
-        used = scored_df["image_id"].unique()
-        return Inputs(
-            images=read_table_where("images", images, key="image_id", values=used, columns=columns),
-            quarantine=read_table("quarantine", quarantine) if quarantine else empty_table("quarantine"),
-            annotations=read_table_where("annotations", annotations, key="image_id", values=used,
-                                         columns=columns, facets=fm),
-            plan=read_table("query_plan", plan, columns=columns) if plan else empty_table("query_plan"),
-            scored=scored_df,
-            losses=read_all_losses(as_paths(losses)),
-            costs=read_costs(as_paths(costs)),
-            facets=fm,
-        )
+    scored_df = read_table("qrels_with_score", scored, columns=columns)
+    used = scored_df["image_id"].unique()
+    counts = None
+    if corpus:
+        counts, imgs, ann = scan_corpus(images=images, annotations=annotations, facets=fm, columns=columns,
+                                        keep=used)
+    else:
+        imgs = read_table_where("images", images, key="image_id", values=used, columns=columns)
+        ann = read_table_where("annotations", annotations, key="image_id", values=used, columns=columns,
+                               facets=fm)
     return Inputs(
-        images=read_table("images", images, columns=columns),
+        images=imgs,
         quarantine=read_table("quarantine", quarantine) if quarantine else empty_table("quarantine"),
-        annotations=read_table("annotations", annotations, columns=columns, facets=fm),
+        annotations=ann,
         plan=read_table("query_plan", plan, columns=columns) if plan else empty_table("query_plan"),
-        scored=read_table("qrels_with_score", scored, columns=columns),
+        scored=scored_df,
         losses=read_all_losses(as_paths(losses)),
         costs=read_costs(as_paths(costs)),
         facets=fm,
+        corpus=counts,
     )
