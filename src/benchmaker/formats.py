@@ -27,6 +27,7 @@ __all__ = [
     "read_table",
     "read_table_where",
     "iter_table_blocks",
+    "concat_blocks",
     "iter_json_objects",
     "write_table",
     "empty_table",
@@ -378,15 +379,20 @@ def read_table_where(
             raise FormatError(f"{path}: missing column {disk_key!r} for a {kind} file (has {df.columns})")
         return pl.col(disk_key).cast(pl.String).is_in(want)
 
-    frames = list(iter_table_blocks(kind, path, columns=columns, facets=facets, block_bytes=block_bytes,
-                                    where=where))
+    frames = iter_table_blocks(kind, path, columns=columns, facets=facets, block_bytes=block_bytes, where=where)
+    return concat_blocks(list(frames), kind, facets=facets, source=str(path))
+
+
+def concat_blocks(frames: list[pl.DataFrame], kind: str, *, facets: FacetModel | None = None,
+                  source: str = "<table>") -> pl.DataFrame:
+    """One validated table from blocks of :func:`iter_table_blocks` (filtered or not); without rows,
+    an empty table with the first block's schema (or the kind's)."""
     if not frames:
         return empty_table(kind, facets)
     kept = [f for f in frames if f.height]
     if not kept:
-        return frames[0]
-    df = pl.concat(kept, how="diagonal_relaxed")
-    return validate_table(df, kind, facets=facets, source=str(path))
+        return frames[0].head(0)
+    return validate_table(pl.concat(kept, how="diagonal_relaxed"), kind, facets=facets, source=source)
 
 
 def write_table(

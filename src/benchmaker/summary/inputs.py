@@ -84,36 +84,24 @@ def corpus_profile(*, images: str, annotations: str, facets: FacetModel, columns
                        block_bytes=block_bytes)[0]
 
 
-def _kept(frames: list[pl.DataFrame], first: pl.DataFrame | None, kind: str, path: str,
-          facets: FacetModel | None = None) -> pl.DataFrame:
-    from ..formats import validate_table
-
-    frames = [f for f in frames if f.height]
-    if not frames:
-        return first.head(0) if first is not None else empty_table(kind, facets)
-    return validate_table(pl.concat(frames, how="diagonal_relaxed"), kind, facets=facets, source=path)
-
-
 def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: Mapping[str, str] | None,
                 keep: pl.Series | None = None,
                 block_bytes: int = 64 << 20) -> tuple[Corpus, pl.DataFrame, pl.DataFrame]:
     """One pass over each of the two files, block by block: the corpus counts, and the images and
     annotations rows of the ``keep`` image ids (empty frames without ``keep``)."""
-    from ..formats import iter_table_blocks
+    from ..formats import concat_blocks, iter_table_blocks
 
     want = keep.cast(pl.String).unique() if keep is not None else pl.Series([], dtype=pl.String)
-    n_images, img_rows, img_first = 0, [], None
+    n_images, img_rows = 0, []
     for blk in iter_table_blocks("images", images, columns=columns, block_bytes=block_bytes):
         n_images += blk.height
-        img_first = blk if img_first is None else img_first
         img_rows.append(blk.filter(pl.col("image_id").is_in(want)))
-    n_ann, ann_rows, ann_first = 0, [], None
+    n_ann, ann_rows = 0, []
     fc: dict[str, pl.DataFrame | None] = {name: None for name in facets.names}
     tc: pl.DataFrame | None = None
     for blk in iter_table_blocks("annotations", annotations, columns=columns, facets=facets,
                                  block_bytes=block_bytes):
         n_ann += blk.height
-        ann_first = blk if ann_first is None else ann_first
         ann_rows.append(blk.filter(pl.col("image_id").is_in(want)))
         for name, counts in facet_counts(blk, facets).items():
             fc[name] = _add(fc[name], counts, "value", "images")
@@ -122,8 +110,8 @@ def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: M
     corpus = Corpus(images=n_images, annotations=n_ann,
                     facet_counts={k: (v if v is not None else empty_fc) for k, v in fc.items()},
                     tag_counts=tc if tc is not None else pl.DataFrame(schema={"Tag": pl.String, "Images": pl.Int64}))
-    return (corpus, _kept(img_rows, img_first, "images", images),
-            _kept(ann_rows, ann_first, "annotations", annotations, facets))
+    return (corpus, concat_blocks(img_rows, "images", source=images),
+            concat_blocks(ann_rows, "annotations", facets=facets, source=annotations))
 
 
 def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
