@@ -62,18 +62,75 @@ def model_only(clip, batch_size: int, min_iters: int, min_seconds: float = 3.0) 
     return batch_size * iters / (time.perf_counter() - t)
 
 
-def end_to_end(clip, paths, batch_size: int, workers: int) -> float:
+def end_to_end(clip, root: Path, paths, batch_size: int, workers: int) -> float:
     import polars as pl
 
     from benchmaker.similarity.embed import embed_image_table
 
-    images = pl.DataFrame({"image_id": [p.name for p in paths], "sha256": [f"{i:064x}" for i in range(len(paths))]})
+    images = pl.DataFrame({"image_id": [p.relative_to(root).as_posix() for p in paths],
+                           "sha256": [f"{i:064x}" for i in range(len(paths))]})
     t = time.perf_counter()
-    out = embed_image_table(images, clip, image_root=paths[0].parent, cache=None, losses=None,
+    out = embed_image_table(images, clip, image_root=root, cache=None, losses=None,
                             batch_size=batch_size, num_workers=workers, desc="bench")
     dt = time.perf_counter() - t
     assert out.height == len(paths)
     return len(paths) / dt
+
+
+def decode_only(clip, root: Path, paths, batch_size: int, workers: int) -> float:
+    """The loader alone (the same DataLoader as ``iter_image_batches``, no model): the decode ceiling."""
+    import torch
+
+    from benchmaker.similarity.embed import ImageFiles, _collate, _split_preprocess
+
+    pil_tf, mean, _ = _split_preprocess(clip.preprocess)
+    ds = ImageFiles([str(p) for p in paths], pil_tf, (clip.image_size[1], clip.image_size[0]), mean is not None)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=_collate,
+                                         pin_memory=clip.device.startswith("cuda"), prefetch_factor=4)
+    t = time.perf_counter()
+    n = sum(int(idx.shape[0]) for idx, _, _ in loader)
+    assert n == len(paths)
+    return n / (time.perf_counter() - t)
+
+
+def _make_part(args: tuple) -> list[Path]:
+    from clip_cpu import make_images
+
+    folder, n, size, seed = args
+    folder.mkdir(parents=True, exist_ok=True)
+    return make_images(folder, n, size=size, seed=seed)
+
+
+def make_images_parallel(root: Path, n: int, size: tuple[int, int], procs: int) -> list[Path]:
+    """``n`` photo-like JPEGs in ``procs`` sub-folders, written by ``procs`` processes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    per = -(-n // procs)
+    jobs = [(root / f"part{k:02d}", min(per, n - k * per), size, k) for k in range(procs) if n - k * per > 0]
+    with ProcessPoolExecutor(len(jobs)) as pool:
+        return [p for part in pool.map(_make_part, jobs) for p in part]
+
+
+def set_pass_rows(rows: int) -> None:
+    """Rows of every forward pass (the fixed pass size; part of the numerics, so of the cache key)."""
+    from benchmaker.similarity import model as m
+
+    m.ENCODE_BATCH = rows
+
+
+def determinism(clip, rows: int) -> str:
+    """The same image embedded in different neighbours and positions: bit-identical at a fixed pass size?"""
+    import torch
+
+    h, w = clip.image_size
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn((3 * rows, 3, h, w), generator=g)
+    a = clip.encode_images(base[: rows + 7])  # image 5 in the first pass, 7 rows spill into a padded pass
+    b = clip.encode_images(torch.cat([base[2 * rows:2 * rows + 11], base[5:6]]))  # image 5 last, other neighbours
+    c = clip.encode_images(base[5:6])  # image 5 alone (padded pass)
+    same = bool(torch.equal(a[5], b[-1]) and torch.equal(a[5], c[0]))
+    diff = float((a[5] - b[-1]).abs().max())
+    return "bit-identical" if same else f"DIFFERENT (max abs diff {diff:.2e})"
 
 
 def main() -> None:
@@ -83,7 +140,13 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=256,
+                    help="loader batch (similarity.batch_size); raised to the pass size where smaller")
+    ap.add_argument("--pass-rows", default="64",
+                    help="comma-separated fixed pass sizes to sweep (rows of every forward pass)")
+    ap.add_argument("--loader-batch", type=int, default=None,
+                    help="loader batch for the end-to-end runs (default: --batch-size); smaller batches "
+                         "spread the files over the workers sooner, the pass size stays fixed")
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--size", default="1024x768")
     ap.add_argument("--folder", default=None, help="use these JPEGs instead of generating --n of them")
@@ -94,32 +157,51 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING)
     import torch
-    from clip_cpu import make_images
 
     from benchmaker.similarity.model import load_clip
 
+    t = time.perf_counter()
     clip = load_clip(args.model, args.pretrained, device=args.device, precision=args.precision)
+    load_s = time.perf_counter() - t
     w, h = (int(v) for v in args.size.lower().split("x"))
     print(f"device: {clip.device} "
           f"({torch.cuda.get_device_name() if clip.device.startswith('cuda') else 'no GPU'}), "
           f"precision {clip.precision}, torch {torch.__version__}, {os.cpu_count()} CPUs")
-    print(f"model: {clip.model_id}")
-    mo = model_only(clip, args.batch_size, min_iters=max(5, args.n // args.batch_size),
-                    min_seconds=args.min_seconds)
-    print(f"model-only:  {mo:10.1f} images/s  (batch {args.batch_size})")
+    print(f"model: {clip.model_id}  (loaded in {load_s:.1f} s)")
     with tempfile.TemporaryDirectory() as tmp:
         if args.folder:
-            paths = sorted(Path(args.folder).glob("*.jp*g"))[: args.n]
+            root = Path(args.folder)
+            paths = sorted(root.glob("*.jp*g"))[: args.n]
             if not paths:
                 raise SystemExit(f"no *.jpg / *.jpeg files in {args.folder}")
         else:
             t = time.perf_counter()
-            paths = make_images(Path(tmp), args.n, size=(w, h))
+            root = Path(tmp)
+            paths = make_images_parallel(root, args.n, (w, h), os.cpu_count() or 1)
             print(f"wrote {len(paths)} JPEGs {w}x{h} in {time.perf_counter() - t:.1f} s")
-        end_to_end(clip, paths[: min(len(paths), 4 * args.batch_size)], args.batch_size, args.workers)  # warm-up
-        e2e = end_to_end(clip, paths, args.batch_size, args.workers)
-    print(f"end-to-end:  {e2e:10.1f} images/s  ({len(paths)} JPEGs from disk, {args.workers} loader workers)")
-    print(f"end-to-end / model-only: {100 * e2e / mo:.0f} %  (goal >= 70 %)")
+        lb = args.loader_batch or args.batch_size
+        dec = decode_only(clip, root, paths, lb, args.workers)
+        print(f"decode only (loader batch {lb}, {args.workers} workers): {dec:9.1f} images/s", flush=True)
+        rows = []
+        for pass_rows in (int(v) for v in args.pass_rows.split(",")):
+            set_pass_rows(pass_rows)
+            batch = max(args.batch_size, pass_rows)
+            mo = model_only(clip, batch, min_iters=max(5, args.n // batch), min_seconds=args.min_seconds)
+            lb = args.loader_batch or batch
+            end_to_end(clip, root, paths[: min(len(paths), 4 * batch)], lb, args.workers)  # warm-up
+            e2e = end_to_end(clip, root, paths, lb, args.workers)
+            det = determinism(clip, pass_rows)
+            rows.append((pass_rows, lb, mo, e2e, det))
+            print(f"pass {pass_rows:5d} rows, loader batch {lb:5d}: model-only {mo:9.1f} images/s, "
+                  f"end-to-end {e2e:9.1f} images/s ({100 * e2e / mo:3.0f} %), {det}", flush=True)
+    print()
+    print("| pass rows | loader batch | model-only images/s | end-to-end images/s | end-to-end / model-only | "
+          "same image, other neighbours |")
+    print("|---:|---:|---:|---:|---:|---|")
+    for pass_rows, batch, mo, e2e, det in rows:
+        print(f"| {pass_rows} | {batch} | {mo:.0f} | {e2e:.0f} | {100 * e2e / mo:.0f} % | {det} |")
+    print(f"({len(paths)} JPEGs {args.size} from the page cache, {args.workers} loader workers, loader batch "
+          f"as listed; decode ceiling {dec:.0f} images/s; goal >= 70 %)")
 
 
 if __name__ == "__main__":
