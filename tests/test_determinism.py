@@ -231,7 +231,39 @@ def test_numerics_are_part_of_the_cache_key(tiny_clip):
     bf16 = load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="bf16", reuse=False)
     assert fp32.model_id == bf16.model_id
     assert fp32.cache_key != bf16.cache_key
-    assert f"b{ENCODE_BATCH}" in fp32.numerics and "fp32" in fp32.numerics and fp32.numerics.startswith("cpu-")
+    assert fp32.encode_batch == ENCODE_BATCH["cpu"]
+    assert f"b{ENCODE_BATCH['cpu']}" in fp32.numerics and "fp32" in fp32.numerics and fp32.numerics.startswith("cpu-")
+
+
+def test_pass_size_per_device_kind_is_in_the_cache_key_and_stays_deterministic(tiny_clip, tiny_corpus,
+                                                                               monkeypatch):
+    """The pass size comes from ENCODE_BATCH[device kind]; another value is another cache key, and
+    with it an embedding still does not depend on the batch size or on the rows encoded beside it."""
+    from benchmaker.similarity import embed, model
+
+    ref = model.load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="fp32", reuse=False)
+    monkeypatch.setitem(model.ENCODE_BATCH, "cpu", 5)
+    monkeypatch.setitem(model.ENCODE_BATCH, "cuda", 999)  # other kinds do not touch the CPU's pass size
+    small = model.load_clip(f"local-dir:{tiny_clip}", None, device="cpu", precision="fp32", reuse=False)
+    assert small.encode_batch == 5 and "|b5|" in small.numerics
+    assert small.model_id == ref.model_id and small.cache_key != ref.cache_key
+    assert model.encode_batch("cuda:1") == 999 and model.encode_batch("cpu") == 5
+
+    paths = sorted(str(p) for p in tiny_corpus.rglob("*.png") if p.parent.name != "broken")[:12]
+    calls = small.encode_image_calls
+
+    def encode(some, **kw):
+        rows = {}
+        for idx, emb, failed in embed.iter_image_batches(small, some, num_workers=0, **kw):
+            assert not failed
+            rows.update(zip(idx.tolist(), emb))
+        return np.stack([rows[i] for i in range(len(some))])
+
+    full = encode(paths, batch_size=7)
+    assert small.encode_image_calls - calls == 3  # 12 rows in passes of 5: 5 + 5 + 2 padded to 5
+    for bs in (1, 4):
+        assert np.array_equal(full, encode(paths, batch_size=bs)), bs
+    assert np.array_equal(full[7:8], encode(paths[7:8]))
 
 
 def test_created_utc_honours_source_date_epoch(monkeypatch):

@@ -611,3 +611,25 @@ def test_score_gathers_only_the_embeddings_its_pairs_use(tmp_path):
     assert np.allclose(out, [ref[i] for i in used], atol=1e-12)
     with pytest.raises(Exception, match="rerun the embed rules"):
         score.gather_image_embeddings(shards, pl.Series(used), model_id="other")
+
+
+def test_loading_a_clip_without_hf_text_tower_skips_transformers(tiny_clip):
+    """open_clip imports transformers (~0.7 s of CPU) only for HF text towers; a model without one is
+    loaded without it, and a later model that needs it in the same process still gets it."""
+    code = f"""
+import sys
+from benchmaker.similarity import model
+clip = model.load_clip("local-dir:{tiny_clip}", None, device="cpu", precision="fp32")
+assert "transformers" not in sys.modules, "transformers imported"
+import open_clip.hf_model
+assert open_clip.hf_model.transformers is None
+assert model._needs_hf_text("xlm-roberta-base-ViT-B-32") and not model._needs_hf_text("ViT-B-32")
+model._enable_hf_text(open_clip)
+import open_clip.model
+assert open_clip.hf_model.transformers is not None
+assert open_clip.model.HFTextEncoder is open_clip.hf_model.HFTextEncoder
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

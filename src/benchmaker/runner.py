@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from .logs import get_logger, stage_logging
 
-__all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ONLY"]
+__all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ONLY", "STARTUP_LINE", "process_age"]
 
 # names a rule may pass only so that Snakemake reruns it when they change; dropped unless the stage
 # function accepts them. version (param): stage_version(stage), the digest of the stage's code
@@ -142,6 +142,9 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
         kwargs.update(extra)
         logger.info("rule %s%s", smk.rule, f" ({dict(smk.wildcards)})" if len(smk.wildcards) else "")
         func = _resolve(target)
+        started = process_age()
+        if started is not None:  # benchmarks/example_wall.py splits a job's time with this line
+            logger.info("%s %.2f s (process start to the stage's first line)", STARTUP_LINE, started)
         result = func(**check_kwargs(smk.rule, func, kwargs, kinds))
         missed = _unversioned_modules(target, sys.modules)
         if missed:  # versions.py's import closure missed a module the stage really ran
@@ -149,6 +152,24 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
                                          "benchmaker/versions.py)", smk.rule, ", ".join(missed))
         _log_peak_memory(logger)
         return result
+
+
+STARTUP_LINE = "start-up"
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux: /proc; elsewhere None): a job's fixed cost up to
+    now, its interpreter, Snakemake's script preamble and the stage's imports."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _log_peak_memory(logger) -> None:

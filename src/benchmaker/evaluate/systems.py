@@ -167,10 +167,10 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
              losses: Losses, threads: int = 1) -> tuple[pl.DataFrame, dict]:
     from ..similarity.cache import EmbeddingCache
     from ..similarity.embed import embed_image_table
-    from ..similarity.model import load_clip
+    from ..similarity.loads import load_counted
 
-    clip = load_clip(system["model"], system.get("pretrained"), device=system.get("device") or "auto",
-                     precision=system.get("precision") or "auto")
+    clip = load_counted(system["model"], system.get("pretrained"), device=system.get("device") or "auto",
+                        precision=system.get("precision") or "auto", purpose=f"evaluate system {system['name']}")
     if clip.device == "cpu" and threads:
         import torch
 

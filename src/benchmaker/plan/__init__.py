@@ -24,7 +24,7 @@ from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
 from .pools import IMPORTED, read_pools_file
 from .seeds import query_ids, read_seeds_file, sample_seeds
 
-__all__ = ["run", "plan_frames", "DEFAULTS", "SAMPLE_CAP"]
+__all__ = ["run", "plan_frames", "read_plan_inputs", "DEFAULTS", "SAMPLE_CAP"]
 
 log = get_logger("plan")
 
@@ -158,6 +158,13 @@ def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel
     return pl.concat(frames, how="vertical_relaxed")
 
 
+def read_plan_inputs(annotations: str, images: str, fm: FacetModel,
+                     columns: Mapping[str, str] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(annotations, images) with only the columns the planner's index needs, validated."""
+    return (_read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm),
+            _read_columns("images", images, ["image_id", "sha256", "phash"], columns))
+
+
 def run(
     *,
     annotations: str,
@@ -174,13 +181,10 @@ def run(
     pools_file: str | None = None,
 ) -> None:
     fm = FacetModel.from_config(facets)
-    # keep only what the planner needs, so the full tables can be freed early
     loss = Losses("plan")
     # read inside the call so that plan_frames holds the only references and can free the tables early
-    df = plan_frames(
-        _read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm),
-        _read_columns("images", images, ["image_id", "sha256", "phash"], columns),
-        fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns, pools_file=pools_file)
+    df = plan_frames(*read_plan_inputs(annotations, images, fm, columns),
+                     fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns, pools_file=pools_file)
     n = write_table(df, "query_plan", plan, columns=columns)
     loss.write(losses)
     log.info("wrote %d planned queries to %s; %d losses", n, plan, len(loss))

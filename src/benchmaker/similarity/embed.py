@@ -163,10 +163,9 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
     if to_uint8:
         mean_t = torch.tensor(mean, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
         std_t = torch.tensor(std, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
-    # decoded rows wait here until ENCODE_BATCH of them are ready: every forward pass but the last
-    # is full (encode_images pads the last one), whatever batch_size and the failed images leave
-    from .model import ENCODE_BATCH
-
+    # decoded rows wait here until a pass's worth (clip.encode_batch) is ready: every forward pass
+    # but the last is full (encode_images pads the last one), whatever batch_size and the failures leave
+    size = clip.encode_batch
     pend_idx: list = []
     pend_x: list = []
 
@@ -187,7 +186,7 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
             x = pixels
         pend_idx.append(idx)
         pend_x.append(x)
-        ready = sum(int(t.shape[0]) for t in pend_idx) // ENCODE_BATCH * ENCODE_BATCH
+        ready = sum(int(t.shape[0]) for t in pend_idx) // size * size
         if ready:
             yield (*encode(ready), [])
     left = sum(int(t.shape[0]) for t in pend_idx)

@@ -16,11 +16,12 @@ the embedding cache key (``ClipModel.cache_key``).
 **Same inputs, same bits.** A forward pass's result for one image depends on the tensor shape it
 runs in (CPU and GPU kernels block and reduce differently for other batch sizes, ~1e-8), not on the
 other rows nor on their position nor on the thread count (measured: ``tests/test_determinism.py``).
-So every forward pass runs on exactly ``ENCODE_BATCH`` rows: ``encode_images`` / ``encode_texts``
-split their input into chunks of that size and pad the last one with copies of its last row. An
-image's embedding is then the same bits whichever job, batch size, shard or cache state produced it.
+So every forward pass runs on exactly ``ClipModel.encode_batch`` rows, the value of the device kind
+in ``ENCODE_BATCH`` (the *pass size*): ``encode_images`` / ``encode_texts`` split their input into
+chunks of that size and pad the last one with copies of its last row. An image's embedding is then
+the same bits whichever job, batch size, shard or cache state produced it, on one device kind.
 What still changes the bits is the *numerics* (``ClipModel.numerics``): device kind (CPU ISA or CUDA
-device name), autocast precision, ``ENCODE_BATCH`` and the torch version. They are part of the cache
+device name), autocast precision, the pass size and the torch version. They are part of the cache
 key next to the model identity, so an embedding computed with other numerics is never reused (fp16
 and fp32 embeddings differ at the 1e-3 level; CPU and GPU at ~1e-6). ``model_id`` itself names
 only the model, so annotations and embedding files name the same model on every device.
@@ -42,7 +43,7 @@ from ..logs import get_logger
 
 __all__ = [
     "ClipModel", "ModelLoadError", "load_clip", "resolve_device", "resolve_precision", "file_digest",
-    "PREPROCESS_VERSION", "DECODE", "ENCODE_BATCH", "numerics",
+    "PREPROCESS_VERSION", "DECODE", "ENCODE_BATCH", "encode_batch", "numerics",
 ]
 
 log = get_logger("similarity.model")
@@ -51,8 +52,11 @@ log = get_logger("similarity.model")
 PREPROCESS_VERSION = 1
 # how images are decoded before open_clip's transforms (part of the model identity)
 DECODE = f"pil-draft-imaging{IMAGING_VERSION}"
-# rows of every forward pass (images and texts); part of the numerics, so of the cache key
-ENCODE_BATCH = 64
+# rows of every forward pass (images and texts) per device kind, the "pass size"; part of the
+# numerics, so of the cache key: changing a value starts a new embedding cache for that device kind.
+# cpu: 64 (tests/test_determinism.py; larger passes gain nothing on CPU, docs/performance.md).
+# cuda: 64 until measured on a GPU: see docs/performance.md, "GPU" (benchmarks/clip_gpu.py).
+ENCODE_BATCH: dict[str, int] = {"cpu": 64, "mps": 64, "cuda": 64}
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
 
@@ -67,13 +71,60 @@ def _torch():
     return torch
 
 
-def _open_clip():
+def _open_clip(hf_text: bool = True):
+    """``import open_clip``. With ``hf_text=False`` (the model to load has no Hugging Face text tower)
+    and open_clip not yet imported, its optional ``import transformers`` is skipped: ~0.7 s of CPU
+    per model load that only HF text towers use (CoCa and hf-hub models always get it). If a model
+    of this process needs it later, :func:`_enable_hf_text` imports it then."""
+    import sys
+
     from .. import _tvshim
 
     _tvshim.install()
-    import open_clip
+    if hf_text or "open_clip" in sys.modules or "transformers" in sys.modules:
+        import open_clip
 
+        return open_clip
+    sys.modules["transformers"] = None  # `import transformers` raises ImportError: open_clip's fallback
+    try:
+        import open_clip
+    finally:
+        del sys.modules["transformers"]
     return open_clip
+
+
+def _enable_hf_text(oc) -> None:
+    """Give open_clip its HF text tower if it was imported without transformers (see _open_clip)."""
+    import importlib
+
+    hf = importlib.import_module("open_clip.hf_model")
+    if getattr(hf, "transformers", None) is not None:
+        return
+    hf = importlib.reload(hf)
+    oc_model = importlib.import_module("open_clip.model")
+    oc_model.HFTextEncoder = hf.HFTextEncoder
+
+
+def _needs_hf_text(model: str) -> bool:
+    """Whether ``model``'s open_clip config has a Hugging Face text tower or tokenizer, read from the
+    config file without importing open_clip; True when it cannot be told (hf-hub models, CoCa)."""
+    import importlib.util
+
+    if model.startswith(_HF_HUB) or "coca" in model.lower():
+        return True
+    if model.startswith(_LOCAL_DIR):
+        cfg_file = Path(model[len(_LOCAL_DIR):]).expanduser() / "open_clip_config.json"
+    else:
+        spec = importlib.util.find_spec("open_clip")
+        if spec is None or not spec.submodule_search_locations:
+            return True
+        cfg_file = Path(list(spec.submodule_search_locations)[0]) / "model_configs" / f"{model.replace('/', '-')}.json"
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError):
+        return True
+    text = (cfg.get("model_cfg", cfg) or {}).get("text_cfg") or {}
+    return bool(text.get("hf_model_name") or text.get("hf_tokenizer_name") or "multimodal_cfg" in cfg)
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -166,7 +217,8 @@ class ClipModel:
     logit_scale: float
     embed_dim: int
     precision: str
-    numerics: str = ""  # what else decides the bits: device kind, precision, ENCODE_BATCH, torch
+    numerics: str = ""  # what else decides the bits: device kind, precision, pass size, torch
+    encode_batch: int = 64  # rows of every forward pass: ENCODE_BATCH of the device kind
     encode_image_calls: int = 0
     encode_text_calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -194,23 +246,24 @@ class ClipModel:
         return torch.autocast(device_type=self.device.split(":")[0], dtype=self.autocast_dtype)
 
     def _fixed_batches(self, rows, forward):
-        """``forward`` over ``rows`` in chunks of exactly ENCODE_BATCH rows (the last padded with
+        """``forward`` over ``rows`` in chunks of exactly ``encode_batch`` rows (the last padded with
         copies of its last row); returns the concatenated results of the real rows."""
         torch = _torch()
         n = int(rows.shape[0])
+        size = self.encode_batch
         out = []
-        for start in range(0, n, ENCODE_BATCH):
-            chunk = rows[start:start + ENCODE_BATCH]
+        for start in range(0, n, size):
+            chunk = rows[start:start + size]
             k = int(chunk.shape[0])
-            if k < ENCODE_BATCH:
-                chunk = torch.cat([chunk, chunk[-1:].expand(ENCODE_BATCH - k, *chunk.shape[1:])])
+            if k < size:
+                chunk = torch.cat([chunk, chunk[-1:].expand(size - k, *chunk.shape[1:])])
             out.append(forward(chunk)[:k])
         return torch.cat(out) if out else None
 
     def encode_images(self, pixels) -> "Any":
         """Float pixel batch [n,3,H,W] (already normalised) → L2-normalised float32 embeddings (CPU tensor).
 
-        Runs in fixed-size forward passes (``ENCODE_BATCH`` rows, see module doc), so a row's result
+        Runs in fixed-size forward passes (``encode_batch`` rows, see module doc), so a row's result
         does not depend on ``n`` or on the other rows.
         """
         torch = _torch()
@@ -353,7 +406,10 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
     if not model:
         raise ModelLoadError("similarity.model is empty: name an open_clip architecture, hf-hub:org/repo or "
                              "local-dir:/path")
-    oc = _open_clip()
+    hf_text = _needs_hf_text(model)
+    oc = _open_clip(hf_text)
+    if hf_text:
+        _enable_hf_text(oc)
     pretrained = pretrained or None
     random_init = False
     try:
@@ -414,24 +470,33 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
         logit_scale=logit_scale, embed_dim=embed_dim,
         precision={None: "fp32"}.get(dtype, str(dtype).replace("torch.", "")),
     )
-    clip.numerics = numerics(device, clip.precision)
+    clip.encode_batch = encode_batch(device)
+    clip.numerics = numerics(device, clip.precision, clip.encode_batch)
     log.info("loaded CLIP %s on %s (%s, dim %d, context %d)", model_id, device, clip.precision, embed_dim,
              context_length)
     return clip
 
 
-def numerics(device: str, precision: str) -> str:
+def encode_batch(device: str) -> int:
+    """The pass size of a device (``cuda:1`` → ``ENCODE_BATCH["cuda"]``); unknown kinds get the CPU's."""
+    kind = device.split(":")[0]
+    return int(ENCODE_BATCH.get(kind, ENCODE_BATCH["cpu"]))
+
+
+def numerics(device: str, precision: str, batch: int | None = None) -> str:
     """What besides the model decides an embedding's bits: ``cpu-AVX512`` / ``cuda-<device name>``,
-    the autocast precision, ENCODE_BATCH and the torch version (see module doc)."""
+    the autocast precision, the pass size (``encode_batch(device)`` unless given) and the torch
+    version (see module doc)."""
     torch = _torch()
     kind = device.split(":")[0]
+    batch = encode_batch(device) if batch is None else int(batch)
     if kind == "cuda":
         where = f"cuda-{torch.cuda.get_device_name(torch.device(device))}"
     elif kind == "cpu":
         where = f"cpu-{torch.backends.cpu.get_cpu_capability()}"
     else:
         where = kind
-    return f"{where}|{precision}|b{ENCODE_BATCH}|torch-{torch.__version__}"
+    return f"{where}|{precision}|b{batch}|torch-{torch.__version__}"
 
 
 def _embed_dim(net, preprocess, device: str) -> int:

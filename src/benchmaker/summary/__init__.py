@@ -17,7 +17,7 @@ import polars as pl
 from .. import __version__
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
-from . import charts, stats
+from . import stats
 from .inputs import Corpus, Inputs, load_inputs
 from .outdir import staged_dir
 from .report import Section, write_report
@@ -185,6 +185,8 @@ def run(
         for name, df in tables.items():
             _csv(df, out / f"{name}.csv")
         t1 = time.perf_counter()
+        from . import charts  # altair (~0.5 s of imports): only the stage that draws pays for it
+
         pngs = {
             "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
             "positives_per_query.png": charts.positives_per_query(tables["query_relevancy_stats"]),
