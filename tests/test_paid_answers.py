@@ -69,3 +69,43 @@ def test_second_judge_spend_is_on_record_and_in_the_totals(fake, tmp_path):
     t = cost_summary(read_costs([kw["costs"]]))
     assert t["stage"].to_list() == ["audit_judge2"]
     assert t["cost_usd"].sum() == pytest.approx(fake.billed_usd())
+
+
+def test_gemini_expired_job_billed_rows_are_recorded(monkeypatch, tmp_path, tiny_corpus, caplog):
+    """An expired Gemini job returns nothing (its docs), though what it processed is billed: the
+    job's batchStats count it, the cost file records those rows (reason expired_unreturned) and
+    equals the bill, the log says so, and the rest is sent again."""
+    import logging
+
+    import fake_gemini
+    from openai_helpers import images_frame, write_images
+    from support import TINY_FACETS
+
+    from benchmaker.io import iter_jsonl
+    from benchmaker.vision import run as vision_run
+
+    fake = fake_gemini.start()
+    monkeypatch.setenv("GEMINI_API_KEY", fake_gemini.KEY)
+    caplog.set_level(logging.INFO)
+    try:
+        fake.batch_end, fake.batch_keep = "expired", 3
+        imgs = images_frame(tiny_corpus, 5)
+        kw = {"images": write_images(imgs, tmp_path / "images.jsonl"), "annotations": str(tmp_path / "ann.jsonl"),
+              "losses": str(tmp_path / "loss.jsonl"), "costs": str(tmp_path / "costs.jsonl"), "adapter": "gemini",
+              "settings": {"model": "gemini-2.5-flash", "base_url": fake.base_url, "mode": "batch",
+                           "poll_seconds": 0, "image_max_side": 64, "reasoning_effort": "low"},
+              "facets": TINY_FACETS, "image_root": str(tiny_corpus), "columns": {},
+              "cache_dir": str(tmp_path / "cache"), "ledger": str(tmp_path / "ledger.jsonl")}
+        vision_run(**kw)
+        assert len(list(iter_jsonl(kw["annotations"]))) == 5
+        assert len(fake.bill) == 5 + 3                  # 3 processed in the expired job, paid again
+        costs = list(iter_jsonl(kw["costs"]))
+        unret = [c for c in costs if c.get("reason") == "expired_unreturned"]
+        assert len(unret) == 3 and len(costs) == 8
+        assert sum(c["cost_usd"] for c in costs) == pytest.approx(fake.billed_usd())
+        assert "3 request(s) processed that it did not return" in caplog.text
+        vision_run(**kw)                                 # a rerun: everything from the cache, nothing twice
+        costs2 = list(iter_jsonl(kw["costs"]))
+        assert sum(c["cost_usd"] for c in costs2) == pytest.approx(fake.billed_usd()) and len(fake.bill) == 8
+    finally:
+        fake_gemini.stop(fake)
