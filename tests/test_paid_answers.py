@@ -109,3 +109,64 @@ def test_gemini_expired_job_billed_rows_are_recorded(monkeypatch, tmp_path, tiny
         assert sum(c["cost_usd"] for c in costs2) == pytest.approx(fake.billed_usd()) and len(fake.bill) == 8
     finally:
         fake_gemini.stop(fake)
+
+
+_VISION_CHILD = """
+import sys
+sys.path.insert(0, {src!r})
+from benchmaker.vision import run
+run(**{kw!r})
+"""
+
+
+def test_same_bytes_paid_once_across_concurrent_shards(fake, tmp_path, tiny_corpus):
+    """Two shards whose files differ but become the same upload (the same pixels saved with other PNG
+    settings, an opaque RGBA copy) run at the same time, in two processes: each distinct request is
+    paid once (a claim on the bytes sent, shared through the cache), every image is annotated, and
+    the cost files together equal the bill."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from openai_helpers import SETTINGS, images_frame, write_images
+    from PIL import Image
+    from support import TINY_FACETS
+
+    from benchmaker.io import iter_jsonl
+
+    root = tmp_path / "corpus"
+    srcs = [p for p in sorted(tiny_corpus.rglob("*.jpg")) if "broken" not in p.parts][:6]
+    for k, p in enumerate(srcs):
+        im = Image.open(p).convert("RGB")
+        for sub, level in (("a", 1), ("b", 9)):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            if sub == "b" and k % 2:
+                im.convert("RGBA").save(root / sub / f"{k}.png")       # opaque alpha: composited on white
+            else:
+                im.save(root / sub / f"{k}.png", compress_level=level)
+    assert (root / "a" / "0.png").read_bytes() != (root / "b" / "0.png").read_bytes()
+    frame = images_frame(root)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    fake.delay = 0.2
+    procs, kws = [], []
+    for sub in ("a", "b"):
+        imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
+        d = tmp_path / sub
+        d.mkdir()
+        kw = {"images": write_images(imgs, d / "images.jsonl"), "annotations": str(d / "ann.jsonl"),
+              "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"), "adapter": "openai",
+              "settings": {**SETTINGS, "base_url": fake.base_url, "concurrency": 3}, "facets": TINY_FACETS,
+              "image_root": str(root), "columns": {}, "cache_dir": str(tmp_path / "cache"),
+              "ledger": str(d / "ledger.jsonl")}
+        kws.append(kw)
+        procs.append(subprocess.Popen([sys.executable, "-c", _VISION_CHILD.format(src=src, kw=kw)],
+                                      env={**os.environ, "OPENAI_API_KEY": "sk-test"}))
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert len(fake.bill) == 6                                   # 12 images, 6 distinct uploads
+    costs = [c for kw in kws for c in iter_jsonl(kw["costs"])]
+    assert sum(not c["cached"] for c in costs) == 6 and len(costs) == 12
+    assert sum(c["cost_usd"] for c in costs) == pytest.approx(fake.billed_usd())
+    for kw in kws:
+        assert len(list(iter_jsonl(kw["annotations"]))) == 6
+    assert not [p for p in (tmp_path / "cache" / "claims").rglob("*") if p.is_file()]   # all released

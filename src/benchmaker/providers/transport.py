@@ -72,14 +72,18 @@ class SyncTransport:
             return Outcome(False, reason="api_error", detail=str(exc)[:500])
         return self._parse(resp)
 
-    def map(self, jobs: Iterable[T], render: Callable[[T], dict]) -> Iterator[tuple[T, Outcome]]:
-        """Send ``render(job)`` for every job with bounded concurrency; yields (job, outcome) as done."""
+    def map(self, jobs: Iterable[T], render: Callable[[T], dict | Outcome]) -> Iterator[tuple[T, Outcome]]:
+        """Send ``render(job)`` for every job with bounded concurrency; yields (job, outcome) as done.
+        ``render`` may return an :class:`Outcome` instead of a body: the job's answer is known
+        without sending anything (another job paid for the same bytes)."""
 
         def one(job: T) -> tuple[T, Outcome]:
             try:
                 body = render(job)
             except Exception as exc:  # an unreadable image: a loss, not a crash
                 return job, Outcome(False, reason="bad_input", detail=f"{type(exc).__name__}: {exc}")
+            if isinstance(body, Outcome):
+                return job, body
             return job, self.send(body)
 
         jobs = list(jobs)
