@@ -89,6 +89,8 @@ if AUDIT_ON:
                 image_root=IMAGE_ROOT,
                 columns=COLUMNS,
                 cache_dir=f"{config['paths']['results']}/.cache/judge-audit/{AUDIT['second_judge']['name']}",
+                # crash-safe record of every paid request (providers/ledger.py): outside the outputs
+                ledger=f"{RESULTS}/.ledger/audit-judge2/{AUDIT['second_judge']['name']}.jsonl",
                 version=stage_version("audit_judge2"),
             script:
                 "../scripts/audit_judge2.py"

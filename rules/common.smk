@@ -125,7 +125,14 @@ def cost_files(wildcards=None):
         expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS)
         + [f"{RESULTS}/costs/judge.jsonl"]
         + evaluate_cost_files()
+        + judge2_cost_files()
     )
+
+
+def judge2_cost_files():
+    """The second judge's cost file when the audit runs one (the summary waits for the audit's
+    report then anyway, so this adds no job to its DAG); rules/audit_common.smk."""
+    return [f"{JUDGE2_DIR}/costs.jsonl"] if AUDIT_ON and JUDGE2 else []
 
 
 def similarity_weight_inputs(wildcards):

@@ -9,8 +9,12 @@ SUCCEEDED, one step per ``GET`` (``steps``). Failure injection: ``fail(body) -> 
 ``invalid_json``, ``schema``, ``max_tokens``, ``safety``, ``blocked``, ``http_400``, ``http_500``,
 ``http_503``; ``rate_limit`` (the next N generateContent calls answer 429 RESOURCE_EXHAUSTED with a
 ``RetryInfo`` delay of ``retry_delay``); ``batch_end`` (the next job to finish ends ``EXPIRED`` /
-``FAILED`` / ``CANCELLED`` with only its first ``batch_keep`` requests answered). ``log`` holds
-(method, path, json body) of every request, ``headers`` the headers.
+``FAILED`` / ``CANCELLED`` with only its first ``batch_keep`` requests processed). As the Batch API
+page says (https://ai.google.dev/gemini-api/docs/batch-api, "Job status": an expired job "will not
+have any results to retrieve"), an ``EXPIRED`` job returns no output, though the requests it processed
+are billed; its ``batchStats`` say how many. ``log`` holds (method, path, json body) of every request,
+``headers`` the headers; ``bill`` every billed model call (usage and USD at the list price, half for
+batch rows), which tests compare with the cost files.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import support
 KEY = "gm-test-key-0123456789"
 USAGE = {"promptTokenCount": 1000, "cachedContentTokenCount": 200, "candidatesTokenCount": 100,
          "thoughtsTokenCount": 50}
+# the provider's list prices, USD per 1M tokens (input, cached input, output); batch rows cost half
+PRICES = {"gemini-2.5-flash": (0.30, 0.03, 2.50)}
 
 
 def instance(schema: dict, path: str = "") -> Any:
@@ -112,6 +118,7 @@ class Fake:
         self.batch_end: str | None = None
         self.batch_keep = 0
         self.usage = dict(USAGE)
+        self.bill: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
 
     @property
@@ -124,13 +131,24 @@ class Fake:
     def generate_calls(self) -> list[dict]:
         return [b for m, p, b in self.log if m == "POST" and p.endswith(":generateContent")]
 
-    def respond(self, req: dict) -> tuple[int, dict]:
-        """(status, body) of one model call, honouring ``fail``."""
+    def billed_usd(self) -> float:
+        return sum(b["usd"] for b in self.bill)
+
+    def _charge(self, model: str, mode: str) -> None:
+        u = self.usage
+        p_in, p_cached, p_out = PRICES.get(model.removeprefix("models/"), (0.0, 0.0, 0.0))
+        usd = ((u["promptTokenCount"] - u["cachedContentTokenCount"]) * p_in + u["cachedContentTokenCount"] * p_cached
+               + (u["candidatesTokenCount"] + u["thoughtsTokenCount"]) * p_out) / 1e6
+        self.bill.append({"model": model, "mode": mode, "usd": usd * (0.5 if mode == "batch" else 1.0)})
+
+    def respond(self, req: dict, model: str = "", mode: str = "sync") -> tuple[int, dict]:
+        """(status, body) of one model call, honouring ``fail``; a 200 is billed."""
         kind = self.fail(req)
         if kind in ("http_400", "http_500", "http_503"):
             code = int(kind[5:])
             status = {400: "INVALID_ARGUMENT", 500: "INTERNAL", 503: "UNAVAILABLE"}[code]
             return code, {"error": {"code": code, "message": f"fake {status.lower()}", "status": status}}
+        self._charge(model, mode)
         usage = dict(self.usage)
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["candidatesTokenCount"] + usage[
             "thoughtsTokenCount"]
@@ -162,6 +180,8 @@ class Fake:
               "model": b["model"], "displayName": b["displayName"], "state": b["state"],
               "createTime": b["createTime"], "name": b["name"]}
         out: dict[str, Any] = {"name": b["name"], "metadata": md}
+        if "stats" in b:
+            md["batchStats"] = b["stats"]
         if "output" in b:
             md["output"] = b["output"]
             out["done"] = True
@@ -189,11 +209,17 @@ class Fake:
             reqs = reqs[: self.batch_keep]
         rows = []
         for r in reqs:
-            code, body = self.respond(r["request"])
+            code, body = self.respond(r["request"], b["model"], "batch")
             if code == 200:
                 rows.append({"response": body, "metadata": r.get("metadata") or {}})
             else:
                 rows.append({"error": body["error"], "metadata": r.get("metadata") or {}})
+        ok = sum("response" in r for r in rows)
+        b["stats"] = {"requestCount": str(len(b["_requests"])), "successfulRequestCount": str(ok),
+                      "failedRequestCount": str(len(rows) - ok),
+                      "pendingRequestCount": str(len(b["_requests"]) - len(rows))}
+        if state == "BATCH_STATE_EXPIRED":
+            rows = []                       # processed and billed, but an expired job returns nothing
         b["output"] = {"inlinedResponses": {"inlinedResponses": rows}}
         if state == "BATCH_STATE_FAILED":
             b["error"] = {"code": 13, "message": "fake batch failure"}
@@ -243,7 +269,7 @@ def _handler(fake: Fake):
                             "status": "RESOURCE_EXHAUSTED",
                             "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
                                          "retryDelay": fake.retry_delay}]}})
-                code, out = fake.respond(body)
+                code, out = fake.respond(body, m.group(1), "sync")
                 return self._send(code, out)
             if method == "POST" and m:
                 batch = body["batch"]

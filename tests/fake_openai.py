@@ -9,7 +9,8 @@ kind), ``rate_limit`` (next N sync calls answer 429 with Retry-After), ``expire_
 expires with only its first K requests answered), ``faults`` (a list of (method, path regex, status)
 consumed in order: the next matching call of *any* endpoint answers that status, 429 with
 Retry-After), ``drop_after_billing`` (the next N sync calls are billed, then the connection is
-closed without an answer). Every request is logged in ``log``; every answered model call is billed
+closed without an answer), ``hold_after`` (sync calls billed after the first N wait for ``release``:
+requests in flight, for kill tests). Every request is logged in ``log``; every answered model call is billed
 in ``bill`` (usage and USD at the model's list price, half for batch rows), which tests compare
 with the cost files.
 """
@@ -121,6 +122,10 @@ class Fake:
         self.drop_after_billing = 0
         self.bill: list[dict] = []
         self.delay = 0.0                     # seconds each sync call takes
+        # sync calls billed after the first ``hold_after`` are held (not answered) until ``release`` is
+        # set: a deterministic "in flight" for kill tests
+        self.hold_after: int | None = None
+        self.release = threading.Event()
         self.count_tokens = False            # usage from the request (tokens_of) instead of USAGE
         self.reasoning_tokens = 64
         self.prefixes: dict[tuple, set] = {}
@@ -398,10 +403,13 @@ def _handler(fake: Fake):
                         self.close_connection = True
                         self.connection.shutdown(2)
                         return None
-                    if fake.delay:
+                    held = fake.hold_after is not None and len(fake.bill) > fake.hold_after
+                    if fake.delay or held:
                         fake.lock.release()
                         try:
                             time.sleep(fake.delay)
+                            if held:
+                                fake.release.wait()
                         finally:
                             fake.lock.acquire()
                     return self._send(code, out)
@@ -454,4 +462,5 @@ def start(steps: int = 3) -> Fake:
 
 
 def stop(fake: Fake) -> None:
+    fake.release.set()
     support.shutdown(fake.server)

@@ -101,3 +101,5 @@ def test_second_judge_scope_decides_its_inputs(tmp_path, tiny_corpus, tiny_clip)
     whole = edges("all")
     assert ("audit_sample", "audit_judge2") not in whole and ("audit_judge2", "audit_report") in whole
     assert ("plan", "audit_judge2") in whole
+    # the second judge's spend is in every total: its cost file is one of the summary's and the export's
+    assert ("audit_judge2", "summary") in sample and ("audit_judge2", "summary") in whole

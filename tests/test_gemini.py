@@ -321,7 +321,9 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
         assert i not in blob and i.split("/")[1] not in blob
     assert "CC0" not in blob and "tiny_q000" not in blob
     schemas = [b["generationConfig"]["responseJsonSchema"] for b in bodies]
-    assert schemas[0] == schemas[1]                 # one schema for every query: a stable prefix
+    for b, sch in zip(bodies, schemas):             # one schema per pool size: a stable prefix
+        key = sch["properties"]["judgments"]["items"]["properties"]["key"]
+        assert key["enum"] == sorted(fake_gemini.data_keys(fake_gemini.request_text(b)))
     assert schemas[0]["properties"]["judgments"]["items"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
     assert sorted(len(fake_gemini.data_keys(fake_gemini.request_text(b))) for b in bodies) == [2, 4]
     # the rerun is served by the cache

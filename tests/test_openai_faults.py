@@ -16,7 +16,7 @@ from pathlib import Path
 
 import fake_openai
 import pytest
-from openai_helpers import SETTINGS, images_frame, write_images
+from openai_helpers import SETTINGS, SYNC_COST, images_frame, write_images
 from support import TINY_FACETS
 
 from benchmaker.formats import FacetModel
@@ -202,12 +202,13 @@ def _sync_kw(tmp: Path, corpus: Path, fake, images: str) -> dict:
                 "ledger": str(tmp / "ledger" / "00000.jsonl")}
 
 
-def _kill_when(proc: subprocess.Popen, cond, timeout: float = 60.0) -> None:
+def _kill_when(proc: subprocess.Popen, cond, timeout: float = 60.0, grace: float = 0.0) -> None:
     t0 = time.monotonic()
     while not cond():
         assert proc.poll() is None, "the child finished before it could be killed"
         assert time.monotonic() - t0 < timeout
         time.sleep(0.02)
+    time.sleep(grace)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
 
@@ -243,6 +244,39 @@ def test_kill_9_during_sync_run_then_rerun_costs_equal_bill(fake, tmp_path, tiny
     t = cost_summary(read_costs([kw["costs"]]))
     assert t["cost_usd"].sum() == pytest.approx(_paid(costs))
     assert t["cost_usd_last_run"].sum() == pytest.approx(sum(c["cost_usd"] for c in costs if c["last_run"]))
+
+
+def test_kill_9_sync_concurrency_8_loses_only_what_is_in_flight(fake, tmp_path, tiny_corpus):
+    """Concurrency 8, killed after N billed answers: every answer that arrived is in the ledger and the
+    cache (at most the requests in flight are missing), and the rerun pays again only for those."""
+    imgs = images_frame(tiny_corpus)
+    n = imgs.height
+    images = write_images(imgs, tmp_path / "images.jsonl")
+    kw = _sync_kw(tmp_path, tiny_corpus, fake, images)
+    kw["settings"] = {**kw["settings"], "concurrency": 8}
+    fake.delay = 0.05
+    fake.hold_after = 13                                    # the 14th and later calls: billed, held
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+    proc = subprocess.Popen([sys.executable, "-c", _SYNC_CHILD.format(src=SRC, kw=kw)], env=env)
+    # all 8 workers wait on a billed request; a moment for the child to handle what it received
+    _kill_when(proc, lambda: len(fake.bill) >= 13 + 8, grace=0.5)
+    billed = len(fake.bill)
+    assert billed == 21 < n
+    on_record = [r for r in iter_jsonl(kw["ledger"]) if "rid" in r]
+    cached = [p for p in (tmp_path / "cache").rglob("*.json") if "wire" not in p.parts]
+    # every answer that arrived is on record and cached; missing: only the 8 requests in flight
+    assert len(on_record) == len(cached) == 13, (billed, len(on_record), len(cached))
+    missing = billed - len(on_record)
+    fake.release.set()
+    fake.hold_after = None
+    fake.delay = 0.0
+    vision_run(**kw)                                        # the README's resume: run again
+    costs = _costs(kw["costs"])
+    assert len(list(iter_jsonl(kw["annotations"]))) == n
+    assert len(fake.bill) == n + missing                    # paid twice: only the ones in flight
+    paid = [c for c in costs if not c["cached"]]
+    assert len(paid) == n
+    assert _paid(costs) == pytest.approx(SYNC_COST * n)
 
 
 _COLLECT_CHILD = """
@@ -336,9 +370,10 @@ def test_estimate_within_10_percent_before_and_after_a_partial_run(fake, tmp_pat
     assert before["usd"] == pytest.approx(billed, rel=0.10)
     # a partial run: drop a third of the cached answers, then the estimate prices only those
     cache = tmp_path / "results" / ".cache" / "vision"
-    entries = sorted(p for p in cache.rglob("*.json"))
+    entries = sorted(p for p in cache.rglob("*.json") if "wire" not in p.parts)
     for p in entries[::3]:
         p.unlink()
+    shutil.rmtree(cache / "wire")             # the answers by sent bytes too (providers/claims.py)
     after = estimate(load_config(str(config)))[0]
     assert after["requests"] == len(entries[::3]) and after["cached"] == len(entries) - len(entries[::3])
     r = snakemake(["--cores", "2", f"{res}/annotations.jsonl", "--forcerun", "vision"], tmp_path, config, env=env)

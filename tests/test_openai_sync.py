@@ -199,8 +199,20 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     assert "CC0" not in blob and "tiny_q000" not in blob
     schemas = [b["text"]["format"]["schema"] if api == "responses" else b["response_format"]["json_schema"]["schema"]
                for b in bodies]
-    # one schema for every query (it leads the cacheable prefix); the keys come with the data
-    assert schemas[0] == schemas[1]
+    # one schema for every query with a pool of the same size (it leads the cacheable prefix): the keys
+    # are positional, and the schema allows exactly the keys of the request's data
+    for b, sch in zip(bodies, schemas):
+        enum = sch["properties"]["judgments"]["items"]["properties"]["key"]["enum"]
+        assert enum == sorted(fake_openai.data_keys(fake_openai.request_text(b))) == [f"c{i:02d}" for i in
+                                                                                      range(1, len(enum) + 1)]
+    assert judge_spec_schema(4) is judge_spec_schema(4)
+    from benchmaker.providers.parse import validate_answer
+
+    ok = {"query_text": "q", "judgments": [{"key": "c04", "label": 1, "rationale": "r"}]}
+    assert validate_answer(ok, judge_spec_schema(4)) is None
+    # a key outside the pool breaks the schema itself: a model that follows it cannot write one
+    bad = {"query_text": "q", "judgments": [{"key": "c05", "label": 1, "rationale": "r"}]}
+    assert validate_answer(bad, judge_spec_schema(4)) is not None
     one = schemas[0]["properties"]["judgments"]["items"]
     assert one["required"] == ["key", "label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
     assert sorted(len(fake_openai.data_keys(fake_openai.request_text(b))) for b in bodies) == [2, 4]
@@ -210,6 +222,12 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     assert out.filter(pl.col("query_id") == "tiny_q0002")["seed_not_relevant"].all()
     assert out["rationale"].drop_nulls().len() == 6
     assert sum(r["cost_usd"] for r in j.costs) == pytest.approx(2 * SYNC_COST)
+
+
+def judge_spec_schema(n: int) -> dict:
+    from benchmaker.judge.prompts import _schema
+
+    return _schema(True, True, n)
 
 
 def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_corpus):

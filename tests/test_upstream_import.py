@@ -24,9 +24,11 @@ def upstream_toml(root: Path, corpus: Path, outputs: Path) -> Path:
 benchmark_name = "Tiny Upstream Bench"
 benchmark_description = "A benchmark made with imsearch_benchmaker"
 benchmark_author = "Ada Lovelace"
-_email = "ada@example.org"
-_affiliation = "Analytical Engines"
-_orcid = "0000-0000-0000-0001"
+_email = "hub-login@example.org"
+benchmark_author_email = "ada@example.org"
+benchmark_author_affiliation = "Analytical Engines"
+benchmark_author_orcid = "0000-0000-0000-0001"
+_github = "ada"
 log_level = "DEBUG"
 column_image = "image"
 column_query_id = "query_id"
@@ -149,7 +151,7 @@ def test_config_conversion(upstream, tmp_path, capsys):
     for s in ("_openai_api_key", "_hf_token", "_email"):
         assert f"warning: secret {s} dropped" in text or f"secret vision_config.{s}" in text
     written = out.read_text()
-    for secret in ("sk-upstream-secret", "hf_secret_token_value", "ada@example.org"):
+    for secret in ("sk-upstream-secret", "hf_secret_token_value", "hub-login@example.org"):
         assert secret not in written and secret not in text
     # unknown keys listed, never silently dropped
     assert "unknown upstream key a_key_upstream_never_had" in text
@@ -161,6 +163,8 @@ def test_config_conversion(upstream, tmp_path, capsys):
     author = cfg["benchmark"]["authors"][0]
     assert (author["name"], author["affiliation"], author["orcid"]) == ("Ada Lovelace", "Analytical Engines",
                                                                          "0000-0000-0000-0001")
+    # upstream's benchmark_author_<field> keys (FireBench's config.toml), and the older _<field> form
+    assert (author["email"], author["github"]) == ("ada@example.org", "ada")
     assert cfg["facets"]["taxonomy"] == FACETS["taxonomy"] and cfg["facets"]["boolean"] == ["is_bright"]
     assert cfg["facets"]["tags"]["vocabulary"] == FACETS["tags"]["vocabulary"]
     assert (cfg["facets"]["tags"]["min"], cfg["facets"]["tags"]["max"]) == (2, 4)

@@ -6,11 +6,15 @@ see ``logs.is_user_error`` for the other exception classes treated the same way.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "KeyRejected", "key_rejected"]
+__all__ = ["UserError", "KeyRejected", "NothingToDo", "key_rejected"]
 
 
 class UserError(Exception):
     """A problem with the user's input or environment; the message says how to fix it."""
+
+
+class NothingToDo(UserError):
+    """A stage's input is empty because everything upstream was lost (see ``losses.nothing_to_do``)."""
 
 
 class KeyRejected(UserError):

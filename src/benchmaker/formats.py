@@ -166,9 +166,10 @@ KINDS: dict[str, Spec] = {
             "stage": Str, "item_id": Str, "model": Str, "mode": Str, "input_tokens": Int,
             "cached_input_tokens": Int, "output_tokens": Int, "reasoning_tokens": Int, "cost_usd": Float,
         },
-        optional={"attempt": Int, "cached": Bool, "last_run": Bool},
+        optional={"attempt": Int, "cached": Bool, "last_run": Bool, "reason": Str},
         doc="one row per paid API request (actual usage x price table); cached=true rows cost nothing now; "
-            "every paid request to date across reruns, last_run=true for the rows of the latest run",
+            "every paid request to date across reruns, last_run=true for the rows of the latest run; reason: "
+            "why a request the provider billed returned no answer (e.g. expired_unreturned), else absent",
     ),
     "audit_sample": Spec(
         required={

@@ -79,7 +79,9 @@ NO_EQUIVALENT = {
     "similarity_config.use_safetensors": "open_clip reads safetensors when present",
     "similarity_config.adapter": "similarity always uses open_clip",
 }
+AUTHOR_FIELDS = ("email", "affiliation", "orcid", "github")
 TOP_KEYS = ({"benchmark_name", "benchmark_description", "benchmark_author", "_affiliation", "_orcid", "_github",
+             *(f"benchmark_author_{k}" for k in AUTHOR_FIELDS),
              "image_root_dir", "meta_json", "metadata_jsonl", "image_base_url", "_hf_repo_id", "_hf_private",
              "vision_config", "judge_config", "similarity_config"}
             | set(COLUMN_KEYS) | set(PLAN_KEYS) | set(OUTPUT_PATHS) | {"columns_taxonomy", "columns_boolean"}
@@ -228,10 +230,13 @@ def convert_config(up: Mapping[str, Any], *, results: str = "results") -> tuple[
         rep.mapped.append("benchmark_description -> benchmark.description")
     if up.get("benchmark_author"):
         author = {"name": up["benchmark_author"]}
-        for k in ("affiliation", "orcid", "github"):
-            if up.get(f"_{k}"):
-                author[k] = up[f"_{k}"]
-                rep.mapped.append(f"_{k} -> benchmark.authors[0].{k}")
+        for k in AUTHOR_FIELDS:         # upstream's benchmark_author_<field> (older files: _<field>;
+            # ``_email`` is a secret there, never the author's)
+            for src in (f"benchmark_author_{k}", *((f"_{k}",) if f"_{k}" not in SECRETS else ())):
+                if up.get(src):
+                    author[k] = str(up[src])
+                    rep.mapped.append(f"{src} -> benchmark.authors[0].{k}")
+                    break
         bench["authors"] = [author]
         rep.mapped.append("benchmark_author -> benchmark.authors[0].name")
     cfg["benchmark"] = bench

@@ -7,6 +7,9 @@ the second judge. With ``scope: sample`` the plan is cut down to the sampled pai
 in ``seed_image_ids``). API adapters run in sync mode here, with their own response cache
 (``<paths.results>/.cache/judge-audit/<name>/``), so the same judge configuration under a new name is asked
 again: that measures the judge's consistency with itself instead of reading back its cached answers.
+Each paid request is on record as it arrives in the crash-safe ledger
+(``<paths.results>/.ledger/audit-judge2/<name>.jsonl``), and the cost file
+(``audit/judge2/<name>/costs.jsonl``) is one of the summary's cost files: its spend is in every total.
 
 A judge writes the query text and the labels together, so the second judge labels the same seed and
 candidates under its own query text (for the rules judge, the same text).
@@ -47,7 +50,7 @@ def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, 
         costs: str, adapter: str, settings: Mapping[str, Any], scope: str = "sample", sample: str | None = None,
         facets: Mapping[str, Any],
         image_root: str, columns: Mapping[str, str] | None = None, cache_dir: str | None = None,
-        threads: int = 1, version: str | None = None) -> None:
+        threads: int = 1, version: str | None = None, ledger: str | None = None) -> None:
     from ..judge import run as judge_run
 
     p = read_table("query_plan", plan, columns=columns)
@@ -62,4 +65,5 @@ def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, 
              int(p["candidates"].list.len().sum() or 0), scope)
     judge_run(plan=sub_plan, annotations=annotations, images=images, qrels=qrels, losses=losses, costs=costs,
               adapter=adapter, settings=settings, facets=facets, image_root=image_root, columns=columns,
-              cache_dir=cache_dir, threads=threads, version=version)
+              cache_dir=cache_dir, threads=threads, version=version, ledger=ledger,
+              stage="audit_judge2")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import polars as pl
@@ -179,6 +180,10 @@ def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: st
     p = read_table("query_plan", plan, columns=columns)
     a = read_table("annotations", annotations, columns=columns, facets=fm)
     s = {k: settings[k] for k in SAMPLE_KEYS if k in settings}
+    if not q.height:
+        from ..losses import nothing_to_do
+
+        raise nothing_to_do("audit", f"{qrels} has no judged pair to sample", Path(qrels).parent / "losses")
     df = draw_sample(q, p, a, fm, sample_size=int(s.get("sample_size", 200)), seed=int(s.get("seed", 0)),
                      strata=list(s.get("strata", ["pool", "judge_label"])),
                      min_per_stratum=int(s.get("min_per_stratum", 2)),

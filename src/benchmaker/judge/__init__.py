@@ -131,7 +131,10 @@ def run(
     threads: int = 1,
     version: str | None = None,
     reuse: str | None = None,
+    stage: str = "judge",
 ) -> None:
+    """``stage``: the name on the cost rows (``audit_judge2`` for the audit's second judge, so that
+    the totals tell its spend apart)."""
     fm = FacetModel.from_config(facets)
     plan_df, ann, imgs = read_planned(plan, annotations, images, columns, fm)
     settings = dict(settings)
@@ -144,6 +147,8 @@ def run(
     log.info("judge[%s]: %d planned queries", adapter, plan_df.height)
     todo, reused, reuse_costs = split_reused(plan_df, reuse, graded=graded, columns=columns)
     runner = getattr(judge, "runner", None)
+    if runner is not None:
+        runner.stage = stage
     if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
         from ..vision.openai import attach_ledger
 

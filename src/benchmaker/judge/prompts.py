@@ -5,12 +5,12 @@ candidates under opaque keys ``c01, c02, …`` assigned in a stable pseudo-rando
 a key nor a position reveals which candidate is the seed or which pool it came from. No file name,
 path, id, license or source reaches the judge (optionally, thumbnails of the candidates do).
 
-Layout for prompt caching: the answer schema (the same for every query: judgments are a list of
-``{key, label}``), then the system prompt (instructions, the facet definitions and tag vocabulary, the
-judging rules) and the user prompt are identical across the queries of a run and lead every request;
-the per-query data (seed and candidate descriptions, one table row each; the columns are defined in
-the system prompt) comes last. :func:`check_answer`
-requires every planned key exactly once and nothing else.
+Layout for prompt caching: the answer schema (the same for every query with a pool of the same
+size: judgments are a list of ``{key, label}``, the key one of the pool's positional keys), then the
+system prompt (instructions, the facet definitions and tag vocabulary, the judging rules) and the
+user prompt are identical across the queries of a run and lead every request; the per-query data
+(seed and candidate descriptions, one table row each; the columns are defined in the system prompt)
+comes last. :func:`check_answer` requires every planned key exactly once and nothing else.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ..formats import FacetModel
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
 
 __all__ = ["judge_schema", "default_system_prompt", "default_user_prompt", "candidate_keys", "describe",
-           "judge_spec", "check_answer", "judgments_by_key", "facet_definitions", "SCHEMA_NAME", "GRADED_SCALE"]
+           "judge_spec", "check_answer", "positional_keys", "judgments_by_key", "facet_definitions",
+           "SCHEMA_NAME", "GRADED_SCALE"]
 
 SCHEMA_NAME = "query_and_judgments"
 GRADED_SCALE = ("0 = not relevant, 1 = marginally relevant (shares some aspect but would not satisfy the "
@@ -32,17 +33,21 @@ GRADED_SCALE = ("0 = not relevant, 1 = marginally relevant (shares some aspect b
 def candidate_keys(query_id: str, image_ids: Sequence[str]) -> dict[str, str]:
     """image_id -> opaque key (c01, c02, …), in a stable order that hides seeds and pools."""
     order = sorted(image_ids, key=lambda i: hashlib.sha256(f"{query_id}\x00{i}".encode()).hexdigest())
-    width = max(2, len(str(len(order))))
-    return {img: f"c{n:0{width}d}" for n, img in enumerate(order, 1)}
+    return dict(zip(order, positional_keys(len(order))))
 
 
 def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: bool) -> dict:
-    """The answer schema: the same for every query of a run (``keys`` is ignored), so that it leads
-    every request's cacheable prefix (OpenAI puts the schema before the system message). The planned
-    keys are checked by :func:`check_answer`: each exactly once, nothing else."""
+    """The answer schema. ``keys``: the query's candidate keys, which are positional (``c01`` …
+    ``cNN`` for a pool of N, :func:`candidate_keys`): the schema names them in an enum, so a model that
+    follows it cannot answer for a candidate it was not given, and every query with a pool of the same
+    size gets the very same schema (it leads the cacheable prefix: OpenAI puts the schema before the
+    system message). :func:`check_answer` still requires each key exactly once."""
     label = {"type": "integer", "enum": [0, 1, 2, 3] if graded else [0, 1]}
+    key: dict[str, Any] = {"type": "string"}
+    if keys:
+        key["enum"] = sorted(keys)
     one: dict[str, Any] = {"type": "object", "additionalProperties": False,
-                           "properties": {"key": {"type": "string"}, "label": label}, "required": ["key", "label"]}
+                           "properties": {"key": key, "label": label}, "required": ["key", "label"]}
     if rationale:
         one["properties"]["rationale"] = {"type": "string", "description": "at most 20 words"}
         one["required"] = ["key", "label", "rationale"]
@@ -54,6 +59,12 @@ def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: 
         },
         "required": ["query_text", "judgments"],
     }
+
+
+def positional_keys(n: int) -> list[str]:
+    """The keys of a pool of ``n`` candidates: ``c01`` … (what :func:`candidate_keys` assigns)."""
+    width = max(2, len(str(n)))
+    return [f"c{i:0{width}d}" for i in range(1, n + 1)]
 
 
 def facet_definitions(fm: FacetModel | None) -> list[str]:
@@ -174,7 +185,7 @@ def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candida
             if ref is not None:
                 parts.extend([Text(f"{k}:"), ref])
     return RequestSpec(system=fill_metadata(sys_t, meta_row, meta_cols), parts=tuple(parts),
-                       schema=_schema(graded, rationale),
+                       schema=_schema(graded, rationale, len(by_key)),
                        schema_name=SCHEMA_NAME)
 
 
@@ -188,11 +199,12 @@ def _default_system(fm: FacetModel, graded: bool, rationale: bool) -> str:
     return _MEMO[k][1]
 
 
-def _schema(graded: bool, rationale: bool) -> dict:
-    """One schema object per label kind: serialised and compiled once, shared by every query."""
-    k = ("schema", graded, rationale)
+def _schema(graded: bool, rationale: bool, n: int) -> dict:
+    """One schema object per label kind and pool size: serialised and compiled once, shared by every
+    query with a pool of ``n`` candidates."""
+    k = ("schema", graded, rationale, n)
     if k not in _MEMO:
-        _MEMO[k] = judge_schema(graded=graded, rationale=rationale)
+        _MEMO[k] = judge_schema(positional_keys(n), graded=graded, rationale=rationale)
     return _MEMO[k]
 
 

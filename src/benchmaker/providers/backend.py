@@ -44,6 +44,9 @@ class BatchInfo:
     done: int = 0                    # completed + failed requests so far
     error: str = ""                  # why a batch failed, when the provider says
     raw: dict = field(default_factory=dict)
+    # requests the provider says it processed (answered or failed), once terminal; None = it does not
+    # say. More than the rows it returned: processed and billed without an answer (an expired job)
+    processed: int | None = None
 
 
 class BatchBackend(ABC):

@@ -347,6 +347,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                            "Snakemake should have rebuilt them: rerun the workflow")
     last: dict[int, Outcome] = {}
     failed: set[int] = set()
+    unreturned: dict[str, tuple[int, str]] = {}     # batch id -> (processed, not returned; its status)
+    paid_usage: list = []                           # usage of every paid row read (prices unreturned ones)
     cached = bytearray()                 # per item: 1 when the cache answered it at build time
     with open(manifest, "rb") as man_fh:
         man_lines = (ln for ln in man_fh if ln.strip())
@@ -395,7 +397,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                 else:
                     files = backend.fetch(b, sd)
                     journal.write({"event": "terminal", "batch_id": bid, "status": status, "error": b.error,
-                                   "total": b.total, "files": [str(f) for f in files]})
+                                   "total": b.total, "processed": b.processed, "files": [str(f) for f in files]})
                 # this batch's paid rows go to the ledger once (a re-read after an interruption skips them)
                 record = runner.ledger is None or not runner.ledger.is_done(bid)
                 seen: set[int] = set()
@@ -406,6 +408,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                             continue
                         seen.add(i)
                         attempts[i] = max(attempts[i], min(att, 255))
+                        if oc.paid:
+                            paid_usage.append(oc.usage)
                         obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
                                             record=record)
                         if obj is not None:
@@ -418,6 +422,19 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                     runner.ledger.mark_done(bid)
                 missing = [parse_custom_id(c) for c in _chunk_ids(round_chunks[bid])]
                 missing = [(i, a) for i, a in missing if i not in seen]
+                # what the provider processed (its counts) but did not return: billed by its rules
+                # (docs/openai.md, docs/gemini.md "Billing of batches that end early")
+                n_unret = max(0, b.processed - len(seen)) if status != "completed" and b.processed else 0
+                if n_unret:
+                    unreturned[bid] = (n_unret, status)
+                    log.warning("%s: %s batch %s %s: the provider reports %d request(s) processed that it did not "
+                                "return; they are billed: recorded as %d cost row(s) (reason %s_unreturned) at "
+                                "the mean usage of the answered ones, and sent again", stage, backend.name, bid,
+                                status, n_unret, n_unret, status)
+                elif missing and status != "completed" and b.processed is None:
+                    log.warning("%s: %s batch %s %s: %d request(s) without an answer; the provider may have billed "
+                                "some it did not return (its API does not say how many): compare with its billing "
+                                "console", stage, backend.name, bid, status, len(missing))
                 if missing:
                     errs = b.error
                     reason = {"failed": "batch_failed", "expired": "batch_expired",
@@ -430,6 +447,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                     log.warning("%s: batch %s %s: %d request(s) without an answer (%s)", stage, bid, status,
                                 len(missing), reason)
             runner.cache.flush()                        # publish this round's answers before any wait
+            _record_unreturned(runner, unreturned, paid_usage)
             retry = sorted(i for i in failed if last[i].reason in RETRYABLE and attempts[i] < runner.max_attempts)
             if not retry:
                 break
@@ -455,6 +473,33 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, n_done, n_lost,
              runner.cost_count, runner.cost_total)
     return results
+
+
+def _record_unreturned(runner: Runner, unreturned: dict[str, tuple[int, str]], paid_usage: Sequence) -> None:
+    """Cost rows for requests a provider processed (and bills) without returning them: one per request,
+    ``item_id`` "(not returned)", ``reason`` ``<status>_unreturned``, at the mean usage of the paid rows
+    read so far (the provider says how many, not which). Their ``rid`` (``<batch>/unreturned-<k>``) is
+    fixed, so a rerun after an interruption does not count them twice (the ledger keeps the first)."""
+    from .cost import Usage, cost_row
+
+    if not unreturned or not paid_usage:
+        return                                       # priced once some answer tells the usage
+    n = len(paid_usage)
+    tot = Usage()
+    for u in paid_usage:
+        tot = tot + u
+    mean = Usage(round(tot.input_tokens / n), round(tot.cached_input_tokens / n), round(tot.output_tokens / n),
+                 round(tot.reasoning_tokens / n))
+    for bid, (k, status) in sorted(unreturned.items()):
+        for j in range(k):
+            row = cost_row(stage=runner.stage, item_id="(not returned)", model=runner.llm.model, mode="batch",
+                           usage=mean, price=runner.price, batch_discount=runner.batch_discount, attempt=0)
+            row["reason"] = f"{status}_unreturned"
+            rid = f"{bid}/unreturned-{j}"
+            if runner.ledger is not None and runner.ledger.has(rid):
+                continue
+            runner._cost(row, rid)
+    unreturned.clear()
 
 
 # -- all three in one call (library use, and adapters whose plain rule runs in batch mode) -------------

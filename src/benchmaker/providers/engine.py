@@ -30,6 +30,7 @@ class Item:
     spec: RequestSpec
     check: Callable[[dict], str | None] | None = None
     key: str = ""
+    wire: str = ""          # the key of the bytes actually sent (providers/claims.py), once rendered
 
 
 class Runner:
@@ -135,10 +136,48 @@ class Runner:
             outcome.ok, outcome.reason, outcome.detail = False, "schema_violation", problem
             return None
         u = outcome.usage
-        self.cache.put(item.key, {"answer": outcome.obj, "model": self.llm.model, "usage": {
+        rec = {"answer": outcome.obj, "model": self.llm.model, "usage": {
             "input_tokens": u.input_tokens, "cached_input_tokens": u.cached_input_tokens,
-            "output_tokens": u.output_tokens, "reasoning_tokens": u.reasoning_tokens}})
+            "output_tokens": u.output_tokens, "reasoning_tokens": u.reasoning_tokens}}
+        self.cache.put(item.key, rec)
+        if item.wire:                   # the same bytes sent by another item / job find it too
+            self.wire_cache.put(item.wire, rec)
         return outcome.obj
+
+    @property
+    def wire_cache(self) -> ResponseCache:
+        """Answers by the bytes actually sent (``<cache>/wire/``, providers/claims.py), beside the
+        content-keyed cache: what another job paid for the same request bytes."""
+        if getattr(self, "_wire_cache", None) is None:
+            self._wire_cache = ResponseCache(self.cache.dir / "wire" if self.cache.dir is not None else None)
+        return self._wire_cache
+
+    def _wire_answer(self, item: Item) -> dict | None:
+        """A valid cached answer to the very bytes of ``item``'s request (paid by another job)."""
+        rec = self.wire_cache.get(item.wire) if item.wire else None
+        obj = rec.get("answer") if rec else None
+        if not isinstance(obj, dict) or validate_answer(obj, item.spec.schema, item.check) is not None:
+            return None
+        return obj
+
+    def _claimed_render(self, claims):
+        """``render`` for the sync transport: each distinct request body is sent by one job only
+        (providers/claims.py); an item whose bytes another job answers (or is answering) gets that
+        answer as an unpaid :class:`Outcome` (``reason`` "shared")."""
+
+        def render(item: Item) -> dict | Outcome:
+            from .claims import wire_key
+
+            body = self.render(item)
+            item.wire = wire_key(body)
+            obj = self._wire_answer(item)
+            if obj is None and not claims.claim(item.wire):
+                obj = claims.wait(item.wire, lambda: self._wire_answer(item))
+            if obj is not None:
+                return Outcome(True, obj=obj, reason="shared")
+            return body
+
+        return render
 
     def render(self, item: Item) -> dict:
         return render_body(item.spec, self.llm)
@@ -171,17 +210,37 @@ class Runner:
 
             transport = SyncTransport(self.client, self.llm.api, concurrency=int(self.settings.get("concurrency", 8)),
                                       policy=self.policy)
+        from .claims import Claims
+
+        claims = Claims(self.cache.dir)
+        try:
+            self._send_sync(pending, same, results, losses, transport, claims, items)
+        finally:
+            claims.release_all()
+        if claims.waited:
+            log.info("%s: %d request(s) answered by another job that sent the same bytes", self.stage,
+                     claims.waited)
+        return results
+
+    def _send_sync(self, pending, same, results, losses, transport, claims, items) -> None:
         last: dict[str, Outcome] = {}
         attempts_of: dict[str, int] = {}
+        render = self._claimed_render(claims)
         for attempt in range(1, self.max_attempts + 1):
             if not pending:
                 break
             failed: list[Item] = []
             bar = progress(total=len(pending), desc=f"{self.stage} attempt {attempt}", unit="req")
-            for it, outcome in transport.map(pending, self.render):
+            for it, outcome in transport.map(pending, render):
                 bar.update(1)
                 attempts_of[it.item_id] = attempt
+                if outcome.reason == "shared":      # another job paid for these bytes: as from the cache
+                    self._cost(cost_row(stage=self.stage, item_id=it.item_id, model=self.llm.model, mode="sync",
+                                        usage=outcome.usage, price=self.price, batch_discount=self.batch_discount,
+                                        attempt=0, cached=True))
+                    outcome.reason = None
                 obj = self.settle(it, outcome, attempt=attempt, mode="sync")
+                claims.release(it.wire)
                 if obj is None:
                     last[it.item_id] = outcome
                     if outcome.reason != "bad_input":
@@ -203,7 +262,6 @@ class Runner:
             for it in (by_id[item_id], *same.get(by_id[item_id].key, ())):
                 losses.add(self.item_type, it.item_id, oc.reason or "api_error", oc.detail,
                            attempts=attempts_of.get(item_id, 1))
-        return results
 
 
 def _usage(rec: dict):

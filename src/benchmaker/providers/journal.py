@@ -100,7 +100,8 @@ class Journal:
             if r.get("event") == "terminal" and r.get("batch_id") == batch_id:
                 if all(Path(f).exists() for f in r.get("files") or []):
                     return BatchInfo(batch_id, r["status"], int(r.get("total") or 0), int(r.get("total") or 0),
-                                     r.get("error") or "", {"files": list(r.get("files") or [])})
+                                     r.get("error") or "", {"files": list(r.get("files") or [])},
+                                     processed=r.get("processed"))
         return None
 
     def round_digests(self, rnd: int) -> list[str] | None:

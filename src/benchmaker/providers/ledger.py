@@ -70,6 +70,7 @@ class CostLedger:
         self._fh = None
         self._last_sync = 0.0
         self._done: set[str] | None = None
+        self._rids: set[str] | None = None
         self.appended = 0
         self.run = run_id()                  # one job execution = one run
 
@@ -89,6 +90,8 @@ class CostLedger:
         fh.write(fast_dumps(rec).encode("utf-8") + b"\n")
         fh.flush()
         self.appended += 1
+        if self._rids is not None:
+            self._rids.add(rec["rid"])
         now = time.monotonic()
         if sync or now - self._last_sync > self.sync_seconds:
             os.fsync(fh.fileno())
@@ -107,6 +110,12 @@ class CostLedger:
         if self._done is None:
             self._done = {r["done"] for r in self._records() if "done" in r}
         return batch_id in self._done
+
+    def has(self, rid: str) -> bool:
+        """Whether a row with this ``rid`` is on record (rows with a fixed rid: written at most once)."""
+        if self._rids is None:
+            self._rids = {r["rid"] for r in self._records() if "rid" in r}
+        return rid in self._rids
 
     def close(self) -> None:
         if self._fh is not None:
@@ -149,6 +158,8 @@ class CostLedger:
 
 _COST_COLS = ("stage", "item_id", "model", "mode", "input_tokens", "cached_input_tokens", "output_tokens",
               "reasoning_tokens", "cost_usd", "attempt", "cached")
+# written only when set: why a provider billed a request that returned no answer (``expired_unreturned``)
+_OPTIONAL_COLS = ("reason",)
 
 
 def write_cost_file(path: str, ledger: CostLedger | None, run_rows: Iterable[dict]) -> int:
@@ -164,6 +175,9 @@ def write_cost_file(path: str, ledger: CostLedger | None, run_rows: Iterable[dic
             row["cached"] = bool(row["cached"])
             row["attempt"] = int(row["attempt"] or 0)
             row["last_run"] = last
+            for k in _OPTIONAL_COLS:
+                if r.get(k) is not None:
+                    row[k] = r[k]
             fh.write(fast_dumps(row).encode("utf-8") + b"\n")
             n += 1
     return n

@@ -72,14 +72,18 @@ class SyncTransport:
             return Outcome(False, reason="api_error", detail=str(exc)[:500])
         return self._parse(resp)
 
-    def map(self, jobs: Iterable[T], render: Callable[[T], dict]) -> Iterator[tuple[T, Outcome]]:
-        """Send ``render(job)`` for every job with bounded concurrency; yields (job, outcome) as done."""
+    def map(self, jobs: Iterable[T], render: Callable[[T], dict | Outcome]) -> Iterator[tuple[T, Outcome]]:
+        """Send ``render(job)`` for every job with bounded concurrency; yields (job, outcome) as done.
+        ``render`` may return an :class:`Outcome` instead of a body: the job's answer is known
+        without sending anything (another job paid for the same bytes)."""
 
         def one(job: T) -> tuple[T, Outcome]:
             try:
                 body = render(job)
             except Exception as exc:  # an unreadable image: a loss, not a crash
                 return job, Outcome(False, reason="bad_input", detail=f"{type(exc).__name__}: {exc}")
+            if isinstance(body, Outcome):
+                return job, body
             return job, self.send(body)
 
         jobs = list(jobs)
@@ -87,18 +91,25 @@ class SyncTransport:
             for j in jobs:
                 yield one(j)
             return
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="llm") as ex:
-            # submit in windows so that a huge job list does not hold every pending future at once
-            window = self.concurrency * 4
-            it = iter(jobs)
-            futures = set()
-            from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures import FIRST_COMPLETED, wait
 
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="llm") as ex:
+            # at most ``concurrency`` requests in flight plus as many queued (not sent, so not paid);
+            # every finished request is handed over at once, in the order they finish, so the caller
+            # records its cost and caches its answer before anything else is waited for: a kill loses
+            # at most the requests in flight
+            window = self.concurrency * 2
+            it = iter(jobs)
+            futures: set = set()
             for j in it:
                 futures.add(ex.submit(one, j))
                 if len(futures) >= window:
-                    done, futures = wait(futures, return_when=FIRST_COMPLETED)
-                    for f in done:
-                        yield f.result()
-            for f in futures:
-                yield f.result()
+                    break
+            while futures:
+                done, futures = wait(futures, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield f.result()
+                for j in it:
+                    futures.add(ex.submit(one, j))
+                    if len(futures) >= window:
+                        break

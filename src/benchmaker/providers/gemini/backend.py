@@ -81,7 +81,28 @@ class GeminiBatchBackend(BatchBackend):
         total = int(getattr(stats, "request_count", 0) or 0)
         done = int(getattr(stats, "successful_request_count", 0) or 0) + int(getattr(stats, "failed_request_count", 0)
                                                                            or 0)
-        return BatchInfo(batch_id, status, total, done, msg, {"status": state, "job": b})
+        processed = self._processed(batch_id) if status in ("expired", "cancelled", "failed") else None
+        return BatchInfo(batch_id, status, total, done, msg, {"status": state, "job": b}, processed=processed)
+
+    def _processed(self, batch_id: str) -> int | None:
+        """The job's ``batchStats`` (successful + failed requests) from the REST resource: the SDK's
+        ``BatchJob`` drops them, and they are the only count of what an expired job processed (and
+        billed) without returning it. None when the API does not say."""
+        import json
+
+        api = getattr(self.client, "_api_client", None)
+        if api is None:
+            return None
+        try:
+            resp = self.call(lambda: api.request("get", batch_id, {}, None), f"stats of Gemini batch job {batch_id}")
+            d = json.loads(resp.body or "{}")
+        except Exception as exc:  # noqa: BLE001 - the count is a bonus: without it the log says so
+            log.info("Gemini batch job %s: no batchStats (%s)", batch_id, exc)
+            return None
+        st = (d.get("metadata") or {}).get("batchStats") or d.get("batchStats")
+        if not isinstance(st, dict):
+            return None
+        return int(st.get("successfulRequestCount") or 0) + int(st.get("failedRequestCount") or 0)
 
     def fetch(self, info: BatchInfo, state_dir: Path) -> list[Path]:
         dest = state_dir / "downloads" / f"{info.id.replace('/', '_')}.output.jsonl"

@@ -85,8 +85,9 @@ class OpenAIBatchBackend(BatchBackend):
         rc = b.get("request_counts") or {}
         status = b.get("status")
         errs = "; ".join(str(e.get("message", e)) for e in ((b.get("errors") or {}).get("data") or [])[:3])
+        done = int(rc.get("completed") or 0) + int(rc.get("failed") or 0)
         return BatchInfo(batch_id, status if status in TERMINAL else "running", int(rc.get("total") or 0),
-                         int(rc.get("completed") or 0) + int(rc.get("failed") or 0), errs, b)
+                         done, errs, b, processed=done if status in TERMINAL else None)
 
     def fetch(self, info: BatchInfo, state_dir: Path) -> list[Path]:
         out = []

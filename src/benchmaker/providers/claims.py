@@ -1,0 +1,139 @@
+"""Claims on request contents, shared by every job that uses one response cache: each distinct
+request, keyed by the bytes actually sent (:func:`wire_key`), is paid once per benchmark, whatever
+the shard and whatever runs at the same time.
+
+The response cache is keyed by what decides an answer *before* anything is read (the source image's
+sha256 and how it is sent, :func:`~benchmaker.providers.spec.request_key`), so that deciding what is
+cached never reads an image. Two different files can still become the same request (a 16-bit PNG and
+an 8-bit one of the same photo; RGBA images composited onto white): their rendered bodies are
+byte-identical. So, just before a request is sent, its rendered body is hashed (the *wire key*) and
+
+* if the cache holds an answer under the wire key, that answer is used (nothing is sent);
+* else the job **claims** the wire key: an exclusive create (``O_CREAT | O_EXCL``) of
+  ``<cache>/claims/<k[:2]>/<k>`` holding ``host pid time``. Exactly one job wins; it sends the
+  request, stores the answer under both keys, and removes the claim;
+* a job that finds the key claimed waits for the answer (polling the cache) while the claim lives.
+  A claim whose owner died (same host, no such process) or that is older than ``stale_seconds`` is
+  taken over: renamed away (only one taker succeeds), then claimed again. A claim released without
+  an answer (the owner's request failed) lets a waiter claim and send it itself.
+
+Exclusive create is atomic on local file systems and on NFS v3+, so jobs on several hosts sharing the
+cache directory need no lock server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from ..logs import get_logger
+from .fastjson import dumpb
+
+__all__ = ["Claims", "wire_key"]
+
+log = get_logger("providers.claims")
+_HOST = socket.gethostname()
+
+
+def wire_key(body: Any) -> str:
+    """The key of a request by the bytes actually sent: sha256 of its rendered body's JSON."""
+    data = body if isinstance(body, (bytes, bytearray)) else dumpb(body)
+    return hashlib.sha256(b"benchmaker-wire-v1\n" + data).hexdigest()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Claims:
+    """See the module docstring. ``directory=None``: no cache, so nothing is shared (every claim wins)."""
+
+    def __init__(self, directory: str | os.PathLike | None, *, stale_seconds: float = 3600.0,
+                 poll_seconds: float = 0.2):
+        self.dir = Path(directory) / "claims" if directory else None
+        self.stale_seconds = stale_seconds
+        self.poll_seconds = poll_seconds
+        self.held: set[str] = set()
+        self.won = self.waited = 0
+
+    def _path(self, key: str) -> Path:
+        assert self.dir is not None
+        return self.dir / key[:2] / key
+
+    def claim(self, key: str) -> bool:
+        """True: this job owns ``key`` (send the request, then :meth:`release`)."""
+        if self.dir is None:
+            return True
+        p = self._path(key)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._stale(p):
+                    return False
+                try:                                 # take over: only one taker's rename succeeds
+                    os.replace(p, p.with_name(f".{p.name}.stale-{uuid.uuid4().hex[:8]}"))
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{_HOST} {os.getpid()} {time.time():.3f}\n")
+            self.held.add(key)
+            self.won += 1
+            return True
+        return False
+
+    def _stale(self, p: Path) -> bool:
+        try:
+            host, pid, t = p.read_text().split()[:3]
+            age = time.time() - float(t)
+        except (OSError, ValueError):
+            try:
+                age = time.time() - p.stat().st_mtime
+            except OSError:
+                return True                          # gone meanwhile: try again
+            return age > 5.0                         # a claim being written; else unreadable: stale
+        if host == _HOST and not _alive(int(pid)):
+            return True
+        return age > self.stale_seconds
+
+    def release(self, key: str) -> None:
+        if self.dir is None or key not in self.held:
+            return
+        self.held.discard(key)
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
+
+    def release_all(self) -> None:
+        for k in list(self.held):
+            self.release(k)
+
+    def wait(self, key: str, answered: Callable[[], Any]) -> Any:
+        """Wait while another job holds ``key``: returns ``answered()`` once it is not None, or None
+        when the claim is gone without an answer and this job now owns the key (send it)."""
+        self.waited += 1
+        while True:
+            got = answered()
+            if got is not None:
+                return got
+            if self.claim(key):
+                got = answered()                     # answered just before the release
+                if got is not None:
+                    self.release(key)
+                    return got
+                return None
+            time.sleep(self.poll_seconds)
