@@ -7,6 +7,7 @@ from) are marked "sees what the judge saw".
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,8 @@ __all__ = [
     "card_markdown",
     "copy_results",
     "leaderboard_table",
+    "RUN_FACT_COLUMNS",
+    "run_facts",
     "sage_section",
     "sage_table",
     "summary_section",
@@ -29,6 +32,10 @@ RESULT_FILES = ("leaderboard.csv", "leaderboard.json", "drilldown.csv", "signifi
 JUDGE_NOTE = ("Systems marked \"sees what the judge saw\" read the vision annotator's summaries and tags, the text "
               "the judge labelled from: their scores are optimistic and not comparable to image-only systems.")
 CHARTS = ("leaderboard.png", "quality_vs_latency.png")
+# what varies from run to run (timings): kept in evaluate/ of the results folder and in the dataset's
+# run_facts.json (docs/export.md), left out of the copies in the report and the dataset, and of their tables
+RUN_FACT_COLUMNS = ("images_per_s", "query_latency_ms", "seconds")
+RUN_FACT_KEYS = ("seconds", "timing")
 SAGE_NOTE = ("The same runs scored as the Sage team's evaluator (imsearch_eval) reports them, so they compare with "
              "historical query_eval_metrics.csv files: the judged pools together are the collection (an image in "
              "two pools is two objects), each distinct query text returns the top `limit` objects, and precision, "
@@ -51,7 +58,7 @@ def leaderboard_table(board: pl.DataFrame) -> pl.DataFrame:
         c = _first_k(board, prefix)
         if c:
             keep.append(c)
-    keep += [c for c in ("images_per_s", "query_latency_ms", "cost_usd") if c in board.columns]
+    keep += [c for c in ("cost_usd",) if c in board.columns]  # timings: run facts (RUN_FACT_COLUMNS)
     out = board.select(keep).with_columns(
         pl.when(board["sees_judge_text"].cast(pl.Boolean)).then(pl.lit("yes")).otherwise(pl.lit(""))
         .alias("sees what the judge saw"))
@@ -162,14 +169,39 @@ def _card_sage(leaderboard_csv: Path) -> str:
             "`evaluate/sage/<system>.csv`.\n\n" + md_table(sage_table(board), max_rows=60))
 
 
+def run_facts(leaderboard_csv: str | Path) -> dict:
+    """The timings of the evaluation (what :func:`copy_results` leaves out), per system."""
+    path = Path(leaderboard_csv).parent / "leaderboard.json"
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text())
+    out = {s["name"]: {k: s[k] for k in RUN_FACT_KEYS if k in s} for s in doc.get("systems") or []}
+    if (doc.get("sage") or {}).get("seconds") is not None:
+        out["sage_view_seconds"] = doc["sage"]["seconds"]
+    return out
+
+
 def copy_results(leaderboard_csv: str | Path, dest: Path) -> list[str]:
-    """Copy the result files beside the leaderboard into ``dest``; returns the names copied."""
+    """Copy the result files beside the leaderboard into ``dest`` without their run facts (timings,
+    :data:`RUN_FACT_COLUMNS`: the copies are the same bytes for the same benchmark and systems);
+    returns the names copied."""
     src = Path(leaderboard_csv).parent
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for f in RESULT_FILES:
         if (src / f).is_file():
-            shutil.copyfile(src / f, dest / f)
+            if f == "leaderboard.csv" and (src / f).stat().st_size:
+                board = pl.read_csv(src / f)
+                board.drop([c for c in RUN_FACT_COLUMNS if c in board.columns]).write_csv(dest / f)
+            elif f == "leaderboard.json":
+                doc = json.loads((src / f).read_text())
+                for s in doc.get("systems") or []:
+                    for k in RUN_FACT_KEYS:
+                        s.pop(k, None)
+                (doc.get("sage") or {}).pop("seconds", None)
+                (dest / f).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            else:
+                shutil.copyfile(src / f, dest / f)
             copied.append(f)
     for f in sorted((src / "sage").glob("*.csv")) if (src / "sage").is_dir() else []:
         (dest / "sage").mkdir(exist_ok=True)

@@ -34,6 +34,7 @@ __all__ = [
     "read_run",
     "set_numba_cache",
     "sort_run",
+    "strict_scores",
     "to_ranx_run",
     "write_run",
 ]
@@ -54,11 +55,47 @@ def sort_run(run: pl.DataFrame) -> pl.DataFrame:
     return run.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id").alias("rank"))
 
 
+_SIGN = np.int64(-(2**63))
+_NEG_INF_KEY = np.int64(-0x7FF0000000000000)
+
+
+def _float_keys(x: np.ndarray) -> np.ndarray:
+    """float64 -> int64 keys in the same order, adjacent floats one apart (-0.0 and 0.0 both 0)."""
+    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
+    return np.where(bits < 0, -(bits & np.int64(0x7FFFFFFFFFFFFFFF)), bits)
+
+
+def _key_floats(k: np.ndarray) -> np.ndarray:
+    return np.where(k < 0, (-k) | _SIGN, k).view(np.float64)
+
+
+def strict_scores(run: pl.DataFrame) -> pl.DataFrame:
+    """A sorted run (:func:`sort_run`) with scores made strictly decreasing within each query.
+
+    Tools break score ties differently (trec_eval / pytrec_eval by document id, descending; ranx and
+    the leaderboard by file order), so a run file never holds a tie: each score is lowered to at most
+    the float just below the previous line's score (``min(s_i, nextafter(s'_{i-1}, -inf))``). The
+    order is the canonical one (score descending, ties by image id), only tied and nearly tied scores
+    move, by a few units in the last place, and every tool then reads the same ranking. Only scores of
+    ``-inf`` can stay tied (there is no float below them)."""
+    if not run.height:
+        return run
+    key = _float_keys(run["score"].to_numpy())
+    pos = (run["rank"] - 1).to_numpy().astype(np.int64)
+    lowered = (pl.DataFrame({"q": run["query_id"], "u": key + pos})
+               .select(pl.col("u").cum_min().over("q"))["u"].to_numpy() - pos)
+    lowered = np.maximum(lowered, np.where(key == _NEG_INF_KEY, key, _NEG_INF_KEY + 1))
+    return run.with_columns(pl.Series("score", _key_floats(lowered), dtype=pl.Float64))
+
+
 def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:
-    """Write ``query_id, image_id, score`` as a TREC run (``qid Q0 docid rank score tag``); returns lines."""
+    """Write ``query_id, image_id, score`` as a TREC run (``qid Q0 docid rank score tag``); returns lines.
+
+    Scores are strictly decreasing within a query (:func:`strict_scores`), so trec_eval's tie rule and
+    the file order give the same ranking."""
     if not tag or any(c.isspace() for c in tag):
         raise ValueError(f"run tag {tag!r} must be a non-empty token without whitespace")
-    r = sort_run(run)
+    r = strict_scores(sort_run(run))
     q = pl.Series(r["query_id"].unique().to_list(), dtype=pl.String)
     qmap = dict(zip(q.to_list(), (trec_id(x) for x in q.to_list())))
     d = r["image_id"].unique().to_list()

@@ -32,13 +32,24 @@ from ..losses import Losses
 from ..summary.inputs import Inputs, load_inputs
 from ..summary.outdir import staged_dir
 from .card import render_card
+from .hf_features import arrow_schema
 from .ir_views import MtebCorpusWriter, mteb_configs, write_ir_views
-from .scrub import find_secrets, scrub_config, secret_values
+from .scrub import (
+    find_local_paths,
+    find_secrets,
+    hide_paths,
+    hide_paths_in_folder,
+    local_paths,
+    scrub_config,
+    secret_values,
+)
 
-__all__ = ["run", "build_rows", "card_tables", "counts", "EXPORT_META"]
+__all__ = ["run", "build_rows", "card_tables", "counts", "EXPORT_META", "RUN_FACTS", "run_facts"]
 
 log = get_logger("export")
 EXPORT_META = "dataset_metadata.json"
+# the one published file that differs between two builds of the same benchmark (docs/export.md)
+RUN_FACTS = "run_facts.json"
 ROW_GROUP = 100  # rows per parquet row group (what `datasets` uses for image data)
 IMAGE_META = ("license", "doi", "original_dataset_name", "image_url", "mime_type", "width", "height", "sha256")
 ANNOTATION_COLS = ("summary", "tags", "confidence")
@@ -116,6 +127,13 @@ def build_rows(inp: Inputs, image_root: str | Path) -> tuple[pl.DataFrame, Losse
     return rows, losses, checks
 
 
+def hide_paths_col(rows: pl.DataFrame, col: str, local: Mapping[str, str]) -> pl.Expr:
+    """A string column with local paths in their public form (scrub.hide_paths), untouched when none occurs."""
+    if not any(rows[col].str.contains(path, literal=True).any() for path in local):
+        return pl.col(col)
+    return pl.col(col).map_elements(lambda v: hide_paths(v, local), return_dtype=pl.String)
+
+
 def _plain_type(t):
     import pyarrow as pa
 
@@ -141,7 +159,7 @@ def _schema(sample_disk: pl.DataFrame, image_col: str, image_pos: int):
     features = Features.from_arrow_schema(pa.schema(fields))
     features[image_col] = Image()
     ordered = Features({f.name: features[f.name] for f in fields})
-    return ordered.arrow_schema, ordered
+    return arrow_schema(ordered), ordered
 
 
 class _ImageReader:
@@ -238,7 +256,7 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
     arrow = disk_first.to_arrow()
     schema = pa.schema([pa.field(f.name, _plain_type(f.type)) for f in arrow.schema])
     features = Features.from_arrow_schema(schema)
-    schema = features.arrow_schema
+    schema = arrow_schema(features)
     n_files = max(1, math.ceil(rows.height / rows_per_file))
     for f in range(n_files):
         name = f"data/{split}-{f:05d}-of-{n_files:05d}.parquet"
@@ -252,7 +270,7 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
     images = rows.select("image_id", "sha256").unique("image_id", keep="first", maintain_order=True)
     id_col = columns.get("image_id", "image_id")
     cfeatures = Features({id_col: features[id_col], image_col: Image()})
-    cschema = cfeatures.arrow_schema
+    cschema = arrow_schema(cfeatures)
     image_type = cschema.field(image_col).type
     reader = _ImageReader(Path(image_root), dict(images.iter_rows()))
     n_corpus = max(1, math.ceil(images.height / rows_per_file))
@@ -331,9 +349,8 @@ def card_tables(rows: pl.DataFrame, n_examples: int = 5) -> tuple[pl.DataFrame, 
 
 
 def created_utc() -> str:
-    """The export's creation time (UTC, ISO 8601), the one value that differs between two exports of
-    the same inputs; it lives only in dataset_metadata.json (``created_utc``). ``SOURCE_DATE_EPOCH``
-    (seconds since 1970, reproducible-builds.org) fixes it, making the whole folder byte-identical."""
+    """The export's creation time (UTC, ISO 8601), a run fact: it lives only in run_facts.json
+    (``created_utc``). ``SOURCE_DATE_EPOCH`` (seconds since 1970, reproducible-builds.org) fixes it."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
     if epoch:
         try:
@@ -343,6 +360,40 @@ def created_utc() -> str:
     else:
         when = datetime.now(timezone.utc)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_facts(*, seconds: float, evaluation: str | None = None) -> dict[str, Any]:
+    """What differs between two builds of the same benchmark: when, how long, on what kind of machine
+    (no host or user name). Written as run_facts.json, linked from the card."""
+    import platform
+
+    facts: dict[str, Any] = {
+        "created_utc": created_utc(), "export_seconds": round(seconds, 3),
+        "machine": {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+                    "processor": platform.processor(), "cpu_count": os.cpu_count(),
+                    "python": platform.python_version()},
+    }
+    if evaluation:
+        from ..evaluate.report import run_facts as evaluate_facts
+
+        facts["evaluate"] = evaluate_facts(evaluation)
+    return facts
+
+
+def _published_summary(summary_dir: Path) -> None:
+    """The summary copy without its run facts: the quality-vs-compute chart (timings) and its image
+    lines in report.html / report.md (the chart stays in the results folder's summary)."""
+    import re
+
+    from ..evaluate.report import CHARTS
+
+    chart = f"evaluate/{CHARTS[1]}"
+    (summary_dir / chart).unlink(missing_ok=True)
+    for name, pattern in (("report.html", rf'<img src="{re.escape(chart)}"[^>]*>'),
+                          ("report.md", rf"!\[[^\]]*\]\({re.escape(chart)}\)\n?")):
+        p = summary_dir / name
+        if p.is_file():
+            p.write_text(re.sub(pattern, "", p.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 def run(
@@ -391,7 +442,11 @@ def run(
     if image_col in disk_names:
         raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
     secrets = secret_values(public_config, [settings.get("token_env") or "HF_TOKEN"])
-    cfg_public = scrub_config(dict(public_config or {}), secrets)
+    # local folders (the config's paths, the working and home folders) in a public form (docs/export.md)
+    local = local_paths(public_config, [image_root, Path(dataset).parent])
+    cfg_public = hide_paths(scrub_config(dict(public_config or {}), secrets), local)
+    similarity = hide_paths(dict(similarity or {}), local)
+    rows = rows.with_columns(hide_paths_col(rows, c, local) for c, t in rows.schema.items() if t == pl.String)
     summary_numbers: dict[str, Any] = {}
     if summary and (Path(summary) / "summary.json").is_file():
         summary_numbers = json.loads((Path(summary) / "summary.json").read_text())
@@ -408,6 +463,7 @@ def run(
             raise AssertionError(f"export: wrote {written} rows, expected {rows.height}")
         if summary and Path(summary).is_dir():
             shutil.copytree(summary, out / "summary")
+            _published_summary(out / "summary")
         (out / "summary").mkdir(exist_ok=True)
         cv = pl.DataFrame(flatten_config(cfg_public), schema=["Config Variable", "Value", "Type"], orient="row")
         cv.write_csv(out / "summary" / "config_values.csv")
@@ -450,7 +506,7 @@ def run(
             "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
                          "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
                          "polars": pl.__version__},
-            "created_utc": created_utc(),
+            "run_facts": RUN_FACTS,
         }
         atomic_write_text(out / EXPORT_META, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
         card = render_card(meta=meta, features=features, files=files, split=split, counts=n, checks=checks,
@@ -464,9 +520,15 @@ def run(
 
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)
         atomic_write_text(out / "README.md", card)
+        hide_paths_in_folder(out, local)   # the copied summary, audit and evaluate files
+        atomic_write_text(out / RUN_FACTS, json.dumps(run_facts(seconds=time.perf_counter() - t0,
+                                                                evaluation=evaluation), indent=2) + "\n")
         leaked = find_secrets(out, secrets)
         if leaked:
             raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")
+        named = find_local_paths(out, local)
+        if named:
+            raise RuntimeError(f"export: a local path of this machine appears in {named}; nothing was published")
     log.info("export: %d rows, %d queries, %d images in %d file(s) -> %s (%.1f s)", n["rows"], n["queries"],
              n["images"], len(files), dataset, time.perf_counter() - t0)
     return metadata

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-__all__ = ["scrub_config", "secret_values", "find_secrets", "REDACTED"]
+__all__ = ["scrub_config", "secret_values", "find_secrets", "REDACTED", "local_paths", "hide_paths",
+           "hide_paths_in_folder", "find_local_paths", "parquet_strings"]
 
 REDACTED = "<redacted>"
 SECRET_KEY = re.compile(r"(^|_)(token|secret|password|passwd|api_?key|access_key|secret_key|credentials?|auth)$",
@@ -79,3 +80,147 @@ def find_secrets(folder: str | Path, secrets: list[str]) -> list[str]:
             if any(s.encode() in data for s in secrets):
                 found.append(str(p.relative_to(folder)))
     return found
+
+
+# -- local paths: nothing published names a folder of the machine that built it (docs/export.md) ----------
+
+LOCAL = "<local>"
+
+
+def _path_strings(obj: Any) -> Iterable[str]:
+    if isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from _path_strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _path_strings(v)
+    elif isinstance(obj, str):
+        s = obj.split(":", 1)[1] if obj.startswith(("local-dir:", "file:")) else obj
+        if s.startswith(("/", "~")) and "\n" not in s and len(s) > 1:
+            yield s
+
+
+def local_paths(config: Any = None, extra: Iterable[str | os.PathLike | None] = ()) -> dict[str, str]:
+    """Absolute paths of this machine that may appear in the export, each with its public form.
+
+    The paths named in the (public) config (also ``local-dir:`` model folders), the working folder,
+    the home folder and ``extra`` (the image folder, the results folder), each as given and resolved.
+    Public forms do not depend on where the build ran: a path under the working folder becomes
+    relative (``./images``), one under the home folder ``~/...``, any other ``<local>/<its name>``,
+    so two builds of the same benchmark from different folders publish the same bytes."""
+    cwd = Path.cwd().resolve()
+    home = Path.home().resolve()
+    raw = set(_path_strings(config)) | {str(p) for p in extra if p} | {str(cwd), str(home)}
+    out: dict[str, str] = {}
+    for r in raw:
+        p = Path(os.path.expanduser(r))
+        if not p.is_absolute():
+            p = cwd / p
+        for form in {os.path.abspath(p), os.path.realpath(p)}:
+            if form in ("/", ""):
+                continue
+            f = Path(form)
+            try:
+                rel = f.relative_to(cwd)
+                out[form] = "." if str(rel) == "." else f"./{rel}"
+                continue
+            except ValueError:
+                pass
+            for base, public in ((Path(os.path.realpath(cwd)), "."), (home, "~"), (Path(os.path.realpath(home)), "~")):
+                try:
+                    rel = f.relative_to(base)
+                    out[form] = public if str(rel) == "." else f"{public}/{rel}"
+                    break
+                except ValueError:
+                    continue
+            else:
+                out[form] = f"{LOCAL}/{f.name}"
+    for r in raw:  # "~/x" as written in a config is already public
+        if r.startswith("~"):
+            out.pop(r, None)
+    return out
+
+
+def _pattern(paths: Mapping[str, str]) -> re.Pattern | None:
+    if not paths:
+        return None
+    alts = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+    return re.compile(f"(?:{alts})(?![A-Za-z0-9._-])")
+
+
+def hide_paths(obj: Any, paths: Mapping[str, str]) -> Any:
+    """``obj`` (a string, or a config of nested dicts and lists) with every local path in its public form."""
+    pat = _pattern(paths)
+    if pat is None:
+        return obj
+
+    def one(x: Any) -> Any:
+        if isinstance(x, str):
+            return pat.sub(lambda m: paths[m.group(0)], x)
+        if isinstance(x, Mapping):
+            return {k: one(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [one(v) for v in x]
+        return x
+
+    return one(obj)
+
+
+def hide_paths_in_folder(folder: str | Path, paths: Mapping[str, str]) -> list[str]:
+    """Rewrite every text file under ``folder`` with local paths in their public form; returns the files changed."""
+    pat = _pattern(paths)
+    changed: list[str] = []
+    if pat is None:
+        return changed
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES:
+            text = p.read_text(encoding="utf-8")
+            new = pat.sub(lambda m: paths[m.group(0)], text)
+            if new != text:
+                p.write_text(new, encoding="utf-8")
+                changed.append(str(p.relative_to(folder)))
+    return changed
+
+
+def find_local_paths(folder: str | Path, paths: Mapping[str, str]) -> list[str]:
+    """Files under ``folder`` (text files, and parquet string values and schema metadata) that still
+    name one of ``paths``."""
+    pat = _pattern(paths)
+    if pat is None:
+        return []
+    found = []
+    for p in sorted(Path(folder).rglob("*")):
+        if not p.is_file():
+            continue
+        if p.suffix.lower() in TEXT_SUFFIXES:
+            if pat.search(p.read_text(encoding="utf-8", errors="replace")):
+                found.append(str(p.relative_to(folder)))
+        elif p.suffix.lower() == ".parquet" and any(pat.search(s) for s in parquet_strings(p)):
+            found.append(str(p.relative_to(folder)))
+    return found
+
+
+def parquet_strings(path: str | Path) -> Iterable[str]:
+    """Every string of a parquet file: its schema metadata and every string value of every column
+    (struct fields and lists included; binary image bytes excluded), one row group at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    for v in (f.schema_arrow.metadata or {}).values():
+        yield v.decode("utf-8", "replace")
+
+    def strings(arr) -> Iterable[str]:
+        t = arr.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            yield from (s for s in arr.to_pylist() if s)
+        elif pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                yield from strings(arr.field(i))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            yield from strings(arr.flatten())
+
+    for g in range(f.num_row_groups):
+        tbl = f.read_row_group(g)
+        for col in tbl.columns:
+            yield from strings(col.combine_chunks())

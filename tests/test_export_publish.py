@@ -1,0 +1,249 @@
+"""What is published reads the same in every tool, is reproducible and names nothing of the machine.
+
+* Two builds of the same benchmark from different folders (the real workflow) give byte-identical
+  dataset folders except ``run_facts.json``; nothing in them (text files, parquet values and schema
+  metadata) names a folder, the user or the host that built them.
+* Every run file ranks alike in ranx, pytrec_eval (trec_eval's rules) and the leaderboard.
+* The parquet files carry features metadata that datasets 3.6, 4.x and 5.x read.
+* ``benchmaker mteb`` evaluates a model on the export with mteb and gets the leaderboard's nDCG@10.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import support
+
+USER = "benchuser7q"
+SYSTEMS = ("tiny-clip", "bm25", "fused")
+
+
+# ------------------------------------------------------------------------------------------ fast checks
+@pytest.fixture(scope="module")
+def unit_export(tmp_path_factory, tiny_corpus):
+    from test_export import OPENAI, TOKEN, _export
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_TOKEN", TOKEN)
+        mp.setenv("OPENAI_API_KEY", OPENAI)
+        return _export(tmp_path_factory.mktemp("publish"), tiny_corpus)
+
+
+def _features_types(obj, out: set) -> set:
+    if isinstance(obj, list):
+        for v in obj:
+            _features_types(v, out)
+    elif isinstance(obj, dict):
+        if "_type" in obj:
+            out.add(obj["_type"])
+        for v in obj.values():
+            _features_types(v, out)
+    return out
+
+
+# The feature types each version's generate_from_dict resolves (datasets/features/features.py,
+# `_FEATURE_TYPES` and `generate_from_dict`): 3.6 has no "List" (added in 4.0, which keeps "Sequence"
+# and the JSON-list shorthand for backward compatibility; 5.x the same). A JSON list is read by every
+# version as a list of its one item feature (3.6: `[feature]` -> pa.list_ in get_nested_type).
+READ_BY_ALL = {"Value", "Image", "ClassLabel"}
+
+
+def test_parquet_features_metadata_reads_in_datasets_3_4_5(unit_export):
+    import pyarrow.parquet as pq
+
+    out = unit_export[0]
+    files = sorted(out.rglob("*.parquet"))
+    assert files
+    lists = 0
+    for f in files:
+        meta = json.loads(pq.read_schema(f).metadata[b"huggingface"])["info"]["features"]
+        types = _features_types(meta, set())
+        assert types <= READ_BY_ALL, (f, types)
+        lists += sum(isinstance(v, list) for v in meta.values())
+    assert lists  # the tags column: a list, written in the shorthand every version reads
+
+
+def _probe_script() -> str:
+    return (
+        "import glob, json, sys\nfrom datasets import load_dataset\nfolder = sys.argv[1]\nout = {}\n"
+        "for how in ('folder', 'data_files'):\n"
+        "    ds = (load_dataset(folder, split='test') if how == 'folder' else load_dataset(\n"
+        "        'parquet', data_files=sorted(glob.glob(folder + '/data/*.parquet')), split='train'))\n"
+        "    row = ds[0]\n"
+        "    out[how] = [len(ds), type(row['img']).__name__, row['img'].size[0] > 0, row['tags'],"
+        " list(ds.column_names)]\n"
+        "print(json.dumps(out))\n")
+
+
+def _probe(python: str, folder: Path, tmp: Path) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp / "hf-cache")}
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([python, "-c", _probe_script(), str(folder)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_loads_as_folder_and_through_data_files_with_images(unit_export, tmp_path):
+    """The installed datasets, and every other version given in BENCHMAKER_DATASETS_PYTHONS (the
+    python of a throwaway venv per version, e.g. datasets 3.6 and 4.x), read the folder and the raw
+    parquet files alike, images decoding to PIL."""
+    out = unit_export[0]
+    pythons = [sys.executable] + [p for p in os.environ.get("BENCHMAKER_DATASETS_PYTHONS", "").split(os.pathsep) if p]
+    seen = []
+    for n, py in enumerate(pythons):
+        got = _probe(py, out, tmp_path / str(n))
+        assert got["folder"] == got["data_files"], (py, got)
+        assert got["folder"][1].endswith("ImageFile") and got["folder"][2], got
+        assert isinstance(got["folder"][3], list)
+        seen.append(got)
+    assert all(s == seen[0] for s in seen)
+
+
+def _machine_names(extra: list[str]) -> list[str]:
+    names = [str(support.ROOT), str(Path.home()), socket.gethostname(), *extra]
+    return [n for n in names if n and n not in ("/", "")]
+
+
+def _published_strings(folder: Path):
+    from benchmaker.export.scrub import TEXT_SUFFIXES, parquet_strings
+
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file():
+            continue
+        if p.suffix.lower() == ".parquet":
+            for s in parquet_strings(p):
+                yield p, s
+        elif p.suffix.lower() in TEXT_SUFFIXES:
+            yield p, p.read_text(encoding="utf-8")
+        else:
+            yield p, p.read_bytes().decode("latin-1")  # PNGs, timestamps: a path would show as bytes too
+
+
+def scan(folder: Path, names: list[str]) -> list[tuple[str, str]]:
+    hits = []
+    for p, text in _published_strings(folder):
+        for n in names:
+            if n in text:
+                hits.append((str(p.relative_to(folder)), n))
+    return sorted(set(hits))
+
+
+def test_unit_export_names_no_local_path(unit_export, tiny_corpus):
+    out = unit_export[0]
+    assert scan(out, _machine_names([str(tiny_corpus), str(tiny_corpus.parent)])) == []
+    cfg = (out / "config.yaml").read_text()
+    assert "image_root: <local>/images" in cfg  # a folder outside the working folder: its name only
+    assert not (out / "dataset_metadata.json").read_text().count("created_utc")
+    facts = json.loads((out / "run_facts.json").read_text())
+    assert facts["created_utc"] and facts["machine"]["cpu_count"] and socket.gethostname() not in json.dumps(facts)
+
+
+# ------------------------------------------------------------------------- the workflow, built twice
+def _build(base: Path, numba: Path) -> Path:
+    base.mkdir(parents=True)
+    corpus = support.make_corpus(base / "images")
+    clip = support.make_tiny_clip(base / "tiny-clip")
+    systems = [{"name": "tiny-clip", "kind": "clip", "model": f"local-dir:{clip}", "device": "cpu",
+                "num_workers": 0}, {"name": "bm25", "kind": "bm25"},
+               {"name": "fused", "kind": "hybrid", "systems": ["tiny-clip", "bm25"]}]
+    cfg = support.tiny_config(base, corpus, clip, evaluate={"systems": systems})
+    path = support.write_config(base / "config.yaml", cfg)
+    home = base / f"home-{USER}"
+    home.mkdir()
+    env = {"NUMBA_CACHE_DIR": str(numba), "HOME": str(home), "USER": USER, "LOGNAME": USER}
+    r = support.snakemake(["-c2"], base, path, timeout=1800, env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    return base / "results" / "tiny"
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory, request):
+    tmp = tmp_path_factory.mktemp("builds")
+    numba = request.config.cache.mkdir("numba") if request.config.cache else tmp / "numba"
+    return _build(tmp / "first", numba), _build(tmp / "elsewhere" / "second", numba)
+
+
+@pytest.mark.slow
+def test_two_builds_same_bytes_but_run_facts(builds):
+    a, b = (r / "hf_dataset" for r in builds)
+    files_a = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b
+    differ = [f for f in files_a if (a / f).read_bytes() != (b / f).read_bytes()]
+    assert differ == ["run_facts.json"], differ
+    facts = json.loads((a / "run_facts.json").read_text())
+    assert set(facts["evaluate"]) >= set(SYSTEMS) and "timing" in facts["evaluate"]["tiny-clip"]
+    assert "(run_facts.json)" in (a / "README.md").read_text()  # the card links it
+    # the leaderboard is published without timings; they are in the results folder
+    assert "query_latency_ms" not in pl.read_csv(a / "evaluate" / "leaderboard.csv").columns
+    assert "query_latency_ms" in pl.read_csv(builds[0] / "evaluate" / "leaderboard.csv").columns
+
+
+@pytest.mark.slow
+def test_nothing_published_names_the_machine(builds):
+    for res in builds:
+        base = res.parents[1]
+        names = _machine_names([str(base), str(base.parent), USER, f"home-{USER}"])
+        assert scan(res / "hf_dataset", names) == []
+    cfg = (builds[0] / "hf_dataset" / "config.yaml").read_text()
+    assert "image_root: ./images" in cfg and "local-dir:./tiny-clip" in cfg
+
+
+def _trec_eval(qrels: dict, lines: list[str]) -> dict:
+    import pytrec_eval
+
+    run: dict[str, dict[str, float]] = {}
+    for line in lines:
+        q, _, d, _, s, _ = line.split()
+        run.setdefault(q, {})[d] = float(s)
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recip_rank"})
+    per = ev.evaluate(run)
+    keys = {"ndcg@10": "ndcg_cut_10", "map": "map", "mrr": "recip_rank"}
+    return {m: sum(per.get(q, {}).get(k, 0.0) for q in qrels) / len(qrels) for m, k in keys.items()}
+
+
+def _ranx(qrels: dict, lines: list[str], tmp: Path) -> dict:
+    from ranx import Qrels, Run, evaluate
+
+    f = tmp / "view.trec"
+    f.write_text("".join(x + "\n" for x in lines))
+    run = Run.from_file(str(f), kind="trec")
+    got = evaluate(Qrels(qrels), run, ["ndcg@10", "map", "mrr"], make_comparable=True)
+    return {k: float(v) for k, v in got.items()}
+
+
+@pytest.mark.slow
+def test_every_run_ranks_alike_in_ranx_pytrec_eval_and_the_leaderboard(builds, tmp_path):
+    res = builds[0]
+    qrels_all: dict[str, dict[str, int]] = {}
+    for line in (res / "hf_dataset" / "trec" / "qrels.txt").read_text().splitlines():
+        q, _, d, r = line.split()
+        qrels_all.setdefault(q, {})[d] = int(r)
+    qrels = {q: d for q, d in qrels_all.items() if any(v > 0 for v in d.values())}  # as the leaderboard
+    board = pl.read_csv(res / "evaluate" / "leaderboard.csv")
+    depth = json.loads((res / "evaluate" / "leaderboard.json").read_text())["systems"][0]["depth"]
+    for name in SYSTEMS:
+        lines = (res / "evaluate" / "runs" / f"{name}.trec").read_text().splitlines()
+        by_q: dict[str, list[str]] = {}
+        for line in lines:
+            by_q.setdefault(line.split()[0], []).append(line)
+        for q, ls in by_q.items():
+            scores = [float(x.split()[4]) for x in ls]
+            assert all(s > t for s, t in zip(scores, scores[1:])), (name, q)  # no tie, file order = score order
+        views = {"pool": [x for x in lines if x.split()[2] in qrels_all.get(x.split()[0], {})],
+                 "corpus": [x for q in by_q for x in by_q[q][:depth]]}
+        for scope, view in views.items():
+            row = board.filter((pl.col("system") == name) & (pl.col("scope") == scope))
+            assert row.height == 1, (name, scope)
+            te, rx = _trec_eval(qrels, view), _ranx(qrels, view, tmp_path)
+            for m in ("ndcg@10", "map", "mrr"):
+                assert te[m] == pytest.approx(rx[m], abs=1e-9), (name, scope, m, te, rx)
+                assert te[m] == pytest.approx(row[m][0], abs=1e-5), (name, scope, m, te, row.to_dicts())
