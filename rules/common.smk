@@ -182,6 +182,8 @@ def not_a_trigger(value):
 import re as _re
 
 from benchmaker.evaluate.systems import (
+    LIVE_KINDS,
+    LIVE_RUNTIME,
     MODEL_KINDS,
     check_systems,
     has_corpus_scope,
@@ -233,8 +235,11 @@ def _names_regex(names):
 EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
 # the systems whose runs rank the whole corpus: the evaluate rule writes their sage view (docs/evaluate.md)
 EVAL_SAGE_NAMES = [s["name"] for s in EVAL_SYSTEMS if has_corpus_scope(s)]
-# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit)
-EVAL_API_NAMES = [s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank"]
+# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit);
+# so do the live systems (http, milvus): they query a running service where its network and keys are
+EVAL_API_NAMES = [
+    s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank" or s["kind"] in LIVE_KINDS
+]
 EVAL_OTHER_NAMES = [
     s["name"]
     for s in EVAL_SYSTEMS
@@ -267,7 +272,19 @@ def evaluate_system_params(wildcards):
     # a reranker's runtime knobs reach it through evaluate_llm_runtime
     if s["kind"] == "rerank":
         out["llm"] = split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[0]
+    # a live system's speed knobs (concurrency, timeouts, tries, cache use) reach it through
+    # evaluate_runtime; its url, body, version ... stay params (a new deployment version reruns it)
+    if s["kind"] in LIVE_KINDS:
+        out = split_runtime(out, LIVE_RUNTIME)[0]
     return out
+
+
+def evaluate_runtime(wildcards, threads):
+    """A live system's LIVE_RUNTIME keys: a function of threads, so never a rerun trigger."""
+    s = EVAL_BY_NAME[wildcards.system]
+    if s["kind"] not in LIVE_KINDS:
+        return {}
+    return split_runtime(s, LIVE_RUNTIME)[1]
 
 
 def evaluate_llm_runtime(wildcards, threads):

@@ -71,6 +71,7 @@ rule evaluate_system:
         ledger=lambda wc: f"{RESULTS}/.ledger/evaluate/{wc.system}.jsonl",
         benchmark=config["benchmark"]["name"],
         llm_runtime=evaluate_llm_runtime,
+        runtime=evaluate_runtime,
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),

@@ -1,0 +1,211 @@
+"""Live systems: an http search service (a strict server on 127.0.0.1) and a Milvus Lite collection
+holding the benchmark's CLIP embeddings, scored like every other system (docs/evaluate.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+
+import numpy as np
+import polars as pl
+import pytest
+from support import serve, shutdown
+from test_evaluate import _aggregate, _run_system, bench  # noqa: F401 - the shared fixture
+
+from benchmaker.config import ConfigError
+from benchmaker.evaluate import systems
+from benchmaker.evaluate.live import render
+from benchmaker.evaluate.runs import read_run
+from benchmaker.providers.retry import PermanentAPIError
+
+TOKEN = "s3cret-token"
+
+
+def _ranking(text: str, images: list[str]) -> list[str]:
+    """The fake service's ranking: images of the query's colour first, then the rest, by id."""
+    words = text.split()
+    color = words[1] if len(words) > 1 else "-"
+    return sorted(images, key=lambda i: (not i.startswith(color + "/"), i))
+
+
+class Service:
+    """A strict search service: POST /v1/search, bearer token, exact JSON body; fails once with 503."""
+
+    def __init__(self, images: list[str], depth: int):
+        self.images, self.depth = images, depth
+        self.requests: list[dict] = []
+        self.failed_once: set[str] = set()
+        self.lock = threading.Lock()
+        svc = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, obj, headers=None):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path != "/v1/search?collection=bench":
+                    return self._send(404, {"error": f"unknown path {self.path}"})
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._send(401, {"error": "bad token"})
+                if self.headers.get("X-Client") != "benchmaker-test":
+                    return self._send(400, {"error": "missing X-Client"})
+                try:
+                    req = json.loads(body)
+                except ValueError:
+                    return self._send(400, {"error": "not json"})
+                if set(req) != {"query", "limit", "options"} or not isinstance(req["limit"], int) \
+                        or req["limit"] != svc.depth or req["options"] != {"hybrid": True, "alpha": 0.4} \
+                        or not isinstance(req["query"], str):
+                    return self._send(400, {"error": f"bad body {req}"})
+                with svc.lock:
+                    svc.requests.append(req)
+                    first = req["query"] not in svc.failed_once
+                    svc.failed_once.add(req["query"])
+                if first and "blue" in req["query"]:
+                    return self._send(503, {"error": "busy"}, {"Retry-After": "0"})
+                time.sleep(0.005)
+                ranked = _ranking(req["query"], svc.images)[:req["limit"] - 1]
+                hits = [{"object": {"url": f"https://img.example/{i}"}, "score": f"{1.0 - n / 100:.2f}"}
+                        for n, i in enumerate(ranked)]
+                hits.insert(1, {"object": {"url": "https://img.example/not/there.jpg"}, "score": "0.995"})
+                # one image twice (the Sage loader stores one object per pool row): its first place counts
+                hits.append({"object": {"url": hits[0]["object"]["url"]}, "score": "0.01"})
+                return self._send(200, {"data": {"hits": hits}})
+
+        self.srv = serve(H)
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+
+def _http_system(url: str, **kw) -> dict:
+    return {"name": "live", "kind": "http", "version": "v1", "url": url + "/v1/search", "method": "POST",
+            "params": {"collection": "bench"}, "headers": {"X-Client": "benchmaker-test"},
+            "body": {"query": "$query", "limit": "$depth", "options": {"hybrid": True, "alpha": 0.4}},
+            "results": "data.hits", "id": "object.url", "score": "score",
+            "id_regex": r"^https://img\.example/(?P<image_id>.+)$", "auth_env": "SEARCH_TOKEN", "depth": 8,
+            "concurrency": 2, "max_attempts": 3, **kw}
+
+
+def test_render_placeholders():
+    t = {"q": "$query", "n": "$depth", "g": "{ Get { I(hybrid: {query: $query_json}, limit: $depth) } }",
+         "u": "x?q=$query_url", "lit": "$$5"}
+    got = render(t, "q1", 'a "red" café', 7)
+    assert got == {"q": 'a "red" café', "n": 7, "g": '{ Get { I(hybrid: {query: "a \\"red\\" café"}, limit: 7) } }',
+                   "u": "x?q=a%20%22red%22%20caf%C3%A9", "lit": "$5"}
+
+
+def test_http_config_errors_name_the_key():
+    base = {"name": "live", "kind": "http", "url": "http://127.0.0.1:1/s"}
+    with pytest.raises(ConfigError, match=r"systems\[0\]\.body: bad placeholder"):
+        systems.check_systems({"systems": [{**base, "body": {"q": "$qurey"}}]})
+    with pytest.raises(ConfigError, match=r"systems\[0\]\.auth_env"):
+        systems.check_systems({"systems": [{**base, "auth_env": "Bearer abc.def"}]})
+    with pytest.raises(ConfigError, match=r"systems\[0\]\.id_regex: needs a group"):
+        systems.check_systems({"systems": [{**base, "id_regex": "^x"}]})
+    with pytest.raises(ConfigError, match=r"do not apply to kind 'http'"):
+        systems.check_systems({"systems": [{**base, "collection": "c"}]})
+    with pytest.raises(ConfigError, match=r"exactly one of uri"):
+        systems.check_systems({"systems": [{"name": "m", "kind": "milvus", "collection": "c", "model": "x"}]})
+
+
+def test_http_system_end_to_end(bench, monkeypatch):  # noqa: F811
+    images = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    svc = Service(images, depth=8)
+    try:
+        monkeypatch.delenv("SEARCH_TOKEN", raising=False)
+        s = _http_system(svc.url)
+        with pytest.raises(ConfigError, match="SEARCH_TOKEN"):
+            _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
+        monkeypatch.setenv("SEARCH_TOKEN", TOKEN)
+        meta = _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
+        # 4 queries, one retried after a 503
+        assert len(svc.requests) == 5 and meta["timing"]["requests_sent"] == 4
+        assert meta["system_version"] == "v1" and meta["scopes"] == ["pool", "corpus"]
+        assert meta["timing"]["latency_ms_mean"] >= 5 and meta["timing"]["query_latency_ms"] >= 5
+        assert "concurrency" not in meta["settings"]
+        run = read_run(bench / "evaluate" / "runs" / "live.trec")
+        for qid, text in (("q 0", "a red thing"), ("q 1", "a blue thing")):
+            got = run.filter(pl.col("query_id") == qid).sort("score", descending=True)["image_id"].to_list()
+            assert got == _ranking(text, images)[:7]  # unknown hit dropped, duplicate object counted once
+        losses = pl.read_ndjson(bench / "losses" / "live.jsonl")
+        assert set(losses["reason"]) == {"unknown_image"} and set(losses["item_id"]) == {"not/there.jpg"}
+        # nothing secret in what is written
+        for p in [*bench.joinpath("evaluate").rglob("*"), *bench.joinpath("cache").rglob("*")]:
+            assert p.is_dir() or TOKEN not in p.read_text(encoding="utf-8")
+        # the same deployment again: answered by the cache, nothing sent
+        meta2 = _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
+        assert len(svc.requests) == 5 and meta2["timing"]["cached_answers"] == 4
+        assert meta2["timing"]["latency_from_cache"] is True
+        # a new version queries the service again
+        s2 = {**s, "version": "v2"}
+        _run_system(bench, s2, [s2], llm_cache_dir=str(bench / "cache"))
+        assert len(svc.requests) == 9
+        # it goes through the same metrics as every system
+        doc = _aggregate(bench, ["live"])
+        board = pl.read_csv(bench / "evaluate" / "leaderboard.csv")
+        row = board.filter((pl.col("system") == "live") & (pl.col("scope") == "corpus"))
+        assert row["ndcg@5"][0] == pytest.approx(1.0) and row["query_latency_ms"][0] >= 5
+        assert doc["systems"][0]["system_version"] == "v2"
+        # a wrong token is a permanent error that says what to check
+        monkeypatch.setenv("SEARCH_TOKEN", "wrong")
+        s3 = {**s, "version": "v3"}
+        with pytest.raises(PermanentAPIError, match="HTTP 401.*bad token.*auth_env"):
+            _run_system(bench, s3, [s3], llm_cache_dir=str(bench / "cache"))
+    finally:
+        shutdown(svc.srv)
+
+
+# ------------------------------------------------------------------------------------------------ milvus
+def test_milvus_lite_system_equals_exact_clip_ranking(bench, tiny_clip, tmp_path):  # noqa: F811
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    from pymilvus import MilvusClient
+
+    from benchmaker.evaluate.milvus import index_embeddings
+    from benchmaker.similarity.cache import EmbeddingCache
+    from benchmaker.similarity.embed import embed_image_table
+    from benchmaker.similarity.model import load_clip
+
+    model = f"local-dir:{tiny_clip}"
+    clip_sys = {"name": "clip", "kind": "clip", "model": model, "device": "cpu", "num_workers": 0, "depth": 6}
+    _run_system(bench, clip_sys, [clip_sys])
+    # the benchmark's CLIP embeddings, into a real embedded Milvus (Milvus Lite)
+    clip = load_clip(model, None, device="cpu")
+    from benchmaker.losses import Losses
+
+    table = embed_image_table(pl.read_ndjson(bench / "images.jsonl"), clip, image_root=str(bench / "images"),
+                              cache=EmbeddingCache.for_model(str(tmp_path / "ec"), clip), losses=Losses("t"),
+                              batch_size=16, num_workers=0)
+    db = str(tmp_path / "bench.db")
+    client = MilvusClient(db)
+    # two objects of one image (as Sage's loaders store one per pool row)
+    dup = pl.concat([table.select("image_id", "embedding"), table.select("image_id", "embedding").head(3)])
+    assert index_embeddings(client, "bench_images", dup) == table.height + 3
+    client.close()
+    m = {"name": "vdb", "kind": "milvus", "db_file": db, "collection": "bench_images", "model": model,
+         "device": "cpu", "depth": 6, "version": "lite-1"}
+    systems.check_systems({"systems": [m]})
+    meta = _run_system(bench, m, [m])
+    assert meta["system_version"] == "lite-1" and meta["timing"]["latency_ms_mean"] is not None
+    ev = bench / "evaluate" / "runs"
+    a, b = read_run(ev / "clip.trec"), read_run(ev / "vdb.trec")
+    # every query: the same images, the same order, the same scores (float32 search vs exact cosine)
+    j = a.join(b, on=["query_id", "image_id"], how="full", coalesce=True)
+    assert j["score"].null_count() == 0 and j["score_right"].null_count() == 0
+    assert np.allclose(j["score"].to_numpy(), j["score_right"].to_numpy(), atol=1e-5)
+    doc = _aggregate(bench, ["clip", "vdb"])
+    res = {s["name"]: s["results"] for s in doc["systems"]}
+    for scope in ("pool", "corpus"):
+        assert res["vdb"][scope]["ndcg@5"] == pytest.approx(res["clip"][scope]["ndcg@5"], abs=1e-9)
