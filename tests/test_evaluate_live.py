@@ -15,10 +15,10 @@ from support import serve, shutdown
 from test_evaluate import _aggregate, _run_system, bench  # noqa: F401 - the shared fixture
 
 from benchmaker.config import ConfigError
+from benchmaker.errors import UserError
 from benchmaker.evaluate import systems
 from benchmaker.evaluate.live import render
 from benchmaker.evaluate.runs import read_run
-from benchmaker.providers.retry import PermanentAPIError
 
 TOKEN = "s3cret-token"
 
@@ -161,7 +161,7 @@ def test_http_system_end_to_end(bench, monkeypatch):  # noqa: F811
         # a wrong token is a permanent error that says what to check
         monkeypatch.setenv("SEARCH_TOKEN", "wrong")
         s3 = {**s, "version": "v3"}
-        with pytest.raises(PermanentAPIError, match="HTTP 401.*bad token.*auth_env"):
+        with pytest.raises(UserError, match="HTTP 401.*bad token.*auth_env"):
             _run_system(bench, s3, [s3], llm_cache_dir=str(bench / "cache"))
     finally:
         shutdown(svc.srv)

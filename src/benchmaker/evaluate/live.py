@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from ..config import ConfigError
+from ..errors import UserError
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
@@ -234,8 +235,8 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
             said = (resp.text or "")[:300] if resp is not None else ""
             hint = ("the key in the environment variable named by auth_env, auth_header and auth_scheme"
                     if status in (401, 403) else "url, method, params, headers and body")
-            raise PermanentAPIError(f"evaluate system {name!r}: {req['method']} {req['url']} answered HTTP {status} "
-                                    f"for query {qid!r} ({said!r}): check {hint}", status) from None
+            raise UserError(f"evaluate system {name!r}: {req['method']} {req['url']} answered HTTP {status} for "
+                            f"query {qid!r} ({said!r}); asking again will not help: check {hint}") from None
         try:
             answer = r.json()
         except ValueError:

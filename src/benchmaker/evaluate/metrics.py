@@ -211,6 +211,12 @@ def _mean(df: pl.DataFrame, cols: Sequence[str]) -> dict[str, float | None]:
 SAGE_BOARD_COLUMNS = ("system", "kind", "sees_judge_text", "queries", "complete_queries", "limit", "score_column")
 
 
+def _qrels_digest(path: str) -> str:
+    from .compare import qrels_digest
+
+    return qrels_digest(path)
+
+
 def _write_csv(df: pl.DataFrame, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     df.write_csv(path)
@@ -363,6 +369,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                      "results": {r["scope"]: {k: v for k, v in r.items() if k not in LEADERBOARD_COLUMNS}
                                  for r in board_rows if r["system"] == n}} for n in sorted(meta_of)],
         "version": version,
+        # the judgments scored against: `benchmaker compare` checks that two evaluations share them
+        "qrels_sha256": _qrels_digest(qrels),
     }
     if sage_leaderboard:
         for name, p in sage_path.items():  # declared but not corpus-ranked: a header-only file
