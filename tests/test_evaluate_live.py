@@ -209,3 +209,68 @@ def test_milvus_lite_system_equals_exact_clip_ranking(bench, tiny_clip, tmp_path
     res = {s["name"]: s["results"] for s in doc["systems"]}
     for scope in ("pool", "corpus"):
         assert res["vdb"][scope]["ndcg@5"] == pytest.approx(res["clip"][scope]["ndcg@5"], abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------ workflow
+DAG_PROBE = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, ResourceSettings,
+                                      StorageSettings)
+
+root, workdir, cfg = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+out = {}
+with SnakemakeApi(OutputSettings(quiet=None)) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(configfiles=[cfg]),
+                      storage_settings=StorageSettings(), snakefile=root, workdir=workdir)
+    wf.dag(DAGSettings(targets={"evaluate"})).execute_workflow(executor="local", pseudo_executor="dryrun")
+    local = wf._workflow._localrules
+    for job in wf._workflow.dag.jobs:
+        if job.rule.name.startswith("evaluate_"):
+            nd = job.non_derived_params
+            out[job.wildcards_dict["system"]] = {
+                "rule": job.rule.name, "local": job.rule.name in local, "gpu": "gpu" in job.resources.keys(),
+                "compared": json.loads(json.dumps(list(nd), default=str, sort_keys=True)),
+                "runtime": json.loads(json.dumps(dict(job.params.runtime), default=str))}
+print(json.dumps(out))
+"""
+
+
+def _dag(tmp_path, cfg_dict, name) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    import support
+
+    cfg = support.write_config(tmp_path / f"{name}.yaml", cfg_dict)
+    r = subprocess.run([sys.executable, "-c", DAG_PROBE, str(support.ROOT / "Snakefile"), str(tmp_path), str(cfg)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(support.ROOT / "src"), "PATH": support.no_slurm_path()})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_live_systems_in_the_workflow_rerun_on_version_not_on_speed(tmp_path, tiny_cfg):
+    live = _http_system("http://127.0.0.1:9", depth=50)
+    vdb = {"name": "vdb", "kind": "milvus", "db_file": str(tmp_path / "m.db"), "collection": "c", "model": "ViT-B-32",
+           "batch_size": 8}
+    tiny_cfg["evaluate"] = {"systems": [{"name": "bm25", "kind": "bm25"}, live, vdb]}
+    a = _dag(tmp_path, tiny_cfg, "a")
+    # queried from the controller like rerankers (local rule evaluate_api), without a GPU
+    assert a["live"]["rule"] == a["vdb"]["rule"] == "evaluate_api" and a["live"]["local"] and not a["live"]["gpu"]
+    assert a["bm25"]["rule"] == "evaluate_system"
+    sys_a = next(x for x in a["live"]["compared"] if isinstance(x, dict) and x.get("name") == "live")
+    assert sys_a["url"] == "http://127.0.0.1:9/v1/search" and sys_a["version"] == "v1"
+    for key in ("concurrency", "timeout_s", "max_attempts", '"cache"'):  # neither in the system nor elsewhere
+        assert key not in json.dumps(a["live"]["compared"])
+    assert a["live"]["runtime"]["concurrency"] == 2
+    assert "batch_size" not in json.dumps(a["vdb"]["compared"]) and a["vdb"]["runtime"]["batch_size"] == 8
+    # speed knobs change nothing Snakemake compares; a new deployment version does
+    tiny_cfg["evaluate"]["systems"][1] = {**live, "concurrency": 16, "timeout_s": 5, "max_attempts": 9, "cache": False}
+    b = _dag(tmp_path, tiny_cfg, "b")
+    assert b["live"]["compared"] == a["live"]["compared"] and b["live"]["runtime"]["concurrency"] == 16
+    tiny_cfg["evaluate"]["systems"][1] = {**live, "version": "v2"}
+    c = _dag(tmp_path, tiny_cfg, "c")
+    assert c["live"]["compared"] != a["live"]["compared"] and c["bm25"]["compared"] == a["bm25"]["compared"]
