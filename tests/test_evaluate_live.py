@@ -274,3 +274,67 @@ def test_live_systems_in_the_workflow_rerun_on_version_not_on_speed(tmp_path, ti
     tiny_cfg["evaluate"]["systems"][1] = {**live, "version": "v2"}
     c = _dag(tmp_path, tiny_cfg, "c")
     assert c["live"]["compared"] != a["live"]["compared"] and c["bm25"]["compared"] == a["bm25"]["compared"]
+
+
+def _weaviate_recipe() -> dict:
+    """The Weaviate recipe's system, as docs/evaluate.md shows it."""
+    import re
+
+    import yaml
+    from support import ROOT
+
+    doc = (ROOT / "docs" / "evaluate.md").read_text()
+    part = doc.split("### Recipe: a Weaviate hybrid query", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", part, re.S).group(1)
+    return yaml.safe_load(block)[0]
+
+
+def test_weaviate_hybrid_recipe_of_the_docs(bench, monkeypatch):  # noqa: F811
+    graphql = pytest.importorskip("graphql")
+    images = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    seen = []
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            assert self.path == "/v1/graphql" and self.headers["Authorization"] == "Bearer wv-key"
+            ast = graphql.parse(body["query"])            # valid GraphQL, whatever the query text holds
+            field = ast.definitions[0].selection_set.selections[0].selection_set.selections[0]
+            args = {a.name.value: a.value for a in field.arguments}
+            hybrid = {f.name.value: f.value for f in args["hybrid"].fields}
+            text, limit = hybrid["query"].value, int(args["limit"].value)
+            seen.append((text, limit, float(hybrid["alpha"].value), hybrid["fusionType"].value))
+            ranked = _ranking(text, images)[:limit]
+            objs = [{"image_id": i, "_additional": {"score": f"{0.9 - n / 50:.4f}"}} for n, i in enumerate(ranked)]
+            data = json.dumps({"data": {"Get": {field.name.value: objs}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    srv = serve(H)
+    try:
+        s = _weaviate_recipe()
+        s["url"] = s["url"].replace("http://weaviate.example.org:8080", f"http://127.0.0.1:{srv.server_address[1]}")
+        s["depth"] = 6
+        systems.check_systems({"systems": [s]})
+        monkeypatch.setenv("WEAVIATE_API_KEY", "wv-key")
+        # a query text with quotes and a backslash still makes valid GraphQL
+        qrels = pl.read_ndjson(bench / "qrels.jsonl")
+        qrels = qrels.with_columns(pl.when(pl.col("query_id") == "q none").then(pl.lit('a "quoted" \\ thing'))
+                                   .otherwise(pl.col("query_text")).alias("query_text"))
+        qrels.write_ndjson(bench / "qrels.jsonl")
+        _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
+        assert sorted(seen) == sorted([("a blue thing", 6, 0.4, "relativeScoreFusion"),
+                                       ("a green thing", 6, 0.4, "relativeScoreFusion"),
+                                       ('a "quoted" \\ thing', 6, 0.4, "relativeScoreFusion"),
+                                       ("a red thing", 6, 0.4, "relativeScoreFusion")])
+        run = read_run(bench / "evaluate" / "runs" / f"{s['name']}.trec")
+        got = run.filter(pl.col("query_id") == "q 2").sort("score", descending=True)["image_id"].to_list()
+        assert got == _ranking("a green thing", images)[:6]
+    finally:
+        shutdown(srv)
