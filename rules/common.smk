@@ -197,6 +197,30 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 EVAL = f"{RESULTS}/evaluate"
 EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
+
+
+def _evaluate_baseline():
+    """The files of evaluate.compare.baseline (a kept evaluation; a history folder: its latest snapshot)."""
+    from benchmaker.evaluate.compare import baseline_files
+    from benchmaker.errors import UserError
+
+    base = ((config.get("evaluate") or {}).get("compare") or {}).get("baseline")
+    if not base or not EVAL_SYSTEMS:
+        return []
+    try:
+        files = baseline_files(base)
+    except UserError as exc:
+        raise WorkflowError(f"evaluate.compare.baseline: {exc}")
+    if os.path.abspath(os.path.dirname(files[0])) == os.path.abspath(EVAL):
+        raise WorkflowError(
+            "evaluate.compare.baseline: names this run's own evaluate/ folder; keep a copy first "
+            "(benchmaker keep-evaluation RESULTS HISTORY) and name the copy or the history folder"
+        )
+    return files
+
+
+# the evaluate rule compares with it (evaluate/comparison.*; the report flags regressions)
+EVAL_BASELINE = _evaluate_baseline()
 # numba's JIT cache for ranx: per user, shared by every benchmark (compiling costs ~30 s per fresh
 # folder otherwise); keyed by numba on source and CPU, so sharing is safe. NUMBA_CACHE_DIR wins.
 NUMBA_CACHE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(

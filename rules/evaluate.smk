@@ -104,6 +104,7 @@ rule evaluate:
             if EVAL_SYSTEMS
             else []
         ),
+        baseline=EVAL_BASELINE,
     output:
         leaderboard_csv=f"{EVAL}/leaderboard.csv",
         leaderboard_json=f"{EVAL}/leaderboard.json",
@@ -112,6 +113,7 @@ rule evaluate:
         per_query=f"{EVAL}/per_query.csv",
         sage_leaderboard=f"{EVAL}/sage_leaderboard.csv",
         sage=[f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
+        comparison=[f"{EVAL}/comparison.csv"] if EVAL_BASELINE else [],
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

@@ -120,3 +120,63 @@ def test_compare_refuses_other_judgments_and_names_missing_folders(big, tmp_path
     assert main(["compare", str(old), str(new), "--allow-different-judgments"]) == 0
     assert main(["compare", str(tmp_path / "nothing"), str(new)]) == 1
     assert "no evaluation here" in capsys.readouterr().err
+
+
+def test_evaluate_with_a_baseline_flags_regressions_in_the_report(big, tmp_path):
+    from benchmaker.evaluate import metrics
+    from benchmaker.evaluate.report import summary_sections
+    from benchmaker.summary.report import md_table
+
+    hist = tmp_path / "history"
+    old = _evaluate(big, 1.0, "v1", tmp_path / "old")
+    assert main(["keep-evaluation", str(old), str(hist), "--tag", "deploy-v1"]) == 0
+    _evaluate(big, 0.25, "v2", tmp_path / "new")
+    d = big / "evaluate"
+    names = ["base", "prod"]
+
+    def aggregate(**kw):
+        return metrics.run(qrels=str(big / "qrels.jsonl"), images=str(big / "images.jsonl"),
+                           annotations=str(big / "annotations.jsonl"),
+                           runs=[str(d / "runs" / f"{n}.trec") for n in names],
+                           metas=[str(d / "runs" / f"{n}.json") for n in names],
+                           leaderboard_csv=str(d / "leaderboard.csv"), leaderboard_json=str(d / "leaderboard.json"),
+                           drilldown=str(d / "drilldown.csv"), significance_csv=str(d / "significance.csv"),
+                           per_query=str(d / "per_query.csv"),
+                           settings={"k": [5], "compare": {"baseline": str(hist), "min_delta": 0.05}}, **kw)
+
+    from benchmaker.evaluate.compare import baseline_files
+
+    aggregate(baseline=baseline_files(hist), comparison=[str(d / "comparison.csv")])
+    t = pl.read_csv(d / "comparison.csv")
+    assert t.filter((pl.col("system") == "prod") & (pl.col("metric") == "ndcg@5"))["regression"].to_list() == [True]
+    doc = json.loads((d / "comparison.json").read_text())
+    assert doc["old"] == "deploy-v1" and doc["new"] == "this evaluation" and str(tmp_path) not in json.dumps(doc)
+    sections = summary_sections(d / "leaderboard.csv", tmp_path / "report")
+    sec = sections[-1]
+    assert sec.title == "Compared with the baseline" and "REGRESSION(S)" in sec.text
+    assert "| REGRESSION | prod |" in md_table(sec.table, max_rows=80)
+    assert (tmp_path / "report" / "evaluate" / "comparison.md").is_file()
+    # without a baseline no stale comparison stays behind, and the report has no such section
+    aggregate()
+    assert not (d / "comparison.csv").exists()
+    assert all(s.title != "Compared with the baseline" for s in summary_sections(d / "leaderboard.csv",
+                                                                                  tmp_path / "report2"))
+
+
+def test_baseline_in_the_workflow(tmp_path, tiny_cfg, big):
+    import support
+
+    hist = tmp_path / "history"
+    assert main(["keep-evaluation", str(_evaluate(big, 1.0, "v1", tmp_path / "old")), str(hist), "--tag", "t1"]) == 0
+    tiny_cfg["evaluate"] = {"systems": [{"name": "bm25", "kind": "bm25"}], "compare": {"baseline": str(hist)}}
+    r = support.snakemake(["-n", "-c1", "-p", "evaluate"], tmp_path, support.write_config(tmp_path / "c.yaml",
+                                                                                             tiny_cfg))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "evaluate/comparison.csv" in out and str(hist / "t1" / "per_query.csv") in out
+    # the run's own evaluate/ folder cannot be its baseline
+    res = Path(tiny_cfg["paths"]["results"]) / tiny_cfg["benchmark"]["name"] / "evaluate"
+    shutil.copytree(hist / "t1", res)
+    tiny_cfg["evaluate"]["compare"]["baseline"] = str(res)
+    r = support.snakemake(["-n", "-c1", "evaluate"], tmp_path, support.write_config(tmp_path / "c2.yaml", tiny_cfg))
+    assert r.returncode != 0 and "keep-evaluation" in r.stdout + r.stderr

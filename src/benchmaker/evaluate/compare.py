@@ -29,10 +29,12 @@ import polars as pl
 from ..errors import UserError
 from ..io import atomic_write_text
 
-__all__ = ["COMPARISON_COLUMNS", "Evaluation", "compare", "keep", "load_evaluation", "paired_p", "qrels_digest",
-           "report_markdown", "write_comparison"]
+__all__ = ["COMPARISON_COLUMNS", "COMPARISON_FILES", "Evaluation", "baseline_files", "compare", "compare_section",
+           "compare_with_baseline", "keep", "load_evaluation", "paired_p", "qrels_digest", "report_markdown",
+           "write_comparison"]
 
 HISTORY_INDEX = "history.jsonl"
+COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.json")
 SNAPSHOT_FILES = ("leaderboard.json", "leaderboard.csv", "per_query.csv", "drilldown.csv", "significance.csv",
                   "sage_leaderboard.csv")
 # higher is better for every ranx metric; diversity and judged@k describe a ranking, they are not gated
@@ -300,3 +302,63 @@ def keep(source: str | Path, history: str | Path, tag: str | None = None) -> dic
     with open(hist / HISTORY_INDEX, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, sort_keys=True) + "\n")
     return entry
+
+
+# ------------------------------------------------------------------------------------------- in the workflow
+def baseline_files(path: str | Path) -> list[str]:
+    """The files of the evaluation ``evaluate.compare.baseline`` names (a history folder: its latest
+    snapshot), for the ``evaluate`` rule's inputs: a new kept snapshot reruns the comparison."""
+    folder, _ = _find(Path(path))
+    return [str(folder / "leaderboard.json"), str(folder / "per_query.csv")]
+
+
+def compare_with_baseline(baseline: Sequence[str], leaderboard_json: str, comparison: str,
+                          settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``evaluate`` rule's comparison with ``evaluate.compare.baseline``: ``comparison.csv`` (with .md and
+    .json beside it). Labels are the baseline's tag (or "baseline") and "this evaluation": no local path."""
+    s = dict(settings or {})
+    old_folder = Path(sorted(baseline)[0]).parent
+    old = load_evaluation(old_folder)
+    old.source = old.tag or "baseline"
+    new = load_evaluation(Path(leaderboard_json).parent)
+    new.source, new.tag = "this evaluation", None
+    res = compare(old, new, test=str(s.get("test") or "student"), correction=str(s.get("correction") or "holm"),
+                  max_p=float(s.get("max_p") or 0.05), min_delta=float(s.get("min_delta") or 0.0),
+                  metrics=list(s.get("metrics") or []) or None, allow_different_judgments=True)
+    out = Path(comparison).parent
+    write_comparison(res, out)
+    return res
+
+
+def compare_section(leaderboard_csv: str | Path, out_dir: str | Path | None = None):
+    """The report's "Compared with the baseline" section (regressions flagged), or None without one;
+    ``out_dir``: the report folder (the comparison files are copied to its ``evaluate/``)."""
+    from ..summary.report import Section
+
+    folder = Path(leaderboard_csv).parent
+    if not (folder / "comparison.json").is_file():
+        return None
+    if out_dir is not None:
+        (Path(out_dir) / "evaluate").mkdir(parents=True, exist_ok=True)
+        for f in COMPARISON_FILES:
+            shutil.copyfile(folder / f, Path(out_dir) / "evaluate" / f)
+    doc = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    rows = pl.DataFrame(doc.get("rows") or [], schema={c: _DTYPES[c] for c in COMPARISON_COLUMNS})
+    shown = rows.filter(pl.col("gated")).with_columns(
+        pl.when(pl.col("regression")).then(pl.lit("REGRESSION")).when(pl.col("improvement"))
+        .then(pl.lit("improved")).otherwise(pl.lit("")).alias("verdict")).sort(
+        [pl.col("regression"), pl.col("improvement")], descending=True, maintain_order=True).select(
+        "verdict", "system", "scope", "metric", "old_version", "new_version", "old_mean", "new_mean", "delta",
+        "p_adjusted")
+    n_reg = int(doc.get("regressions") or 0)
+    text = (f"This evaluation compared with the baseline {doc.get('old')} (evaluate.compare.baseline): "
+            f"{'**' + str(n_reg) + ' REGRESSION(S)**' if n_reg else 'no regression'}, "
+            f"{doc.get('improvements', 0)} improvement(s). Paired {doc.get('test')} test on the "
+            f"{(doc.get('queries') or {}).get('shared')} shared queries, p-values of each metric corrected across "
+            f"systems and scopes ({doc.get('correction')}); a regression is a significant drop "
+            f"(p_adjusted <= {doc.get('max_p')}) of a gated metric. "
+            + " ".join(f"Note: {n}." for n in doc.get("notes") or [])
+            + " `benchmaker compare ... --fail-on-regression` gates a deployment on it (docs/evaluate.md).")
+    return Section("Compared with the baseline", text=text, table=shown,
+                   files=[f"evaluate/{f}" for f in COMPARISON_FILES], max_rows=80,
+                   empty="No metric to compare (no system in both evaluations).")

@@ -249,7 +249,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         significance_csv: str, per_query: str, settings: Mapping[str, Any] | None = None,
         facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
         numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1,
-        sage_leaderboard: str | None = None, sage: Sequence[str] | str = ()) -> dict:
+        sage_leaderboard: str | None = None, sage: Sequence[str] | str = (),
+        baseline: Sequence[str] | str = (), comparison: Sequence[str] | str | None = None) -> dict:
     """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests.
 
     With ``sage_leaderboard``, also the sage view of every corpus-ranked run (:mod:`.sage`): one
@@ -383,6 +384,14 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         doc["sage"] = {"limit": int(sage_cfg["limit"]), "score_column": sage_cfg["score_column"],
                        "systems": sage_rows, "seconds": round(sage_seconds, 4)}
     atomic_write_text(leaderboard_json, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    # evaluate.compare.baseline: this evaluation against the baseline (compare.py); none: no stale comparison
+    from .compare import COMPARISON_FILES, compare_with_baseline
+
+    if as_paths(comparison or ()):  # a one-path output list (no baseline: empty)
+        compare_with_baseline(as_paths(baseline), leaderboard_json, as_paths(comparison)[0], s.get("compare"))
+    else:
+        for f in COMPARISON_FILES:
+            (Path(leaderboard_json).parent / f).unlink(missing_ok=True)
     log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
              n_without, leaderboard_csv)
     return doc
