@@ -189,6 +189,8 @@ def not_a_trigger(value):
 import re as _re
 
 from benchmaker.evaluate.systems import (
+    LIVE_KINDS,
+    LIVE_RUNTIME,
     MODEL_KINDS,
     check_systems,
     has_corpus_scope,
@@ -202,6 +204,30 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 EVAL = f"{RESULTS}/evaluate"
 EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
+
+
+def _evaluate_baseline():
+    """The files of evaluate.compare.baseline (a kept evaluation; a history folder: its latest snapshot)."""
+    from benchmaker.evaluate.compare import baseline_files
+    from benchmaker.errors import UserError
+
+    base = ((config.get("evaluate") or {}).get("compare") or {}).get("baseline")
+    if not base or not EVAL_SYSTEMS:
+        return []
+    try:
+        files = baseline_files(base)
+    except UserError as exc:
+        raise WorkflowError(f"evaluate.compare.baseline: {exc}")
+    if os.path.abspath(os.path.dirname(files[0])) == os.path.abspath(EVAL):
+        raise WorkflowError(
+            "evaluate.compare.baseline: names this run's own evaluate/ folder; keep a copy first "
+            "(benchmaker keep-evaluation RESULTS HISTORY) and name the copy or the history folder"
+        )
+    return files
+
+
+# the evaluate rule compares with it (evaluate/comparison.*; the report flags regressions)
+EVAL_BASELINE = _evaluate_baseline()
 # numba's JIT cache for ranx: per user, shared by every benchmark (compiling costs ~30 s per fresh
 # folder otherwise); keyed by numba on source and CPU, so sharing is safe. NUMBA_CACHE_DIR wins.
 NUMBA_CACHE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
@@ -240,8 +266,11 @@ def _names_regex(names):
 EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
 # the systems whose runs rank the whole corpus: the evaluate rule writes their sage view (docs/evaluate.md)
 EVAL_SAGE_NAMES = [s["name"] for s in EVAL_SYSTEMS if has_corpus_scope(s)]
-# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit)
-EVAL_API_NAMES = [s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank"]
+# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit);
+# so do the live systems (http, milvus): they query a running service where its network and keys are
+EVAL_API_NAMES = [
+    s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank" or s["kind"] in LIVE_KINDS
+]
 EVAL_OTHER_NAMES = [
     s["name"]
     for s in EVAL_SYSTEMS
@@ -274,7 +303,19 @@ def evaluate_system_params(wildcards):
     # a reranker's runtime knobs reach it through evaluate_llm_runtime
     if s["kind"] == "rerank":
         out["llm"] = split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[0]
+    # a live system's speed knobs (concurrency, timeouts, tries, cache use) reach it through
+    # evaluate_runtime; its url, body, version ... stay params (a new deployment version reruns it)
+    if s["kind"] in LIVE_KINDS:
+        out = split_runtime(out, LIVE_RUNTIME)[0]
     return out
+
+
+def evaluate_runtime(wildcards, threads):
+    """A live system's LIVE_RUNTIME keys: a function of threads, so never a rerun trigger."""
+    s = EVAL_BY_NAME[wildcards.system]
+    if s["kind"] not in LIVE_KINDS:
+        return {}
+    return split_runtime(s, LIVE_RUNTIME)[1]
 
 
 def evaluate_llm_runtime(wildcards, threads):

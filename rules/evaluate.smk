@@ -71,6 +71,7 @@ rule evaluate_system:
         ledger=lambda wc: f"{RESULTS}/.ledger/evaluate/{wc.system}.jsonl",
         benchmark=config["benchmark"]["name"],
         llm_runtime=evaluate_llm_runtime,
+        runtime=evaluate_runtime,
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),
@@ -103,6 +104,7 @@ rule evaluate:
             if EVAL_SYSTEMS
             else []
         ),
+        baseline=EVAL_BASELINE,
     output:
         leaderboard_csv=f"{EVAL}/leaderboard.csv",
         leaderboard_json=f"{EVAL}/leaderboard.json",
@@ -111,6 +113,7 @@ rule evaluate:
         per_query=f"{EVAL}/per_query.csv",
         sage_leaderboard=f"{EVAL}/sage_leaderboard.csv",
         sage=[f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
+        comparison=[f"{EVAL}/comparison.csv"] if EVAL_BASELINE else [],
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

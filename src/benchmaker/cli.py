@@ -8,6 +8,11 @@
     benchmaker check-urls CONFIG... [--out F]  every image_url of images.jsonl answers (image_transport: url)
     benchmaker install-profiles                make `snakemake --profile slurm|nrp` resolve
     benchmaker import-upstream CONFIG.toml     an imsearch_benchmaker config (and outputs) -> benchmaker
+    benchmaker compare OLD NEW [--fail-on-regression]
+                                               an evaluation against an earlier one: per-metric differences,
+                                               paired tests, regressions (exit 1 with --fail-on-regression)
+    benchmaker keep-evaluation RESULTS HISTORY [--tag T]
+                                               keep an evaluation in a history folder, to compare with later
 
 Several CONFIG files are merged left to right exactly as `snakemake --configfile A B` merges them.
 Exit status: 0 success (also: nothing to do or list), 1 failure (invalid config, failed check, API or
@@ -269,7 +274,74 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", metavar="DIR",
                    help="paths.results of the new config; converted files go to DIR/<name>/imported")
     p.add_argument("--force", action="store_true", help="overwrite FILE and converted outputs that exist")
+    p = add("compare", "compare an evaluation with an earlier one of the same benchmark (regressions gate a deploy)",
+            cmd_compare,
+            "Compare the evaluation NEW with OLD: each is a results folder (results/<benchmark>, with "
+            "evaluate/leaderboard.json), its evaluate/ folder, a snapshot kept by `benchmaker keep-evaluation` "
+            "(HISTORY/<tag>) or a history folder (its latest snapshot). Systems are matched by name; for each "
+            "system, scope and metric the queries both evaluations scored are compared with a paired test, the "
+            "p-values of each metric corrected across systems and scopes. A regression is a significant drop of "
+            "a gated metric (default: ranx's metrics) by at least --min-delta. Prints the report; --out writes "
+            "comparison.csv/.md/.json. Exit status 1 with --fail-on-regression when there is a regression "
+            "(docs/evaluate.md, \"Comparing evaluations\").")
+    p.add_argument("old", metavar="OLD", help="the earlier evaluation (results, evaluate, snapshot or history folder)")
+    p.add_argument("new", metavar="NEW", help="the evaluation to check (usually results/<benchmark>)")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any gated metric regressed")
+    p.add_argument("--metric", action="append", default=None, metavar="M",
+                   help="compare and gate only this metric (repeatable; default: every metric, ranx's gated)")
+    p.add_argument("--scope", action="append", default=None, choices=["pool", "corpus", "condensed"],
+                   help="only this scope (repeatable; default: every scope both have)")
+    p.add_argument("--system", action="append", default=None, metavar="NAME", help="only this system (repeatable)")
+    p.add_argument("--test", choices=["student", "wilcoxon", "fisher"], default="student",
+                   help="paired test on the per-query values")
+    p.add_argument("--correction", choices=["holm", "bonferroni", "fdr_bh", "none"], default="holm",
+                   help="multiple-comparison correction of each metric's p-values across systems and scopes")
+    p.add_argument("--max-p", type=float, default=0.05, help="significance level after correction")
+    p.add_argument("--min-delta", type=float, default=0.0,
+                   help="smallest drop of a mean that counts as a regression (e.g. 0.01)")
+    p.add_argument("--allow-different-judgments", action="store_true",
+                   help="compare although the two evaluations used different qrels (shared queries only)")
+    p.add_argument("--out", default=None, metavar="DIR", help="also write comparison.csv, .md and .json to DIR")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of markdown")
+    p = add("keep-evaluation", "keep an evaluation in a history folder (compare later ones with it)",
+            cmd_keep_evaluation,
+            "Copy RESULTS' evaluation (leaderboard, per-query values, drill-downs) into HISTORY/<tag>/ and "
+            "append it to HISTORY/history.jsonl with each system's version; `benchmaker compare HISTORY NEW` "
+            "then compares NEW with the latest kept evaluation, `compare HISTORY/<tag> NEW` with a given one.")
+    p.add_argument("results", metavar="RESULTS", help="a results folder (or its evaluate/ folder)")
+    p.add_argument("history", metavar="HISTORY", help="the history folder (created if missing)")
+    p.add_argument("--tag", default=None, help="snapshot name (default: UTC time, plus the version if all agree)")
     return ap
+
+
+def cmd_compare(args) -> int:
+    from .evaluate.compare import compare, load_evaluation, report_markdown, write_comparison
+
+    res = compare(load_evaluation(args.old), load_evaluation(args.new), test=args.test, correction=args.correction,
+                  max_p=args.max_p, min_delta=args.min_delta, metrics=args.metric, scopes=args.scope,
+                  systems=args.system, allow_different_judgments=args.allow_different_judgments)
+    if args.out:
+        write_comparison(res, args.out)
+    if args.json:
+        print(json.dumps({**{k: v for k, v in res.items() if k != "table"}, "rows": res["table"].to_dicts()},
+                         indent=2, default=str))
+    else:
+        print(report_markdown(res), end="")
+    if res["regressions"]:
+        print(f"benchmaker compare: {res['regressions']} regression(s) of {res['new']} against {res['old']}",
+              file=sys.stderr)
+        if args.fail_on_regression:
+            return EXIT_FAILURE
+    return EXIT_OK
+
+
+def cmd_keep_evaluation(args) -> int:
+    from .evaluate.compare import keep
+
+    entry = keep(args.results, args.history, args.tag)
+    print(f"kept as {Path(args.history) / entry['tag']} (systems: "
+          f"{', '.join(f'{k}={v}' for k, v in entry['systems'].items()) or 'none'})")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

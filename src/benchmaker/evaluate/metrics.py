@@ -211,6 +211,12 @@ def _mean(df: pl.DataFrame, cols: Sequence[str]) -> dict[str, float | None]:
 SAGE_BOARD_COLUMNS = ("system", "kind", "sees_judge_text", "queries", "complete_queries", "limit", "score_column")
 
 
+def _qrels_digest(path: str) -> str:
+    from .compare import qrels_digest
+
+    return qrels_digest(path)
+
+
 def _write_csv(df: pl.DataFrame, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     df.write_csv(path)
@@ -243,7 +249,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         significance_csv: str, per_query: str, settings: Mapping[str, Any] | None = None,
         facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
         numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1,
-        sage_leaderboard: str | None = None, sage: Sequence[str] | str = ()) -> dict:
+        sage_leaderboard: str | None = None, sage: Sequence[str] | str = (),
+        baseline: Sequence[str] | str = (), comparison: Sequence[str] | str | None = None) -> dict:
     """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests.
 
     With ``sage_leaderboard``, also the sage view of every corpus-ranked run (:mod:`.sage`): one
@@ -363,6 +370,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                      "results": {r["scope"]: {k: v for k, v in r.items() if k not in LEADERBOARD_COLUMNS}
                                  for r in board_rows if r["system"] == n}} for n in sorted(meta_of)],
         "version": version,
+        # the judgments scored against: `benchmaker compare` checks that two evaluations share them
+        "qrels_sha256": _qrels_digest(qrels),
     }
     if sage_leaderboard:
         for name, p in sage_path.items():  # declared but not corpus-ranked: a header-only file
@@ -375,6 +384,14 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         doc["sage"] = {"limit": int(sage_cfg["limit"]), "score_column": sage_cfg["score_column"],
                        "systems": sage_rows, "seconds": round(sage_seconds, 4)}
     atomic_write_text(leaderboard_json, json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    # evaluate.compare.baseline: this evaluation against the baseline (compare.py); none: no stale comparison
+    from .compare import COMPARISON_FILES, compare_with_baseline
+
+    if as_paths(comparison or ()):  # a one-path output list (no baseline: empty)
+        compare_with_baseline(as_paths(baseline), leaderboard_json, as_paths(comparison)[0], s.get("compare"))
+    else:
+        for f in COMPARISON_FILES:
+            (Path(leaderboard_json).parent / f).unlink(missing_ok=True)
     log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
              n_without, leaderboard_csv)
     return doc

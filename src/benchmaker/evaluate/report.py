@@ -139,9 +139,12 @@ def sage_section(leaderboard_csv: str | Path):
 
 def summary_sections(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = 2.0) -> list:
     """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
+    from .compare import compare_section
+
     sections = [summary_section(leaderboard_csv, out_dir, scale_factor)]
     sage = sage_section(leaderboard_csv)
-    return sections + ([sage] if sage is not None else [])
+    changes = compare_section(leaderboard_csv, out_dir)  # with evaluate.compare.baseline: regressions flagged
+    return sections + ([sage] if sage is not None else []) + ([changes] if changes is not None else [])
 
 
 def card_markdown(leaderboard_csv: str | Path) -> str:

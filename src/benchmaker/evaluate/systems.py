@@ -12,6 +12,11 @@ Kinds:
 * ``rerank``: a vision-language model reranks the top ``k`` of another system's run through the
   project's provider layer (OpenAI / OpenAI-compatible / Gemini; response cache, retries, costs).
 * ``trec_run``: an external system given as a TREC run file (ids as written by ``trec_id``).
+* ``http``: a running search service queried over HTTP (:mod:`.live`).
+* ``milvus``: a Milvus collection queried directly (:mod:`.milvus`).
+
+Every kind takes ``version`` (the system's version or deployment tag): recorded with the run
+(``system_version``) and compared by ``benchmaker compare`` (:mod:`.compare`).
 
 Each job writes ``runs/<name>.trec`` (see :mod:`.runs`), ``runs/<name>.json`` (kind, scopes, timings,
 cost) and its losses and costs files.
@@ -35,11 +40,15 @@ from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench, load_bench
+from .live import HTTP_DEFAULTS, LIVE_RUNTIME, check_http, http_run
+from .milvus import MILVUS_DEFAULTS, check_milvus, milvus_run
 from .rerank import rerank_run
 from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, write_run
 
 __all__ = [
     "KINDS",
+    "LIVE_KINDS",
+    "LIVE_RUNTIME",
     "MODEL_KINDS",
     "annotation_texts",
     "bm25_run",
@@ -56,8 +65,11 @@ __all__ = [
 
 log = get_logger("evaluate")
 
-KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run")
+KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run", "http", "milvus")
 MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
+# kinds that query a running service: their jobs run where the credentials and the network are (local
+# rule evaluate_api, as rerankers); their LIVE_RUNTIME keys are never rerun triggers
+LIVE_KINDS = ("http", "milvus")
 # kinds whose run also holds the top depth of the judged collection (the sage view is then exact)
 COLLECTION_KINDS = ("clip", "bm25")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -68,8 +80,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "hybrid": {"systems": [], "method": "rrf", "norm": None, "weights": None},
     "rerank": {"base": None, "k": 10, "provider": "openai", "scope": "corpus", "llm": {}},
     "trec_run": {"path": None, "scope": "corpus", "sees_judge_text": False},
+    "http": {**{k: v for k, v in HTTP_DEFAULTS.items()}, "sees_judge_text": False},
+    "milvus": {**{k: v for k, v in MILVUS_DEFAULTS.items()}, "sees_judge_text": False},
 }
-COMMON = ("name", "kind", "depth", "sees_judge_text")
+COMMON = ("name", "kind", "depth", "sees_judge_text", "version")
 
 
 def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, Any]:
@@ -112,6 +126,10 @@ def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
                               "hf-hub:org/repo, local-dir:/path)")
         if s["kind"] == "trec_run" and not s.get("path"):
             raise ConfigError(f"{where}.path: a trec_run system needs the run file's path")
+        if s["kind"] == "http":
+            check_http(s, where)
+        if s["kind"] == "milvus":
+            check_milvus(s, where)
         refs = s.get("systems") if s["kind"] == "hybrid" else ([s.get("base")] if s["kind"] == "rerank" else [])
         key = "systems" if s["kind"] == "hybrid" else "base"
         if s["kind"] == "hybrid" and len(refs or []) < 2:
@@ -312,14 +330,20 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         columns: Mapping[str, str] | None = None, facets: Mapping[str, Any] | None = None,
         version: str | None = None, threads: int = 1, client: Any = None, batch_dir: str | None = None,
         ledger: str | None = None, benchmark: str = "benchmaker", llm_runtime: Mapping[str, Any] | None = None,
-        numba_cache_dir: str | None = None) -> dict:
+        numba_cache_dir: str | None = None, runtime: Mapping[str, Any] | None = None,
+        transport: Any = None) -> dict:
     """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata.
 
     Rerankers only: ``batch_dir`` (Batch API state, ``llm.mode: batch``), ``ledger`` (crash-safe
     record of every paid request), ``benchmark`` (batch metadata), ``llm_runtime`` (the ``llm`` keys
     that only change speed, which the rule passes outside its compared params), ``numba_cache_dir``
-    (ranx's JIT cache, for hybrid's ``ranx.fuse``)."""
+    (ranx's JIT cache, for hybrid's ``ranx.fuse``). Live systems (http, milvus): ``runtime`` (their
+    ``LIVE_RUNTIME`` keys, passed outside the compared params), ``llm_cache_dir`` (the http answer
+    cache, ``<llm_cache_dir>/http``), ``client`` (a MilvusClient) / ``transport`` (an httpx2 transport)
+    for tests."""
     set_numba_cache(numba_cache_dir)
+    if runtime and system.get("kind") in LIVE_KINDS:
+        system = {**system, **dict(runtime)}
     if llm_runtime and system.get("kind") == "rerank":
         system = {**system, "llm": {**dict(system.get("llm") or {}), **dict(llm_runtime)}}
     from ..formats import FacetModel, empty_table, write_table
@@ -346,6 +370,10 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         result, timing, runner = rerank_run(s, base, bench, image_root=image_root, cache_dir=llm_cache_dir,
                                             losses=loss, client=client, batch_dir=batch_dir, ledger=ledger,
                                             benchmark=benchmark)
+    elif kind == "http":
+        result, timing = http_run(s, bench, cache_dir=llm_cache_dir, losses=loss, transport=transport)
+    elif kind == "milvus":
+        result, timing = milvus_run(s, bench, losses=loss, threads=threads, client=client)
     else:
         if external:
             s = {**s, "path": external}
@@ -380,7 +408,9 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
               "collection_depth": int(s["depth"]) if kind in COLLECTION_KINDS else None,
               "seconds": round(seconds, 4), "timing": timing,
               "cost_usd": cost_usd, "cost_usd_last_run": timing.get("cost_usd_last_run", 0.0), "losses": len(loss),
-              "settings": {k: v for k, v in s.items() if k not in ("llm",)}, "version": version}
+              "settings": {k: v for k, v in s.items() if k not in ("llm", *LIVE_RUNTIME)}, "version": version,
+              # the system's own version / deployment tag (config key `version`), compared by `benchmaker compare`
+              "system_version": None if s.get("version") is None else str(s["version"])}
     if kind == "rerank":
         record["settings"]["llm_model"] = (s.get("llm") or {}).get("model")
     atomic_write_text(meta, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,201 @@
+"""The ``milvus`` system: a Milvus collection queried directly (docs/evaluate.md, "Live systems").
+
+The query text is encoded by an open_clip model (loaded as the ``clip`` kind loads it) and searched in
+the collection's vector field, the way imsearch_eval's ``MilvusQuery.vector_query`` searches (COSINE,
+``MilvusClient.search``), without its bugs:
+
+* the image id field is requested (``output_fields``), so every hit says which image it is (the adapter
+  once asked for the vector only, so its rows carried no id and scored 0);
+* search parameters are the config's (``search_params``, given to the index actually built: ``ef`` for
+  HNSW, ``nprobe`` for IVF), not a hard-coded ``nprobe`` for every index;
+* a hit without a distance is an error, never a score of 0; a failed search raises (nothing is scored
+  as an empty answer); several objects of one image (Sage's loaders store one per (query, image) row)
+  are grouped by the id field (``group_by_field``), so an image takes one place, at its best score;
+* L2 distances (lower is better) are negated; COSINE and IP are similarities.
+
+Beside the top ``depth`` of the collection, each query's judged pool is searched with a filter on the
+id field (``score_pools``), so the pool view of the run is exact, as for the built-in systems.
+
+:func:`index_embeddings` loads the benchmark's CLIP image embeddings into a collection (the tests' and
+the docs' recipe).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..config import ConfigError
+from ..logs import get_logger
+from ..losses import Losses
+from .data import Bench
+from .live import latency_summary
+from .runs import empty_run
+
+__all__ = ["MILVUS_DEFAULTS", "check_milvus", "connect", "index_embeddings", "milvus_run"]
+
+log = get_logger("evaluate")
+
+MILVUS_DEFAULTS: dict[str, Any] = {
+    "uri": None, "db_file": None, "token_env": None, "db_name": None, "collection": None,
+    "anns_field": "vector", "id_field": "image_id", "metric": "COSINE", "search_params": {}, "filter": None,
+    "score_pools": True, "model": None, "pretrained": None, "precision": "auto", "device": "auto",
+    "batch_size": 64, "timeout_s": 60.0,
+}
+MAX_LIMIT = 16384  # Milvus's topk limit
+
+
+def check_milvus(s: Mapping[str, Any], where: str) -> None:
+    if bool(s.get("uri")) == bool(s.get("db_file")):
+        raise ConfigError(f"{where}: a milvus system needs exactly one of uri (a Milvus server, "
+                          f"http://host:19530) and db_file (a Milvus Lite database file)")
+    if not s.get("collection"):
+        raise ConfigError(f"{where}.collection: the Milvus collection to search")
+    if not s.get("model"):
+        raise ConfigError(f"{where}.model: the open_clip model that encodes the query text (the model whose "
+                          f"image embeddings the collection holds)")
+    if str(s.get("metric")).upper() not in ("COSINE", "IP", "L2"):
+        raise ConfigError(f"{where}.metric: {s.get('metric')!r} is not COSINE, IP or L2")
+    if not 1 <= int(s.get("depth") or 1) <= MAX_LIMIT:
+        raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
+
+
+def connect(s: Mapping[str, Any]):
+    """A ``MilvusClient`` for the system (the token from the environment variable ``token_env``)."""
+    from pymilvus import MilvusClient
+
+    kw: dict[str, Any] = {}
+    if s.get("token_env"):
+        tok = os.environ.get(str(s["token_env"]))
+        if not tok:
+            raise ConfigError(f"evaluate system {s.get('name')!r}: environment variable {s['token_env']} (token_env) "
+                              f"is not set; export the Milvus token (user:password or an API key)")
+        kw["token"] = tok
+    if s.get("db_name"):
+        kw["db_name"] = str(s["db_name"])
+    uri = str(s.get("uri") or s.get("db_file"))
+    return MilvusClient(uri=uri, timeout=float(s.get("timeout_s") or 60.0), **kw)
+
+
+def index_embeddings(client: Any, collection: str, embeddings: pl.DataFrame, *, id_field: str = "image_id",
+                     anns_field: str = "vector", metric: str = "COSINE", drop: bool = False) -> int:
+    """Create ``collection`` (auto primary key, ``id_field`` VARCHAR, ``anns_field`` FLOAT_VECTOR, a FLAT
+    index with ``metric``) and insert ``embeddings`` (``image_id``, ``embedding``: e.g. the benchmark's
+    ``embeddings/images/*.parquet`` read with :func:`benchmaker.similarity.embed.read_embeddings`)."""
+    from pymilvus import DataType
+
+    if client.has_collection(collection):
+        if not drop:
+            raise ValueError(f"Milvus collection {collection!r} exists (drop=True replaces it)")
+        client.drop_collection(collection)
+    dim = len(embeddings["embedding"][0])
+    schema = client.create_schema(auto_id=True, enable_dynamic_field=False)
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field(id_field, DataType.VARCHAR, max_length=4096)
+    schema.add_field(anns_field, DataType.FLOAT_VECTOR, dim=dim)
+    idx = client.prepare_index_params()
+    idx.add_index(anns_field, index_type="FLAT", metric_type=metric)
+    client.create_collection(collection, schema=schema, index_params=idx)
+    rows = [{id_field: i, anns_field: np.asarray(v, dtype=np.float32).tolist()}
+            for i, v in zip(embeddings["image_id"].to_list(), embeddings["embedding"].to_list())]
+    n = 0
+    for start in range(0, len(rows), 1000):
+        n += int(client.insert(collection, rows[start:start + 1000]).get("insert_count", 0))
+    client.flush(collection)
+    return n
+
+
+def _hits(result: Sequence, id_field: str, metric: str, what: str) -> list[list[tuple[str, float]]]:
+    out = []
+    for hits in result:
+        rows = []
+        for h in hits:
+            ent = h.get("entity") or {}
+            iid, dist = ent.get(id_field), h.get("distance")
+            if iid is None:
+                raise RuntimeError(f"{what}: a hit has no {id_field!r} field (id_field): {dict(h)!r}"[:400])
+            if dist is None or not np.isfinite(float(dist)):
+                raise RuntimeError(f"{what}: hit {iid!r} has no finite distance: {dict(h)!r}"[:400])
+            rows.append((str(iid), -float(dist) if metric == "L2" else float(dist)))
+        out.append(rows)
+    return out
+
+
+def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threads: int = 1,
+               client: Any = None) -> tuple[pl.DataFrame, dict]:
+    """Search the collection for every query (top ``depth``, and each judged pool when ``score_pools``)."""
+    from ..similarity.model import load_clip
+
+    s = {**MILVUS_DEFAULTS, **dict(system)}
+    name, depth, metric = s["name"], int(s["depth"]), str(s["metric"]).upper()
+    id_field, field = str(s["id_field"]), str(s["anns_field"])
+    clip = load_clip(s["model"], s.get("pretrained"), device=s.get("device") or "auto",
+                     precision=s.get("precision") or "auto")
+    if clip.device == "cpu" and threads:
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+    t0 = time.perf_counter()
+    q_emb, _ = clip.encode_texts(bench.queries["query_text"].to_list())
+    t_encode = time.perf_counter() - t0
+    own = client is None
+    client = connect(s) if own else client
+    what = f"evaluate {name}: Milvus collection {s['collection']!r}"
+    try:
+        if not client.has_collection(s["collection"]):
+            raise ConfigError(f"evaluate system {name!r}: Milvus has no collection {s['collection']!r} "
+                              f"(collections: {client.list_collections()})")
+        client.load_collection(s["collection"])
+        params = {"metric_type": metric, "params": dict(s.get("search_params") or {})}
+        qids = bench.query_ids
+        known = set(bench.images["image_id"].to_list())
+        rows: list[tuple[str, str, float]] = []
+        ms: list[float] = []
+        bs = max(1, int(s.get("batch_size") or 64))
+        t1 = time.perf_counter()
+        for start in range(0, len(qids), bs):
+            vecs = [np.asarray(v, dtype=np.float32).tolist() for v in q_emb[start:start + bs]]
+            t = time.perf_counter()
+            res = client.search(s["collection"], data=vecs, anns_field=field, limit=depth, search_params=params,
+                                output_fields=[id_field], group_by_field=id_field, filter=s.get("filter") or "")
+            ms += [1000 * (time.perf_counter() - t) / max(1, len(vecs))] * len(vecs)
+            for qid, hits in zip(qids[start:start + bs], _hits(res, id_field, metric, what)):
+                rows += [(qid, iid, sc) for iid, sc in hits]
+        t_search = time.perf_counter() - t1
+        if s.get("score_pools"):
+            pools = bench.qrels.group_by("query_id").agg("image_id")
+            pool_of = {q: sorted(ids) for q, ids in pools.iter_rows()}
+            for qi, qid in enumerate(qids):
+                ids = pool_of.get(qid) or []
+                if not ids:
+                    continue
+                flt = f"{id_field} in {json.dumps(ids, ensure_ascii=False)}"
+                if s.get("filter"):
+                    flt = f"({s['filter']}) and ({flt})"
+                res = client.search(s["collection"], data=[np.asarray(q_emb[qi], dtype=np.float32).tolist()],
+                                    anns_field=field, limit=min(MAX_LIMIT, len(ids)), search_params=params,
+                                    output_fields=[id_field], group_by_field=id_field, filter=flt)
+                rows += [(qid, iid, sc) for iid, sc in _hits(res, id_field, metric, what)[0]]
+    finally:
+        if own:
+            client.close()
+    run = (pl.DataFrame(rows, schema=["query_id", "image_id", "score"], orient="row") if rows else empty_run())
+    run = run.unique(["query_id", "image_id"], keep="first", maintain_order=True)
+    bad = run.filter(~pl.col("image_id").is_in(list(known)))
+    for q, d in bad.select("query_id", "image_id").iter_rows():
+        losses.add("image", d, "unknown_image", f"{what}: not a benchmark image", query_id=q)
+    if bad.height:
+        log.warning("evaluate %s: %d hits are not benchmark images: dropped (losses file)", name, bad.height)
+    run = run.filter(pl.col("image_id").is_in(list(known)))
+    timing = {"query_seconds": round(t_encode + t_search, 4), "encode_seconds": round(t_encode, 4),
+              "search_seconds": round(t_search, 4), **latency_summary(ms), "model_id": clip.model_id,
+              "device": clip.device, "system_version": None if s.get("version") is None else str(s["version"])}
+    nq = len(qids)
+    timing["query_latency_ms"] = round(1000 * (t_encode + t_search) / nq, 4) if nq else None
+    return run, timing
