@@ -23,7 +23,12 @@ rule preprocess:
         image_root=IMAGE_ROOT,
         # workers only decides speed (threads): not a rerun trigger; the rest decides the output
         settings=not_a_trigger(config["preprocess"]),
-        triggers={k: v for k, v in config["preprocess"].items() if k != "workers"},
+        # near_duplicate_threshold is used by merge_images only (groups span shards)
+        triggers={
+            k: v
+            for k, v in config["preprocess"].items()
+            if k not in ("workers", "near_duplicate_threshold")
+        },
         shard=lambda wc: wc.shard,
         n_shards=config["n_shards"],
         columns=COLUMNS,
@@ -49,6 +54,7 @@ rule merge_images:
     params:
         image_root=IMAGE_ROOT,
         columns=COLUMNS,
+        near_duplicate_threshold=config["preprocess"]["near_duplicate_threshold"],
         version=stage_version("preprocess"),
     script:
         "../scripts/merge_images.py"

@@ -82,6 +82,23 @@ def make_corpus(root: Path, n_per: int = 2, with_bad: bool = True) -> Path:
     return root
 
 
+def add_duplicates(root: Path, folder: str = "dups") -> dict[str, str]:
+    """Real duplicates in ``root/folder``: a photo of the example corpus (skimage's chelsea, CC0), a
+    byte-identical copy and a resized, re-encoded copy (a near-duplicate). Returns role -> image_id."""
+    from PIL import Image
+
+    src = ROOT / "example" / "images" / "skimage" / "chelsea_cat.jpg"
+    d = root / folder
+    d.mkdir(parents=True, exist_ok=True)
+    ids = {"original": f"{folder}/chelsea.jpg", "copy": f"{folder}/dup_of_chelsea.jpg",
+           "resized": f"{folder}/near_dup_chelsea_resized.jpg"}
+    shutil.copyfile(src, root / ids["original"])
+    shutil.copyfile(src, root / ids["copy"])
+    with Image.open(src) as im:
+        im.convert("RGB").resize((im.width // 2, im.height // 2)).save(root / ids["resized"], quality=70)
+    return ids
+
+
 def rights_map(path: Path) -> Path:
     path.write_text(json.dumps({
         "default": {"license": "CC0-1.0", "doi": None, "dataset_name": None},

@@ -255,9 +255,10 @@ def test_bootstrap_intervals():
     a, b = np.array(A_LAB * 10), np.array(B_LAB * 10)
     strata = np.array(["x", "y"] * 50)
     ci = A.bootstrap_pair(a, b, [0, 1], strata=strata, reps=500, seed=1, confidence=0.95)
-    lo, hi = ci["kappa"]
+    lo, hi = ci["kappa"].bounds
     assert lo < 0.6 < hi and hi - lo < 0.5
-    lo, hi = ci["agreement"]
+    assert ci["kappa"].replicates == 500 and ci["kappa"].undefined == 0 and not ci["kappa"].degenerate
+    lo, hi = ci["agreement"].bounds
     assert lo < 0.8 < hi
     assert A.bootstrap_pair(a, b, [0, 1], strata=strata, reps=500, seed=1, confidence=0.95) == ci
     assert A.bootstrap_pair(a, b, [0, 1], strata=strata, reps=500, seed=2, confidence=0.95) != ci
@@ -270,6 +271,47 @@ def test_bootstrap_intervals():
     one = A.bootstrap_indices(None, 100, 1, np.random.default_rng(5))[0]
     cm = A.confusion(a[one], b[one], [0, 1])
     assert A.kappa_from_counts(cm) == pytest.approx(cohen_kappa_score(a[one], b[one]))
+
+
+def test_degenerate_bootstrap_is_said_so():
+    """Rater a says 1 twenty times; rater b 1 nineteen times and 0 once. kappa = 0 (p_o = p_e = 0.95); a
+    replicate without the one 0 has both raters on one label, so kappa is undefined there: about
+    (19/20)^20 = 36 % of the replicates. Every defined replicate gives exactly 0: the interval [0, 0] has
+    width zero and must be reported as degenerate, with the count of undefined replicates."""
+    a, b = np.ones(20, int), np.array([1] * 19 + [0])
+    assert A.cohen(a, b, [0, 1]) == 0.0
+    iv = A.bootstrap_pair(a, b, [0, 1], strata=None, reps=1000, seed=4, confidence=0.95)["kappa"]
+    # the undefined replicates are exactly those that never draw the one 0 (the same index streams)
+    streams = np.random.SeedSequence(4).spawn(1000 // A.BLOCK + 1)
+    idx = np.vstack([A.bootstrap_indices(None, 20, min(A.BLOCK, 1000 - k * A.BLOCK), np.random.default_rng(ss))
+                     for k, ss in enumerate(streams) if k * A.BLOCK < 1000])
+    assert iv.undefined == int((~(idx == 19).any(axis=1)).sum())
+    assert 300 < iv.undefined < 420 and iv.replicates == 1000
+    assert iv.bounds == (0.0, 0.0) and iv.degenerate
+    # the report says so, next to the interval
+    s = pl.DataFrame({"item_id": [f"i{k}" for k in range(20)], "query_id": ["q"] * 20,
+                      "image_id": [f"m{k}" for k in range(20)], "judge_label": [1] * 20, "stratum": ["all"] * 20,
+                      "weight": [1.0] * 20, "pool": ["positive"] * 20, "difficulty": ["low"] * 20,
+                      "judge": ["rules"] * 20})
+    humans = pl.DataFrame({"rater": ["ann"] * 20, "item_id": s["item_id"], "label": b.tolist()})
+    meta = {"sample_id": "x", "population_pairs": 20, "population_queries": 1, "sample_pairs": 20,
+            "sample_queries": 1, "settings": {}}
+    info = R.compute(s, meta, humans, Scale("binary"), settings={"bootstrap": 1000, "seed": 9})
+    c = info["comparisons"][0]
+    assert c["kappa"] == 0.0 and c["kappa_ci"] == [0.0, 0.0] and 300 < c["kappa_undefined"] < 420
+    cell = R.key_table(info)["Cohen's kappa"][0]
+    assert cell == f"0.00 [0.00, 0.00] (degenerate: every defined replicate gives the same value; " \
+                   f"{c['kappa_undefined']} of 1000 replicates undefined)"
+    assert "replicates on which a statistic is undefined are left out and counted" in R.render_markdown(info)
+    assert info["tables"]["agreement"]["kappa_undefined"][0] == c["kappa_undefined"]
+    # a well-behaved interval carries no note
+    assert R._with_ci(0.6, [0.4, 0.8], 0, 1000) == "0.60 [0.40, 0.80]"
+
+
+def test_alpha_uses_the_replicates_the_report_states():
+    m = np.array([A_LAB * 3, B_LAB * 3], float)
+    iv = A.bootstrap_alpha(m, "nominal", strata=None, reps=1500, seed=0, confidence=0.95)
+    assert iv.replicates == 1500 and iv.undefined == 0 and iv.lo < 0.62 < iv.hi
 
 
 # ---- second judge, report, ranking --------------------------------------------------------------------------------
@@ -375,6 +417,7 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
     assert {r["system"]: r for r in rk["systems"]}["judgelike"]["ndcg@10_judge"] == pytest.approx(with_pos.mean())
     md = (out / "audit.md").read_text()
     assert "Kendall's tau" in md and "judge vs alice" in md and "Krippendorff" in md
+    assert "The audit's numbers and the imported human labels are in `audit/`" in R.card_markdown(str(out))
     hl = [json.loads(x) for x in (out / "human_labels.jsonl").read_text().splitlines()]
     assert len(hl) == 60 and set(hl[0]) == {"rater", "item_id", "query_id", "image_id", "label"}
     # the same judge twice (through the judge stage) agrees with itself completely: self-consistency
@@ -396,6 +439,29 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
     assert self_c["agreement"] == 1.0
 
 
+def test_rankings_score_every_system_on_the_same_queries(tmp_path):
+    """The issue's case: two audited queries; system A ranks q1 perfectly and no audited pair of q2,
+    system B ranks both (q2 with the relevant image second). A query a system does not rank scores 0
+    (as in evaluate), so A gets (1 + 0) / 2, not 1.0, and B wins: (1 + 1/log2(3)) / 2 = 0.815."""
+    from benchmaker.audit.ranking import compare_rankings
+
+    audited = pl.DataFrame({"query_id": ["q1", "q1", "q2", "q2"], "image_id": ["a", "b", "c", "d"],
+                            "judge_label": [1, 0, 1, 0], "human_label": [1, 0, 1, 0]})
+    runs = {"A": _write_run(tmp_path / "A.trec", "A", {"q1": {"a": 2.0, "b": 1.0}, "q2": {"x": 1.0}}),
+            "B": _write_run(tmp_path / "B.trec", "B", {"q1": {"a": 2.0, "b": 1.0}, "q2": {"d": 2.0, "c": 1.0}})}
+    rk = compare_rankings(audited, runs, ["ndcg@10"])
+    by = {r["system"]: r for r in rk["systems"]}
+    assert by["A"]["ndcg@10_judge"] == pytest.approx(0.5) and by["A"]["ndcg@10_human"] == pytest.approx(0.5)
+    assert by["B"]["ndcg@10_judge"] == pytest.approx((1 + 1 / np.log2(3)) / 2)
+    assert by["A"]["queries"] == by["B"]["queries"] == 2
+    assert (by["A"]["queries_ranked"], by["B"]["queries_ranked"]) == (1, 2)
+    assert rk["winner_judge"] == rk["winner_human"] == "B"
+    # a system that ranks no audited pair at all scores 0 on every audited query (not "undefined")
+    runs["C"] = _write_run(tmp_path / "C.trec", "C", {"q3": {"a": 1.0}})
+    by = {r["system"]: r for r in compare_rankings(audited, runs, ["ndcg@10", "map"])["systems"]}
+    assert by["C"]["ndcg@10_judge"] == 0.0 and by["C"]["map_human"] == 0.0 and by["C"]["queries"] == 2
+
+
 def test_not_audited_yet_and_card_and_summary_sections(bench, tmp_path):
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
     out = tmp_path / "audit" / "report"
@@ -404,6 +470,7 @@ def test_not_audited_yet_and_card_and_summary_sections(bench, tmp_path):
     assert info["status"] == "not audited yet"
     card = R.card_markdown(str(out))
     assert card.startswith("## Judge audit") and "Not audited yet" in card and "10 of 108 judged pairs" in card
+    assert "audit's numbers" not in card  # no numbers to point to
     sec = R.summary_section(str(out))
     assert sec.title == "Judge audit" and "Not audited yet" in sec.text and sec.table is None
     assert "Not audited yet" in R.card_markdown(None) and "audit.enabled is false" in R.card_markdown(None)

@@ -42,7 +42,7 @@ RESERVED_COLUMNS = {
     "image", "image_id", "image_url", "mime_type", "license", "doi", "original_dataset_name",
     "query_id", "query_text", "relevance_label", "tags", "summary", "confidence", "seed_image_ids",
     "candidate_image_ids", "clip_score", "clip_rank", "width", "height", "file_size", "sha256",
-    "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant",
+    "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant", "duplicate_group",
 }
 
 FORMAT_VERSION = 1
@@ -114,6 +114,7 @@ KINDS: dict[str, Spec] = {
         },
         nullable=frozenset({"image_url", "license", "doi", "phash"}),
         key=("image_id",),
+        optional={"duplicate_group": Str},  # images.jsonl (merge_images); not in the per-shard manifests
         doc="one row per accepted image; extra metadata.jsonl columns follow",
     ),
     "quarantine": Spec(

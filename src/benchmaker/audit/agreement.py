@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 __all__ = ["cohen", "kappa_from_counts", "bootstrap_pair", "krippendorff_alpha", "fleiss", "confusion",
-           "bootstrap_indices", "percentile_ci"]
+           "bootstrap_indices", "percentile_ci", "Interval", "interval"]
 
 
 def _nan_to_none(x: float | None) -> float | None:
@@ -83,6 +84,7 @@ def bootstrap_indices(strata: Sequence[Any] | None, n: int, reps: int, rng: np.r
 
 
 def percentile_ci(values: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
+    """Percentile interval of the *defined* (non-NaN) replicates; (None, None) when none is defined."""
     v = np.asarray(values, dtype=float)
     v = v[~np.isnan(v)]
     if v.size == 0:
@@ -92,19 +94,53 @@ def percentile_ci(values: np.ndarray, confidence: float) -> tuple[float | None, 
     return _nan_to_none(lo), _nan_to_none(hi)
 
 
+@dataclass(frozen=True)
+class Interval:
+    """A bootstrap percentile interval and what it rests on.
+
+    ``replicates``: replicates drawn; ``undefined``: how many of them gave no value (NaN: the statistic
+    is undefined on that resample, e.g. kappa when both raters used one label), which the percentiles
+    leave out. ``degenerate``: the interval has width zero (every defined replicate gave one value), so
+    it says nothing about the uncertainty; renderers must say so."""
+
+    lo: float | None
+    hi: float | None
+    replicates: int
+    undefined: int
+
+    @property
+    def degenerate(self) -> bool:
+        return self.lo is not None and self.lo == self.hi
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None]:
+        return self.lo, self.hi
+
+
+NO_INTERVAL = Interval(None, None, 0, 0)
+
+
+def interval(values: np.ndarray, confidence: float) -> Interval:
+    """The percentile :class:`Interval` of bootstrap replicates ``values`` (NaN = undefined replicate)."""
+    v = np.asarray(values, dtype=float)
+    lo, hi = percentile_ci(v, confidence)
+    return Interval(lo, hi, int(v.size), int(np.count_nonzero(np.isnan(v))))
+
+
 BLOCK = 16  # replicates per random stream: the replicates do not depend on how they are batched
 
 
 def bootstrap_pair(a: np.ndarray, b: np.ndarray, labels: Sequence[int], *, strata: Sequence[Any] | None,
                    reps: int, seed: int, confidence: float,
-                   weights: str | None = None) -> dict[str, tuple[float | None, float | None]]:
-    """Percentile intervals of raw agreement and Cohen's kappa (and weighted kappa when ``weights``).
+                   weights: str | None = None) -> dict[str, Interval]:
+    """Percentile intervals of raw agreement and Cohen's kappa (and weighted kappa when ``weights``),
+    each with its count of undefined replicates (:class:`Interval`).
 
     Replicates come in blocks of ``BLOCK``, each from its own stream of ``SeedSequence(seed)``, so
     memory stays at ``BLOCK x pairs`` indices whatever the number of pairs."""
     n = len(a)
     if reps <= 0 or n == 0:
-        return {"agreement": (None, None), "kappa": (None, None), "kappa_weighted": (None, None)}
+        return {"agreement": NO_INTERVAL, "kappa": NO_INTERVAL, "kappa_weighted": NO_INTERVAL}
     index = {v: i for i, v in enumerate(labels)}
     k = len(labels)
     code = np.array([index[int(x)] * k + index[int(y)] for x, y in zip(a, b)], dtype=np.int64)
@@ -119,9 +155,9 @@ def bootstrap_pair(a: np.ndarray, b: np.ndarray, labels: Sequence[int], *, strat
         kappa_all.append(kappa_from_counts(counts))
         if weights:
             wk_all.append(kappa_from_counts(counts, weights))
-    return {"agreement": percentile_ci(np.concatenate(agree_all), confidence),
-            "kappa": percentile_ci(np.concatenate(kappa_all), confidence),
-            "kappa_weighted": (percentile_ci(np.concatenate(wk_all), confidence) if weights else (None, None))}
+    return {"agreement": interval(np.concatenate(agree_all), confidence),
+            "kappa": interval(np.concatenate(kappa_all), confidence),
+            "kappa_weighted": interval(np.concatenate(wk_all), confidence) if weights else NO_INTERVAL}
 
 
 def krippendorff_alpha(matrix: np.ndarray, level: str) -> float | None:
@@ -141,13 +177,14 @@ def krippendorff_alpha(matrix: np.ndarray, level: str) -> float | None:
 
 
 def bootstrap_alpha(matrix: np.ndarray, level: str, *, strata: Sequence[Any] | None, reps: int, seed: int,
-                    confidence: float) -> tuple[float | None, float | None]:
-    if reps <= 0:
-        return None, None
+                    confidence: float) -> Interval:
+    """Percentile interval of Krippendorff's alpha over ``reps`` replicates (one library call each)."""
+    if reps <= 0 or matrix.shape[1] == 0:
+        return NO_INTERVAL
     rng = np.random.default_rng(seed)
     idx = bootstrap_indices(strata, matrix.shape[1], reps, rng)
     vals = np.array([np.nan if (v := krippendorff_alpha(matrix[:, i], level)) is None else v for i in idx])
-    return percentile_ci(vals, confidence)
+    return interval(vals, confidence)
 
 
 def fleiss(matrix: np.ndarray, labels: Sequence[int]) -> tuple[float | None, int]:

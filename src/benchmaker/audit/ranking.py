@@ -4,9 +4,12 @@ For each retrieval system of the evaluate stage (``{RESULTS}/evaluate/runs/{name
 format, ids encoded with :func:`benchmaker.ids.trec_id`), the run is restricted to the audited pairs
 (a condensed list: documents without a human label are removed before scoring, Sakai 2007) and scored
 with ranx under two qrels over the same pairs: the judge's labels and the people's consensus label
-(majority; a tie goes to the lower label). Reported per system: each metric under both, their difference,
-and, over systems, Kendall's tau-b (scipy) between the two orderings of the primary metric and whether
-the winner is the same. ranx's conventions apply: a query none of whose audited pairs is relevant scores 0.
+(majority; a tie goes to the lower label). Every system is scored on the same queries, all the audited
+ones: a query for which a system ranks none of the audited pairs scores 0 for it, as in the evaluate
+stage (a system that skips a hard query must not be scored on the easy ones only). Reported per system:
+each metric under both, their difference, and, over systems, Kendall's tau-b (scipy) between the two
+orderings of the primary metric and whether the winner is the same. ranx's conventions apply: a query
+none of whose audited pairs is relevant scores 0.
 """
 
 from __future__ import annotations
@@ -53,9 +56,22 @@ def _clean(x: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
+def _scores(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+            metrics: Sequence[str]) -> dict[str, float | None]:
+    """Each metric's mean over *every* query of ``qrels``; a query absent from ``run`` scores 0 (ranx's
+    ``make_comparable`` gives it an empty ranking)."""
+    from ranx import Qrels, Run, evaluate
+
+    if not run:  # nothing ranked at all: every query scores 0 (ranx refuses an empty run)
+        return {m: 0.0 for m in metrics}
+    res = evaluate(Qrels.from_dict({q: dict(d) for q, d in qrels.items()}), Run.from_dict(dict(run)), list(metrics),
+                   make_comparable=True)
+    res = res if isinstance(res, dict) else {metrics[0]: res}
+    return {m: _clean(res[m]) for m in metrics}
+
+
 def compare_rankings(audited: pl.DataFrame, runs: Mapping[str, str | Path], metrics: Sequence[str]) -> dict[str, Any]:
     """``audited``: query_id, image_id, judge_label, human_label for every audited pair."""
-    from ranx import Qrels, Run, evaluate
     from scipy.stats import kendalltau
 
     metrics = list(metrics)
@@ -67,25 +83,24 @@ def compare_rankings(audited: pl.DataFrame, runs: Mapping[str, str | Path], metr
     for q, i, j, h in audited.select("query_id", "image_id", "judge_label", "human_label").iter_rows():
         qj.setdefault(q, {})[i] = int(j)
         qh.setdefault(q, {})[i] = int(h)
+    queries = sorted(qj)  # the audited queries: every system is scored on all of them
     rows = []
     for name, path in runs.items():
         run = read_run(path)
         cut = {q: {d: s for d, s in docs.items() if (q, d) in pairs} for q, docs in run.items() if q in qj}
         cut = {q: docs for q, docs in cut.items() if docs}
         covered = sum(len(d) for d in cut.values())
-        row: dict[str, Any] = {"system": name, "queries": len(cut), "audited_pairs_ranked": covered}
+        row: dict[str, Any] = {"system": name, "queries": len(queries), "queries_ranked": len(cut),
+                               "audited_pairs_ranked": covered}
         if not cut:
-            log.warning("audit: run %s ranks none of the audited pairs", name)
-            for m in metrics:
-                row[f"{m}_judge"] = row[f"{m}_human"] = row[f"{m}_diff"] = None
-            rows.append(row)
-            continue
+            log.warning("audit: run %s ranks none of the audited pairs: it scores 0 on every audited query", name)
+        elif len(cut) < len(queries):
+            log.info("audit: run %s ranks no audited pair of %d of the %d audited queries (they score 0)", name,
+                     len(queries) - len(cut), len(queries))
         for label, qrels in (("judge", qj), ("human", qh)):
-            q = Qrels.from_dict({k: v for k, v in qrels.items() if k in cut})
-            res = evaluate(q, Run.from_dict(cut), metrics, make_comparable=True)
-            res = res if isinstance(res, dict) else {metrics[0]: res}
+            res = _scores(qrels, cut, metrics)
             for m in metrics:
-                row[f"{m}_{label}"] = _clean(res[m])
+                row[f"{m}_{label}"] = res[m]
         for m in metrics:
             j, h = row[f"{m}_judge"], row[f"{m}_human"]
             row[f"{m}_diff"] = None if j is None or h is None else j - h

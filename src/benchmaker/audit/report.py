@@ -34,8 +34,8 @@ MARKER = "audit.json"
 JUDGE = "judge"
 
 
-def _ci(lo_hi: tuple[float | None, float | None]) -> list[float | None]:
-    return [lo_hi[0], lo_hi[1]]
+def _ci(iv: A.Interval) -> list[float | None]:
+    return [iv.lo, iv.hi]
 
 
 def _compare(a: np.ndarray, b: np.ndarray, *, labels: list[int], graded: bool, strata: np.ndarray | None,
@@ -50,9 +50,11 @@ def _compare(a: np.ndarray, b: np.ndarray, *, labels: list[int], graded: bool, s
                             weights="quadratic" if graded else None)
     out["agreement_ci"] = _ci(boot["agreement"])
     out["kappa_ci"] = _ci(boot["kappa"])
+    out["kappa_undefined"] = boot["kappa"].undefined  # replicates left out of the interval (kappa undefined)
     if graded:
         out["kappa_quadratic"] = A.cohen(a, b, labels, weights="quadratic")
         out["kappa_quadratic_ci"] = _ci(boot["kappa_weighted"])
+        out["kappa_quadratic_undefined"] = boot["kappa_weighted"].undefined
     if weights is not None:  # the whole benchmark, re-weighted by stratum (inverse sampling rate)
         out["agreement_benchmark"] = float(np.sum(weights * (a == b)) / np.sum(weights))
         out["kappa_benchmark"] = A.cohen(a, b, labels, sample_weight=weights)
@@ -143,7 +145,8 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
                                    "agreement_lo": (r.get("agreement_ci") or [None])[0],
                                    "agreement_hi": (r.get("agreement_ci") or [None, None])[1],
                                    "kappa": r.get("kappa"), "kappa_lo": (r.get("kappa_ci") or [None])[0],
-                                   "kappa_hi": (r.get("kappa_ci") or [None, None])[1]})
+                                   "kappa_hi": (r.get("kappa_ci") or [None, None])[1],
+                                   "kappa_undefined": r.get("kappa_undefined")})
 
     whole: dict[str, Any] | None = None
     if j2 and judge2_scope == "all" and qrels is not None and judge2 is not None:
@@ -168,12 +171,13 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
             mat = np.vstack([raters[r] for r in who])
             keep = (~np.isnan(mat)).sum(axis=0) >= 2
             alpha = A.krippendorff_alpha(mat[:, keep], level)
-            lo, hi = A.bootstrap_alpha(mat[:, keep], level, strata=strata_all[keep], reps=min(reps, 1000),
-                                       seed=seed + 7, confidence=conf)
+            iv = A.bootstrap_alpha(mat[:, keep], level, strata=strata_all[keep], reps=reps, seed=seed + 7,
+                                   confidence=conf)
             fk, n_full = A.fleiss(mat, labels)
             multi_rows.append({"raters": name, "n_raters": len(who), "pairs": int(keep.sum()),
-                               "krippendorff_alpha": alpha, "alpha_lo": lo, "alpha_hi": hi,
-                               "alpha_level": level, "fleiss_kappa": fk, "fleiss_pairs": n_full})
+                               "krippendorff_alpha": alpha, "alpha_lo": iv.lo, "alpha_hi": iv.hi,
+                               "alpha_undefined": iv.undefined, "alpha_level": level, "fleiss_kappa": fk,
+                               "fleiss_pairs": n_full})
 
     ranking = None
     if people and runs:
@@ -201,7 +205,7 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
         "agreement_by_group": pl.DataFrame(group_rows, schema={
             "comparison": pl.String, "group_by": pl.String, "group": pl.String, "pairs": pl.Int64,
             "agreement": pl.Float64, "agreement_lo": pl.Float64, "agreement_hi": pl.Float64, "kappa": pl.Float64,
-            "kappa_lo": pl.Float64, "kappa_hi": pl.Float64}),
+            "kappa_lo": pl.Float64, "kappa_hi": pl.Float64, "kappa_undefined": pl.Int64}),
         "confusion": pl.DataFrame(conf_rows, schema={"comparison": pl.String, "rater_a": pl.String,
                                                      "rater_b": pl.String, "label_a": pl.Int64,
                                                      "label_b": pl.Int64, "pairs": pl.Int64}),
@@ -286,26 +290,36 @@ def _f(x: Any, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def _with_ci(v: Any, ci: Sequence[Any] | None) -> str:
+def _with_ci(v: Any, ci: Sequence[Any] | None, undefined: int | None = None, reps: int | None = None) -> str:
+    """``v [lo, hi]``, saying when the interval is degenerate (width zero) and how many of the ``reps``
+    replicates were undefined (left out of the percentiles)."""
     if v is None:
         return "n/a (undefined)"
+    notes = []
+    if undefined and reps:
+        notes.append(f"{undefined} of {reps} replicates undefined")
     if not ci or ci[0] is None:
-        return _f(v)
-    return f"{_f(v)} [{_f(ci[0])}, {_f(ci[1])}]"
+        return _f(v) + (f" (no interval: {notes[0]})" if notes else "")
+    if ci[0] == ci[1]:
+        notes.insert(0, "degenerate: every defined replicate gives the same value")
+    return f"{_f(v)} [{_f(ci[0])}, {_f(ci[1])}]" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def key_table(info: Mapping[str, Any]) -> pl.DataFrame:
     rows = []
+    reps = (info.get("bootstrap") or {}).get("replicates")
     for c in info.get("comparisons") or []:
         rows.append({"comparison": c["comparison"] + (" (all pairs)" if c.get("scope") == "all" else ""),
                      "pairs": str(c["pairs"]), "raw agreement": _with_ci(c.get("agreement"), c.get("agreement_ci")),
-                     "Cohen's kappa": _with_ci(c.get("kappa"), c.get("kappa_ci"))}
-                    | ({"weighted kappa (quadratic)": _with_ci(c.get("kappa_quadratic"), c.get("kappa_quadratic_ci"))}
+                     "Cohen's kappa": _with_ci(c.get("kappa"), c.get("kappa_ci"), c.get("kappa_undefined"), reps)}
+                    | ({"weighted kappa (quadratic)": _with_ci(c.get("kappa_quadratic"), c.get("kappa_quadratic_ci"),
+                                                               c.get("kappa_quadratic_undefined"), reps)}
                        if info.get("labels") == "graded" else {}))
     for m in info.get("multi_rater") or []:
+        alpha = _with_ci(m["krippendorff_alpha"], [m["alpha_lo"], m["alpha_hi"]], m.get("alpha_undefined"), reps)
         rows.append({"comparison": f"Krippendorff's alpha, {m['raters']} ({m['n_raters']} raters)",
                      "pairs": str(m["pairs"]), "raw agreement": "",
-                     "Cohen's kappa": f"alpha {_with_ci(m['krippendorff_alpha'], [m['alpha_lo'], m['alpha_hi']])}; "
+                     "Cohen's kappa": f"alpha {alpha}; "
                                       f"Fleiss' kappa {_f(m['fleiss_kappa'])} ({m['fleiss_pairs']} pairs)"}
                     | ({"weighted kappa (quadratic)": ""} if info.get("labels") == "graded" else {}))
     return pl.DataFrame(rows) if rows else pl.DataFrame()
@@ -335,9 +349,10 @@ def _prose(info: Mapping[str, Any] | None) -> str:
         parts.append(f"Second judge `{j2['judge']}` (config `{j2['name']}`) labelled the "
                      + ("sample" if j2["scope"] == "sample" else "whole benchmark") + ".")
     b = info["bootstrap"]
-    parts.append(f"Intervals: {int(b['confidence'] * 100)}% bootstrap ({b['replicates']} replicates, {b['method']}). "
-                 "Per pool, query difficulty and facet value: agreement_by_group.csv; confusion matrices: "
-                 "confusion.csv (audit/report/).")
+    parts.append(f"Intervals: {int(b['confidence'] * 100)}% bootstrap ({b['replicates']} replicates, {b['method']}; "
+                 "replicates on which a statistic is undefined are left out and counted, and an interval of width "
+                 "zero is marked degenerate). Per pool, query difficulty and facet value: agreement_by_group.csv; "
+                 "confusion matrices: confusion.csv (audit/report/).")
     bench = [c for c in info["comparisons"]
              if c.get("agreement_benchmark") is not None and c["kind"] == "judge vs person"]
     if bench:
@@ -391,7 +406,7 @@ def card_markdown(report_dir: str | Path | None) -> str:
     """The dataset card's "Judge audit" section."""
     info = load_audit(report_dir)
     text = "## Judge audit\n\n" + render_markdown(info)
-    if info is not None:
+    if info is not None and info["status"] == "audited":
         text += ("\nThe audit's numbers and the imported human labels are in `audit/` "
                  "(docs: benchmaker docs/audit.md).\n")
     return text

@@ -19,6 +19,7 @@ import polars as pl
 from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_blocks, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
+from .duplicates import group_members, one_per_group
 from .index import Index, build_index
 from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
 from .pools import IMPORTED, read_pools_file
@@ -47,6 +48,7 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
     rng = np.random.default_rng(int(s["random_seed"]))
     t0 = time.perf_counter()
     index = build_index(ann, images, facets, rng, postings_for=s["core_facets"], postings_min_bucket=sample_cap)
+    groups = group_members(images)  # images that have a duplicate (usually few)
     del ann, images  # the index holds what the planner needs
     n_fp = int(index.sha_ok.sum())
     if index.n and n_fp < index.n:
@@ -95,7 +97,8 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
              "inverted-index budget %d); %d neutral pools also searched facet by facet", cov["whole bucket"],
              cov["every image sharing a seed tag"], cov["sampled"], planner.cap, planner.post_budget,
              cov["neutral per-facet search"])
-    return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], PLANNER_POOLS)
+    frame = _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], PLANNER_POOLS)
+    return one_per_group(frame, groups)[0] if s.get("one_per_duplicate_group", True) else frame
 
 
 def _report(planned: list[PlannedQuery]) -> None:
@@ -149,10 +152,13 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools:
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
-def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel | None = None) -> pl.DataFrame:
+def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel | None = None,
+                  optional: tuple[str, ...] = ()) -> pl.DataFrame:
     """The columns the planner's index needs, read and validated block by block: the other columns
-    (summaries, confidences, licenses, ...) never sit in memory for the whole corpus."""
-    frames = [b.select(keep) for b in iter_table_blocks(kind, path, columns=columns, facets=fm)]
+    (summaries, confidences, licenses, ...) never sit in memory for the whole corpus. ``optional``
+    columns are kept where the file has them."""
+    frames = [b.select(keep + [c for c in optional if c in b.columns])
+              for b in iter_table_blocks(kind, path, columns=columns, facets=fm)]
     if not frames:
         return empty_table(kind, fm).select(keep)
     return pl.concat(frames, how="vertical_relaxed")
@@ -162,7 +168,8 @@ def read_plan_inputs(annotations: str, images: str, fm: FacetModel,
                      columns: Mapping[str, str] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(annotations, images) with only the columns the planner's index needs, validated."""
     return (_read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm),
-            _read_columns("images", images, ["image_id", "sha256", "phash"], columns))
+            _read_columns("images", images, ["image_id", "sha256", "phash"], columns,
+                          optional=("duplicate_group",)))
 
 
 def run(

@@ -22,6 +22,7 @@ import polars as pl
 from ..formats import KINDS, read_table, write_table
 from ..logs import get_logger, progress
 from ..sharding import shard_of
+from .duplicates import DEFAULT_THRESHOLD, duplicate_groups, group_counts
 from .inspect import (
     REASONS,
     Accepted,
@@ -48,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "skip_hidden": True,
     "verify_decode": True,
     "workers": 2,
+    "near_duplicate_threshold": DEFAULT_THRESHOLD,
 }
 
 _ACCEPTED_SCHEMA = {
@@ -232,7 +234,7 @@ def run(
         df, report = merge_metadata(df, meta, columns)
         report.log(log, str(metadata))
 
-    n_written = write_table(df, "images", images, columns=columns)
+    n_written = write_table(_with_groups(df, s["near_duplicate_threshold"]), "images", images, columns=columns)
     write_table(quar, "quarantine", quarantine)
     shard_idx = pl.Series("__shard", [shard_of(i, int(n_shards)) for i in df["image_id"]], dtype=pl.Int64)
     parts = df.with_columns(shard_idx).partition_by("__shard", as_dict=True, include_key=False, maintain_order=True)
@@ -250,7 +252,6 @@ def run(
     if unmatched_rights:
         log.warning("rights map: %d 'files' entr%s no accepted image, e.g. %s", len(unmatched_rights),
                     "y matches" if len(unmatched_rights) == 1 else "ies match", unmatched_rights[:5])
-    _log_duplicates(df)
     log.info("shard sizes: %s",
              shard_sizes if len(shard_sizes) <= 16 else f"min {min(shard_sizes)}, max {max(shard_sizes)}")
     if n_written == 0:
@@ -279,11 +280,21 @@ def _log_quarantine(quar: pl.DataFrame, n_accepted: int) -> dict[str, int]:
     return by_reason
 
 
-def _log_duplicates(df: pl.DataFrame) -> None:
-    dup = df.group_by("sha256").agg(pl.col("image_id").sort()).filter(pl.col("image_id").list.len() > 1)
-    if dup.height:
-        log.info("%d group(s) of byte-identical images (same sha256), e.g. %s", dup.height,
-                 dup.sort("image_id")["image_id"].head(3).to_list())
+def _with_groups(df: pl.DataFrame, threshold: int | None) -> pl.DataFrame:
+    """``df`` with ``duplicate_group`` (duplicates.py) after ``phash``; logs the groups found."""
+    groups = duplicate_groups(df, threshold)
+    out = df.with_columns(groups)
+    cols = [c for c in df.columns if c != "duplicate_group"]
+    cols.insert(cols.index("phash") + 1, "duplicate_group")
+    out = out.select(cols)
+    n = group_counts(groups)
+    byte = df.group_by("sha256").len().filter(pl.col("len") > 1).height
+    if n["groups"]:
+        ex = (out.filter(pl.col("duplicate_group").is_duplicated()).group_by("duplicate_group")
+              .agg(pl.col("image_id").sort()).sort("duplicate_group")["image_id"].head(3).to_list())
+        log.info("%d duplicate group(s) holding %d images (%d group(s) of byte-identical files; near-duplicates: "
+                 "pHash distance <= %s), e.g. %s", n["groups"], n["images_in_groups"], byte, threshold, ex)
+    return out
 
 
 def _log_notes(notes: Mapping[str, list[str]]) -> None:
@@ -376,8 +387,10 @@ def merge(
     image_root: str | None = None,
     version: str | None = None,
     threads: int = 1,
+    near_duplicate_threshold: int | None = DEFAULT_THRESHOLD,
 ) -> dict[str, Any]:
-    """Shard manifests and quarantines -> images.jsonl (sorted by image_id) and quarantine.jsonl.
+    """Shard manifests and quarantines -> images.jsonl (sorted by image_id, with ``duplicate_group``,
+    decided here over the whole corpus: a group can span shards) and quarantine.jsonl.
 
     Fails when no image at all was accepted (naming the quarantine file to look at).
     """
@@ -394,10 +407,9 @@ def merge(
             f"preprocess: no usable image under {image_root or 'paths.image_root'} ({quar.height} quarantined, "
             f"see {quarantine}; check paths.image_root and preprocess.extensions)"
         )
-    n_written = write_table(df, "images", images, columns=columns)
+    n_written = write_table(_with_groups(df, near_duplicate_threshold), "images", images, columns=columns)
     write_table(quar, "quarantine", quarantine)
     by_reason = _log_quarantine(quar, n_written)
-    _log_duplicates(df)
     sizes = [f.height for f in frames]
     log.info("merged %d shard(s): sizes %s", len(sizes),
              sizes if len(sizes) <= 16 else f"min {min(sizes)}, max {max(sizes)}")

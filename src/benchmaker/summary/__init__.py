@@ -62,6 +62,7 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
         "images_in_pairs": scored["image_id"].n_unique(),
         "images_in_corpus": corpus.images,
         "annotated_images": corpus.annotations,
+        "duplicate_groups": {"groups": corpus.duplicate_groups, "copies": corpus.duplicate_copies},
         "relevance_distribution": {str(k): int(v) for k, v in t["relevance_overview"].select(
             "relevance_label", "pairs").iter_rows()},
         "positive_pairs": int(pos.sum() or 0),
@@ -243,11 +244,13 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
         "metric": ["queries", "pairs (query, image)", "unique images in pairs", "images in corpus",
                    "positive pairs", "mean positives per query", "queries without a positive",
                    "queries whose seed was judged not relevant", "losses (all stages)", "quarantined files",
-                   "pairs without clip_score", "queries with reused labels (paths.judge_reuse_file, not judged again)"],
+                   "pairs without clip_score", "queries with reused labels (paths.judge_reuse_file, not judged again)",
+                   "duplicate groups in corpus (images beyond the first of each)"],
         "value": [str(n["queries"]), str(n["pairs"]), str(n["images_in_pairs"]), str(n["images_in_corpus"]),
                   str(n["positive_pairs"]), f"{ppq['mean'] or 0:.2f}", str(n["queries_without_positives"]),
                   str(n["seed_not_relevant_queries"]), str(n["losses_total"]), str(n["quarantine_total"]),
-                  str(n["clip_score"]["missing"]), _reused(n)],
+                  str(n["clip_score"]["missing"]), _reused(n),
+                  f"{n['duplicate_groups']['groups']} ({n['duplicate_groups']['copies']})"],
     })
     rk = n["clip_ranking"]
     sections = [

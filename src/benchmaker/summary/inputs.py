@@ -50,6 +50,8 @@ class Corpus:
     annotations: int
     facet_counts: dict[str, pl.DataFrame]  # facet -> value (String; booleans "true"/"false"), images
     tag_counts: pl.DataFrame               # Tag, Images
+    duplicate_groups: int = 0              # duplicate groups with more than one image (images.jsonl)
+    duplicate_copies: int = 0              # images beyond the first of their group
 
     def unique_values(self, name: str) -> int:
         """Distinct values of a facet over the annotations (null counts as one, like polars n_unique)."""
@@ -92,10 +94,14 @@ def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: M
     from ..formats import concat_blocks, iter_table_blocks
 
     want = keep.cast(pl.String).unique() if keep is not None else pl.Series([], dtype=pl.String)
-    n_images, img_rows = 0, []
+    n_images, img_rows, dup_groups, n_copies = 0, [], set(), 0
     for blk in iter_table_blocks("images", images, columns=columns, block_bytes=block_bytes):
         n_images += blk.height
         img_rows.append(blk.filter(pl.col("image_id").is_in(want)))
+        if "duplicate_group" in blk.columns:  # a group is named by its first member: the others are copies
+            copies = blk.filter(pl.col("duplicate_group") != pl.col("image_id"))["duplicate_group"]
+            n_copies += copies.len()
+            dup_groups.update(copies.unique().to_list())
     n_ann, ann_rows = 0, []
     fc: dict[str, pl.DataFrame | None] = {name: None for name in facets.names}
     tc: pl.DataFrame | None = None
@@ -109,7 +115,8 @@ def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: M
     empty_fc = pl.DataFrame(schema={"value": pl.String, "images": pl.Int64})
     corpus = Corpus(images=n_images, annotations=n_ann,
                     facet_counts={k: (v if v is not None else empty_fc) for k, v in fc.items()},
-                    tag_counts=tc if tc is not None else pl.DataFrame(schema={"Tag": pl.String, "Images": pl.Int64}))
+                    tag_counts=tc if tc is not None else pl.DataFrame(schema={"Tag": pl.String, "Images": pl.Int64}),
+                    duplicate_groups=len(dup_groups), duplicate_copies=n_copies)
     return (corpus, concat_blocks(img_rows, "images", source=images),
             concat_blocks(ann_rows, "annotations", facets=facets, source=annotations))
 

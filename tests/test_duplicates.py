@@ -1,0 +1,146 @@
+"""Duplicate groups (item 5 of issue 21): byte-identical and near-duplicate images share a
+``duplicate_group`` in images.jsonl (decided over the whole corpus in merge_images), a query's pools
+hold one member per group, the summary counts groups. On a corpus with real duplicates: a photo, its
+byte-identical copy and a resized, re-encoded copy (tests/support.add_duplicates)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+import support
+
+from benchmaker.formats import read_table, write_table
+from benchmaker.preprocess import merge, run, run_shard
+from benchmaker.preprocess.duplicates import _near_pairs, duplicate_groups, group_counts
+from benchmaker.preprocess.listing import write_listings
+from benchmaker.preprocess.stage import DEFAULTS
+from benchmaker.sharding import shard_names, shard_of
+
+
+@pytest.mark.parametrize("t", [0, 3, 6, 10])
+def test_near_pairs_equal_brute_force(t):
+    """Multi-index hashing finds exactly the pairs within t bits (brute force over all pairs)."""
+    rng = np.random.default_rng(t)
+    base = rng.integers(0, 2**63, size=600, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+    src = base[rng.integers(0, base.size, 600)]
+    flips = np.array([sum(1 << int(b) for b in rng.choice(64, int(rng.integers(0, t + 3)), replace=False))
+                      for _ in range(600)], dtype=np.uint64)
+    codes = np.concatenate([base, src ^ flips])
+    i, j = _near_pairs(codes, t)
+    dist = np.bitwise_count(codes[:, None] ^ codes[None, :])
+    want = set(zip(*[a.tolist() for a in np.nonzero(np.triu(dist <= t, 1))]))
+    assert set(zip(i.tolist(), j.tolist())) == want and len(want) > 100
+
+
+def test_groups_are_transitive_and_named_by_their_first_member():
+    df = pl.DataFrame({"image_id": ["d", "a", "c", "b", "e", "f"],
+                       "sha256": ["x", "y", "x", "z", "w", "v"],
+                       # a-b 3 bits apart, b-e 3 bits apart (a-e 6): one group through b; f has no pHash
+                       "phash": ["f0f0f0f0f0f0f0f0", "0000000000000000", "ffffffffffffffff", "0000000000000007",
+                                 "000000000000003f", None]})
+    g = duplicate_groups(df, 3)
+    assert g.to_list() == ["c", "a", "c", "a", "a", "f"]  # d = c (same bytes), a-b-e (near), f alone
+    assert group_counts(g) == {"groups": 2, "images_in_groups": 5, "extra_copies": 3}
+    assert duplicate_groups(df, None).to_list() == ["c", "a", "c", "b", "e", "f"]  # byte-identical only
+    assert duplicate_groups(df, 2).to_list() == ["c", "a", "c", "b", "e", "f"]
+
+
+def _corpus(tmp_path):
+    root = support.copy_tree(support.make_corpus(tmp_path / "src", with_bad=False), tmp_path / "images")
+    return root, support.add_duplicates(root)
+
+
+def test_preprocess_groups_real_duplicates_across_shards(tmp_path):
+    """The per-shard jobs + merge_images give the groups (and the bytes) of the one-job run, although the
+    members of the group sit in different shards."""
+    root, dup = _corpus(tmp_path)
+    n = 3
+    assert len({shard_of(i, n) for i in dup.values()}) > 1  # the group spans shards
+    whole = tmp_path / "whole"
+    run(images=str(whole / "images.jsonl"), quarantine=str(whole / "quarantine.jsonl"),
+        shards=[str(whole / f"{s}.jsonl") for s in shard_names(n)], image_root=str(root), n_shards=n)
+    df = read_table("images", whole / "images.jsonl")
+    group = dict(df.select("image_id", "duplicate_group").iter_rows())
+    assert {group[i] for i in dup.values()} == {dup["original"]}
+    assert sum(g != i for i, g in group.items()) == 2  # nothing else is grouped
+    assert df.columns.index("duplicate_group") == df.columns.index("phash") + 1
+    write_listings(root, tmp_path / "listing", DEFAULTS, n)
+    sh = tmp_path / "sharded"
+    for s in shard_names(n):
+        run_shard(listing=str(tmp_path / "listing" / f"{s}.tsv"), images=str(sh / "images" / f"{s}.jsonl"),
+                  quarantine=str(sh / "quarantine" / f"{s}.jsonl"), image_root=str(root), shard=s, n_shards=n)
+    kw = dict(parts=[str(sh / "images" / f"{s}.jsonl") for s in shard_names(n)],
+              quarantine_parts=[str(sh / "quarantine" / f"{s}.jsonl") for s in shard_names(n)],
+              quarantine=str(sh / "quarantine.jsonl"))
+    merge(images=str(sh / "images.jsonl"), **kw)
+    assert (sh / "images.jsonl").read_bytes() == (whole / "images.jsonl").read_bytes()
+    # the threshold decides the near-duplicate; null = byte-identical copies only
+    merge(images=str(sh / "bytes_only.jsonl"), near_duplicate_threshold=None, **kw)
+    g = dict(read_table("images", sh / "bytes_only.jsonl").select("image_id", "duplicate_group").iter_rows())
+    assert g[dup["copy"]] == dup["original"] and g[dup["resized"]] == dup["resized"]
+
+
+def _annotate(images: pl.DataFrame) -> pl.DataFrame:
+    """Annotations as a good annotator writes them: the three cat photos get the same facets and tags."""
+    rows = []
+    for iid in images["image_id"].to_list():
+        if iid.startswith("dups/"):
+            color, shape, tags = "gray", "circle", ["gray", "circle"]
+        else:
+            color, shape = iid.split("/")[0], iid.split("/")[1].split("_")[0]
+            tags = [color, shape]
+        rows.append({"image_id": iid, "summary": iid, "tags": tags, "annotator": "hand",
+                     "confidence": {"color": 1.0, "shape": 1.0, "is_bright": 1.0}, "color": color, "shape": shape,
+                     "is_bright": False})
+    return pl.DataFrame(rows)
+
+
+def test_pools_hold_one_member_per_group_and_summary_counts_groups(tmp_path):
+    from benchmaker.formats import FacetModel
+    from benchmaker.plan import run as plan_run
+    from benchmaker.summary.inputs import corpus_profile
+
+    root, dup = _corpus(tmp_path)
+    out = tmp_path / "out"
+    run(images=str(out / "images.jsonl"), quarantine=str(out / "q.jsonl"), shards=[str(out / "s.jsonl")],
+        image_root=str(root), n_shards=1)
+    images = read_table("images", out / "images.jsonl")
+    write_table(_annotate(images), "annotations", out / "annotations.jsonl", facets=FacetModel.from_config(
+        support.TINY_FACETS))
+    seeds = out / "seeds.jsonl"
+    seed = next(i for i in images["image_id"] if i.startswith("gray/circle_0"))
+    seeds.write_text(json.dumps({"seed_image_ids": [seed]}) + "\n")
+    settings = {"core_facets": ["color"], "off_facets": ["color", "shape"], "pos_total": 3, "neutral_total": 0,
+                "neg_total": 1, "neg_hard": 0, "neg_nearmiss": 1, "neg_easy": 0, "num_seeds": 1}
+
+    def plan(name, **extra):
+        plan_run(annotations=str(out / "annotations.jsonl"), images=str(images_path), plan=str(out / name),
+                 losses=str(out / f"{name}.losses"), settings=settings | extra, facets=support.TINY_FACETS,
+                 benchmark_name="dup", columns={}, seeds_file=str(seeds))
+        return read_table("query_plan", out / name).row(0, named=True)
+
+    images_path = out / "images.jsonl"
+    free = plan("free.jsonl", one_per_duplicate_group=False)
+    cats = [c for c in free["candidates"] if c["image_id"] in dup.values()]
+    assert len(cats) == 3 and {c["pool"] for c in cats} == {"positive"}  # what the rule is for
+    row = plan("plan.jsonl")
+    kept = [c for c in row["candidates"] if c["image_id"] in dup.values()]
+    assert kept == cats[:1]  # the first member in plan order stays, the copies go
+    assert row["candidate_image_ids"] == [c["image_id"] for c in row["candidates"]]
+    assert row["difficulty"]["positive"] == free["difficulty"]["positive"] - 2
+    short = [s for s in row["shortfall"] if s["pool"] == "positive"]
+    assert short and short[0]["got"] == row["difficulty"]["positive"]
+    assert "2 candidate(s) removed: shares a duplicate group" in short[0]["reason"]
+    # without duplicate_group (an older images.jsonl) or without duplicates: the plan is the same bytes
+    images_path = out / "no_groups.jsonl"
+    write_table(images.drop("duplicate_group"), "images", images_path)
+    plan("a.jsonl")
+    images_path = out / "images.jsonl"
+    assert (out / "a.jsonl").read_bytes() == (out / "free.jsonl").read_bytes()
+    # the summary counts the groups
+    c = corpus_profile(images=str(out / "images.jsonl"), annotations=str(out / "annotations.jsonl"),
+                       facets=FacetModel.from_config(support.TINY_FACETS), columns={}, block_bytes=2000)
+    assert (c.duplicate_groups, c.duplicate_copies) == (1, 2)
