@@ -111,11 +111,12 @@ def make_images_parallel(root: Path, n: int, size: tuple[int, int], procs: int) 
         return [p for part in pool.map(_make_part, jobs) for p in part]
 
 
-def set_pass_rows(rows: int) -> None:
+def set_pass_rows(clip, rows: int) -> None:
     """Rows of every forward pass (the fixed pass size; part of the numerics, so of the cache key)."""
-    from benchmaker.similarity import model as m
+    from benchmaker.similarity.model import numerics
 
-    m.ENCODE_BATCH = rows
+    clip.encode_batch = rows
+    clip.numerics = numerics(clip.device, clip.precision, rows)
 
 
 def determinism(clip, rows: int) -> str:
@@ -184,7 +185,7 @@ def main() -> None:
         print(f"decode only (loader batch {lb}, {args.workers} workers): {dec:9.1f} images/s", flush=True)
         rows = []
         for pass_rows in (int(v) for v in args.pass_rows.split(",")):
-            set_pass_rows(pass_rows)
+            set_pass_rows(clip, pass_rows)
             batch = max(args.batch_size, pass_rows)
             mo = model_only(clip, batch, min_iters=max(5, args.n // batch), min_seconds=args.min_seconds)
             lb = args.loader_batch or batch
