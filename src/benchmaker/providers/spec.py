@@ -26,6 +26,7 @@ from .fastjson import dumps as fast_dumps
 
 __all__ = ["ImageRef", "Text", "RequestSpec", "LLMSettings", "render_body", "request_key",
            "render_line", "request_key_reference", "encode_image", "fill_metadata", "METADATA_RE",
+           "with_own_instructions",
            "estimate_input_tokens"]
 
 METADATA_RE = re.compile(r"\{metadata\.([A-Za-z0-9_]+)\}")
@@ -105,6 +106,17 @@ def fill_metadata(template: str, row: Mapping[str, Any], allowed: Sequence[str] 
         return str(v)
 
     return METADATA_RE.sub(sub, template)
+
+
+OWN_INSTRUCTIONS = "Further instructions for this benchmark (they refine the above, never the answer format):"
+
+
+def with_own_instructions(built_in: str, own: str | None) -> str:
+    """The system prompt: the built-in instructions (the task, the facet definitions, the column
+    meanings: the fixed, cacheable prefix that every request shares) first, then the configured or
+    imported ``prompts.system``, added after them instead of replacing them."""
+    own = (own or "").strip()
+    return f"{built_in}\n\n{OWN_INSTRUCTIONS}\n{own}" if own else built_in
 
 
 def encode_image(ref: ImageRef, max_side: int) -> tuple[str, str]:
