@@ -170,3 +170,62 @@ def test_same_bytes_paid_once_across_concurrent_shards(fake, tmp_path, tiny_corp
     for kw in kws:
         assert len(list(iter_jsonl(kw["annotations"]))) == 6
     assert not [p for p in (tmp_path / "cache" / "claims").rglob("*") if p.is_file()]   # all released
+
+
+def test_estimate_uses_each_providers_image_rule_and_billed_output(tmp_path):
+    """Gemini images are priced by Gemini's rule (258 tokens per image up to 384 px, per 768-px tile
+    above; Gemini 3 by media resolution), not OpenAI's; once answers are cached, the output estimate
+    is what those answers were billed."""
+    from benchmaker.providers.estimate import _Stage
+    from benchmaker.providers.spec import (
+        ImageRef,
+        LLMSettings,
+        RequestSpec,
+        Text,
+        estimate_input_tokens,
+        gemini_image_tokens,
+    )
+
+    s = LLMSettings(model="gemini-2.5-flash", image_detail="low", image_max_side=768)
+    assert gemini_image_tokens(ImageRef("a", width=300, height=200), s) == 258
+    assert gemini_image_tokens(ImageRef("a", width=3000, height=2000), s) == 258        # sent at 768 px
+    url = LLMSettings(model="gemini-2.5-flash", image_transport="url")
+    assert gemini_image_tokens(ImageRef("a", width=1000, height=800), url) == 4 * 258
+    assert gemini_image_tokens(ImageRef("a"), LLMSettings(model="gemini-3-flash", image_detail="low")) == 280
+    spec = RequestSpec(system="s", parts=(Text("t"), ImageRef("a", width=640, height=480)), schema={"type": "object"},
+                       schema_name="x")
+    assert estimate_input_tokens(spec, s, provider="gemini") - estimate_input_tokens(spec, s) == 258 - 85
+
+    st = _Stage("vision", "openai", {"model": "gpt-5-mini", "mode": "sync"}, str(tmp_path / "cache"))
+    schema = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"],
+              "additionalProperties": False}
+    specs = [RequestSpec(system="s", parts=(Text(f"item {i}"),), schema=schema, schema_name="x") for i in range(8)]
+    for sp in specs[:5]:
+        st.runner.cache.put(st.runner.request_key(sp), {"answer": {"summary": "x"}, "usage": {"output_tokens": 100}})
+    for sp in specs:
+        st.add(sp)
+    line = st.line()
+    assert line["cached"] == 5 and line["requests"] == 3
+    assert line["output_tokens"] == 300 and "5 cached answers" in line["output_from"]
+
+
+def test_estimate_prices_the_second_judge(tmp_path, tiny_corpus):
+    """An API second judge (audit.second_judge) has its own line in `benchmaker estimate`: the
+    sample's pairs before the sample exists (audit.sample_size), every query with scope all."""
+    from support import tiny_config
+
+    from benchmaker.config import validate_config
+    from benchmaker.providers.estimate import estimate
+
+    llm = {"model": "gpt-5-mini", "mode": "sync"}
+    base = tiny_config(tmp_path, tiny_corpus, tmp_path / "no-clip",
+                       judge={"adapter": "openai", "openai": llm},
+                       audit={"enabled": True, "sample_size": 6,
+                              "second_judge": {"judge": {"openai": {"model": "gpt-5"}}}})
+    lines = {ln["stage"]: ln for ln in estimate(validate_config(base))}
+    j2 = lines["audit_judge2"]
+    assert j2["model"] == "gpt-5" and j2["requests"] >= 1 and j2["usd"] > 0
+    assert "sample_size (6 pairs)" in j2["source"]
+    base["audit"]["second_judge"]["scope"] = "all"
+    lines = {ln["stage"]: ln for ln in estimate(validate_config(base))}
+    assert lines["audit_judge2"]["requests"] == lines["judge"]["requests"]

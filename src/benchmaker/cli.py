@@ -118,13 +118,14 @@ def cmd_estimate(args) -> int:
     for ln in lines:
         extra = (f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted"
                  if "quarantined" in ln else "")
-        print(f"{ln['stage']}: from {ln['source']}{extra}")
+        print(f"{ln['stage']}: from {ln['source']}{extra}; output tokens from {ln['output_from']}")
         if ln.get("reused"):
             print(f"{ln['stage']}: {ln['reused']} quer{'y' if ln['reused'] == 1 else 'ies'} answered by "
                   "paths.judge_reuse_file (labels already paid for): never sent, free, not counted above")
     print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
-          "characters per text token, OpenAI's image tile rule, an allowance for reasoning tokens, the stable "
-          "prompt prefix at the cached rate; actual costs are written to costs/*.jsonl.")
+          "characters per text token, each provider's image-token rule, an allowance for reasoning tokens (or "
+          "what cached answers were billed), the stable prompt prefix at the cached rate; how far to trust it: "
+          "docs/openai.md (Estimate); actual costs are written to costs/*.jsonl.")
     return 0
 
 

@@ -19,7 +19,7 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 from ..formats import FacetModel
-from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
+from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
 
 __all__ = ["judge_schema", "default_system_prompt", "default_user_prompt", "candidate_keys", "describe",
            "judge_spec", "check_answer", "positional_keys", "judgments_by_key", "facet_definitions",
@@ -171,7 +171,7 @@ def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candida
     rationale = bool(settings.get("rationale"))
     prompts = settings.get("prompts") or {}
     meta_cols = list(settings.get("metadata_columns") or []) or None
-    sys_t = prompts.get("system") or _default_system(fm, graded, rationale)
+    sys_t = with_own_instructions(_default_system(fm, graded, rationale), prompts.get("system"))
     user_t = prompts.get("user") or default_user_prompt()
     by_key = sorted(((keys[c["image_id"]], c) for c in candidates), key=lambda kv: kv[0])
     # the user prompt (the same for every query) first, the query's data last, one table row per image

@@ -34,6 +34,9 @@ __all__ = ["API_ADAPTERS", "REASONING_OUTPUT", "estimate", "out_tokens"]
 API_ADAPTERS = ("openai", "gemini")
 REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
 CACHE_MIN, CACHE_STEP = 1024, 128
+# with at least CALIBRATE_MIN cached answers of the stage, their billed output tokens (at most
+# CALIBRATE_MAX read) replace the schema-based guess
+CALIBRATE_MIN, CALIBRATE_MAX = 5, 200
 
 
 def _sample(schema: dict) -> Any:
@@ -44,7 +47,11 @@ def _sample(schema: dict) -> Any:
         n = (schema.get("minItems", 1) + schema.get("maxItems", 1)) // 2
         return [_sample(schema.get("items", {}))] * max(1, n)
     if "enum" in schema:
-        return max(schema["enum"], key=lambda v: len(str(v)))
+        vals = [str(v) for v in schema["enum"]]
+        if all(isinstance(v, (int, float)) for v in schema["enum"]):
+            return schema["enum"][-1]
+        mean = round(sum(map(len, vals)) / len(vals))      # a typical value, not the longest
+        return "x" * mean
     if t == "string":
         return "x" * 120 if "summary" in str(schema.get("description", "")) else "x" * 60
     return 0.5
@@ -82,6 +89,7 @@ class _Stage:
         self.tok_in = self.tok_cached = self.tok_out = 0
         self._seen: set[str] = set()
         self._prefixes: set[str] = set()
+        self._billed_out: list[int] = []      # output tokens the provider billed for cached answers
 
     def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True) -> None:
         from .spec import estimate_input_tokens
@@ -94,9 +102,14 @@ class _Stage:
         self._seen.add(key)
         if check_cache and self.runner.cache.contains(key):
             self.cached += 1
+            if len(self._billed_out) < CALIBRATE_MAX:
+                rec = self.runner.cache.get(key) or {}
+                n_out = int((rec.get("usage") or {}).get("output_tokens") or 0)
+                if n_out:
+                    self._billed_out.append(n_out)
             return
         self.requests += 1
-        n_in = estimate_input_tokens(spec, self.runner.llm)
+        n_in = estimate_input_tokens(spec, self.runner.llm, provider=self.adapter)
         self.tok_in += n_in
         pre = _prefix_tokens(spec)
         pkey = f"{spec.system}\x00{id(spec.schema)}"
@@ -109,12 +122,18 @@ class _Stage:
     def line(self) -> dict:
         price = self.runner.price
         batch = self.s.get("mode", "batch") == "batch"
+        source = "answer schema + reasoning allowance"
+        if len(self._billed_out) >= CALIBRATE_MIN:
+            # answers already paid for say what this model really writes (reasoning included)
+            self.tok_out = round(self.requests * sum(self._billed_out) / len(self._billed_out))
+            source = f"mean billed output of {len(self._billed_out)} cached answers"
         usd = cost_usd(Usage(self.tok_in, self.tok_cached, self.tok_out, 0), price, batch=batch,
                        batch_discount=float(self.s.get("batch_discount", 0.5)))
         return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s.get("mode", "batch"),
                 "items": self.items, "requests": self.requests, "cached": self.cached,
                 "duplicates": self.duplicates, "input_tokens": self.tok_in, "cached_input_tokens": self.tok_cached,
-                "output_tokens": self.tok_out, "usd": round(usd, 6), "price_known": price.known}
+                "output_tokens": self.tok_out, "output_from": source, "usd": round(usd, 6),
+                "price_known": price.known}
 
 
 def _images(cfg: Mapping[str, Any], results: Path):
@@ -254,4 +273,60 @@ def estimate(cfg: Mapping[str, Any]) -> list[dict]:
         for spec, n in specs:
             st.add(spec, n, check_cache=real)
         lines.append(st.line() | {"source": source, "reused": n_reused})
+    j2 = _second_judge_line(cfg, fm, results, cache_root)
+    if j2 is not None:
+        lines.append(j2)
     return lines
+
+
+def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: str) -> dict | None:
+    """The audit's second judge (``audit.second_judge``), when it is an API judge: priced like the
+    judge, on the audit sample's pairs (scope ``sample``: the real sample once drawn, else
+    ``audit.sample_size`` pairs) or on every query (scope ``all``), with its own response cache."""
+    audit = cfg.get("audit") or {}
+    sj = audit.get("second_judge") or {}
+    if not audit.get("enabled") or sj.get("judge") is None:
+        return None
+    from ..config import deep_merge, validate_config
+
+    judge = validate_config(deep_merge({k: v for k, v in cfg.items() if not str(k).startswith("_")},
+                                       {"judge": sj["judge"]}))["judge"]
+    ad = judge["adapter"]
+    if ad not in API_ADAPTERS:
+        return None
+    s = {**judge[ad], "mode": "sync", "labels": judge["labels"], "rationale": judge["rationale"]}
+    st = _Stage("audit_judge2", ad, s, f"{cache_root}/judge-audit/{sj.get('name', 'judge2')}")
+    specs, source, _ = _judge_specs(cfg, fm, st.s, results)
+    real = source.startswith("query_plan")
+    sample_p = results / "audit" / "sample.jsonl"
+    if sj.get("scope", "sample") == "sample":
+        if real and sample_p.exists():
+            from ..audit.files import read_sample
+            from ..audit.judge2 import restrict_plan
+            from ..formats import read_table
+            from ..judge.openai import judge_items
+            from ..losses import Losses
+
+            cols = cfg["columns"]
+            plan = restrict_plan(read_table("query_plan", results / "query_plan.jsonl", columns=cols),
+                                 read_sample(str(sample_p)))
+            items = judge_items(plan, read_table("annotations", results / "annotations.jsonl", columns=cols,
+                                                 facets=fm),
+                                read_table("images", results / "images.jsonl", columns=cols), fm, st.s,
+                                cfg["paths"]["image_root"], Losses("judge"))
+            for it, keys in items:
+                st.add(it.spec, len(keys))
+            return st.line() | {"source": "audit/sample.jsonl (the sampled pairs)", "reused": 0}
+        # before the sample: audit.sample_size pairs, spread over queries as the judge's pools are
+        budget = int(audit.get("sample_size", 200))
+        for spec, n in specs:
+            if budget <= 0:
+                break
+            take = min(n, budget)
+            st.add(spec, take, check_cache=False)
+            budget -= take
+        return st.line() | {"source": f"audit.sample_size ({audit.get('sample_size', 200)} pairs) over {source}",
+                            "reused": 0}
+    for spec, n in specs:
+        st.add(spec, n, check_cache=real)
+    return st.line() | {"source": source, "reused": 0}

@@ -26,7 +26,8 @@ from .fastjson import dumps as fast_dumps
 
 __all__ = ["ImageRef", "Text", "RequestSpec", "LLMSettings", "render_body", "request_key",
            "render_line", "request_key_reference", "encode_image", "fill_metadata", "METADATA_RE",
-           "estimate_input_tokens"]
+           "with_own_instructions",
+           "estimate_input_tokens", "gemini_image_tokens"]
 
 METADATA_RE = re.compile(r"\{metadata\.([A-Za-z0-9_]+)\}")
 _NON_REASONING = ("gpt-4", "gpt-3.5", "chatgpt-")
@@ -105,6 +106,17 @@ def fill_metadata(template: str, row: Mapping[str, Any], allowed: Sequence[str] 
         return str(v)
 
     return METADATA_RE.sub(sub, template)
+
+
+OWN_INSTRUCTIONS = "Further instructions for this benchmark (they refine the above, never the answer format):"
+
+
+def with_own_instructions(built_in: str, own: str | None) -> str:
+    """The system prompt: the built-in instructions (the task, the facet definitions, the column
+    meanings: the fixed, cacheable prefix that every request shares) first, then the configured or
+    imported ``prompts.system``, added after them instead of replacing them."""
+    own = (own or "").strip()
+    return f"{built_in}\n\n{OWN_INSTRUCTIONS}\n{own}" if own else built_in
 
 
 def encode_image(ref: ImageRef, max_side: int) -> tuple[str, str]:
@@ -316,13 +328,32 @@ def _image_tokens(ref: ImageRef, s: LLMSettings) -> int:
     return 85 + 170 * tiles
 
 
-def estimate_input_tokens(spec: RequestSpec, s: LLMSettings) -> int:
-    """A rough input-token count (4 characters per token for text, the tile rule for images)."""
+def gemini_image_tokens(ref: ImageRef, s: LLMSettings) -> int:
+    """Gemini's rule (https://ai.google.dev/gemini-api/docs/tokens, "Image"): an image with both sides
+    <= 384 px is 258 tokens, a larger one is cut into 768 x 768 tiles of 258 tokens each (after the
+    downscale to ``image_max_side`` when it is sent inline). Gemini 3 models count a fixed budget per
+    media resolution (https://ai.google.dev/gemini-api/docs/media-resolution): low 280, medium 560,
+    high (their default for images) 1,120."""
+    if s.model.removeprefix("models/").startswith("gemini-3"):
+        return {"low": 280, "medium": 560}.get(s.image_detail or "", 1120)
+    w, h = ref.width or s.image_max_side, ref.height or s.image_max_side
+    if s.image_transport != "url" and max(w, h) > s.image_max_side:
+        f = s.image_max_side / max(w, h)
+        w, h = w * f, h * f
+    if w <= 384 and h <= 384:
+        return 258
+    return -(-int(w) // 768) * -(-int(h) // 768) * 258
+
+
+def estimate_input_tokens(spec: RequestSpec, s: LLMSettings, provider: str = "openai") -> int:
+    """A rough input-token count: 4 characters per text token, and each provider's own rule for
+    images (OpenAI's tiles of 512 px; Gemini's 258-token tiles of 768 px)."""
     chars = len(spec.system) + len(_schema_memo(spec.schema)[1]) + 40
     img = 0
+    per_image = gemini_image_tokens if provider == "gemini" else _image_tokens
     for p in spec.parts:
         if isinstance(p, Text):
             chars += len(p.text)
         else:
-            img += _image_tokens(p, s)
+            img += per_image(p, s)
     return chars // 4 + img

@@ -20,7 +20,7 @@ from ..losses import Losses
 from ..providers import batch as pb
 from ..providers.engine import Item, Runner, provider_runner
 from ..providers.fastjson import dumps as fast_dumps
-from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata
+from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
 from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
 
 __all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs",
@@ -39,7 +39,7 @@ def vision_items(images: pl.DataFrame, fm: FacetModel, settings: Mapping[str, An
     check) is built once: the schema is then serialised and compiled once, not per request."""
     prompts = settings.get("prompts") or {}
     meta_cols = list(settings.get("metadata_columns") or []) or None
-    system = prompts.get("system") or default_system_prompt(fm)
+    system = with_own_instructions(default_system_prompt(fm), prompts.get("system"))
     user = prompts.get("user") or default_user_prompt(meta_cols)
     check = check_answer(fm)
     schema = vision_schema(fm)
