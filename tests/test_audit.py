@@ -417,6 +417,7 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
     assert {r["system"]: r for r in rk["systems"]}["judgelike"]["ndcg@10_judge"] == pytest.approx(with_pos.mean())
     md = (out / "audit.md").read_text()
     assert "Kendall's tau" in md and "judge vs alice" in md and "Krippendorff" in md
+    assert f"every system on the same {s['query_id'].n_unique()} audited queries" in md
     assert "The audit's numbers and the imported human labels are in `audit/`" in R.card_markdown(str(out))
     hl = [json.loads(x) for x in (out / "human_labels.jsonl").read_text().splitlines()]
     assert len(hl) == 60 and set(hl[0]) == {"rater", "item_id", "query_id", "image_id", "label"}

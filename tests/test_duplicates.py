@@ -6,6 +6,7 @@ byte-identical copy and a resized, re-encoded copy (tests/support.add_duplicates
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -144,3 +145,28 @@ def test_pools_hold_one_member_per_group_and_summary_counts_groups(tmp_path):
     c = corpus_profile(images=str(out / "images.jsonl"), annotations=str(out / "annotations.jsonl"),
                        facets=FacetModel.from_config(support.TINY_FACETS), columns={}, block_bytes=2000)
     assert (c.duplicate_groups, c.duplicate_copies) == (1, 2)
+
+
+def test_threshold_reruns_merge_images_only(tmp_path, tiny_clip):
+    """In the workflow: the groups span shards and are decided by merge_images, so changing
+    preprocess.near_duplicate_threshold reruns that one job (no per-shard preprocess job)."""
+    from benchmaker.config import validate_config
+
+    corpus = support.make_corpus(tmp_path / "images", n_per=1, with_bad=False)
+    dup = support.add_duplicates(corpus)
+    cfg = support.tiny_config(tmp_path, corpus, tiny_clip, n_shards=3)
+    cfg_path = support.write_config(tmp_path / "config.yaml", cfg)
+    res = Path(validate_config(cfg)["paths"]["results"]) / "tiny"
+    target = str(res / "images.jsonl")
+    r = support.snakemake(["-c2", target], tmp_path, cfg_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    g = dict(read_table("images", res / "images.jsonl").select("image_id", "duplicate_group").iter_rows())
+    assert {g[i] for i in dup.values()} == {dup["original"]}
+    cfg["preprocess"] = {"near_duplicate_threshold": None}
+    support.write_config(cfg_path, cfg)
+    r = support.snakemake(["-n", "-c1", target], tmp_path, cfg_path)
+    assert support.job_stats(r.stdout + r.stderr) == {"merge_images": 1}, (r.stdout + r.stderr)[-3000:]
+    r = support.snakemake(["-c1", target], tmp_path, cfg_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    g = dict(read_table("images", res / "images.jsonl").select("image_id", "duplicate_group").iter_rows())
+    assert g[dup["copy"]] == dup["original"] and g[dup["resized"]] == dup["resized"]

@@ -363,7 +363,8 @@ def _prose(info: Mapping[str, Any] | None) -> str:
     if rk and rk.get("kendall_tau") is not None:
         parts.append(f"Does it change conclusions? Over {len(rk['systems'])} systems, Kendall's tau between the "
                      f"rankings by {rk['primary_metric']} under the judge's and the people's labels on the audited "
-                     f"pairs is {_f(rk['kendall_tau'])}; the winner is "
+                     f"pairs (every system on the same {rk['systems'][0].get('queries')} audited queries; a query "
+                     f"where a system ranks no audited pair scores 0) is {_f(rk['kendall_tau'])}; the winner is "
                      + (f"the same ({rk['winner_judge']})." if rk["same_winner"] else
                         f"different (judge: {rk['winner_judge']}, people: {rk['winner_human']}).")
                      + " Metric differences: ranking.csv.")
