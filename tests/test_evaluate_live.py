@@ -226,7 +226,13 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
                       storage_settings=StorageSettings(), snakefile=root, workdir=workdir)
     wf.dag(DAGSettings(targets={"evaluate"})).execute_workflow(executor="local", pseudo_executor="dryrun")
     local = wf._workflow._localrules
+    from benchmaker.evaluate import metrics, systems
+    from benchmaker.runner import check_kwargs
     for job in wf._workflow.dag.jobs:
+        if job.rule.name.startswith("evaluate"):  # every name the job hands its stage function is accepted
+            names = {n: None for part in (job.input, job.output, job.params) for n in part._names}
+            check_kwargs(job.rule.name, metrics.run if job.rule.name == "evaluate" else systems.run,
+                         {**names, "threads": 1})
         if job.rule.name.startswith("evaluate_"):
             nd = job.non_derived_params
             out[job.wildcards_dict["system"]] = {
@@ -257,6 +263,11 @@ def test_live_systems_in_the_workflow_rerun_on_version_not_on_speed(tmp_path, ti
     vdb = {"name": "vdb", "kind": "milvus", "db_file": str(tmp_path / "m.db"), "collection": "c", "model": "ViT-B-32",
            "batch_size": 8}
     tiny_cfg["evaluate"] = {"systems": [{"name": "bm25", "kind": "bm25"}, live, vdb]}
+    base = tmp_path / "kept"
+    base.mkdir()
+    (base / "leaderboard.json").write_text('{"systems": []}')
+    (base / "per_query.csv").write_text("")
+    tiny_cfg["evaluate"]["compare"] = {"baseline": str(base)}
     a = _dag(tmp_path, tiny_cfg, "a")
     # queried from the controller like rerankers (local rule evaluate_api), without a GPU
     assert a["live"]["rule"] == a["vdb"]["rule"] == "evaluate_api" and a["live"]["local"] and not a["live"]["gpu"]
