@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -349,3 +350,38 @@ def test_weaviate_hybrid_recipe_of_the_docs(bench, monkeypatch):  # noqa: F811
         assert got == _ranking("a green thing", images)[:6]
     finally:
         shutdown(srv)
+
+
+def test_snakemake_runs_the_http_system_and_reruns_it_on_a_new_version_only(bench, tmp_path, tiny_cfg):  # noqa: F811
+    """The real rule (evaluate_api) on a results folder that already holds qrels and images."""
+    import shutil
+
+    import support
+
+    images = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    svc = Service(images, depth=8)
+    try:
+        res = Path(tiny_cfg["paths"]["results"]) / tiny_cfg["benchmark"]["name"]
+        res.mkdir(parents=True)
+        for f in ("qrels.jsonl", "images.jsonl"):
+            shutil.copyfile(bench / f, res / f)
+        tiny_cfg["evaluate"] = {"systems": [_http_system(svc.url)]}
+        target = str(res / "evaluate" / "runs" / "live.trec")
+        args = ["-c1", target, "--allowed-rules", "evaluate_api"]
+        env = {"SEARCH_TOKEN": TOKEN}
+        r = support.snakemake(args, tmp_path, support.write_config(tmp_path / "a.yaml", tiny_cfg), env=env)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        assert len(svc.requests) == 5 and TOKEN not in r.stdout + r.stderr
+        meta = json.loads((res / "evaluate" / "runs" / "live.json").read_text())
+        assert meta["system_version"] == "v1" and meta["timing"]["requests_sent"] == 4
+        # speed knobs: nothing to do; a new deployment version: the job again (answered by the service)
+        tiny_cfg["evaluate"]["systems"][0].update(concurrency=1, timeout_s=3, max_attempts=2, cache=False)
+        r = support.snakemake(["-n", *args], tmp_path, support.write_config(tmp_path / "b.yaml", tiny_cfg), env=env)
+        assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+        tiny_cfg["evaluate"]["systems"][0].update(version="v2", concurrency=2, cache=True)
+        r = support.snakemake(args, tmp_path, support.write_config(tmp_path / "c.yaml", tiny_cfg), env=env)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        assert len(svc.requests) == 9
+        assert json.loads((res / "evaluate" / "runs" / "live.json").read_text())["system_version"] == "v2"
+    finally:
+        shutdown(svc.srv)
