@@ -385,3 +385,66 @@ def test_snakemake_runs_the_http_system_and_reruns_it_on_a_new_version_only(benc
         assert json.loads((res / "evaluate" / "runs" / "live.json").read_text())["system_version"] == "v2"
     finally:
         shutdown(svc.srv)
+
+
+def test_milvus_lite_hybrid_legs(bench, tiny_clip, tmp_path):  # noqa: F811
+    """The adapter's hybrid (dense leg + BM25 leg, WeightedRanker) against a real Milvus Lite: the weights
+    reach Milvus (all weight on the dense leg = the exact CLIP order; all on BM25 = Milvus's own BM25 order)."""
+    pytest.importorskip("milvus_lite")
+    from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+    from benchmaker.losses import Losses
+    from benchmaker.similarity.embed import embed_image_table
+    from benchmaker.similarity.model import load_clip
+
+    model = f"local-dir:{tiny_clip}"
+    clip = load_clip(model, None, device="cpu")
+    table = embed_image_table(pl.read_ndjson(bench / "images.jsonl"), clip, image_root=str(bench / "images"),
+                              cache=None, losses=Losses("t"), batch_size=16, num_workers=0)
+    ann = dict(pl.read_ndjson(bench / "annotations.jsonl").select("image_id", "summary").iter_rows())
+    db = str(tmp_path / "h.db")
+    c = MilvusClient(db)
+    sch = c.create_schema(auto_id=True)
+    sch.add_field("pk", DataType.INT64, is_primary=True)
+    sch.add_field("image_id", DataType.VARCHAR, max_length=1024)
+    sch.add_field("caption", DataType.VARCHAR, max_length=4096, enable_analyzer=True)
+    sch.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    sch.add_field("image_vector", DataType.FLOAT_VECTOR, dim=len(table["embedding"][0]))
+    sch.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["caption"],
+                              output_field_names=["sparse"]))
+    idx = c.prepare_index_params()
+    idx.add_index("image_vector", index_type="FLAT", metric_type="COSINE")
+    idx.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    c.create_collection("hyb", schema=sch, index_params=idx)
+    c.insert("hyb", [{"image_id": i, "caption": ann[i], "image_vector": np.asarray(v, np.float32).tolist()}
+                     for i, v in zip(table["image_id"].to_list(), table["embedding"].to_list())])
+    c.flush("hyb")
+    c.close()
+    clip_sys = {"name": "clip", "kind": "clip", "model": model, "device": "cpu", "num_workers": 0, "depth": 6}
+    _run_system(bench, clip_sys, [clip_sys])
+    base = {"kind": "milvus", "db_file": db, "collection": "hyb", "model": model, "device": "cpu", "depth": 6,
+            "score_pools": False}
+    dense = {**base, "name": "dense", "legs": [{"field": "image_vector", "weight": 1.0},
+                                                {"field": "sparse", "weight": 0.0, "text": True}]}
+    sparse = {**base, "name": "sparse", "legs": [{"field": "image_vector", "weight": 0.0},
+                                                  {"field": "sparse", "weight": 1.0, "text": True}]}
+    systems.check_systems({"systems": [dense, sparse]})
+    for s in (dense, sparse):
+        _run_system(bench, s, [s])
+    ev = bench / "evaluate" / "runs"
+
+    def order(name, qid):
+        r = read_run(ev / f"{name}.trec").filter(pl.col("query_id") == qid)
+        return r.sort(["score", "image_id"], descending=[True, False])["image_id"].to_list()
+
+    c = MilvusClient(db)
+    texts = dict(pl.read_ndjson(bench / "qrels.jsonl").select("query_id", "query_text").unique().iter_rows())
+    for qid in ("q 0", "q 1", "q 2"):
+        assert order("dense", qid) == order("clip", qid)[:6]
+        bm = c.search("hyb", data=[texts[qid]], anns_field="sparse", limit=50, output_fields=["image_id"],
+                      search_params={"metric_type": "BM25"})[0]
+        score = {h["entity"]["image_id"]: abs(h["distance"]) for h in bm}
+        cut = sorted(score.values(), reverse=True)[min(5, len(score) - 1)]
+        got = order("sparse", qid)
+        assert got and all(score.get(i, -1) >= cut - 1e-6 for i in got[:min(6, len(score))])  # BM25's top (ties)
+    c.close()
