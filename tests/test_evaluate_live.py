@@ -448,3 +448,19 @@ def test_milvus_lite_hybrid_legs(bench, tiny_clip, tmp_path):  # noqa: F811
         got = order("sparse", qid)
         assert got and all(score.get(i, -1) >= cut - 1e-6 for i in got[:min(6, len(score))])  # BM25's top (ties)
     c.close()
+
+
+def test_validate_config_names_live_systems_keys_and_files(tmp_path, tiny_cfg, monkeypatch, capsys):
+    import support
+
+    from benchmaker.cli import main
+
+    monkeypatch.delenv("SEARCH_TOKEN", raising=False)
+    tiny_cfg["evaluate"] = {"systems": [
+        _http_system("http://127.0.0.1:9"),
+        {"name": "vdb", "kind": "milvus", "db_file": str(tmp_path / "missing.db"), "collection": "c", "model": "x"}]}
+    path = support.write_config(tmp_path / "c.yaml", tiny_cfg)
+    assert main(["validate-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "evaluate.systems[0].auth_env: environment variable SEARCH_TOKEN is not set" in err
+    assert "evaluate.systems[1].db_file" in err
