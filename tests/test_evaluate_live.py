@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -226,7 +227,13 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
                       storage_settings=StorageSettings(), snakefile=root, workdir=workdir)
     wf.dag(DAGSettings(targets={"evaluate"})).execute_workflow(executor="local", pseudo_executor="dryrun")
     local = wf._workflow._localrules
+    from benchmaker.evaluate import metrics, systems
+    from benchmaker.runner import check_kwargs
     for job in wf._workflow.dag.jobs:
+        if job.rule.name.startswith("evaluate"):  # every name the job hands its stage function is accepted
+            names = {n: None for part in (job.input, job.output, job.params) for n in part._names}
+            check_kwargs(job.rule.name, metrics.run if job.rule.name == "evaluate" else systems.run,
+                         {**names, "threads": 1})
         if job.rule.name.startswith("evaluate_"):
             nd = job.non_derived_params
             out[job.wildcards_dict["system"]] = {
@@ -257,6 +264,11 @@ def test_live_systems_in_the_workflow_rerun_on_version_not_on_speed(tmp_path, ti
     vdb = {"name": "vdb", "kind": "milvus", "db_file": str(tmp_path / "m.db"), "collection": "c", "model": "ViT-B-32",
            "batch_size": 8}
     tiny_cfg["evaluate"] = {"systems": [{"name": "bm25", "kind": "bm25"}, live, vdb]}
+    base = tmp_path / "kept"
+    base.mkdir()
+    (base / "leaderboard.json").write_text('{"systems": []}')
+    (base / "per_query.csv").write_text("")
+    tiny_cfg["evaluate"]["compare"] = {"baseline": str(base)}
     a = _dag(tmp_path, tiny_cfg, "a")
     # queried from the controller like rerankers (local rule evaluate_api), without a GPU
     assert a["live"]["rule"] == a["vdb"]["rule"] == "evaluate_api" and a["live"]["local"] and not a["live"]["gpu"]
@@ -338,3 +350,117 @@ def test_weaviate_hybrid_recipe_of_the_docs(bench, monkeypatch):  # noqa: F811
         assert got == _ranking("a green thing", images)[:6]
     finally:
         shutdown(srv)
+
+
+def test_snakemake_runs_the_http_system_and_reruns_it_on_a_new_version_only(bench, tmp_path, tiny_cfg):  # noqa: F811
+    """The real rule (evaluate_api) on a results folder that already holds qrels and images."""
+    import shutil
+
+    import support
+
+    images = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    svc = Service(images, depth=8)
+    try:
+        res = Path(tiny_cfg["paths"]["results"]) / tiny_cfg["benchmark"]["name"]
+        res.mkdir(parents=True)
+        for f in ("qrels.jsonl", "images.jsonl"):
+            shutil.copyfile(bench / f, res / f)
+        tiny_cfg["evaluate"] = {"systems": [_http_system(svc.url)]}
+        target = str(res / "evaluate" / "runs" / "live.trec")
+        args = ["-c1", target, "--allowed-rules", "evaluate_api"]
+        env = {"SEARCH_TOKEN": TOKEN}
+        r = support.snakemake(args, tmp_path, support.write_config(tmp_path / "a.yaml", tiny_cfg), env=env)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        assert len(svc.requests) == 5 and TOKEN not in r.stdout + r.stderr
+        meta = json.loads((res / "evaluate" / "runs" / "live.json").read_text())
+        assert meta["system_version"] == "v1" and meta["timing"]["requests_sent"] == 4
+        # speed knobs: nothing to do; a new deployment version: the job again (answered by the service)
+        tiny_cfg["evaluate"]["systems"][0].update(concurrency=1, timeout_s=3, max_attempts=2, cache=False)
+        r = support.snakemake(["-n", *args], tmp_path, support.write_config(tmp_path / "b.yaml", tiny_cfg), env=env)
+        assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+        tiny_cfg["evaluate"]["systems"][0].update(version="v2", concurrency=2, cache=True)
+        r = support.snakemake(args, tmp_path, support.write_config(tmp_path / "c.yaml", tiny_cfg), env=env)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        assert len(svc.requests) == 9
+        assert json.loads((res / "evaluate" / "runs" / "live.json").read_text())["system_version"] == "v2"
+    finally:
+        shutdown(svc.srv)
+
+
+def test_milvus_lite_hybrid_legs(bench, tiny_clip, tmp_path):  # noqa: F811
+    """The adapter's hybrid (dense leg + BM25 leg, WeightedRanker) against a real Milvus Lite: the weights
+    reach Milvus (all weight on the dense leg = the exact CLIP order; all on BM25 = Milvus's own BM25 order)."""
+    pytest.importorskip("milvus_lite")
+    from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+    from benchmaker.losses import Losses
+    from benchmaker.similarity.embed import embed_image_table
+    from benchmaker.similarity.model import load_clip
+
+    model = f"local-dir:{tiny_clip}"
+    clip = load_clip(model, None, device="cpu")
+    table = embed_image_table(pl.read_ndjson(bench / "images.jsonl"), clip, image_root=str(bench / "images"),
+                              cache=None, losses=Losses("t"), batch_size=16, num_workers=0)
+    ann = dict(pl.read_ndjson(bench / "annotations.jsonl").select("image_id", "summary").iter_rows())
+    db = str(tmp_path / "h.db")
+    c = MilvusClient(db)
+    sch = c.create_schema(auto_id=True)
+    sch.add_field("pk", DataType.INT64, is_primary=True)
+    sch.add_field("image_id", DataType.VARCHAR, max_length=1024)
+    sch.add_field("caption", DataType.VARCHAR, max_length=4096, enable_analyzer=True)
+    sch.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    sch.add_field("image_vector", DataType.FLOAT_VECTOR, dim=len(table["embedding"][0]))
+    sch.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["caption"],
+                              output_field_names=["sparse"]))
+    idx = c.prepare_index_params()
+    idx.add_index("image_vector", index_type="FLAT", metric_type="COSINE")
+    idx.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    c.create_collection("hyb", schema=sch, index_params=idx)
+    c.insert("hyb", [{"image_id": i, "caption": ann[i], "image_vector": np.asarray(v, np.float32).tolist()}
+                     for i, v in zip(table["image_id"].to_list(), table["embedding"].to_list())])
+    c.flush("hyb")
+    c.close()
+    clip_sys = {"name": "clip", "kind": "clip", "model": model, "device": "cpu", "num_workers": 0, "depth": 6}
+    _run_system(bench, clip_sys, [clip_sys])
+    base = {"kind": "milvus", "db_file": db, "collection": "hyb", "model": model, "device": "cpu", "depth": 6,
+            "score_pools": False}
+    dense = {**base, "name": "dense", "legs": [{"field": "image_vector", "weight": 1.0},
+                                                {"field": "sparse", "weight": 0.0, "text": True}]}
+    sparse = {**base, "name": "sparse", "legs": [{"field": "image_vector", "weight": 0.0},
+                                                  {"field": "sparse", "weight": 1.0, "text": True}]}
+    systems.check_systems({"systems": [dense, sparse]})
+    for s in (dense, sparse):
+        _run_system(bench, s, [s])
+    ev = bench / "evaluate" / "runs"
+
+    def order(name, qid):
+        r = read_run(ev / f"{name}.trec").filter(pl.col("query_id") == qid)
+        return r.sort(["score", "image_id"], descending=[True, False])["image_id"].to_list()
+
+    c = MilvusClient(db)
+    texts = dict(pl.read_ndjson(bench / "qrels.jsonl").select("query_id", "query_text").unique().iter_rows())
+    for qid in ("q 0", "q 1", "q 2"):
+        assert order("dense", qid) == order("clip", qid)[:6]
+        bm = c.search("hyb", data=[texts[qid]], anns_field="sparse", limit=50, output_fields=["image_id"],
+                      search_params={"metric_type": "BM25"})[0]
+        score = {h["entity"]["image_id"]: abs(h["distance"]) for h in bm}
+        cut = sorted(score.values(), reverse=True)[min(5, len(score) - 1)]
+        got = order("sparse", qid)
+        assert got and all(score.get(i, -1) >= cut - 1e-6 for i in got[:min(6, len(score))])  # BM25's top (ties)
+    c.close()
+
+
+def test_validate_config_names_live_systems_keys_and_files(tmp_path, tiny_cfg, monkeypatch, capsys):
+    import support
+
+    from benchmaker.cli import main
+
+    monkeypatch.delenv("SEARCH_TOKEN", raising=False)
+    tiny_cfg["evaluate"] = {"systems": [
+        _http_system("http://127.0.0.1:9"),
+        {"name": "vdb", "kind": "milvus", "db_file": str(tmp_path / "missing.db"), "collection": "c", "model": "x"}]}
+    path = support.write_config(tmp_path / "c.yaml", tiny_cfg)
+    assert main(["validate-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "evaluate.systems[0].auth_env: environment variable SEARCH_TOKEN is not set" in err
+    assert "evaluate.systems[1].db_file" in err

@@ -112,6 +112,12 @@ def _named_paths(cfg: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         elif pretrained and ("/" in pretrained or Path(pretrained).suffix in (".safetensors", ".bin", ".pt",
                                                                              ".pth")):
             out.append((f"{section}.pretrained", pretrained, "file"))
+    ev = cfg.get("evaluate") or {}
+    for i, s in enumerate(ev.get("systems") or []):  # live systems: a Milvus Lite file (docs/evaluate.md)
+        if isinstance(s, Mapping) and s.get("kind") == "milvus" and s.get("db_file"):
+            out.append((f"evaluate.systems[{i}].db_file", s["db_file"], "file"))
+    if (ev.get("compare") or {}).get("baseline"):
+        out.append(("evaluate.compare.baseline", ev["compare"]["baseline"], "dir"))
     return out
 
 
@@ -157,6 +163,10 @@ def required_env(cfg: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
         else:
             names = (env,)
         out.append((f"{stage}.{adapter}.api_key_env", names))
+    for i, s in enumerate((cfg.get("evaluate") or {}).get("systems") or []):  # live systems' secrets
+        for key in ("auth_env", "token_env"):
+            if isinstance(s, Mapping) and s.get(key) and s.get("kind") in ("http", "milvus"):
+                out.append((f"evaluate.systems[{i}].{key}", (str(s[key]),)))
     return out
 
 

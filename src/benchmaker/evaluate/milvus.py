@@ -13,6 +13,11 @@ the collection's vector field, the way imsearch_eval's ``MilvusQuery.vector_quer
   are grouped by the id field (``group_by_field``), so an image takes one place, at its best score;
 * L2 distances (lower is better) are negated; COSINE and IP are similarities.
 
+With ``legs`` the search is the adapter's hybrid (``clip_hybrid_query``): one ``AnnSearchRequest`` per
+leg (a vector field searched with the query embedding, or ``text: true``: a BM25 sparse field searched
+with the query text), fused by ``WeightedRanker`` over the legs' weights (Sage's production H: image
+0.455, caption 0.195, BM25 0.35).
+
 Beside the top ``depth`` of the collection, each query's judged pool is searched with a filter on the
 id field (``score_pools``), so the pool view of the run is exact, as for the built-in systems.
 
@@ -46,7 +51,7 @@ MILVUS_DEFAULTS: dict[str, Any] = {
     "uri": None, "db_file": None, "token_env": None, "db_name": None, "collection": None,
     "anns_field": "vector", "id_field": "image_id", "metric": "COSINE", "search_params": {}, "filter": None,
     "score_pools": True, "model": None, "pretrained": None, "precision": "auto", "device": "auto",
-    "batch_size": 64, "timeout_s": 60.0,
+    "batch_size": 64, "timeout_s": 60.0, "legs": None,
 }
 MAX_LIMIT = 16384  # Milvus's topk limit
 
@@ -62,6 +67,17 @@ def check_milvus(s: Mapping[str, Any], where: str) -> None:
                           f"image embeddings the collection holds)")
     if str(s.get("metric")).upper() not in ("COSINE", "IP", "L2"):
         raise ConfigError(f"{where}.metric: {s.get('metric')!r} is not COSINE, IP or L2")
+    legs = s.get("legs")
+    if legs is not None:
+        if not isinstance(legs, list) or len(legs) < 2:
+            raise ConfigError(f"{where}.legs: a hybrid search has at least two legs ({{field, weight}}, text: true "
+                              f"for a BM25 sparse field); without legs anns_field is searched")
+        for j, leg in enumerate(legs):
+            if not isinstance(leg, Mapping) or not leg.get("field") or not isinstance(leg.get("weight"), (int, float)):
+                raise ConfigError(f"{where}.legs[{j}]: needs field and weight")
+            extra = sorted(set(leg) - {"field", "weight", "text", "search_params"})
+            if extra:
+                raise ConfigError(f"{where}.legs[{j}]: unknown key(s) {extra} (field, weight, text, search_params)")
     if not 1 <= int(s.get("depth") or 1) <= MAX_LIMIT:
         raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
 
@@ -153,7 +169,31 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
                               f"(collections: {client.list_collections()})")
         client.load_collection(s["collection"])
         params = {"metric_type": metric, "params": dict(s.get("search_params") or {})}
+        legs = list(s.get("legs") or [])
+
+        def search(vecs: list, texts: list[str], limit: int, flt: str):
+            """One search (anns_field) or, with legs, one hybrid search per query (imsearch_eval's
+            clip_hybrid_query: AnnSearchRequest per leg, WeightedRanker over the legs' weights)."""
+            if not legs:
+                return client.search(s["collection"], data=vecs, anns_field=field, limit=limit,
+                                     search_params=params, output_fields=[id_field], group_by_field=id_field,
+                                     filter=flt)
+            from pymilvus import AnnSearchRequest, WeightedRanker
+
+            out = []
+            for vec, text in zip(vecs, texts):
+                reqs = [AnnSearchRequest(data=[text] if leg.get("text") else [vec], anns_field=str(leg["field"]),
+                                         param={"metric_type": "BM25"} if leg.get("text") else
+                                         {"metric_type": metric, "params": dict(leg.get("search_params") or
+                                                                                s.get("search_params") or {})},
+                                         limit=limit, expr=flt or None) for leg in legs]
+                out.append(client.hybrid_search(s["collection"], reqs=reqs,
+                                                ranker=WeightedRanker(*[float(leg["weight"]) for leg in legs]),
+                                                limit=limit, output_fields=[id_field], group_by_field=id_field)[0])
+            return out
+
         qids = bench.query_ids
+        texts = bench.queries["query_text"].to_list()
         known = set(bench.images["image_id"].to_list())
         rows: list[tuple[str, str, float]] = []
         ms: list[float] = []
@@ -162,10 +202,9 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
         for start in range(0, len(qids), bs):
             vecs = [np.asarray(v, dtype=np.float32).tolist() for v in q_emb[start:start + bs]]
             t = time.perf_counter()
-            res = client.search(s["collection"], data=vecs, anns_field=field, limit=depth, search_params=params,
-                                output_fields=[id_field], group_by_field=id_field, filter=s.get("filter") or "")
+            res = search(vecs, texts[start:start + bs], depth, s.get("filter") or "")
             ms += [1000 * (time.perf_counter() - t) / max(1, len(vecs))] * len(vecs)
-            for qid, hits in zip(qids[start:start + bs], _hits(res, id_field, metric, what)):
+            for qid, hits in zip(qids[start:start + bs], _hits(res, id_field, "IP" if legs else metric, what)):
                 rows += [(qid, iid, sc) for iid, sc in hits]
         t_search = time.perf_counter() - t1
         if s.get("score_pools"):
@@ -178,10 +217,9 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
                 flt = f"{id_field} in {json.dumps(ids, ensure_ascii=False)}"
                 if s.get("filter"):
                     flt = f"({s['filter']}) and ({flt})"
-                res = client.search(s["collection"], data=[np.asarray(q_emb[qi], dtype=np.float32).tolist()],
-                                    anns_field=field, limit=min(MAX_LIMIT, len(ids)), search_params=params,
-                                    output_fields=[id_field], group_by_field=id_field, filter=flt)
-                rows += [(qid, iid, sc) for iid, sc in _hits(res, id_field, metric, what)[0]]
+                res = search([np.asarray(q_emb[qi], dtype=np.float32).tolist()], [texts[qi]],
+                             min(MAX_LIMIT, len(ids)), flt)
+                rows += [(qid, iid, sc) for iid, sc in _hits(res, id_field, "IP" if legs else metric, what)[0]]
     finally:
         if own:
             client.close()
