@@ -9,8 +9,8 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip >/dev/null
-	$(PY) -m pip install -e '.[test,slurm,k8s]'
-	$(PY) -m pip install --no-deps 'mteb>=2.26,<3' 'beir>=2.2,<3'  # tests/test_export_ir.py; see pyproject's test extra
+	$(PY) -m pip install -e '.[test,slurm,k8s,mteb]'
+	$(PY) -m pip install --no-deps 'beir>=2.2,<3'  # tests/test_export_ir.py; see pyproject's test extra
 	$(PY) -m benchmaker.evaluate.warm  # compile ranx's numba functions once per user (docs/evaluate.md)
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 

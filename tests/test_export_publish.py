@@ -247,3 +247,31 @@ def test_every_run_ranks_alike_in_ranx_pytrec_eval_and_the_leaderboard(builds, t
             for m in ("ndcg@10", "map", "mrr"):
                 assert te[m] == pytest.approx(rx[m], abs=1e-9), (name, scope, m, te, rx)
                 assert te[m] == pytest.approx(row[m][0], abs=1e-5), (name, scope, m, te, row.to_dicts())
+
+
+@pytest.mark.slow
+def test_benchmaker_mteb_equals_the_leaderboard(builds, tmp_path):
+    """`benchmaker mteb` (mteb.evaluate from the project's environment) on the export, with the model of
+    the `tiny-clip` system: mteb's nDCG@10 is the leaderboard's ranx nDCG@10 of that system's run over
+    the images mteb ranks (the exported corpus: every judged pool's images, each once)."""
+    from benchmaker.evaluate.metrics import evaluate_scope
+    from benchmaker.evaluate.runs import read_run
+
+    res = builds[0]
+    clip = res.parents[1] / "tiny-clip"
+    out = tmp_path / "mteb.json"
+    env = {**os.environ, "PYTHONPATH": str(support.ROOT / "src"), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "hf"), "MTEB_CACHE": str(tmp_path / "mteb-cache")}
+    r = subprocess.run([sys.executable, "-m", "benchmaker.cli", "mteb", str(res / "hf_dataset"),
+                        "--model", f"local-dir:{clip}", "--device", "cpu", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["main_score"] == got["scores"]["ndcg_at_10"]
+    qrels = pl.read_ndjson(res / "qrels.jsonl").select("query_id", "image_id", "relevance_label")
+    corpus = qrels["image_id"].unique().implode()
+    run = read_run(res / "evaluate" / "runs" / "tiny-clip.trec").filter(pl.col("image_id").is_in(corpus))
+    queries = qrels.filter(pl.col("relevance_label") > 0)["query_id"].unique().to_list()
+    assert len(queries) == qrels["query_id"].n_unique()  # mteb averages over every query: all have a positive
+    ours = evaluate_scope(qrels, run, ["ndcg@10"], "tiny-clip", queries)["ndcg@10"].mean()
+    assert got["scores"]["ndcg_at_10"] == pytest.approx(ours, abs=1e-5)

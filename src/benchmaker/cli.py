@@ -312,6 +312,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("results", metavar="RESULTS", help="a results folder (or its evaluate/ folder)")
     p.add_argument("history", metavar="HISTORY", help="the history folder (created if missing)")
     p.add_argument("--tag", default=None, help="snapshot name (default: UTC time, plus the version if all agree)")
+    p = add("mteb", "evaluate a model on an exported benchmark with mteb (mteb.evaluate)", cmd_mteb,
+            "Run mteb's own retrieval evaluation (the task of docs/evaluate.md, subset `mteb`) on an exported "
+            "hf_dataset folder (or a Hub dataset with --revision) for an open_clip model loaded as the `clip` "
+            "evaluate system loads it (--model/--pretrained) or an mteb model name (--mteb-model); prints mteb's "
+            "scores. Needs the `mteb` extra (pip install 'benchmaker[mteb]').")
+    p.add_argument("dataset", metavar="DATASET", help="results/<name>/hf_dataset, or org/name on the Hub")
+    p.add_argument("--model", default=None, help="open_clip model, as an evaluate system's `model`")
+    p.add_argument("--pretrained", default=None, help="open_clip pretrained tag, as an evaluate system's")
+    p.add_argument("--mteb-model", default=None, help="an mteb model name instead (mteb.get_model)")
+    p.add_argument("--split", default="test", help="the split to evaluate (export.split)")
+    p.add_argument("--revision", default=None, help="the Hub dataset's commit (required for a Hub dataset)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, mps or auto")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the scores as JSON to FILE")
     return ap
 
 
@@ -342,6 +355,26 @@ def cmd_keep_evaluation(args) -> int:
     entry = keep(args.results, args.history, args.tag)
     print(f"kept as {Path(args.history) / entry['tag']} (systems: "
           f"{', '.join(f'{k}={v}' for k, v in entry['systems'].items()) or 'none'})")
+    return EXIT_OK
+
+
+def cmd_mteb(args) -> int:
+    import json
+
+    from .errors import UserError
+
+    try:
+        from .evaluate.mteb_task import run
+    except ImportError as exc:  # pragma: no cover - the extra is missing
+        raise UserError(f"{exc}: install the mteb extra: pip install 'benchmaker[mteb]'") from None
+    try:
+        out = run(dataset=args.dataset, model=args.model, pretrained=args.pretrained, mteb_model=args.mteb_model,
+                  split=args.split, revision=args.revision, output=args.out, device=args.device)
+    except (ValueError, ModuleNotFoundError) as exc:
+        raise UserError(str(exc)) from None
+    print(json.dumps({k: out[k] for k in ("task", "model", "split", "main_score")}))
+    print(json.dumps({k: round(v, 5) for k, v in out["scores"].items() if k.startswith(("ndcg_at", "map_at",
+                                                                                          "mrr_at", "recall_at"))}))
     return EXIT_OK
 
 

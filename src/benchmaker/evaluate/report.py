@@ -8,6 +8,7 @@ from) are marked "sees what the judge saw".
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -19,6 +20,7 @@ __all__ = [
     "card_markdown",
     "copy_results",
     "leaderboard_table",
+    "quality_vs_compute_chart",
     "RUN_FACT_COLUMNS",
     "run_facts",
     "sage_section",
@@ -97,16 +99,37 @@ def write_charts(board: pl.DataFrame, out_dir: Path, scale_factor: float = 2.0) 
         color=alt.Color("sees_judge_text:N", title="sees what the judge saw"),
         row=alt.Row("scope:N", title=None)).properties(width=360, title=f"{metric} by system and scope")
     save(bars, out_dir / CHARTS[0], scale_factor)
-    pts = data.filter(pl.col("scope") == "pool").drop_nulls("query_latency_ms")
-    if pts.height:
-        scatter = alt.Chart(pts).mark_point(filled=True, size=80).encode(
-            x=alt.X("query_latency_ms:Q", scale=alt.Scale(type="symlog"), title="query latency (ms, per query)"),
-            y=alt.Y("value:Q", title=f"{metric} (pool)"), tooltip=["system", "value", "query_latency_ms"],
-            color=alt.Color("system:N")).properties(width=360, height=240, title="quality vs compute")
-        text = scatter.mark_text(dx=8, align="left").encode(text="system:N")
-        save(scatter + text, out_dir / CHARTS[1], scale_factor)
+    chart = quality_vs_compute_chart(board)
+    if chart is not None:
+        save(chart, out_dir / CHARTS[1], scale_factor)
         return list(CHARTS)
     return [CHARTS[0]]
+
+
+def quality_vs_compute_chart(board: pl.DataFrame):
+    """The main metric (pool scope) against the query latency on a **log** axis, so that a 1 ms system
+    and a 10 s one both read (a linear or symlog axis squeezes everything below a few ms into one
+    point); None when no system has a latency. Latencies are run facts: this chart is in the results
+    folder's report only, not in the published dataset (docs/export.md)."""
+    import altair as alt
+
+    if not board.height or "query_latency_ms" not in board.columns:
+        return None
+    metric = _first_k(board, "ndcg@") or "map"
+    pts = board.filter(pl.col("scope") == "pool").select(
+        "system", pl.col(metric).alias("value"), pl.col("query_latency_ms").cast(pl.Float64)).filter(
+        pl.col("query_latency_ms") > 0)
+    if not pts.height:
+        return None
+    lo, hi = pts["query_latency_ms"].min(), pts["query_latency_ms"].max()
+    domain = [10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi) + (hi == lo))]
+    scatter = alt.Chart(pts).mark_point(filled=True, size=80).encode(
+        x=alt.X("query_latency_ms:Q", scale=alt.Scale(type="log", domain=domain),
+                axis=alt.Axis(format="~s"), title="query latency (ms per query, log scale)"),
+        y=alt.Y("value:Q", title=f"{metric} (pool)"), tooltip=["system", "value", "query_latency_ms"],
+        color=alt.Color("system:N", legend=None)).properties(width=420, height=260, title="quality vs compute")
+    text = scatter.mark_text(dx=8, align="left").encode(text="system:N")
+    return scatter + text
 
 
 def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = 2.0):

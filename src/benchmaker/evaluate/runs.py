@@ -13,6 +13,7 @@ Ids are written with :func:`benchmaker.ids.trec_id` (whitespace-free, reversible
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -297,7 +298,16 @@ def rank_dense(queries: np.ndarray, docs: np.ndarray, query_ids: Sequence[str], 
 
 
 def set_numba_cache(path: str | None) -> None:
-    """Point numba's on-disk cache (ranx's JIT) at a persistent folder, before ranx is imported."""
+    """Point numba's on-disk cache (ranx's JIT) at a persistent folder, before ranx is imported.
+
+    numba files a function's cache entries under a hash of the folder of its source file *as
+    imported* (``numba.core.caching._CacheLocator.get_suitable_cache_subpath``: ``abspath``, not
+    ``realpath``), so ranx imported through a symlinked virtual environment or another checkout's
+    path to the same installation would compile again into a new folder. The ``sys.path`` entries
+    are therefore resolved first: ranx is imported from its real location, and every checkout using
+    one installation shares one compiled cache (per user: ``$NUMBA_CACHE_DIR``)."""
     if path and not os.environ.get("NUMBA_CACHE_DIR"):
         Path(path).mkdir(parents=True, exist_ok=True)
         os.environ["NUMBA_CACHE_DIR"] = str(Path(path).resolve())
+    if "ranx" not in sys.modules:
+        sys.path[:] = list(dict.fromkeys(os.path.realpath(p) if p else p for p in sys.path))
