@@ -23,10 +23,11 @@ used transformers' CLIP: this compares the *method*, not the library) and run fp
   the jobs run one after the other (the workflow may run the first two side by side).
 
 Each repetition runs both sides for each model, in alternating order (interleaved, so a change in
-the machine's load hits both). Prints per run the wall seconds (each process start to exit) and the
-load average, then per model the median walls, the ratio upstream / project, and the largest score
-difference between the two sides (JPEG draft decoding is part of the project's model identity:
-~1e-3, docs/performance.md).
+the machine's load hits both). Prints per run the wall seconds (each process start to exit), the CPU
+seconds of its processes (user + sys; less dependent on other load than wall, though thread
+contention inflates both) and the load average, then per model the medians, the ratios upstream /
+project, and the largest score difference between the two sides (JPEG draft decoding is part of the
+project's model identity: ~1e-3, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -115,11 +116,20 @@ def setup(work: Path) -> dict:
     return {"root": str(root), "images": str(work / "images.jsonl"), "qrels": str(work / "qrels.jsonl")}
 
 
+CPU: list[float] = []  # CPU seconds (user + sys) of each process, in the order of _proc calls
+
+
 def _proc(code: str) -> float:
+    """Wall seconds of one fresh process running ``code``; its CPU seconds go to ``CPU``."""
+    import resource
+
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - t
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime)
     if r.returncode:
         raise SystemExit(r.stderr[-3000:])
     return wall
@@ -168,13 +178,15 @@ def main() -> int:
     models = {m: (f"local-dir:{work / 'tiny-clip'}" if m == "tiny" else m) for m in a.models}
     print(f"{N_QUERIES * PER_QUERY} pairs = {N_QUERIES} queries x {PER_QUERY}, {N_IMAGES} distinct 640x480 JPEGs; "
           f"{os.cpu_count()} CPUs, {a.threads} torch threads, {a.workers} loader worker(s)", flush=True)
-    res: dict[str, dict[str, list]] = {m: {"upstream": [], "project": [], "diff": []} for m in models}
+    res: dict[str, dict[str, list]] = {m: {"upstream": [], "project": [], "diff": [], "upstream_cpu": [],
+                                           "project_cpu": []} for m in models}
     for rep in range(a.repeat):
         for k, (name, model) in enumerate(models.items()):
             sides = ["upstream", "project"] if (rep + k) % 2 == 0 else ["project", "upstream"]
             outs = {}
             for side in sides:
                 before = _load()
+                n_cpu = len(CPU)
                 if side == "upstream":
                     wall, outs[side] = upstream(model, d, work, a.threads)
                     detail = ""
@@ -182,18 +194,23 @@ def main() -> int:
                     parts, outs[side] = project(model, d, work, a.threads, a.workers)
                     wall = sum(parts.values())
                     detail = "  (" + ", ".join(f"{p} {s:.1f}" for p, s in parts.items()) + ")"
+                cpu = sum(CPU[n_cpu:])
                 res[name][side].append(wall)
-                print(f"run {rep + 1} {name:<9} {side:<8} {wall:7.1f} s  load {before} -> {_load()}{detail}",
-                      flush=True)
+                res[name][f"{side}_cpu"].append(cpu)
+                print(f"run {rep + 1} {name:<9} {side:<8} {wall:7.1f} s wall {cpu:7.1f} s CPU  load {before} -> "
+                      f"{_load()}{detail}", flush=True)
             res[name]["diff"].append(max_diff(outs["upstream"], outs["project"]))
     print()
     summary = {}
     for name, r in res.items():
         up, pr = statistics.median(r["upstream"]), statistics.median(r["project"])
+        upc, prc = statistics.median(r["upstream_cpu"]), statistics.median(r["project_cpu"])
         summary[name] = {"upstream_s": round(up, 1), "project_s": round(pr, 1), "ratio": round(up / pr, 1),
-                         "max_score_diff": max(r["diff"])}
-        print(f"{name:<9} upstream {up:7.1f} s   project {pr:7.1f} s   ratio {up / pr:5.1f}x   "
-              f"max |score difference| {max(r['diff']):.1e}   (medians of {len(r['upstream'])})")
+                         "upstream_cpu_s": round(upc, 1), "project_cpu_s": round(prc, 1),
+                         "cpu_ratio": round(upc / prc, 1), "max_score_diff": max(r["diff"])}
+        print(f"{name:<9} wall: upstream {up:7.1f} s, project {pr:7.1f} s, ratio {up / pr:5.1f}x;  CPU: upstream "
+              f"{upc:7.1f} s, project {prc:7.1f} s, ratio {upc / prc:5.1f}x;  max |score difference| "
+              f"{max(r['diff']):.1e}   (medians of {len(r['upstream'])})")
     print(json.dumps(summary))
     return 0
 
