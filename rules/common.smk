@@ -99,7 +99,7 @@ def loss_files(wildcards=None):
         "plan": f"{RESULTS}/losses/plan.jsonl",
         "judge": f"{RESULTS}/losses/judge.jsonl",
         "similarity": f"{RESULTS}/losses/similarity.jsonl",
-    }
+    } | deepen_loss_files()
 
 
 def public_config():
@@ -299,6 +299,13 @@ def deepen_report_inputs(wildcards=None):
     if DEEPEN_ON and (config.get("deepen") or {}).get("report", True):
         return {"deepen": f"{DEEPEN}/report.json"}
     return {}
+
+
+def deepen_loss_files():
+    """losses/deepen/<system>.jsonl when the deepening report is in the summary (its losses counted)."""
+    if not deepen_report_inputs():
+        return {}
+    return {f"deepen_{s}": f"{RESULTS}/losses/deepen/{s}.jsonl" for s in DEEPEN_SYSTEMS}
 
 
 def deepen_cost_files():
