@@ -259,3 +259,36 @@ def test_kill_9_then_resume_pays_nothing_twice(fake, tmp_path, tiny_corpus):
     assert len(paid) == 2                                       # every answered request on record once
     assert sum(not c["last_run"] for c in paid) >= 1            # the killed run's row, from the ledger
     assert len(list(iter_jsonl(kw["labels"]))) == 10     # top 8 minus the 3 judged, per query
+
+
+def test_estimate_prices_deepening_and_checks_the_budget(tmp_path, tiny_corpus, tiny_clip):
+    import shutil
+
+    import support
+
+    from benchmaker.config import results_dir, validate_config
+    from benchmaker.providers.estimate import estimate
+
+    cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip)
+    cfg["judge"] = {"adapter": "openai", "openai": {"model": "gpt-5-mini", "mode": "batch"}}
+    cfg["evaluate"] = {"systems": [{"name": n, "kind": "trec_run", "path": str(tmp_path / f"{n}.trec")}
+                                   for n in ("A", "B")]}
+    cfg["deepen"] = {"enabled": True, "k": 4, "max_pairs": 10}
+    for n in ("A", "B"):
+        (tmp_path / f"{n}.trec").write_text("")
+    cfg = validate_config(cfg)
+    # before the runs exist: an upper bound (systems x queries x k)
+    ln = [x for x in estimate(cfg) if x["stage"] == "deepen"][0]
+    assert ln["pairs"] == 2 * 4 * 4 and ln["requests"] == 8 and ln["usd"] > 0 and ln["within_budget"] is False
+    # with the real runs and qrels: the exact requests (2 per system), the same pairs as the run judges
+    p = _inputs(tmp_path / "in", tiny_corpus)
+    res = Path(results_dir(cfg))
+    (res / "evaluate" / "runs").mkdir(parents=True)
+    for k in ("qrels", "plan", "annotations", "images"):
+        shutil.copy(p[k], res / ("query_plan.jsonl" if k == "plan" else f"{k}.jsonl"))
+    for r in p["runs"]:
+        shutil.copy(r, res / "evaluate" / "runs" / Path(r).name)
+    cfg["deepen"]["max_pairs"] = 11
+    ln = [x for x in estimate(cfg) if x["stage"] == "deepen"][0]
+    assert ln["pairs"] == 11 and ln["requests"] == 4 and ln["within_budget"] is True
+    assert ln["source"].startswith("evaluate/runs")

@@ -18,9 +18,9 @@ import polars as pl
 from ..formats import FacetModel, read_table, read_table_where, write_table
 from ..logs import get_logger
 from ..losses import Losses
-from .pairs import assign, cap_by_cost, run_paths, system_tops
+from .pairs import assign, cap_by_cost, deepen_systems, run_paths, system_tops
 
-__all__ = ["run", "plan_for", "assigned_pairs", "pair_costs", "LABEL_COLUMNS"]
+__all__ = ["run", "plan_for", "assigned_pairs", "pair_costs", "estimate_specs", "LABEL_COLUMNS"]
 
 log = get_logger("deepen")
 LABEL_COLUMNS = ("query_id", "image_id", "relevance_label", "judge", "system", "depth")
@@ -178,3 +178,55 @@ def run(*, qrels: str, plan: str, annotations: str, images: str, runs: Sequence[
     log.info("deepen[%s]: %d labels (%d relevant), %d losses", system, out.height,
              out.filter(pl.col("relevance_label") > 0).height, len(loss))
     return {"pairs": out.height}
+
+
+def estimate_specs(cfg: Mapping[str, Any], fm: FacetModel, settings: Mapping[str, Any], results) -> tuple:
+    """For ``benchmaker estimate``: (iterable of (request spec, candidates) to price, where they come
+    from, new pairs, whether they are the real requests). From the real runs and qrels when every deepen
+    system's run exists (the exact requests, before the budgets cut them); else an upper bound: every
+    system's top k unjudged, one request per query and system with typical annotation rows."""
+    from pathlib import Path
+
+    from ..evaluate.systems import check_systems
+    from ..judge.openai import judge_items
+    from ..judge.prompts import candidate_keys, judge_spec
+    from ..providers.estimate import _typical_row
+
+    results = Path(results)
+    d = dict(cfg.get("deepen") or {})
+    systems = deepen_systems(d, check_systems(cfg.get("evaluate") or {}))
+    k = int(d.get("k", 10))
+    cols = cfg["columns"]
+    runs = [results / "evaluate" / "runs" / f"{s}.trec" for s in systems]
+    files = [results / f for f in ("qrels.jsonl", "query_plan.jsonl", "annotations.jsonl", "images.jsonl")]
+    if systems and all(p.exists() for p in runs + files):
+        q = read_table("qrels", files[0], columns=cols)
+        plan_df = read_table("query_plan", files[1], columns=cols)
+        assigned = assigned_pairs(qrels=q, runs=run_paths([str(p) for p in runs], systems), k=k, max_pairs=None)
+        ann = read_table("annotations", files[2], columns=cols, facets=fm)
+        imgs = read_table("images", files[3], columns=cols)
+
+        def real():
+            for name in systems:
+                mine = assigned.filter(pl.col("system") == name)
+                for it, keys in judge_items(plan_for(plan_df, mine, q), ann, imgs, fm, settings,
+                                            cfg["paths"]["image_root"], Losses("deepen")):
+                    yield it.spec, len(keys)
+
+        return real(), "evaluate/runs + qrels.jsonl (the exact requests)", assigned.height, True
+    n_q = int(cfg["plan"]["num_seeds"])
+    if files[0].exists():
+        n_q = read_table("qrels", files[0], columns=cols)["query_id"].n_unique()
+    n_seed = int(cfg["plan"]["seeds_per_query"])
+
+    def typical():
+        for j, _name in enumerate(systems):
+            for i in range(n_q):
+                rows = [_typical_row(fm, (j * n_q + i) * (k + n_seed) + c) for c in range(k + n_seed)]
+                qid = f"q{j}-{i}"     # each system's request of a query has its own candidates
+                keys = candidate_keys(qid, [r["image_id"] for r in rows[n_seed:]])
+                yield judge_spec(query_id=qid, seed_rows=rows[:n_seed], candidates=rows[n_seed:], keys=keys,
+                                 meta_row={}, fm=fm, settings=settings, query_text=f"typical query {qid}"), k
+
+    return (typical(), f"upper bound before the runs exist ({len(systems)} systems x {n_q} queries x top {k}, "
+            "typical annotation rows)", len(systems) * n_q * k, False)
