@@ -15,6 +15,7 @@ leave-one-system-out (docs/deepen.md).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     from .reusability import leave_one_out as loo
 
     metrics.set_numba_cache(numba_cache_dir)
+    t0 = time.perf_counter()
     d = dict(deepen)
     systems = list(d["systems"])
     k = int(d.get("k", 10))
@@ -119,13 +121,16 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     deep = deepened_qrels(q, lab_df, contributors)
     write_table(deep, "deepened_qrels", deepened, columns=columns)
 
+    log.info("deepen: deepened qrels (%d new pairs) in %.1f s", lab_df.height, time.perf_counter() - t0)
     # every run on the deepened qrels: the evaluate aggregate, unchanged
+    t_eval = time.perf_counter()
     doc = metrics.run(qrels=deepened, images=images, annotations=annotations, runs=runs, metas=metas,
                       image_embeddings=image_embeddings, leaderboard_csv=leaderboard_csv,
                       leaderboard_json=leaderboard_json, drilldown=drilldown, significance_csv=significance_csv,
                       per_query=per_query, settings=settings, facets=facets, columns=columns,
                       numba_cache_dir=numba_cache_dir, version=version, threads=threads,
                       sage_leaderboard=sage_leaderboard, sage=sage)
+    log.info("deepen: evaluate aggregate on the deepened qrels in %.1f s", time.perf_counter() - t_eval)
     ks = [int(x) for x in ((settings or {}).get("k") or [10])]
     metric = f"ndcg@{ks[0]}"
     before_scores, after_scores = _board_scores(before, metric), _board_scores(leaderboard_csv, metric)
@@ -165,8 +170,13 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     rep = pl.DataFrame(rows, schema=schema)
     Path(report_csv).parent.mkdir(parents=True, exist_ok=True)
     rep.write_csv(report_csv)
-    loo_df, loo_tot = loo(deep_read, views, metric, queries, [s for s in systems if s in views]) if queries \
-        else (pl.DataFrame(schema={"system": pl.String}), {"metric": metric, "systems_ranked": len(ranked)})
+    t_loo = time.perf_counter()
+    # the full per-query scores are the deepened leaderboard's (corpus scope): only left-out queries are re-scored
+    pq = pl.read_csv(per_query, schema_overrides={"query_id": pl.String, "system": pl.String, "scope": pl.String})
+    pq = pq.filter(pl.col("scope") == "corpus").select("system", "query_id", metric) if metric in pq.columns else None
+    loo_df, loo_tot = loo(deep_read, views, metric, queries, [s for s in systems if s in views], per_query=pq) \
+        if queries else (pl.DataFrame(schema={"system": pl.String}), {"metric": metric, "systems_ranked": len(ranked)})
+    log.info("deepen: leave-one-out in %.1f s", time.perf_counter() - t_loo)
     loo_df.write_csv(leave_one_out)
     n_new = lab_df.height
     n_rel = lab_df.filter(pl.col("relevance_label") > 0).height

@@ -49,23 +49,35 @@ def _ranks(scores: Mapping[str, float]) -> dict[str, int]:
 
 
 def leave_one_out(qrels: pl.DataFrame, runs: Mapping[str, pl.DataFrame], metric: str, queries: Sequence[str],
-                  systems: Sequence[str]) -> tuple[pl.DataFrame, dict]:
+                  systems: Sequence[str], per_query: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
     """(one row per left-out system, totals).
 
     ``qrels``: the deepened qrels (deepened_qrels kind); ``runs``: every ranked system's corpus view (the
     ranking the leaderboard scores), including systems that did not deepen; ``metric``: a ranx metric;
     ``queries``: the evaluated queries (those with a relevant image in the deepened qrels: a query whose
     only relevant images are removed then scores 0 for S, as it would for a newcomer); ``systems``: the
-    systems left out in turn (the deepen systems)."""
+    systems left out in turn (the deepen systems); ``per_query``: the full scores already computed
+    (``system, query_id, <metric>`` over ``queries``: the deepened leaderboard's per_query.csv, corpus
+    scope), else computed here. Only the queries that lose pairs are scored again."""
     names = sorted(runs)
-    full = {n: _mean(evaluate_scope(qrels, runs[n], [metric], n, queries), metric) for n in names}
+    n_q = len(queries)
+    if per_query is None:
+        per_query = pl.concat([evaluate_scope(qrels, runs[n], [metric], n, queries).select(
+            pl.lit(n).alias("system"), "query_id", metric) for n in names])
+    pq = {n: dict(per_query.filter(pl.col("system") == n).select("query_id", metric).iter_rows()) for n in names}
+    full = {n: (sum(pq[n].get(x, 0.0) for x in queries) / n_q) if n_q else 0.0 for n in names}
     rank_full = _ranks(full)
     rows = []
     for s in systems:
         removed = only_contributed_by(qrels, s)
-        reduced = qrels.join(removed.select("query_id", "image_id"), on=["query_id", "image_id"], how="anti")
         left = dict(full)
-        left[s] = _mean(evaluate_scope(reduced, runs[s], [metric], s, queries), metric) if removed.height else full[s]
+        if removed.height:
+            hit = sorted(set(removed["query_id"].to_list()) & set(queries))
+            sub = qrels.filter(pl.col("query_id").is_in(hit)).join(
+                removed.select("query_id", "image_id"), on=["query_id", "image_id"], how="anti")
+            new = dict(evaluate_scope(sub, runs[s], [metric], s, hit).select("query_id", metric).iter_rows()) \
+                if hit else {}
+            left[s] = sum(new.get(x, pq[s].get(x, 0.0)) for x in queries) / n_q
         rank_left = _ranks(left)
         tau = kendall_tau([full[n] for n in names], [left[n] for n in names])
         rows.append({"system": s, "metric": metric, "pairs_only_it_contributed": removed.height,
@@ -87,5 +99,3 @@ def leave_one_out(qrels: pl.DataFrame, runs: Mapping[str, pl.DataFrame], metric:
     return df, totals
 
 
-def _mean(pq: pl.DataFrame, metric: str) -> float:
-    return float(pq[metric].mean()) if pq.height else 0.0
