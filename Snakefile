@@ -27,6 +27,7 @@ include: "rules/audit.smk"  # before summary/export: they take its optional inpu
 include: "rules/summary.smk"
 include: "rules/export.smk"
 include: "rules/evaluate.smk"
+include: "rules/deepen.smk"
 
 
 rule all:
@@ -43,6 +44,8 @@ rule all:
         [f"{RESULTS}/audit/labelling"] if AUDIT_ON else [],
         # the evaluate target joins `all` only when systems are configured (docs/evaluate.md)
         f"{RESULTS}/evaluate/leaderboard.csv" if EVAL_SYSTEMS else [],
+        # pool deepening, opt-in (deepen.enabled, docs/deepen.md)
+        f"{RESULTS}/deepen/report.json" if DEEPEN_ON else [],
 
 
 # the run's final block on failure: each failed stage's problem and fix (its <log>.error, written by

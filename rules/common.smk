@@ -99,7 +99,7 @@ def loss_files(wildcards=None):
         "plan": f"{RESULTS}/losses/plan.jsonl",
         "judge": f"{RESULTS}/losses/judge.jsonl",
         "similarity": f"{RESULTS}/losses/similarity.jsonl",
-    }
+    } | deepen_loss_files()
 
 
 def public_config():
@@ -126,6 +126,7 @@ def cost_files(wildcards=None):
         + [f"{RESULTS}/costs/judge.jsonl"]
         + evaluate_cost_files()
         + judge2_cost_files()
+        + deepen_cost_files()
     )
 
 
@@ -326,3 +327,37 @@ def evaluate_llm_runtime(wildcards, threads):
     if s["kind"] != "rerank":
         return {}
     return split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[1]
+
+
+# ---- deepen (rules/deepen.smk, docs/deepen.md): opt-in, after evaluate ----
+from benchmaker.deepen.pairs import deepen_systems
+
+try:
+    DEEPEN_SYSTEMS = deepen_systems(config.get("deepen") or {}, EVAL_SYSTEMS)
+except ConfigError as exc:
+    raise WorkflowError(str(exc))
+DEEPEN_ON = bool(DEEPEN_SYSTEMS)
+DEEPEN = f"{RESULTS}/deepen"
+
+
+def deepen_report_inputs(wildcards=None):
+    """{"deepen": deepen/report.json} for summary and export when deepening is on and deepen.report
+    is true (the report and the card then show what deepening changed; the dataset gets the deepened
+    qrels)."""
+    if DEEPEN_ON and (config.get("deepen") or {}).get("report", True):
+        return {"deepen": f"{DEEPEN}/report.json"}
+    return {}
+
+
+def deepen_loss_files():
+    """losses/deepen/<system>.jsonl when the deepening report is in the summary (its losses counted)."""
+    if not deepen_report_inputs():
+        return {}
+    return {f"deepen_{s}": f"{RESULTS}/losses/deepen/{s}.jsonl" for s in DEEPEN_SYSTEMS}
+
+
+def deepen_cost_files():
+    """costs/deepen/<system>.jsonl when the deepening report is in the summary (its spend in the totals)."""
+    if not deepen_report_inputs():
+        return []
+    return [f"{RESULTS}/costs/deepen/{s}.jsonl" for s in DEEPEN_SYSTEMS]

@@ -4,6 +4,8 @@ rule summary:
         unpack(audit_input),
         # the leaderboard, only when evaluate.systems are configured (rules/evaluate.smk)
         unpack(evaluate_report_inputs),
+        # the deepening report, only when deepen.enabled (rules/deepen.smk)
+        unpack(deepen_report_inputs),
         # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
         losses=list(loss_files().values()),
         costs=cost_files(),

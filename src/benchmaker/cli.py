@@ -119,6 +119,10 @@ def cmd_estimate(args) -> int:
         extra = (f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted"
                  if "quarantined" in ln else "")
         print(f"{ln['stage']}: from {ln['source']}{extra}; output tokens from {ln['output_from']}")
+        if ln["stage"] == "deepen":
+            print(f"deepen: {ln['pairs']:,} new (query, image) pairs; budget max_pairs {ln['max_pairs']}, max_usd "
+                  f"{ln['max_usd']}: " + ("within budget" if ln["within_budget"] else
+                                          "OVER budget: the run judges only the shallowest pairs that fit"))
         if ln.get("reused"):
             print(f"{ln['stage']}: {ln['reused']} quer{'y' if ln['reused'] == 1 else 'ies'} answered by "
                   "paths.judge_reuse_file (labels already paid for): never sent, free, not counted above")

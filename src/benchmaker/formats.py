@@ -65,6 +65,8 @@ CANDIDATE = pl.Struct({"image_id": Str, "pool": Str, "reason": Str})
 SHORTFALL = pl.Struct({"pool": Str, "wanted": Int, "got": Int, "reason": Str})
 # imported: candidates of a pools file whose position names no pool (benchmaker.plan.pools)
 POOLS = ("seed", "positive", "neutral", "hard", "nearmiss", "easy", "imported")
+# pairs that pool deepening added (docs/deepen.md): in deepen/qrels.jsonl only, never planned
+DEEPEN_POOL = "deepen"
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,24 @@ KINDS: dict[str, Spec] = {
         key=("query_id", "image_id"),
         optional={"rationale": Str},
         doc="qrels plus the CLIP cosine similarity and its rank within the query",
+    ),
+    "deepen_labels": Spec(
+        required={"query_id": Str, "image_id": Str, "relevance_label": Int, "judge": Str, "system": Str,
+                  "depth": Int},
+        key=("query_id", "image_id"),
+        optional={"rationale": Str},
+        doc="pool deepening: the labels of the new pairs one system brought in, at which depth (docs/deepen.md)",
+    ),
+    "deepened_qrels": Spec(
+        required={
+            "query_id": Str, "query_text": Str, "image_id": Str, "relevance_label": Int, "pool": Str,
+            "is_seed": Bool, "seed_not_relevant": Bool, "judge": Str, "deepened": Bool, "deepen_system": Str,
+            "deepen_depth": Int, "deepen_systems": StrList,
+        },
+        nullable=frozenset({"deepen_system", "deepen_depth"}),
+        key=("query_id", "image_id"),
+        optional={"rationale": Str},
+        doc="qrels plus the pairs pool deepening added, with their provenance (docs/deepen.md)",
     ),
     "costs": Spec(
         required={
@@ -269,13 +289,14 @@ def validate_table(
                     f"{source}: facet '{name}' has value {bad[name][0]!r} (image {bad['image_id'][0]}) "
                     f"outside its allowed values {values}"
                 )
-    if kind in ("qrels", "qrels_with_score") and df.height:
+    if kind in ("qrels", "qrels_with_score", "deepened_qrels") and df.height:
         bad = df.filter(pl.col("relevance_label") < 0)
         if bad.height:
             raise FormatError(f"{source}: negative relevance_label for query {bad['query_id'][0]}")
-        bad = df.filter(~pl.col("pool").is_in(list(POOLS)))
+        known = (*POOLS, DEEPEN_POOL)   # deepened pairs: deepen/qrels.jsonl, read as qrels by evaluate
+        bad = df.filter(~pl.col("pool").is_in(list(known)))
         if bad.height:
-            raise FormatError(f"{source}: unknown pool {bad['pool'][0]!r} (known: {POOLS})")
+            raise FormatError(f"{source}: unknown pool {bad['pool'][0]!r} (known: {known})")
     return df
 
 

@@ -26,7 +26,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["stage_version", "stage_modules", "import_closure", "STAGE_ENTRIES", "COMMON_ENTRIES"]
+__all__ = ["stage_version", "stage_modules", "import_closure", "STAGE_ENTRIES", "STAGE_REGISTRIES", "COMMON_ENTRIES"]
 
 _PKG = Path(__file__).resolve().parent
 _ROOT = "benchmaker"
@@ -51,6 +51,13 @@ STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
     "staging": ("benchmaker.staging",),
     "evaluate_system": ("benchmaker.evaluate.systems",),
     "evaluate": ("benchmaker.evaluate.metrics",),
+    "deepen_system": ("benchmaker.deepen.label",),
+    "deepen": ("benchmaker.deepen.merge",),
+}
+# stage -> adapter registries outside its own package that it loads adapters from by name (pool
+# deepening runs whichever judge adapter is configured, through benchmaker.judge.base.get_judge)
+STAGE_REGISTRIES: dict[str, tuple[str, ...]] = {
+    "deepen_system": ("benchmaker.judge.base",),
 }
 # every script runs its stage through the runner (how params reach run(...), logging)
 COMMON_ENTRIES: tuple[str, ...] = ("benchmaker.runner",)
@@ -181,13 +188,14 @@ def _in_scope(module: str, entries: tuple[str, ...]) -> bool:
     return any(module == e or (_is_package(e) and module.startswith(e + ".")) for e in entries)
 
 
-def import_closure(*entries: str, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+def import_closure(*entries: str, also: tuple[str, ...] = (), registries: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Every module of this package that running ``entries`` can import (sorted module names).
 
     Registry targets (``"module:Class"`` literals) are followed only from modules that belong to an
     entry (the stage's own package): the vision stage loads every vision adapter by name, but the
     judge, which imports ``vision.openai`` for shared helpers, never loads a vision adapter.
-    ``also``: more starting modules whose registries are not followed (the runner).
+    ``also``: more starting modules whose registries are not followed (the runner); ``registries``:
+    modules outside the entries' packages whose registry targets are followed (``STAGE_REGISTRIES``).
     """
     todo = [m for e in (*entries, *also) for m in _with_parents(e)]
     for e in (*entries, *also):
@@ -204,7 +212,7 @@ def import_closure(*entries: str, also: tuple[str, ...] = ()) -> tuple[str, ...]
         # calls them (the judge imports vision.openai, never vision.run's shared-embedding path)
         imports, targets = _direct_imports(mod, _is_package(mod) and not _in_scope(mod, entries))
         todo.extend(imports - seen)
-        if _in_scope(mod, entries):
+        if _in_scope(mod, entries) or mod in registries:
             todo.extend(targets - seen)
     return tuple(sorted(seen))
 
@@ -223,7 +231,7 @@ def stage_modules(stage: str) -> tuple[str, ...]:
     not included: they are none of a stage's business (the config schema lives in ``schemas/``)."""
     if stage not in STAGE_ENTRIES:
         raise KeyError(f"unknown stage {stage!r} (known: {', '.join(STAGE_ENTRIES)})")
-    mods = import_closure(*STAGE_ENTRIES[stage], also=COMMON_ENTRIES)
+    mods = import_closure(*STAGE_ENTRIES[stage], also=COMMON_ENTRIES, registries=STAGE_REGISTRIES.get(stage, ()))
     files = {_module_file(m) for m in mods}
     for m in mods:
         if _is_package(m) and m != _ROOT:

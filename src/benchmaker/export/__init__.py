@@ -418,6 +418,7 @@ def run(
     threads: int = 1,
     audit: str | None = None,
     evaluation: str | None = None,
+    deepen: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     settings = dict(settings or {})
@@ -475,6 +476,12 @@ def run(
 
             copy_results(evaluation, out / "evaluate")
             evaluation_md = card_markdown(evaluation)
+        if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
+            from ..deepen.report import card_markdown as deepen_card
+            from ..deepen.report import copy_results as deepen_copy
+
+            deepen_copy(deepen, out / "deepen")
+            evaluation_md += deepen_card(deepen)
         checks = {**checks, "ir_views": ir_views}
         write_table(all_losses, "losses", out / "losses.jsonl")
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)

@@ -40,7 +40,9 @@ def judge_items(plan: pl.DataFrame, annotations: pl.DataFrame, images: pl.DataFr
     ann = {r["image_id"]: r for r in annotations.iter_rows(named=True)}
     img = {r["image_id"]: r for r in images.iter_rows(named=True)}
     thumbs = bool(settings.get("send_thumbnails"))
-    for q in plan.select("query_id", "seed_image_ids", "candidates").iter_rows(named=True):
+    # a plan with a query_text column (pool deepening, docs/deepen.md): the text is given, not written
+    given = ["query_text"] if "query_text" in plan.columns else []
+    for q in plan.select("query_id", "seed_image_ids", "candidates", *given).iter_rows(named=True):
         qid = q["query_id"]
         cand_ids = list(dict.fromkeys(c["image_id"] for c in q["candidates"]))
         need = list(dict.fromkeys([*q["seed_image_ids"], *cand_ids]))
@@ -61,7 +63,7 @@ def judge_items(plan: pl.DataFrame, annotations: pl.DataFrame, images: pl.DataFr
         spec = judge_spec(query_id=qid, seed_rows=[ann[i] for i in q["seed_image_ids"]],
                           candidates=[ann[i] for i in cand_ids], keys=keys,
                           meta_row=img.get(q["seed_image_ids"][0], {}) if q["seed_image_ids"] else {},
-                          fm=fm, settings=settings, thumbnails=thumbnails)
+                          fm=fm, settings=settings, thumbnails=thumbnails, query_text=q.get("query_text"))
         yield Item(qid, spec, check_answer(list(keys.values()))), keys
 
 

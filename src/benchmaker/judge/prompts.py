@@ -23,7 +23,7 @@ from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_ow
 
 __all__ = ["judge_schema", "default_system_prompt", "default_user_prompt", "candidate_keys", "describe",
            "judge_spec", "check_answer", "positional_keys", "judgments_by_key", "facet_definitions",
-           "SCHEMA_NAME", "GRADED_SCALE"]
+           "SCHEMA_NAME", "GRADED_SCALE", "DEEPEN_USER_PROMPT"]
 
 SCHEMA_NAME = "query_and_judgments"
 GRADED_SCALE = ("0 = not relevant, 1 = marginally relevant (shares some aspect but would not satisfy the "
@@ -131,6 +131,12 @@ def default_user_prompt() -> str:
     return "Write the query for these seed images, then judge every candidate."
 
 
+# pool deepening (docs/deepen.md): the query text is already written and published; the same system
+# prompt and schema, the text given in DATA, echoed back unchanged as query_text
+DEEPEN_USER_PROMPT = ("The query_text is already written: it is given in DATA. Copy it unchanged as query_text, "
+                      "then judge every candidate against it.")
+
+
 def describe(row: Mapping[str, Any], fm: FacetModel) -> dict:
     d: dict[str, Any] = {"summary": row.get("summary")}
     for name in fm.taxonomy:
@@ -166,16 +172,19 @@ def table_columns(fm: FacetModel | None) -> str:
 
 def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]],
                keys: Mapping[str, str], meta_row: Mapping[str, Any], fm: FacetModel, settings: Mapping[str, Any],
-               thumbnails: Mapping[str, ImageRef] | None = None) -> RequestSpec:
+               thumbnails: Mapping[str, ImageRef] | None = None, query_text: str | None = None) -> RequestSpec:
+    """One judge request. With ``query_text`` (pool deepening) the query is given in DATA and the user
+    prompt asks to copy it and judge the candidates against it (:data:`DEEPEN_USER_PROMPT`)."""
     graded = settings.get("labels") == "graded"
     rationale = bool(settings.get("rationale"))
     prompts = settings.get("prompts") or {}
     meta_cols = list(settings.get("metadata_columns") or []) or None
     sys_t = with_own_instructions(_default_system(fm, graded, rationale), prompts.get("system"))
-    user_t = prompts.get("user") or default_user_prompt()
+    user_t = DEEPEN_USER_PROMPT if query_text is not None else (prompts.get("user") or default_user_prompt())
     by_key = sorted(((keys[c["image_id"]], c) for c in candidates), key=lambda kv: kv[0])
     # the user prompt (the same for every query) first, the query's data last, one table row per image
-    data = "\n".join(["DATA", "SEEDS:", *(row_line(f"s{n}", r, fm) for n, r in enumerate(seed_rows, 1)),
+    given = [f"QUERY_TEXT: {_cell(query_text)}"] if query_text is not None else []
+    data = "\n".join(["DATA", *given, "SEEDS:", *(row_line(f"s{n}", r, fm) for n, r in enumerate(seed_rows, 1)),
                       "CANDIDATES:", *(row_line(k, c, fm) for k, c in by_key)])
     parts: list[Any] = [Text(fill_metadata(user_t, meta_row, meta_cols)), Text(data)]
     if thumbnails:

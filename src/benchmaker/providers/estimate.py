@@ -273,6 +273,19 @@ def estimate(cfg: Mapping[str, Any]) -> list[dict]:
         for spec, n in specs:
             st.add(spec, n, check_cache=real)
         lines.append(st.line() | {"source": source, "reused": n_reused})
+        dp = cfg.get("deepen") or {}
+        if dp.get("enabled"):  # pool deepening: the same judge, cache and prices (docs/deepen.md)
+            from ..deepen.label import estimate_specs
+
+            st = _Stage("deepen", ad, s, f"{cache_root}/judge")
+            specs, source, pairs, real = estimate_specs(cfg, fm, st.s, results)
+            for spec, n in specs:
+                st.add(spec, n, check_cache=real)
+            ln = st.line()
+            ok = ((dp.get("max_pairs") is None or pairs <= dp["max_pairs"])
+                  and (dp.get("max_usd") is None or ln["usd"] <= dp["max_usd"]))
+            lines.append(ln | {"source": source, "pairs": pairs, "max_pairs": dp.get("max_pairs"),
+                               "max_usd": dp.get("max_usd"), "within_budget": ok})
     j2 = _second_judge_line(cfg, fm, results, cache_root)
     if j2 is not None:
         lines.append(j2)

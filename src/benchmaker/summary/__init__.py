@@ -160,6 +160,7 @@ def run(
     threads: int = 1,
     audit: str | None = None,
     evaluation: str | None = None,
+    deepen: str | None = None,
 ) -> dict[str, Any]:
     settings = dict(settings or {})
     scale = float(settings.get("scale_factor", 2.0))
@@ -219,6 +220,10 @@ def run(
             from ..evaluate.report import summary_sections
 
             extra.extend(summary_sections(evaluation, out, scale))
+        if deepen:  # pool deepening (docs/deepen.md)
+            from ..deepen.report import summary_sections as deepen_sections
+
+            extra.extend(deepen_sections(deepen, out))
         _report(out, meta, numbers, tables, fm, extra, audit=audit)
     log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
              numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)

@@ -1,0 +1,111 @@
+"""Which (query, image) pairs deepening judges, and which system brought each in.
+
+For every deepen system (config order), its run's top ``k`` per query (the corpus ranking, ordered as
+``judged@k`` orders it: score descending, ties by image id) minus the pairs that the judge already
+labelled (qrels.jsonl) are its *holes*. A pair in the holes of several systems is judged once: it is
+*owned* by the system that ranks it highest (smallest depth; ties: the earlier system in config order)
+and keeps the list of every system whose top ``k`` holds it (``systems``, for leave-one-system-out).
+
+Budgets cut the pairs in one global order, shallowest first: depth, then the owner's config order,
+then query id, then image id (TREC pooling judges depth 1 of every run before depth 2). ``max_pairs``
+keeps the first pairs of that order; ``max_usd`` keeps them while the estimated spend of the kept pairs
+stays within the budget. Every ``deepen_system`` job computes the same assignment from the same runs,
+so the jobs are independent (one per system) and no pair is judged twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from ..evaluate.metrics import top_k
+from ..evaluate.runs import read_run
+
+__all__ = ["ASSIGNED_SCHEMA", "deepen_systems", "system_tops", "assign", "cap_by_cost", "run_paths"]
+
+ASSIGNED_SCHEMA = {"query_id": pl.String, "image_id": pl.String, "system": pl.String, "depth": pl.Int64,
+                   "order": pl.Int64, "systems": pl.List(pl.String)}
+
+
+def deepen_systems(deepen: Mapping[str, object], systems: Sequence[Mapping[str, object]]) -> list[str]:
+    """The deepen systems (``deepen.systems``, or every corpus-ranked evaluate system), checked: a
+    ``ConfigError`` names the key when deepening is enabled without systems or names an unknown or
+    pool-only system."""
+    from ..config import ConfigError
+    from ..evaluate.systems import has_corpus_scope
+
+    if not deepen.get("enabled"):
+        return []
+    ranked = [str(s["name"]) for s in systems if has_corpus_scope(s)]
+    names = [str(n) for n in (deepen.get("systems") or [])] or ranked
+    for i, n in enumerate(deepen.get("systems") or []):
+        if n not in {str(s["name"]) for s in systems}:
+            raise ConfigError(f"deepen.systems[{i}]: {n!r} is not an evaluate system "
+                              f"(evaluate.systems: {[s['name'] for s in systems]})")
+        if n not in ranked:
+            raise ConfigError(f"deepen.systems[{i}]: {n!r} ranks only the judged pools (nothing to deepen); "
+                              f"corpus-ranked systems: {ranked}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"deepen.systems: a system is listed twice ({names})")
+    if not names:
+        raise ConfigError("deepen.enabled: true needs at least one corpus-ranked system in evaluate.systems "
+                          "(or set deepen.enabled: false)")
+    return names
+
+
+def run_paths(runs: Sequence[str] | str, systems: Sequence[str]) -> dict[str, str]:
+    """``{system: run file}`` in the order of ``systems`` (run files are ``<system>.trec``)."""
+    paths = [runs] if isinstance(runs, str) else list(runs)
+    by_name = {Path(p).stem: str(p) for p in paths}
+    missing = [s for s in systems if s not in by_name]
+    if missing:
+        raise ValueError(f"deepen: no run file for system(s) {missing} (have {sorted(by_name)})")
+    return {s: by_name[s] for s in systems}
+
+
+def system_tops(runs: Mapping[str, str], k: int, queries: Sequence[str] | None = None) -> pl.DataFrame:
+    """``system, order, query_id, image_id, depth`` (depth 1..k) of each run's top ``k`` per query,
+    only the given ``queries`` when set. Only the top ``k`` of each run is kept in memory."""
+    frames = []
+    for order, (name, path) in enumerate(runs.items()):
+        run = read_run(path)
+        if queries is not None:
+            run = run.filter(pl.col("query_id").is_in(list(queries)))
+        t = top_k(run, k).select(
+            pl.lit(name).alias("system"), pl.lit(order, pl.Int64).alias("order"), "query_id", "image_id",
+            (pl.int_range(pl.len()).over("query_id") + 1).cast(pl.Int64).alias("depth"))
+        frames.append(t)
+    if not frames:
+        return pl.DataFrame(schema={"system": pl.String, "order": pl.Int64, "query_id": pl.String,
+                                    "image_id": pl.String, "depth": pl.Int64})
+    return pl.concat(frames)
+
+
+def assign(tops: pl.DataFrame, judged: pl.DataFrame, max_pairs: int | None = None) -> pl.DataFrame:
+    """One row per unjudged pair of any top k: its owner (``system``, ``depth``, ``order``) and every
+    system whose top k holds it (``systems``, config order), in the budget order, cut at ``max_pairs``."""
+    holes = tops.join(judged.select("query_id", "image_id").unique(), on=["query_id", "image_id"], how="anti")
+    out = (
+        holes.sort(["query_id", "image_id", "depth", "order"])
+        .group_by("query_id", "image_id", maintain_order=True)
+        .agg(pl.col("system").first(), pl.col("depth").first(), pl.col("order").first(),
+             pl.col("system").sort_by("order").alias("systems"))
+        .sort(["depth", "order", "query_id", "image_id"])
+        .select(list(ASSIGNED_SCHEMA))
+        .cast(ASSIGNED_SCHEMA)
+    )
+    if max_pairs is not None:
+        out = out.head(int(max_pairs))
+    return out
+
+
+def cap_by_cost(assigned: pl.DataFrame, pair_usd: pl.DataFrame, max_usd: float | None) -> pl.DataFrame:
+    """The first pairs of ``assigned`` (budget order kept) whose cumulated estimated cost
+    (``pair_usd``: query_id, image_id, usd) stays within ``max_usd``; all of them when it is None."""
+    if max_usd is None or not assigned.height:
+        return assigned
+    cost = assigned.join(pair_usd, on=["query_id", "image_id"], how="left", maintain_order="left")
+    keep = cost["usd"].fill_null(0.0).cum_sum() <= float(max_usd) + 1e-12
+    return assigned.filter(keep)

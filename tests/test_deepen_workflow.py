@@ -1,0 +1,78 @@
+"""Pool deepening in the workflow with the offline (rules) judge: one job per system plus a merge,
+off by default, provenance in deepen/qrels.jsonl, every run re-scored, the report and card sections,
+deepened pairs marked in the published dataset, and a rerun has nothing to do."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import support
+from test_workflow import job_stats
+
+from benchmaker.formats import read_table
+
+
+def _cfg(tmp_path, tiny_cfg, tiny_clip, **deepen):
+    tiny_cfg["evaluate"] = {"depth": 20, "systems": [
+        {"name": "tiny-clip", "kind": "clip", "model": f"local-dir:{tiny_clip}", "device": "cpu", "num_workers": 0},
+        {"name": "bm25", "kind": "bm25"},
+        {"name": "ext", "kind": "trec_run", "path": str(tmp_path / "ext.trec"), "scope": "pool"}]}
+    (tmp_path / "ext.trec").write_text("")
+    if deepen:
+        tiny_cfg["deepen"] = deepen
+    return support.write_config(tmp_path / "c.yaml", tiny_cfg)
+
+
+def test_off_by_default_and_one_job_per_system_plus_merge(tmp_path, tiny_cfg, tiny_clip):
+    r = support.snakemake(["-n", "-c1"], tmp_path, _cfg(tmp_path, tiny_cfg, tiny_clip))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not {"deepen", "deepen_system"} & set(job_stats(r.stdout + r.stderr))
+    r = support.snakemake(["-n", "-c1"], tmp_path, _cfg(tmp_path, tiny_cfg, tiny_clip, enabled=True, k=5))
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    # the two corpus-ranked systems (the pool-only trec_run has nothing to deepen), then one merge
+    assert stats["deepen_system"] == 2 and stats["deepen"] == 1
+    r = support.snakemake(["-n", "-c1"], tmp_path, _cfg(tmp_path, tiny_cfg, tiny_clip, enabled=True,
+                                                         systems=["ext"]))
+    assert r.returncode != 0 and "deepen.systems[0]" in r.stdout + r.stderr
+
+
+def test_deepen_offline_end_to_end(tmp_path, tiny_cfg, tiny_clip):
+    cfg = _cfg(tmp_path, tiny_cfg, tiny_clip, enabled=True, k=5)
+    r = support.snakemake(["-c2"], tmp_path, cfg)
+    assert r.returncode == 0, r.stderr[-4000:]
+    res = tmp_path / "results" / "tiny"
+    q = read_table("qrels", res / "qrels.jsonl")
+    deep = read_table("deepened_qrels", res / "deepen" / "qrels.jsonl")
+    # every judged pair kept, unmarked; the added pairs marked, with provenance
+    old = deep.filter(~pl.col("deepened"))
+    assert old.select("query_id", "image_id", "relevance_label").equals(q.select("query_id", "image_id",
+                                                                                "relevance_label"))
+    new = deep.filter(pl.col("deepened"))
+    assert new.height > 0 and set(new["pool"]) == {"deepen"}
+    assert set(new["deepen_system"]) <= {"tiny-clip", "bm25"} and new["deepen_depth"].is_between(1, 5).all()
+    assert new.select(pl.col("deepen_systems").list.contains(pl.col("deepen_system"))).to_series().all()
+    assert not new.join(q, on=["query_id", "image_id"], how="semi").height       # nothing judged twice
+    rep = json.loads((res / "deepen" / "report.json").read_text())
+    rows = {r["system"]: r for r in rep["per_system"]}
+    assert set(rows) == {"tiny-clip", "bm25"}
+    assert sum(r["pairs_added"] for r in rows.values()) == new.height == rep["pairs_added"]
+    for r in rows.values():     # k=5 <= depth: every hole of a deepened system is judged now
+        assert r["judged_before"] < r["judged_after"] == 1.0
+        assert r["score_after"] is not None and r["score_before"] is not None
+    assert rep["leave_one_out"]["systems_ranked"] == 2 and len(rep["leave_one_out"]["per_system"]) == 2
+    after = pl.read_csv(res / "deepen" / "evaluate" / "leaderboard.csv")
+    assert set(after["system"]) == {"tiny-clip", "bm25", "ext"}
+    # the report and the card show it; the dataset publishes the deepened qrels, deepened pairs marked
+    md = (res / "summary" / "report.md").read_text()
+    assert "Pool deepening" in md and "leave-one-system-out" in md
+    card = (res / "hf_dataset" / "README.md").read_text()
+    assert "## Pool deepening" in card and "Kendall tau" in card and "deepened == false" in card
+    pub = read_table("deepened_qrels", res / "hf_dataset" / "deepen" / "qrels.jsonl")
+    assert pub.filter(pl.col("deepened")).height == new.height
+    costs = res / "costs" / "deepen"
+    assert sorted(p.name for p in costs.iterdir()) == ["bm25.jsonl", "tiny-clip.jsonl"]
+    # a rerun: nothing to do
+    r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
