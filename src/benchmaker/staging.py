@@ -29,12 +29,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .config_paths import WEIGHT_SUFFIXES, looks_like_path  # one rule for "a name or a path"
+
 __all__ = [
     "LOCAL_DIR",
     "StagingError",
     "check_s3_prefix",
     "copy_input",
     "is_storage_url",
+    "job_paths",
     "looks_like_path",
     "model_source_files",
     "relocate_configfiles",
@@ -42,11 +45,10 @@ __all__ = [
     "staged_files",
     "staged_model",
     "valid_bucket_name",
+    "volume_problems",
 ]
 
 LOCAL_DIR = "local-dir:"
-#: weight file suffixes of a ``local-dir:`` folder (what open_clip loads from it)
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
@@ -86,10 +88,63 @@ def staged_files(path_as_written: str, *, base: str | os.PathLike | None = None)
                        "fix the path in the config")
 
 
-def looks_like_path(value: str) -> bool:
-    """A ``pretrained`` value that names a file rather than a tag (same rule as the model loader)."""
-    value = str(value)
-    return "/" in value or value.startswith("~") or value.endswith(WEIGHT_SUFFIXES)
+#: where a staged input lies, as any job sees it: <RESULTS>/inputs/<file|dir>/<key>/<name>
+_STAGED = re.compile(r"(?:^|/)inputs/(file|dir)/([0-9a-f]{12})/[^/]+$")
+
+
+def job_paths(value: Any, inputs: Iterable[Any]) -> Any:
+    """``value`` (a param: a config section, a list, a string) with every path the controller staged
+    replaced by where this job finds the staged copy among its ``inputs``.
+
+    A string names a staged input when its :func:`stage_key` (``local-dir:`` prefix aside) is the key
+    of one of the job's inputs ``.../inputs/<file|dir>/<key>/<name>``; so a pod reads exactly the copy
+    of what the config names, whatever the key (trec_run files, human label files, model folders).
+    Without staging (local runs, SLURM) no input has that form and ``value`` comes back unchanged.
+    """
+    found: dict[str, str] = {}
+    stack = list(inputs)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (str, os.PathLike)):
+            m = _STAGED.search(str(item))
+            if m:
+                found[m.group(2)] = str(item)
+    if not found:
+        return value
+
+    def swap(v: Any) -> Any:
+        if isinstance(v, str) and v:
+            if v.startswith(LOCAL_DIR) and stage_key(v[len(LOCAL_DIR):]) in found:
+                return LOCAL_DIR + found[stage_key(v[len(LOCAL_DIR):])]
+            return found.get(stage_key(v), v)
+        if isinstance(v, Mapping):
+            return {k: swap(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [swap(x) for x in v]
+        return v
+
+    return swap(value)
+
+
+def volume_problems(paths: Sequence[Any], volumes: Sequence[Any]) -> list[str]:
+    """Warnings for config paths marked ``x-path-use: volume`` (``paths.image_root``) that no pod
+    volume holds: each ``volumes`` entry has ``.path`` (the mount path; the kubernetes executor's
+    ``--kubernetes-persistent-volumes``, set by profiles/nrp from ``BENCHMAKER_K8S_PVC``)."""
+    mounts = [Path(str(getattr(v, "path", v))) for v in volumes]
+    out = []
+    for p in paths:
+        if is_storage_url(p.path):
+            continue
+        where = Path(os.path.abspath(os.path.expanduser(p.path)))
+        if not any(where == m or m in where.parents for m in mounts):
+            held = ", ".join(str(m) for m in mounts) or "none"
+            out.append(f"{p.key} ({p.value}) is on this machine only: no volume of the pods holds it "
+                       f"(mounted: {held}), so every job reading it fails. Put the folder on a "
+                       "ReadWriteMany volume and export BENCHMAKER_K8S_PVC=<pvc name>:<mount path> with "
+                       f"the mount path holding {p.path} (docs/clusters.md, The image volume)")
+    return out
 
 
 def model_source_files(spec: Mapping[str, Any], *, by_name: bool = False) -> list[str]:
