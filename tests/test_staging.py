@@ -186,7 +186,7 @@ def test_config_paths_follow_the_schema_marking():
 
 
 def test_job_paths_map_staged_params_to_the_jobs_copies(tmp_path):
-    from benchmaker.staging import job_paths
+    from benchmaker.jobpaths import job_paths
 
     base = ".snakemake/storage/s3/bucket/prefix/results/b/inputs"
     trec = f"{base}/file/{stage_key('/home/me/prod.trec')}/prod.trec"

@@ -32,7 +32,7 @@ __all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ON
 # triggers (param): the output-deciding part of an API rule's settings (benchmaker.triggers.output_settings)
 TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers"})
 # params that a stage writes into its outputs as the user wrote them (the dataset card's config, the
-# audit's settings): never mapped to a pod's local copies of staged files (staging.job_paths)
+# audit's settings): never mapped to a pod's local copies of staged files (jobpaths.job_paths)
 RECORDED_PARAMS: frozenset[str] = frozenset({"public_config", "settings"})
 # offered by the runner itself, passed only to functions that take it
 _OFFERED: frozenset[str] = frozenset({"threads"})
@@ -143,7 +143,7 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
                 kwargs[k] = v
                 kinds[k] = kind
         # under --profile nrp a param naming a file the controller staged becomes this job's copy of it
-        from .staging import job_paths
+        from .jobpaths import job_paths
 
         inputs = [*named_items(smk.input).values(), *(smk.input if isinstance(smk.input, list) else [])]
         for k, kind in kinds.items():

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .config_paths import WEIGHT_SUFFIXES, looks_like_path  # one rule for "a name or a path"
+from .jobpaths import LOCAL_DIR, job_paths, stage_key  # noqa: F401  (re-exported)
 
 __all__ = [
     "LOCAL_DIR",
@@ -48,7 +49,6 @@ __all__ = [
     "volume_problems",
 ]
 
-LOCAL_DIR = "local-dir:"
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
@@ -59,11 +59,6 @@ class StagingError(RuntimeError):
 def is_storage_url(path: str) -> bool:
     """``s3://b/k``, ``https://...``: already remote, used as is (never staged)."""
     return bool(_URL.match(str(path)))
-
-
-def stage_key(path_as_written: str) -> str:
-    """12 hex digits naming the staged copy of ``path_as_written`` (stable across hosts)."""
-    return hashlib.sha256(str(path_as_written).encode()).hexdigest()[:12]
 
 
 def staged_files(path_as_written: str, *, base: str | os.PathLike | None = None) -> dict[str, str]:
@@ -86,46 +81,6 @@ def staged_files(path_as_written: str, *, base: str | os.PathLike | None = None)
         return files
     raise StagingError(f"{path_as_written}: no such file or folder on this machine (the controller); "
                        "fix the path in the config")
-
-
-#: where a staged input lies, as any job sees it: <RESULTS>/inputs/<file|dir>/<key>/<name>
-_STAGED = re.compile(r"(?:^|/)inputs/(file|dir)/([0-9a-f]{12})/[^/]+$")
-
-
-def job_paths(value: Any, inputs: Iterable[Any]) -> Any:
-    """``value`` (a param: a config section, a list, a string) with every path the controller staged
-    replaced by where this job finds the staged copy among its ``inputs``.
-
-    A string names a staged input when its :func:`stage_key` (``local-dir:`` prefix aside) is the key
-    of one of the job's inputs ``.../inputs/<file|dir>/<key>/<name>``; so a pod reads exactly the copy
-    of what the config names, whatever the key (trec_run files, human label files, model folders).
-    Without staging (local runs, SLURM) no input has that form and ``value`` comes back unchanged.
-    """
-    found: dict[str, str] = {}
-    stack = list(inputs)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, (str, os.PathLike)):
-            m = _STAGED.search(str(item))
-            if m:
-                found[m.group(2)] = str(item)
-    if not found:
-        return value
-
-    def swap(v: Any) -> Any:
-        if isinstance(v, str) and v:
-            if v.startswith(LOCAL_DIR) and stage_key(v[len(LOCAL_DIR):]) in found:
-                return LOCAL_DIR + found[stage_key(v[len(LOCAL_DIR):])]
-            return found.get(stage_key(v), v)
-        if isinstance(v, Mapping):
-            return {k: swap(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [swap(x) for x in v]
-        return v
-
-    return swap(value)
 
 
 def volume_problems(paths: Sequence[Any], volumes: Sequence[Any]) -> list[str]:
