@@ -284,8 +284,15 @@ if (
     from benchmaker.kube import cancel_jobs, previous_jobs
 
     _ns = workflow.executor_settings.namespace
+    # a lock means a controller may still run here (Snakemake checks it only after this parse):
+    # leave its Jobs alone; after a crash, `--unlock` (the README's resume line) removes the lock
+    _locked = any(Path(".snakemake/locks").glob("*"))
     try:
-        _orphans = previous_jobs(_ns, workflow.storage_settings.default_storage_prefix)
+        _orphans = (
+            []
+            if _locked
+            else previous_jobs(_ns, workflow.storage_settings.default_storage_prefix)
+        )
         if _orphans:
             _rules = sorted({j.rule for j in _orphans})
             print(
