@@ -112,6 +112,7 @@ def workflow_input(path, folder=None):
     path = str(path)
     if not STAGING or is_storage_url(path):
         return path
+    controller_checks()
     if folder is None:
         if path not in STAGE_KINDS:
             raise WorkflowError(
@@ -264,43 +265,46 @@ if STAGING and workflow.storage_settings.default_storage_provider == "s3":
 
 
 # One clear error before anything is submitted when the Kubernetes namespace is not usable
-# (missing, no rights, bad credentials) instead of an ApiException traceback at the first Job.
-if (
-    not SPAWNED
-    and not workflow.dryrun
-    and getattr(workflow.executor_plugin, "name", None) == "kubernetes"
-):
-    from benchmaker.kube import KubeError, check_namespace
+# (missing, no rights, bad credentials) instead of an ApiException traceback at the first Job; and
+# the Jobs a dead controller left behind. Snakemake knows its executor only once it executes (after
+# this file is parsed), so this runs while the DAG is built (from workflow_input(), which every
+# staged run calls), before the sources are uploaded and anything is submitted.
+_CONTROLLER_CHECKED = []
 
+
+def controller_checks():
+    if _CONTROLLER_CHECKED or SPAWNED or not STAGING:
+        return
+    plugin = workflow.executor_plugin
+    if plugin is None:  # still parsing
+        return
+    _CONTROLLER_CHECKED.append(True)
+    if workflow.dryrun or getattr(plugin, "name", None) != "kubernetes":
+        return
+    from benchmaker.kube import KubeError, cancel_jobs, check_namespace, previous_jobs
+
+    ns = workflow.executor_settings.namespace
     try:
-        check_namespace(workflow.executor_settings.namespace)
-    except KubeError as exc:
-        raise WorkflowError(str(exc))
-
-    # A controller that died (killed, evicted, restarted by its Job's backoffLimit) leaves its Jobs
-    # running. Before submitting anything, cancel this build's Jobs that are still active (found by
-    # the build's storage prefix in their command): two Jobs must never write the same output, and
-    # what they would finish unwatched is remade (the dead controller left it marked incomplete).
-    from benchmaker.kube import cancel_jobs, previous_jobs
-
-    _ns = workflow.executor_settings.namespace
-    # a lock means a controller may still run here (Snakemake checks it only after this parse):
-    # leave its Jobs alone; after a crash, `--unlock` (the README's resume line) removes the lock
-    _locked = any(Path(".snakemake/locks").glob("*"))
-    try:
-        _orphans = (
-            []
-            if _locked
-            else previous_jobs(_ns, workflow.storage_settings.default_storage_prefix)
-        )
-        if _orphans:
-            _rules = sorted({j.rule for j in _orphans})
+        check_namespace(ns)
+        # A controller that died (killed, evicted, restarted) leaves its Jobs running: cancel this
+        # build's Jobs that are still active (found by the build's storage prefix in their command),
+        # so that two Jobs never write the same output; what they would finish unwatched is remade
+        # (the dead controller left it marked incomplete). A lock means a controller may still run
+        # from this folder (Snakemake checks it only after the DAG is built): leave its Jobs alone;
+        # after a crash `--unlock` (the README's resume line) removes it.
+        if any(Path(".snakemake/locks").glob("*")):
+            return
+        orphans = previous_jobs(ns, workflow.storage_settings.default_storage_prefix)
+        if orphans:
+            rules = sorted({j.rule for j in orphans})
             print(
-                f"benchmaker: {len(_orphans)} Job(s) of a previous controller of this build still run "
-                f"in namespace {_ns!r} ({', '.join(_rules)}): cancelling them before submitting "
-                f"anything; their outputs are remade ({', '.join(j.name for j in _orphans)})",
+                f"benchmaker: {len(orphans)} Job(s) of a previous controller of this build still run "
+                f"in namespace {ns!r} ({', '.join(rules)}): cancelling them before submitting "
+                f"anything; their outputs are remade ({', '.join(j.name for j in orphans)})",
                 file=sys.stderr,
             )
-            cancel_jobs(_ns, _orphans)
+            cancel_jobs(ns, orphans)
     except KubeError as exc:
-        raise WorkflowError(str(exc))
+        # one message, not an input function's traceback: nothing has been submitted yet
+        print(f"WorkflowError:\n{exc}", file=sys.stderr)
+        raise SystemExit(1)

@@ -230,3 +230,27 @@ def test_volume_problems_and_pod_failure_summary(tmp_path):
     assert "rule preprocess failed in its pod (2 jobs)" in text and "fix: export BENCHMAKER_K8S_PVC" in text
     assert "earlier run" not in text
     assert pod_failure_summary(time.time() - 60, {}, tmp_path / "none") is None
+
+
+def test_link_staged_puts_the_copy_at_the_path_as_written(tmp_path, monkeypatch):
+    from benchmaker.jobpaths import link_staged, staged_paths
+
+    monkeypatch.chdir(tmp_path)
+    written = str(tmp_path / "gone" / "home" / "prod.trec")
+    copy = tmp_path / ".snakemake" / "storage" / "s3" / "b" / "inputs" / "file" / stage_key(written) / "prod.trec"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("q Q0 d 1 1 x\n")
+    folder = tmp_path / ".snakemake" / "storage" / "s3" / "b" / "inputs" / "dir" / stage_key("models/clip") / "clip"
+    folder.mkdir(parents=True)
+    params = {"path": written, "model": "local-dir:models/clip", "other": "/not/staged"}
+    assert staged_paths(params, [str(copy), str(folder)]) == {written: str(copy), "models/clip": str(folder)}
+    assert link_staged(params, [str(copy), str(folder)])
+    assert Path(written).read_text() == "q Q0 d 1 1 x\n" and Path("models/clip").resolve() == folder.resolve()
+    assert link_staged(params, [str(copy), str(folder)])  # again: already there
+    # a path that exists and is something else: not replaced; the caller maps the param instead
+    other = tmp_path / "taken.csv"
+    other.write_text("x")
+    c2 = copy.parent.parent / stage_key(str(other)) / "taken.csv"
+    c2.parent.mkdir()
+    c2.write_text("y")
+    assert not link_staged({"p": str(other)}, [str(c2)]) and other.read_text() == "x"

@@ -61,3 +61,47 @@ def job_paths(value: Any, inputs: Iterable[Any]) -> Any:
     return swap(value)
 
 
+
+
+def staged_paths(value: Any, inputs: Iterable[Any]) -> dict[str, str]:
+    """``{path as written: this job's copy}`` for every string in ``value`` (``local-dir:`` prefix
+    aside) whose staged copy is among ``inputs`` (empty without staging)."""
+    out: dict[str, str] = {}
+    mapped = job_paths(value, inputs)
+
+    def pair(v: Any, m: Any) -> None:
+        if isinstance(v, str) and isinstance(m, str) and v != m:
+            if v.startswith(LOCAL_DIR):
+                v, m = v[len(LOCAL_DIR):], m[len(LOCAL_DIR):]
+            out[v] = m
+        elif isinstance(v, Mapping) and isinstance(m, Mapping):
+            for k in v:
+                pair(v[k], m.get(k))
+        elif isinstance(v, (list, tuple)) and isinstance(m, (list, tuple)):
+            for a, b in zip(v, m):
+                pair(a, b)
+
+    pair(value, mapped)
+    return out
+
+
+def link_staged(value: Any, inputs: Iterable[Any]) -> bool:
+    """Make every staged path in ``value`` readable **at the path as written**: a symbolic link from
+    there to this job's copy (a pod has no such file; its folders are created). The job then runs
+    with its params unchanged, so what it records in its outputs (a leaderboard's system settings, a
+    card's config) is what the user wrote, never a pod's storage path. Returns False when a link
+    cannot be made (a read-only or foreign path): the caller then maps the param instead
+    (:func:`job_paths`). Existing paths are left alone."""
+    ok = True
+    for written, copy in staged_paths(value, inputs).items():
+        target = os.path.expanduser(written)
+        if os.path.lexists(target):
+            if os.path.realpath(target) != os.path.realpath(copy):
+                ok = False
+            continue
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+            os.symlink(os.path.abspath(copy), target)
+        except OSError:
+            ok = False
+    return ok

@@ -142,12 +142,14 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
                                      f"(or reserved: {', '.join(sorted(_OFFERED))})")
                 kwargs[k] = v
                 kinds[k] = kind
-        # under --profile nrp a param naming a file the controller staged becomes this job's copy of it
-        from .jobpaths import job_paths
+        # under --profile nrp a param naming a file the controller staged reaches this job's copy of it
+        from .jobpaths import job_paths, link_staged
 
         inputs = [*named_items(smk.input).values(), *(smk.input if isinstance(smk.input, list) else [])]
         for k, kind in kinds.items():
-            if kind == "param" and k not in RECORDED_PARAMS:
+            # the copy appears at the path as written (params unchanged: outputs record what the
+            # user wrote); where that cannot be made, the param points at the copy instead
+            if kind == "param" and k not in RECORDED_PARAMS and not link_staged(kwargs[k], inputs):
                 kwargs[k] = job_paths(kwargs[k], inputs)
         kwargs["threads"] = int(getattr(smk, "threads", 1) or 1)
         kwargs.update(extra)
