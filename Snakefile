@@ -61,3 +61,7 @@ onerror:
     _summary = failure_summary(LOGS, RUN_STARTED)
     if _summary:
         print(_summary, file=sys.stderr)
+    # jobs that failed in a pod (--profile nrp): their rule, first error line and fix
+    _pods = cluster_failure_summary(RUN_STARTED)
+    if _pods:
+        print(_pods, file=sys.stderr)

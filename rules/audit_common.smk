@@ -45,7 +45,7 @@ def audit_report_inputs(wildcards):
         "sample": f"{RESULTS}/audit/sample.jsonl",
         "sample_meta": f"{RESULTS}/audit/sample.json",
         "qrels": f"{RESULTS}/qrels.jsonl",
-        "human": [h["path"] for h in AUDIT["human_labels"]],
+        "human": [workflow_input(h["path"]) for h in AUDIT["human_labels"]],
         "runs": [f"{RESULTS}/evaluate/runs/{n}.trec" for n in evaluate_systems()],
     }
     if JUDGE2:

@@ -3,6 +3,7 @@
 # docs/clusters.md explains all three; the pure parts live in src/benchmaker/staging.py.
 import os
 
+from benchmaker.config_paths import config_paths
 from benchmaker.staging import (
     StagingError,
     check_s3_prefix,
@@ -11,6 +12,7 @@ from benchmaker.staging import (
     relocate_configfiles,
     stage_key,
     staged_files,
+    volume_problems,
 )
 
 # A default storage provider (--profile nrp: s3) means no shared file system: every workflow file
@@ -21,16 +23,84 @@ SPAWNED = workflow.remote_exec
 # path as written -> (key, file name, is folder)
 STAGED = {}
 
-if STAGING and os.path.isabs(str(config["paths"]["results"])):
-    raise WorkflowError(
-        f"paths.results is absolute ({config['paths']['results']!r}); with a default storage "
-        "provider (--profile nrp) every workflow file lives under the storage prefix, so it must "
-        "be relative (e.g. `results`): it becomes <prefix>/results/..."
-    )
+# Every local path the config names, from the schema's x-path marking (benchmaker.config_paths):
+# the one list that staging, the pods' path mapping and the checks below are derived from.
+CONFIG_PATHS = config_paths(config)
+# path as written -> "file" | "dir", for the inputs that are staged (x-path-use: stage)
+STAGE_KINDS = {p.path: p.kind for p in CONFIG_PATHS if p.use == "stage"}
+
+if STAGING:
+    for _p in CONFIG_PATHS:
+        if _p.use == "output" and os.path.isabs(os.path.expanduser(_p.path)):
+            raise WorkflowError(
+                f"{_p.key} is absolute ({_p.value!r}); with a default storage "
+                "provider (--profile nrp) every workflow file lives under the storage prefix, so it must "
+                "be relative (e.g. `results`): it becomes <prefix>/results/..."
+            )
+if STAGING and not SPAWNED:
+    # dry runs too: every configured input must exist on the controller (it is staged from there)
+    _missing = []
+    for _p in CONFIG_PATHS:
+        if _p.use == "stage":
+            try:
+                staged_files(_p.path)
+            except StagingError as exc:
+                _missing.append(f"{_p.key}: {exc}")
+    if _missing:
+        raise WorkflowError(
+            "files the config names are not on this machine (the controller stages them to the "
+            "storage from here):\n  - " + "\n  - ".join(_missing)
+        )
 
 
-def workflow_input(path, folder=False):
+def pod_volumes():
+    """Mount paths of the volumes every pod gets: the kubernetes executor's persistent volumes (a
+    dry run has no executor settings: then what profiles/nrp gives it, BENCHMAKER_K8S_PVC).
+    """
+    vols = getattr(workflow.executor_settings, "persistent_volumes", None)
+    if vols is not None:
+        return [str(v.path) for v in vols]
+    return [
+        v.split(":", 1)[1]
+        for v in (os.environ.get("BENCHMAKER_K8S_PVC") or "").split()
+        if ":" in v
+    ]
+
+
+# folders too large to stage (x-path-use: volume) must be on a volume of every pod; said at dry run
+VOLUME_PROBLEMS = (
+    volume_problems([p for p in CONFIG_PATHS if p.use == "volume"], pod_volumes())
+    if STAGING and not SPAWNED
+    else []
+)
+for _msg in VOLUME_PROBLEMS:
+    print(f"benchmaker: warning: {_msg}", file=sys.stderr)
+
+
+def cluster_failure_summary(since):
+    """The final block's part for jobs that failed in a pod (benchmaker.podlogs), with the fix of
+    each config key whose problem is known (a volume folder no pod holds: BENCHMAKER_K8S_PVC).
+    """
+    if not STAGING or SPAWNED:
+        return None
+    from benchmaker.podlogs import pod_failure_summary
+
+    fixes = {}
+    for p in CONFIG_PATHS:
+        if p.use == "volume":
+            fix = (
+                f"{p.key} must be on a volume of every pod: put it on a ReadWriteMany volume and export "
+                f"BENCHMAKER_K8S_PVC=<pvc name>:<mount path holding {p.path}> (docs/clusters.md)"
+            )
+            fixes[p.key] = fixes[p.path] = fix
+    return pod_failure_summary(since, fixes)
+
+
+def workflow_input(path, folder=None):
     """A file (or folder) the config names on the controller, as an input that every job can read.
+
+    Whether it is a file or a folder comes from the schema's marking of the key that names it
+    (STAGE_KINDS); ``folder`` is given only for files the workflow itself writes (the listings).
 
     Shared file system (local, SLURM): the path itself. Default storage (NRP): the staged copy
     {RESULTS}/inputs/<file|dir>/<sha256(path as written)[:12]>/<name>, which the controller-side
@@ -42,6 +112,14 @@ def workflow_input(path, folder=False):
     path = str(path)
     if not STAGING or is_storage_url(path):
         return path
+    controller_checks()
+    if folder is None:
+        if path not in STAGE_KINDS:
+            raise WorkflowError(
+                f"{path!r} is read by a job but no config key marked `x-path` in config/schema.yaml "
+                "names it, so it cannot be staged for jobs without the controller's disk: mark the key"
+            )
+        folder = STAGE_KINDS[path] == "dir"
     if (
         not SPAWNED
     ):  # the controller: the source must exist (a clear error, not a missing object)
@@ -78,7 +156,7 @@ def model_weight_inputs(spec):
     model = str(spec.get("model") or "")
     if model.startswith("local-dir:"):
         if STAGING:
-            return {"weights": workflow_input(src, folder=True)}
+            return {"weights": workflow_input(src)}
         # shared file system: the files themselves (a missing folder is the model loader's error)
         folder = Path(src).expanduser()
         keep = [
@@ -184,3 +262,49 @@ if STAGING and workflow.storage_settings.default_storage_provider == "s3":
 
         _exists_fresh_dir._benchmaker_fresh_dir = True
         _s3plugin.StorageObject.exists = _exists_fresh_dir
+
+
+# One clear error before anything is submitted when the Kubernetes namespace is not usable
+# (missing, no rights, bad credentials) instead of an ApiException traceback at the first Job; and
+# the Jobs a dead controller left behind. Snakemake knows its executor only once it executes (after
+# this file is parsed), so this runs while the DAG is built (from workflow_input(), which every
+# staged run calls), before the sources are uploaded and anything is submitted.
+_CONTROLLER_CHECKED = []
+
+
+def controller_checks():
+    if _CONTROLLER_CHECKED or SPAWNED or not STAGING:
+        return
+    plugin = workflow.executor_plugin
+    if plugin is None:  # still parsing
+        return
+    _CONTROLLER_CHECKED.append(True)
+    if workflow.dryrun or getattr(plugin, "name", None) != "kubernetes":
+        return
+    from benchmaker.kube import KubeError, cancel_jobs, check_namespace, previous_jobs
+
+    ns = workflow.executor_settings.namespace
+    try:
+        check_namespace(ns)
+        # A controller that died (killed, evicted, restarted) leaves its Jobs running: cancel this
+        # build's Jobs that are still active (found by the build's storage prefix in their command),
+        # so that two Jobs never write the same output; what they would finish unwatched is remade
+        # (the dead controller left it marked incomplete). A lock means a controller may still run
+        # from this folder (Snakemake checks it only after the DAG is built): leave its Jobs alone;
+        # after a crash `--unlock` (the README's resume line) removes it.
+        if any(Path(".snakemake/locks").glob("*")):
+            return
+        orphans = previous_jobs(ns, workflow.storage_settings.default_storage_prefix)
+        if orphans:
+            rules = sorted({j.rule for j in orphans})
+            print(
+                f"benchmaker: {len(orphans)} Job(s) of a previous controller of this build still run "
+                f"in namespace {ns!r} ({', '.join(rules)}): cancelling them before submitting "
+                f"anything; their outputs are remade ({', '.join(j.name for j in orphans)})",
+                file=sys.stderr,
+            )
+            cancel_jobs(ns, orphans)
+    except KubeError as exc:
+        # one message, not an input function's traceback: nothing has been submitted yet
+        print(f"WorkflowError:\n{exc}", file=sys.stderr)
+        raise SystemExit(1)

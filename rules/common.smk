@@ -29,7 +29,14 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 config.clear()
 config.update(_validated)
-validate(config, schema="../config/schema.yaml")
+# the schema as the installed package ships it (benchmaker/schemas/): a job in a pod has no checkout
+# (the controller Job's workflow folder is no git repository, so only Snakefiles, scripts and config
+# files reach the pods; docs/clusters.md)
+from importlib.resources import files as _package_files
+
+validate(
+    config, schema=str(_package_files("benchmaker") / "schemas" / "config.schema.yaml")
+)
 
 RESULTS = results_dir(config)
 LOGS = f"{RESULTS}/logs"
@@ -59,7 +66,7 @@ def optional_path(path):
 
 def preprocess_inputs(wildcards):
     # the controller writes the listing (below); under default storage it is staged like any local input
-    out = {"listing": workflow_input(f"{LISTING}/{wildcards.shard}.tsv")}
+    out = {"listing": workflow_input(f"{LISTING}/{wildcards.shard}.tsv", folder=False)}
     if config["paths"]["rights_map"]:
         out["rights_map"] = workflow_input(config["paths"]["rights_map"])
     if config["paths"]["metadata_jsonl"]:
@@ -289,7 +296,7 @@ def evaluate_system_inputs(wildcards):
     if s["kind"] == "rerank":
         out["component_runs"] = [f"{EVAL}/runs/{s['base']}.trec"]
     if s["kind"] == "trec_run":
-        out["external"] = s["path"]
+        out["external"] = workflow_input(s["path"])
     # local weights (staged under --profile nrp: rules/cluster.smk)
     if s["kind"] == "clip":
         out.update(model_weight_inputs(s))

@@ -6,6 +6,8 @@ Endpoints (exactly the calls the plugin makes; anything else is a 404 and record
 * ``DELETE /api/v1/namespaces/{ns}/secrets/{name}``          unregister_secret
 * ``POST   /apis/batch/v1/namespaces/{ns}/jobs``             create_namespaced_job
 * ``GET    /apis/batch/v1/namespaces/{ns}/jobs/{name}/status`` read_namespaced_job_status
+* ``GET    /apis/batch/v1/namespaces/{ns}/jobs[?labelSelector=&limit=]`` list_namespaced_job (the
+  controller's namespace check, benchmaker.kube)
 * ``GET    /api/v1/namespaces/{ns}/pods?labelSelector=job-name=X`` list_namespaced_pod
 * ``GET    /api/v1/namespaces/{ns}/pods/{pod}/log``         read_namespaced_pod_log
 * ``DELETE /api/v1/namespaces/{ns}/pods/{pod}``, ``DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}``
@@ -19,7 +21,10 @@ every mount, and PVCs must exist (``pvcs``). Invalid bodies get a 422 (Snakemake
 With ``run_jobs=True`` a created Job is "run": its container command (``/bin/sh -c ...``) is
 executed in a fresh empty folder (the pod's ``emptyDir`` at ``/workdir``) with the container's
 environment (secret values resolved) plus ``base_env`` (PATH to the image's Python), with
-``hide_paths`` (the controller's own folders) covered by empty tmpfs mounts. A PVC mount
+``hide_paths`` (the controller's own folders) covered by empty tmpfs mounts. Isolation is the
+default, not an extra: a fake that runs Jobs refuses to start without ``hide_paths`` or where a
+private mount namespace cannot be made (root + ``unshare``), so a test fails rather than passes with
+pods that see the controller's disk. A PVC mount
 ``<claim>:<path>`` is honoured only if the claim is in ``pvcs`` and ``path`` exists on this machine
 (the folder the claim would hold). The pod's status follows the process's exit code.
 """
@@ -32,6 +37,7 @@ import re
 import subprocess
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -57,9 +63,31 @@ class FakeKube:
         self.jobs: dict[str, dict] = {}      # name -> Job body as posted
         self.state: dict[str, dict] = {}     # name -> {"exit": int|None, "log": str, "workdir": str}
         self.unexpected: list[str] = []
+        self.forbidden: list[str] = []       # calls into a namespace without rights (403)
+        self.deleted_jobs: list[str] = []    # in the order of the DELETE calls
         self.rejected: list[str] = []
         self.lock = threading.Lock()
         self.srv = None
+        if run_jobs:
+            self._check_isolation()
+
+    def _check_isolation(self) -> None:
+        """Pods never see the controller's disk: running Jobs needs folders to hide and a private
+        mount namespace to hide them in (root + unshare). Without either the fake refuses to start
+        (the test fails) rather than run pods that could read the controller's files."""
+        import os
+        import shutil
+
+        if not self.hide_paths:
+            raise RuntimeError("FakeKube(run_jobs=True) needs hide_paths: the controller's folders "
+                               "(checkout, config, the user's files) that no pod may see")
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            raise RuntimeError("FakeKube(run_jobs=True) hides the controller's folders from pods in a "
+                               "private mount namespace: run the tests as root with unshare installed")
+        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True,
+                               text=True)
+        if probe.returncode != 0:
+            raise RuntimeError(f"unshare -m failed ({probe.stderr.strip()}): pods cannot be isolated here")
 
     # -------------------------------------------------------------------------------- lifecycle
     def start(self) -> str:
@@ -97,6 +125,11 @@ class FakeKube:
         support.shutdown(self.srv)
         import shutil
 
+        for st in list(self.state.values()):  # pods still running: killed with the cluster
+            proc = st.get("proc")
+            if proc is not None and proc.poll() is None:
+                self._kill(proc)
+
         for st in self.state.values():  # the pods' emptyDirs
             if st.get("workdir"):
                 shutil.rmtree(st["workdir"], ignore_errors=True)
@@ -124,6 +157,14 @@ class FakeKube:
         p = url.path
         if h.headers.get("Authorization") != "Bearer t":
             return h._send(401, self._status(401, "Unauthorized", "no token"))
+        other = re.match(r"/apis?/(?:batch/)?v1/namespaces/([^/]+)/", p)
+        if other and other.group(1) != self.namespace:  # RBAC: this account has rights in one namespace
+            self.forbidden.append(f"{method} {p}")
+            return h._send(403, self._status(
+                403, "Forbidden", f'jobs.batch is forbidden: User "u" cannot {method.lower()} resource '
+                f'"jobs" in API group "batch" in the namespace "{other.group(1)}"'))
+        if method == "GET" and re.fullmatch(rf"/apis/batch/v1/namespaces/{ns}/jobs", p):
+            return h._send(200, self._job_list(q))
         if method == "POST" and re.fullmatch(rf"/api/v1/namespaces/{ns}/secrets", p):
             return self._create_secret(h, h._body())
         if method == "DELETE" and (m := re.fullmatch(rf"/api/v1/namespaces/{ns}/secrets/([^/]+)", p)):
@@ -139,8 +180,13 @@ class FakeKube:
         if method == "DELETE" and (m := re.fullmatch(rf"/apis/batch/v1/namespaces/{ns}/jobs/([^/]+)", p)):
             with self.lock:
                 found = self.jobs.get(m.group(1))
+                proc = None
                 if found is not None:
                     self.state[m.group(1)]["deleted"] = True
+                    self.deleted_jobs.append(m.group(1))
+                    proc = self.state[m.group(1)].get("proc")
+            if proc is not None and proc.poll() is None:  # deleting a Job kills its pod
+                self._kill(proc)
             if found is None:
                 return h._send(404, self._status(404, "NotFound", f"job {m.group(1)} not found"))
             return h._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
@@ -228,7 +274,7 @@ class FakeKube:
             if name in self.jobs:
                 return h._send(409, self._status(409, "AlreadyExists", f"job {name} exists"))
             self.jobs[name] = body
-            self.state[name] = {"exit": None, "log": ""}
+            self.state[name] = {"exit": None, "log": "", "created": time.monotonic()}
         if self.run_jobs:
             threading.Thread(target=self._run, args=(name, body), daemon=True).start()
         else:  # not run: the pod never starts (Pending)
@@ -253,18 +299,60 @@ class FakeKube:
                 self.state[name].update(exit=1, log=f"mount path {m['mountPath']} not on this machine")
                 return
         cmd = [*c["command"], *c.get("args", [])]
-        if self.hide_paths:  # a private mount namespace: the controller's folders are empty here
+        if self.hide_paths:  # a private mount namespace: the controller's folders are empty here (always)
             mounts = " && ".join(f"mount -t tmpfs none '{p}'" for p in self.hide_paths)
             cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    f'{mounts} && exec "$@"', "sh", *cmd]
-        try:
-            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, check=False,
-                                  timeout=self.job_timeout)
-            code, log = proc.returncode, proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            code, log = 124, f"timed out: {exc}"
+        logfile = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=logfile, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         with self.lock:
-            self.state[name].update(exit=code, log=log, workdir=workdir)
+            self.state[name]["proc"] = proc
+        try:
+            code = proc.wait(timeout=self.job_timeout)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            code = 124
+        logfile.seek(0)
+        log = logfile.read()
+        logfile.close()
+        with self.lock:
+            if self.state[name].get("deleted"):
+                code = 137  # the pod was deleted (killed) with its Job
+            self.state[name].update(exit=code, log=log, workdir=workdir, ended=time.monotonic())
+
+    @staticmethod
+    def _kill(proc) -> None:
+        import os
+        import signal
+
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def _job_list(self, q) -> dict:
+        """``list_namespaced_job`` (``labelSelector`` k=v[,k=v] and ``limit`` honoured)."""
+        sel = (q.get("labelSelector") or [""])[0]
+        want = dict(kv.split("=", 1) for kv in sel.split(",") if "=" in kv)
+        items = []
+        with self.lock:
+            for name, body in self.jobs.items():
+                st = self.state[name]
+                if st.get("deleted"):
+                    continue
+                labels = (body.get("metadata") or {}).get("labels") or {}
+                if any(labels.get(k) != v for k, v in want.items()):
+                    continue
+                out = json.loads(json.dumps(body))
+                out["metadata"]["namespace"] = self.namespace
+                out["status"] = {"active": 1} if st["exit"] is None else (
+                    {"succeeded": 1} if st["exit"] == 0 else {"failed": 1})
+                items.append(out)
+        limit = int((q.get("limit") or ["0"])[0] or 0)
+        return {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {},
+                "items": items[:limit] if limit else items}
 
     def _job_status(self, h, name):
         body, st = self.jobs.get(name), self.state.get(name)

@@ -337,13 +337,6 @@ def _pod_bin(tmp: Path) -> Path:
     return d
 
 
-def _can_hide() -> bool:
-    if not shutil.which("unshare") or os.geteuid() != 0:
-        return False
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
-    return probe.returncode == 0
-
-
 @pytest.fixture()
 def kube(tmp_path):
     fakes = []
@@ -369,7 +362,7 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     corpus = tmp_path / "pvc" / "images"  # what the PVC holds
     shutil.copytree(tiny_corpus, corpus)
     config, cfg = _user_files(home, corpus, tiny_clip)
-    hide = [str(home), str(checkout["dir"])] if _can_hide() else []
+    hide = [str(home), str(checkout["dir"])]  # FakeKube fails where it cannot hide them
     pip_log = tmp_path / "pip.log"
     pod_home = tmp_path / "podhome"
     pod_home.mkdir()
@@ -450,3 +443,388 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, \
         (again.stdout + again.stderr)[-3000:]
     assert _keys(s3, f"{base}/inputs/") == staged
+
+
+# ----------------------------------------------------- the shipped controller Job (deploy/nrp/), as is
+def _image(tmp: Path) -> Path:
+    """/opt/benchmaker of the image: what the Dockerfile COPYs there (the library is also installed:
+    the pods' `python` imports it from here, as the image's site-packages would give it)."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert "WORKDIR /opt/benchmaker" in text
+    copied = re.findall(r"^COPY (.+) \./\S*$", text.split("WORKDIR /opt/benchmaker", 1)[1].split("WORKDIR", 1)[0],
+                        flags=re.MULTILINE)
+    names = [n for line in copied for n in line.split()]
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    dest = tmp / "opt" / "benchmaker"
+    for f in filter(None, files):
+        if f.split("/")[0] in names and (ROOT / f).exists():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dest / f, follow_symlinks=False)
+    assert (dest / "Snakefile").is_file() and (dest / "src" / "benchmaker").is_dir()
+    return dest
+
+
+def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path) -> dict:
+    """A config with every feature that reads a file of the user's: each evaluate system kind that
+    runs without an API (with a local model folder and a local run file), the audit with a human
+    label file and a second judge, judge label reuse, a seeds file, metadata, a rights map."""
+    from benchmaker.ids import trec_id
+
+    home.mkdir(parents=True, exist_ok=True)
+    models = home / "models" / "tiny-clip"
+    shutil.copytree(clip, models)
+    eval_model = home / "models" / "eval-clip"
+    shutil.copytree(clip, eval_model)
+    images = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.jpg"))
+    (home / "metadata.jsonl").write_text("".join(json.dumps({"image_id": i, "site": "W0"}) + "\n" for i in images))
+    (home / "seeds.jsonl").write_text(json.dumps({"seed_image_ids": [images[0]]}) + "\n")
+    (home / "reuse.jsonl").write_text("")
+    (home / "erin.csv").write_text("item_id,label\nnot-labelled-yet,\n")
+    (home / "prod.trec").write_text("".join(f"{trec_id('tiny_q0001')} Q0 {trec_id(i)} {n + 1} {10 - n} prod\n"
+                                            for n, i in enumerate(images[:5])))
+    cfg = support.tiny_config(home, corpus, models, n_shards=1)
+    cfg["paths"].update(results="results", rights_map=str(support.rights_map(cfg_dir / "rights_map.json")),
+                        metadata_jsonl=str(home / "metadata.jsonl"), seeds_file=str(home / "seeds.jsonl"),
+                        judge_reuse_file=str(home / "reuse.jsonl"))
+    cfg["audit"] = {"sample_size": 8, "bootstrap": 10, "require_complete": False,
+                    "human_labels": [{"path": str(home / "erin.csv"), "rater": "erin"}],
+                    "second_judge": {"name": "loose", "judge": {"rules": {"relevant_min_jaccard": 0.0}}}}
+    cfg["evaluate"] = {"k": [5], "systems": [
+        {"name": "eval-clip", "kind": "clip", "model": f"local-dir:{eval_model}", "device": "cpu", "num_workers": 0},
+        {"name": "bm25", "kind": "bm25"},
+        {"name": "fused", "kind": "hybrid", "systems": ["eval-clip", "bm25"]},
+        {"name": "prod", "kind": "trec_run", "path": str(home / "prod.trec")},
+    ]}
+    return cfg
+
+
+@pytest.mark.slow
+def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_corpus, tiny_clip, kube):
+    """deploy/nrp/controller-job.yaml's own command (the copy of the workflow into /state, which is no
+    git repository, then `snakemake --profile profiles/nrp --configfile /config/my.yaml`), with the
+    Job's environment, against S3 and the strict fake Kubernetes API, on a config with every feature
+    that reads the user's files on: every cluster job succeeds in a pod that sees neither the
+    controller's folders nor the user's (only the bucket, the image volume and the image)."""
+    import yaml
+
+    job = yaml.safe_load((ROOT / "deploy" / "nrp" / "controller-job.yaml").read_text())
+    pod = job["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["command"] == ["/bin/sh", "-c"] and c["workingDir"] == "/state"
+    image = _image(tmp_path)
+    state, cfg_dir, data = tmp_path / "state", tmp_path / "config", tmp_path / "data"
+    for d in (state, cfg_dir):
+        d.mkdir()
+    shutil.copytree(tiny_corpus, data / "images")
+    home = tmp_path / "home"  # where the user made the config map's files
+    cfg = _all_features(home, data / "images", tiny_clip, cfg_dir)
+    support.write_config(cfg_dir / "my.yaml", cfg)
+    mounts = {"/opt/benchmaker": str(image), "/state": str(state), "/config": str(cfg_dir), "/data": str(data)}
+
+    def here(text: str) -> str:  # the container's paths -> this machine's folders (each path once)
+        pattern = "|".join(re.escape(k) for k in mounts)
+        return re.sub(rf"(?<![\w./-])({pattern})(?=/|\s|$)", lambda m: mounts[m.group(1)], text)
+
+    script = here(c["args"][0])
+    assert "git" not in script  # the folder the workflow runs from is a plain copy
+    _clear(s3_server["client"], PREFIX)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path / "ctlhome"),
+           "PYTHONPATH": str(image / "src"), "HF_HUB_OFFLINE": "1", "MPLCONFIGDIR": str(tmp_path / "mpl"),
+           # envFrom: the benchmaker-s3 Secret (deploy/nrp/s3-secret.example.yaml's keys)
+           "SNAKEMAKE_STORAGE_S3_ACCESS_KEY": KEY, "SNAKEMAKE_STORAGE_S3_SECRET_KEY": SECRET,
+           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    for e in c["env"]:
+        if "valueFrom" in e:
+            assert e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, e
+            env[e["name"]] = NAMESPACE
+        else:
+            env[e["name"]] = here(e["value"])
+    assert env["BENCHMAKER_S3_BUCKET"] == BUCKET and env["BENCHMAKER_S3_PREFIX"] == PREFIX
+    env["BENCHMAKER_S3_ENDPOINT"] = s3_server["url"]  # the in-cluster Ceph RGW -> moto
+    env["PATH"] = support.no_slurm_path(env["PATH"])
+    (tmp_path / "ctlhome").mkdir()
+    # the pods: the image's python (the library installed from /opt/benchmaker) and nothing of ours
+    pod_home = tmp_path / "podhome"
+    pod_home.mkdir()
+    podbin = _pod_bin(tmp_path)
+    venv_python = Path(os.path.realpath(sys.prefix)) / "bin" / "python"  # not below the hidden checkout
+    (podbin / "python").write_text(f"#!/bin/sh\nPYTHONPATH={image / 'src'} exec {venv_python} \"$@\"\n")
+    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
+        "PATH": f"{podbin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_home), "HF_HUB_OFFLINE": "1",
+        "POD_PIP_LOG": str(tmp_path / "pip.log"), "MPLCONFIGDIR": str(pod_home / "mpl"),
+    }, hide_paths=[str(state), str(cfg_dir), str(home), str(ROOT)])
+    env["KUBECONFIG"] = str(kubeconfig)
+    t0 = time.monotonic()
+    res = subprocess.run(["/bin/sh", "-c", script], cwd=state, env=env, capture_output=True, text=True,
+                         timeout=2400)
+    wall = time.monotonic() - t0
+    out = res.stdout + res.stderr
+    failed = {n: st["log"][-3000:] for n, st in fk.state.items() if st["exit"] not in (0, None)}
+    assert not fk.unexpected and not fk.rejected, (fk.unexpected, fk.rejected)
+    assert res.returncode == 0 and not failed, f"{out[-5000:]}\nfailed pods: {json.dumps(failed, indent=1)[-8000:]}"
+    assert not (state / ".git").exists()
+    print(f"controller Job on fake k8s: {len(fk.jobs)} Jobs in {wall:.0f}s")
+    rules = {re.search(r"--target-jobs '(\w+):", b["spec"]["template"]["spec"]["containers"][0]["args"][1]).group(1)
+             for b in fk.jobs.values()}
+    assert {"preprocess", "vision", "embed_images", "plan", "judge", "score", "summary", "export",
+            "evaluate_model", "evaluate_system", "audit_judge2", "audit_report"} <= rules, rules
+    s3 = s3_server["client"]
+    keys = _keys(s3, PREFIX)
+    base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
+    staged = {Path(k).name for k in keys if k.startswith(f"{base}/inputs/")}
+    assert {"rights_map.json", "metadata.jsonl", "seeds.jsonl", "reuse.jsonl", "erin.csv", "prod.trec"} <= staged
+    board = s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/leaderboard.csv")["Body"].read().decode()
+    assert all(name in board for name in ("eval-clip", "bm25", "fused", "prod")), board
+    # no path of a pod's disk (its copies of staged files) in what is published or reported
+    for k in keys:
+        if k.startswith((f"{base}/hf_dataset/", f"{base}/summary/", f"{base}/evaluate/", f"{base}/audit/")) \
+                and k.endswith((".md", ".json", ".jsonl", ".csv", ".html")):
+            text = s3.get_object(Bucket=BUCKET, Key=k)["Body"].read().decode()
+            assert ".snakemake/storage" not in text, k
+
+
+# ------------------------------------------------ staging derived from the schema's x-path marking
+# How to switch each marked key on (a config override using the file or folder `p`), in two groups
+# that can be on together. A key marked `x-path` that is missing here fails the test below: add how
+# to switch it on, and the test then checks that the dry run stages it.
+def _path_examples(p):
+    return {
+        "paths.rights_map": (0, {"paths": {"rights_map": p}}),
+        "paths.metadata_jsonl": (0, {"paths": {"metadata_jsonl": p}}),
+        "paths.seeds_file": (0, {"paths": {"seeds_file": p}}),
+        "paths.pools_file": (1, {"paths": {"pools_file": p}}),
+        "paths.judge_reuse_file": (0, {"paths": {"judge_reuse_file": p}}),
+        "vision.clip.model": (0, {"vision": {"clip": {"model": f"local-dir:{p}", "pretrained": None}}}),
+        "vision.clip.pretrained": (1, {"vision": {"clip": {"model": "ViT-B-32", "pretrained": p}}}),
+        "similarity.model": (0, {"similarity": {"model": f"local-dir:{p}", "pretrained": None}}),
+        "similarity.pretrained": (1, {"similarity": {"model": "ViT-B-32", "pretrained": p}}),
+        "audit.human_labels[].path": (0, {"audit": {"human_labels": [{"path": p}]}}),
+        "evaluate.systems[].model": (0, {"evaluate": {"systems": [
+            {"name": "c1", "kind": "clip", "model": f"local-dir:{p}"}]}}),
+        "evaluate.systems[].pretrained": (0, {"evaluate": {"systems": [
+            {"name": "c2", "kind": "clip", "model": "ViT-B-32", "pretrained": p}]}}),
+        "evaluate.systems[].path": (0, {"evaluate": {"systems": [{"name": "t1", "kind": "trec_run", "path": p}]}}),
+    }
+
+
+def _merge_lists(cfg: dict, over: dict) -> dict:
+    """deep merge that appends lists (several evaluate systems from several examples)."""
+    out = dict(cfg)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge_lists(out[k], v)
+        elif isinstance(v, list) and isinstance(out.get(k), list):
+            out[k] = out[k] + v
+        else:
+            out[k] = v
+    return out
+
+
+def test_every_marked_path_is_staged(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip):
+    """Walks config/schema.yaml's x-path marking: each key that names an input (x-path-use: stage),
+    set to a file or folder outside the checkout, is planned as a staged copy in the bucket (and as
+    nothing on the controller's disk), in a dry run of `snakemake --profile nrp`."""
+    from benchmaker.config_paths import config_paths, path_keys
+    from benchmaker.staging import stage_key
+
+    keys = [k for k in path_keys() if k.use == "stage"]
+    home = tmp_path / "home"
+    home.mkdir()
+    made: dict[str, str] = {}
+    for k in keys:
+        name = re.sub(r"[^a-z0-9]+", "-", k.pointer.lower()).strip("-")
+        if k.kind == "dir":
+            shutil.copytree(tiny_clip, home / name)
+            made[k.pointer] = str(home / name)
+        else:
+            f = home / (f"{name}.pt" if k.if_pathlike else f"{name}.jsonl")
+            f.write_text("")
+            made[k.pointer] = str(f)
+    missing = [k.pointer for k in keys if k.pointer not in _path_examples("x")]
+    assert not missing, f"keys marked x-path with no example here (add one to _path_examples): {missing}"
+    groups: dict[int, dict] = {}
+    for k in keys:
+        group, over = _path_examples(made[k.pointer])[k.pointer]
+        groups[group] = _merge_lists(groups.get(group, {}), over)
+    seen: set[str] = set()
+    for group, over in sorted(groups.items()):
+        config, cfg = _user_files(home / f"g{group}", tiny_corpus, tiny_clip)
+        cfg = _merge_lists(cfg, over)
+        support.write_config(config, cfg)
+        res = _snakemake(checkout, config, _env(checkout, s3_server["url"],
+                                                BENCHMAKER_K8S_PVC=f"{PVC}:{tiny_corpus}"), "-n")
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out[-4000:]
+        assert not re.search(r"s3://[^\s]*//", out), re.findall(r"s3://[^\s]*//[^\s]*", out)[:3]
+        assert str(home) not in " ".join(re.findall(r"s3://\S+", out))
+        base = f"s3://{BUCKET}/{PREFIX}/results/{cfg['benchmark']['name']}/inputs"
+        for p in config_paths(cfg, use="stage"):
+            if p.path.startswith(str(home / f"g{group}")):
+                continue  # the fixture's own files (rights map, model of _user_files)
+            want = f"{base}/{p.kind}/{stage_key(p.path)}/{Path(p.path).name}"
+            assert want in out, f"{p.key} ({p.pointer}) = {p.value}: not staged (no {want} in the plan)"
+            seen.add(p.pointer)
+        assert "no volume of the pods holds it" not in out  # the image folder is on BENCHMAKER_K8S_PVC
+    assert seen == {k.pointer for k in keys}, {k.pointer for k in keys} - seen
+
+
+def test_every_path_like_key_is_marked():
+    """A config key whose name or description says it names a file or folder carries `x-path` (so a
+    key added without the marking fails here, not on a cluster)."""
+    from benchmaker.config import load_schema
+    from benchmaker.config_paths import path_keys
+
+    marked = {k.pointer for k in path_keys()}
+    hint = re.compile(r"(^|_)(path|file|dir|folder|jsonl)$|checkpoint|local-dir:|run file|\.jsonl|\.json\b")
+    # names that look like paths but are not local files: prefixes/URLs, cache keys, column names
+    not_paths = {"audit.label_studio_image_prefix", "preprocess.image_base_url", "export.repo_id",
+                 "audit.human_labels[].rater"}
+    found = []
+
+    def walk(node, pointer, root, depth=0):
+        if depth > 12 or not isinstance(node, dict):
+            return
+        if "$ref" in node:
+            ref = node["$ref"]
+            target = root
+            for part in ref.lstrip("#/").split("/"):
+                target = target[part]
+            node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        types = node.get("type")
+        types = types if isinstance(types, list) else [types]
+        leaf = pointer.rsplit(".", 1)[-1]
+        if "string" in types and (hint.search(leaf) or hint.search(str(node.get("description", "")))):
+            found.append(pointer)
+        for name, sub in (node.get("properties") or {}).items():
+            walk(sub, f"{pointer}.{name}" if pointer else name, root, depth + 1)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{pointer}[]", root, depth + 1)
+
+    schema = load_schema()
+    walk(schema, "", schema)
+    # prompts and column names mention images.jsonl, the file they are read from
+    unmarked = sorted(k for k in set(found) - marked - not_paths if not re.search(r"prompts\.user$|_column$", k))
+    assert not unmarked, f"path-like keys without x-path in config/schema.yaml: {unmarked}"
+
+
+@pytest.mark.slow
+def test_pod_failure_and_namespace_read_like_local_errors(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip,
+                                                          kube):
+    """An image folder on the controller's disk only (no BENCHMAKER_K8S_PVC): the dry run warns and
+    names the fix; the real run's final block names the rule, the pod's first error line and the
+    fix. A namespace without rights: one message naming BENCHMAKER_K8S_NAMESPACE, no traceback,
+    nothing submitted."""
+    home = tmp_path / "home"
+    corpus = tmp_path / "local-images"
+    shutil.copytree(tiny_corpus, corpus)
+    config, cfg = _user_files(home, corpus, tiny_clip)
+    _clear(s3_server["client"], PREFIX)
+    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
+        "PATH": f"{_pod_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1", "POD_PIP_LOG": str(tmp_path / "pip.log")},
+        hide_paths=[str(home), str(checkout["dir"]), str(corpus)])
+    env = _env(checkout, s3_server["url"], KUBECONFIG=str(kubeconfig), BENCHMAKER_K8S_JOBS="4")
+
+    dry = _snakemake(checkout, config, env, "-n")
+    out = dry.stdout + dry.stderr
+    assert dry.returncode == 0, out[-3000:]
+    assert "paths.image_root" in out and "no volume of the pods holds it" in out and "BENCHMAKER_K8S_PVC" in out
+
+    # a namespace this account has no rights in
+    bad = _snakemake(checkout, config, {**env, "BENCHMAKER_K8S_NAMESPACE": "someone-else"}, timeout=300)
+    out = bad.stdout + bad.stderr
+    assert bad.returncode != 0
+    assert "namespace 'someone-else'" in out and "403 Forbidden" in out and "BENCHMAKER_K8S_NAMESPACE" in out, \
+        out[-3000:]
+    assert "Traceback" not in out and "ApiException" not in out, out[-3000:]
+    assert not fk.jobs and fk.forbidden
+
+    res = _snakemake(checkout, config, env, "--retries", "0", "--latency-wait", "2", timeout=900)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    failed = [_target(fk.jobs[n]) for n, st in fk.state.items() if st["exit"] not in (0, None)]
+    assert failed and all(t.startswith("preprocess:") for t in failed), failed
+    final = out[out.rindex("jobs that failed in their pod"):]
+    assert "benchmaker: rule preprocess failed in its pod" in final, final
+    assert "paths.image_root" in final and str(corpus) in final, final
+    assert "fix: paths.image_root must be on a volume of every pod" in final and "BENCHMAKER_K8S_PVC" in final
+    assert "kubernetes-logs" in final
+
+
+def _target(body: dict) -> str:
+    """`rule:wildcards` a Job runs (its --target-jobs)."""
+    return re.search(r"--target-jobs '([^']+)'", body["spec"]["template"]["spec"]["containers"][0]["args"][1]).group(1)
+
+
+@pytest.mark.slow
+def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
+    """kill -9 of the controller while a GPU job's pod runs, then the README's resume line: the new
+    controller cancels the dead one's Jobs of this build before it submits anything (and says so),
+    never runs two Jobs for one output at a time, finishes, and a later params change replans every
+    shard it touches (nothing finished unwatched is trusted)."""
+    import signal
+
+    s3 = s3_server["client"]
+    _clear(s3, PREFIX)
+    home = tmp_path / "home"
+    corpus = tmp_path / "pvc" / "images"
+    shutil.copytree(tiny_corpus, corpus)
+    config, cfg = _user_files(home, corpus, tiny_clip)
+    pod_home = tmp_path / "podhome"
+    pod_home.mkdir()
+    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
+        "PATH": f"{_pod_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_home), "HF_HUB_OFFLINE": "1",
+        "POD_PIP_LOG": str(tmp_path / "pip.log"), "MPLCONFIGDIR": str(pod_home / "mpl"),
+    }, hide_paths=[str(home), str(checkout["dir"])])
+    env = _env(checkout, s3_server["url"], KUBECONFIG=str(kubeconfig), BENCHMAKER_K8S_PVC=f"{PVC}:{corpus}",
+               BENCHMAKER_K8S_JOBS="4")
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "nrp", "--configfile", str(config),
+           "--retries", "0", "--latency-wait", "2"]
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, cwd=checkout["dir"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    deadline = time.monotonic() + 900
+    gpu = None
+    while time.monotonic() < deadline and first.poll() is None and gpu is None:
+        time.sleep(0.5)
+        with fk.lock:
+            gpu = next((n for n, b in fk.jobs.items() if _target(b).split(":")[0] in ("vision", "embed_images")
+                        and fk.state[n]["exit"] is None), None)
+    assert gpu is not None, (tmp_path / "first.log").read_text()[-3000:]
+    os.killpg(first.pid, signal.SIGKILL)  # the controller dies; its pods do not
+    first.wait()
+    log.close()
+    with fk.lock:
+        orphans = {n for n, st in fk.state.items() if st["exit"] is None}
+        before = set(fk.jobs)
+    assert gpu in orphans
+
+    # the README's resume line
+    unlock = _snakemake(checkout, config, env, "--unlock")
+    assert unlock.returncode == 0, (unlock.stdout + unlock.stderr)[-2000:]
+    res = _snakemake(checkout, config, env, "--retries", "0", "--latency-wait", "2", timeout=1500)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    m = re.search(r"benchmaker: (\d+) Job\(s\) of a previous controller of this build still run in namespace "
+                  r"'sage' \(([^)]*)\): cancelling them", out)
+    assert m, out[-5000:]
+    with fk.lock:
+        cancelled = set(fk.deleted_jobs) & orphans
+        assert int(m.group(1)) == len(cancelled) >= 1 and gpu in cancelled
+        assert all(fk.state[n]["exit"] == 137 for n in cancelled)
+        resumed = {n: b for n, b in fk.jobs.items() if n not in before}
+        first_new = min(fk.state[n]["created"] for n in resumed)
+        assert all(fk.state[n]["ended"] <= first_new for n in orphans), "a new Job started beside an orphan"
+        for n in orphans:  # the same output never by two Jobs at once
+            same = [r for r, b in resumed.items() if _target(b) == _target(fk.jobs[n])]
+            assert all(fk.state[r]["created"] >= fk.state[n]["ended"] for r in same)
+        assert not fk.unexpected and not fk.rejected, (fk.unexpected, fk.rejected)
+    base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
+    assert s3.head_object(Bucket=BUCKET, Key=f"{base}/qrels_with_score.jsonl")["ContentLength"] > 0
+
+    # a params change after the resume replans every shard's vision job, as after an uninterrupted run
+    config2, _ = _user_files(home, corpus, tiny_clip, vision={"clip": {"prompt_template": "a picture of {}."}})
+    dry = _snakemake(checkout, config2, env, "-n")
+    stats = _job_stats(dry.stdout + dry.stderr)
+    assert stats.get("vision") == cfg["n_shards"] and stats.get("plan") == 1, stats

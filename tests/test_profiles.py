@@ -126,7 +126,19 @@ def test_nrp_kubernetes_gpu_and_storage():
     assert prof["default-storage-provider"] == "s3"
     assert prof["storage-s3-endpoint-url"] == "http://rook-ceph-rgw-nautiluss3.rook"
     assert prof["default-storage-prefix"] == "s3://sage-imsearch/benchmaker"
-    assert prof["kubernetes-namespace"] == "sage"
+    # the namespace: the kubeconfig context's (as kubectl uses it), else "default"
+    assert load("nrp", {"KUBECONFIG": "/nonexistent/kubeconfig"})["kubernetes-namespace"] == "default"
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as kc:
+        json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "nrp",
+                   "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                   "users": [{"name": "u", "user": {"token": "t"}}],
+                   "contexts": [{"name": "nrp", "context": {"cluster": "c", "user": "u", "namespace": "my-ns"}}]}, kc)
+        kc.flush()
+        assert load("nrp", {"KUBECONFIG": kc.name})["kubernetes-namespace"] == "my-ns"
+        assert load("nrp", {"KUBECONFIG": kc.name, "BENCHMAKER_K8S_NAMESPACE": "me"})["kubernetes-namespace"] == "me"
     assert prof["container-image"].startswith("gitlab-registry.nrp-nautilus.io/")
     assert "kubernetes-persistent-volumes" not in prof
     text = (PROFILES / "nrp" / "profile.yaml").read_text().lower()

@@ -153,3 +153,104 @@ def test_preflight_denied_with_wrong_keys(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_config_paths_follow_the_schema_marking():
+    from benchmaker.config_paths import config_paths, path_keys
+
+    pointers = {k.pointer: k for k in path_keys()}
+    assert pointers["paths.image_root"].use == "volume" and pointers["paths.results"].use == "output"
+    assert pointers["evaluate.systems[].path"].kind == "file"
+    assert pointers["evaluate.systems[].model"].prefix == "local-dir:"
+    cfg = {"paths": {"image_root": "/data/images", "results": "results", "rights_map": "~/r.json",
+                     "seeds_file": None},
+           "vision": {"clip": {"model": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"}},
+           "similarity": {"model": "ViT-B-32", "pretrained": "~/ckpt.safetensors"},
+           "audit": {"human_labels": [{"path": "erin.csv"}], "second_judge": {"judge": {}}},
+           "evaluate": {"systems": [{"name": "a", "kind": "clip", "model": "local-dir:/m"},
+                                    {"name": "b", "kind": "trec_run", "path": "s3://bucket/run.trec"},
+                                    {"name": "c", "kind": "trec_run", "path": "/runs/prod.trec"}]}}
+    got = {(p.key, p.path, p.kind) for p in config_paths(cfg, use="stage")}
+    assert got == {("paths.rights_map", "~/r.json", "file"),
+                   ("similarity.pretrained", "~/ckpt.safetensors", "file"),
+                   ("audit.human_labels[0].path", "erin.csv", "file"),
+                   ("evaluate.systems[0].model", "/m", "dir"),
+                   ("evaluate.systems[2].path", "/runs/prod.trec", "file")}
+    # a schema that marks a key inside a section validated as another one (x-schema)
+    schema = {"$defs": {"sec": {"type": "object", "properties": {"f": {"type": "string", "x-path": "file"}}}},
+              "type": "object", "properties": {"a": {"$ref": "#/$defs/sec"},
+                                               "b": {"type": "object", "x-schema": "#/$defs/sec"}}}
+    assert [p.key for p in config_paths({"a": {"f": "x"}, "b": {"f": "y"}}, schema)] == ["a.f", "b.f"]
+    with pytest.raises(ValueError, match="x-path must be file or dir"):
+        path_keys({"type": "object", "properties": {"a": {"type": "string", "x-path": "folder"}}})
+
+
+def test_job_paths_map_staged_params_to_the_jobs_copies(tmp_path):
+    from benchmaker.jobpaths import job_paths
+
+    base = ".snakemake/storage/s3/bucket/prefix/results/b/inputs"
+    trec = f"{base}/file/{stage_key('/home/me/prod.trec')}/prod.trec"
+    model = f"{base}/dir/{stage_key('~/models/clip')}/clip"
+    params = {"system": {"kind": "trec_run", "path": "/home/me/prod.trec"},
+              "model": {"model": "local-dir:~/models/clip", "pretrained": None},
+              "labels": [{"path": "/home/me/other.csv"}], "n": 3}
+    got = job_paths(params, [trec, [model], "results/b/images.jsonl"])
+    assert got["system"]["path"] == trec and got["model"]["model"] == f"local-dir:{model}"
+    assert got["labels"] == [{"path": "/home/me/other.csv"}] and got["n"] == 3  # not staged: unchanged
+    # no staged input (local runs, SLURM): the very same object
+    assert job_paths(params, ["/home/me/prod.trec"]) is params
+
+
+def test_volume_problems_and_pod_failure_summary(tmp_path):
+    import os
+    import time
+
+    from benchmaker.config_paths import config_paths
+    from benchmaker.podlogs import pod_failure, pod_failure_summary
+    from benchmaker.staging import volume_problems
+
+    vol = [p for p in config_paths({"paths": {"image_root": "/data/images"}}) if p.use == "volume"]
+    assert volume_problems(vol, ["/data"]) == []
+    (msg,) = volume_problems(vol, [])
+    assert "paths.image_root" in msg and "BENCHMAKER_K8S_PVC" in msg
+    log = ("Building DAG of jobs...\nrule preprocess:\n    jobid: 3\n"
+           "benchmaker: rule preprocess failed:\n  FileNotFoundError: paths.image_root '/x' is not a directory\n"
+           "  full log and traceback: results/b/logs/preprocess/00000.log\n")
+    assert pod_failure(log) == ("preprocess", "FileNotFoundError: paths.image_root '/x' is not a directory")
+    assert pod_failure("rule score:\nTraceback (most recent call last):\n  File x\nValueError: bad\n") == \
+        ("score", "ValueError: bad")
+    d = tmp_path / "logs"
+    d.mkdir()
+    for i in range(2):
+        (d / f"snakejob-{i}.log").write_text(log)
+    old = d / "snakejob-old.log"
+    old.write_text("rule plan:\nValueError: from an earlier run\n")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    text = pod_failure_summary(time.time() - 60, {"paths.image_root": "export BENCHMAKER_K8S_PVC"}, d)
+    assert "rule preprocess failed in its pod (2 jobs)" in text and "fix: export BENCHMAKER_K8S_PVC" in text
+    assert "earlier run" not in text
+    assert pod_failure_summary(time.time() - 60, {}, tmp_path / "none") is None
+
+
+def test_link_staged_puts_the_copy_at_the_path_as_written(tmp_path, monkeypatch):
+    from benchmaker.jobpaths import link_staged, staged_paths
+
+    monkeypatch.chdir(tmp_path)
+    written = str(tmp_path / "gone" / "home" / "prod.trec")
+    copy = tmp_path / ".snakemake" / "storage" / "s3" / "b" / "inputs" / "file" / stage_key(written) / "prod.trec"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("q Q0 d 1 1 x\n")
+    folder = tmp_path / ".snakemake" / "storage" / "s3" / "b" / "inputs" / "dir" / stage_key("models/clip") / "clip"
+    folder.mkdir(parents=True)
+    params = {"path": written, "model": "local-dir:models/clip", "other": "/not/staged"}
+    assert staged_paths(params, [str(copy), str(folder)]) == {written: str(copy), "models/clip": str(folder)}
+    assert link_staged(params, [str(copy), str(folder)])
+    assert Path(written).read_text() == "q Q0 d 1 1 x\n" and Path("models/clip").resolve() == folder.resolve()
+    assert link_staged(params, [str(copy), str(folder)])  # again: already there
+    # a path that exists and is something else: not replaced; the caller maps the param instead
+    other = tmp_path / "taken.csv"
+    other.write_text("x")
+    c2 = copy.parent.parent / stage_key(str(other)) / "taken.csv"
+    c2.parent.mkdir()
+    c2.write_text("y")
+    assert not link_staged({"p": str(other)}, [str(c2)]) and other.read_text() == "x"

@@ -94,31 +94,12 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 
 
 def _named_paths(cfg: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(config key, path, 'dir' | 'file') for every path the config names."""
-    paths = cfg.get("paths", {})
-    out: list[tuple[str, str, str]] = []
-    if paths.get("image_root"):
-        out.append(("paths.image_root", paths["image_root"], "dir"))
-    for key in ("rights_map", "metadata_jsonl", "seeds_file", "pools_file", "judge_reuse_file"):
-        if paths.get(key):
-            out.append((f"paths.{key}", paths[key], "file"))
-    for section in ("similarity", "vision.clip"):
-        node: Any = cfg
-        for part in section.split("."):
-            node = node.get(part, {}) if isinstance(node, Mapping) else {}
-        model, pretrained = node.get("model") or "", node.get("pretrained")
-        if model.startswith("local-dir:"):
-            out.append((f"{section}.model", model[len("local-dir:"):], "dir"))
-        elif pretrained and ("/" in pretrained or Path(pretrained).suffix in (".safetensors", ".bin", ".pt",
-                                                                             ".pth")):
-            out.append((f"{section}.pretrained", pretrained, "file"))
-    ev = cfg.get("evaluate") or {}
-    for i, s in enumerate(ev.get("systems") or []):  # live systems: a Milvus Lite file (docs/evaluate.md)
-        if isinstance(s, Mapping) and s.get("kind") == "milvus" and s.get("db_file"):
-            out.append((f"evaluate.systems[{i}].db_file", s["db_file"], "file"))
-    if (ev.get("compare") or {}).get("baseline"):
-        out.append(("evaluate.compare.baseline", ev["compare"]["baseline"], "dir"))
-    return out
+    """(config key, path, 'dir' | 'file') for every local input the config names: the keys marked
+    ``x-path`` in config/schema.yaml (benchmaker.config_paths), except the folders the workflow
+    writes (``x-path-use: output``)."""
+    from .config_paths import config_paths
+
+    return [(p.key, p.path, p.kind) for p in config_paths(cfg) if p.use != "output"]
 
 
 def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None, *,
@@ -135,7 +116,7 @@ def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None, *,
         if not p.exists():
             what = "folder" if kind == "dir" else "file"
             hint = ""
-            if key.endswith(".model"):
+            if kind == "dir" and key.endswith(".model"):
                 hint = (" (a local-dir: folder holds open_clip_config.json and the weights; for a smoke test "
                         f"`python -m benchmaker.tinyclip {raw}` builds a random tiny one)")
             problems.append(f"{key}: {what} {shown} does not exist; fix the path in your config "

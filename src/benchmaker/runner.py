@@ -31,13 +31,17 @@ __all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ON
 # inputs so that replacing a checkpoint in place reruns the rule, read by the model loader itself
 # triggers (param): the output-deciding part of an API rule's settings (benchmaker.triggers.output_settings)
 TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers"})
+# params that a stage writes into its outputs as the user wrote them (the dataset card's config, the
+# audit's settings): never mapped to a pod's local copies of staged files (jobpaths.job_paths)
+RECORDED_PARAMS: frozenset[str] = frozenset({"public_config", "settings"})
 # offered by the runner itself, passed only to functions that take it
 _OFFERED: frozenset[str] = frozenset({"threads"})
 
 
 # loaded by the runner or the rule scripts themselves, never deciding a stage's output: versions (the
 # check itself) and staging (scripts map staged weight paths under --profile nrp, rules/cluster.smk)
-_NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.staging"})
+_NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.staging",
+                                             "benchmaker.config_paths"})
 
 
 class ParamError(TypeError):
@@ -138,6 +142,15 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
                                      f"(or reserved: {', '.join(sorted(_OFFERED))})")
                 kwargs[k] = v
                 kinds[k] = kind
+        # under --profile nrp a param naming a file the controller staged reaches this job's copy of it
+        from .jobpaths import job_paths, link_staged
+
+        inputs = [*named_items(smk.input).values(), *(smk.input if isinstance(smk.input, list) else [])]
+        for k, kind in kinds.items():
+            # the copy appears at the path as written (params unchanged: outputs record what the
+            # user wrote); where that cannot be made, the param points at the copy instead
+            if kind == "param" and k not in RECORDED_PARAMS and not link_staged(kwargs[k], inputs):
+                kwargs[k] = job_paths(kwargs[k], inputs)
         kwargs["threads"] = int(getattr(smk, "threads", 1) or 1)
         kwargs.update(extra)
         logger.info("rule %s%s", smk.rule, f" ({dict(smk.wildcards)})" if len(smk.wildcards) else "")

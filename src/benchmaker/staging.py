@@ -29,12 +29,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .config_paths import WEIGHT_SUFFIXES, looks_like_path  # one rule for "a name or a path"
+from .jobpaths import LOCAL_DIR, job_paths, stage_key  # noqa: F401  (re-exported)
+
 __all__ = [
     "LOCAL_DIR",
     "StagingError",
     "check_s3_prefix",
     "copy_input",
     "is_storage_url",
+    "job_paths",
     "looks_like_path",
     "model_source_files",
     "relocate_configfiles",
@@ -42,11 +46,9 @@ __all__ = [
     "staged_files",
     "staged_model",
     "valid_bucket_name",
+    "volume_problems",
 ]
 
-LOCAL_DIR = "local-dir:"
-#: weight file suffixes of a ``local-dir:`` folder (what open_clip loads from it)
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
@@ -57,11 +59,6 @@ class StagingError(RuntimeError):
 def is_storage_url(path: str) -> bool:
     """``s3://b/k``, ``https://...``: already remote, used as is (never staged)."""
     return bool(_URL.match(str(path)))
-
-
-def stage_key(path_as_written: str) -> str:
-    """12 hex digits naming the staged copy of ``path_as_written`` (stable across hosts)."""
-    return hashlib.sha256(str(path_as_written).encode()).hexdigest()[:12]
 
 
 def staged_files(path_as_written: str, *, base: str | os.PathLike | None = None) -> dict[str, str]:
@@ -86,10 +83,23 @@ def staged_files(path_as_written: str, *, base: str | os.PathLike | None = None)
                        "fix the path in the config")
 
 
-def looks_like_path(value: str) -> bool:
-    """A ``pretrained`` value that names a file rather than a tag (same rule as the model loader)."""
-    value = str(value)
-    return "/" in value or value.startswith("~") or value.endswith(WEIGHT_SUFFIXES)
+def volume_problems(paths: Sequence[Any], volumes: Sequence[Any]) -> list[str]:
+    """Warnings for config paths marked ``x-path-use: volume`` (``paths.image_root``) that no pod
+    volume holds: each ``volumes`` entry has ``.path`` (the mount path; the kubernetes executor's
+    ``--kubernetes-persistent-volumes``, set by profiles/nrp from ``BENCHMAKER_K8S_PVC``)."""
+    mounts = [Path(str(getattr(v, "path", v))) for v in volumes]
+    out = []
+    for p in paths:
+        if is_storage_url(p.path):
+            continue
+        where = Path(os.path.abspath(os.path.expanduser(p.path)))
+        if not any(where == m or m in where.parents for m in mounts):
+            held = ", ".join(str(m) for m in mounts) or "none"
+            out.append(f"{p.key} ({p.value}) is on this machine only: no volume of the pods holds it "
+                       f"(mounted: {held}), so every job reading it fails. Put the folder on a "
+                       "ReadWriteMany volume and export BENCHMAKER_K8S_PVC=<pvc name>:<mount path> with "
+                       f"the mount path holding {p.path} (docs/clusters.md, The image volume)")
+    return out
 
 
 def model_source_files(spec: Mapping[str, Any], *, by_name: bool = False) -> list[str]:
