@@ -76,3 +76,23 @@ def test_deepen_offline_end_to_end(tmp_path, tiny_cfg, tiny_clip):
     # a rerun: nothing to do
     r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
+
+
+def test_example_overlay_dry_run_from_repo_root():
+    """The documented overlay on the example (docs/deepen.md): one deepen_system job per corpus-ranked
+    system of config/offline.yaml plus the merge; the example's defaults alone have none."""
+    import os
+    import subprocess
+    import sys
+
+    root = support.ROOT
+    base = [sys.executable, "-m", "snakemake", "-n", "-F", "-c2", "--workflow-profile", "none"]
+    env = {**os.environ, "PATH": support.no_slurm_path(), "PYTHONPATH": str(root / "src")}
+    r = subprocess.run(base, cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not {"deepen", "deepen_system"} & set(job_stats(r.stdout + r.stderr))
+    r = subprocess.run([*base, "--configfile", "config/config.yaml", "config/offline.yaml", "config/deepen.yaml"],
+                       cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert stats["deepen_system"] == 2 and stats["deepen"] == 1 and stats["summary"] == 1
