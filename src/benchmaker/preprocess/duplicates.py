@@ -36,10 +36,21 @@ def phash_codes(phash: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     return ph.fill_null(0).to_numpy().astype(np.uint64), ph.is_not_null().to_numpy()
 
 
-def _ranges(m: int) -> list[int]:
-    """Bit masks of ``m`` contiguous, nearly equal ranges of a 64-bit hash."""
+def _ranges(m: int) -> list[tuple[int, int]]:
+    """(first bit, width) of ``m`` contiguous, nearly equal ranges of a 64-bit hash."""
     bounds = [round(64 * k / m) for k in range(m + 1)]
-    return [((1 << (hi - lo)) - 1) << lo for lo, hi in zip(bounds, bounds[1:])]
+    return [(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _key(codes: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """The bits of ``ranges`` packed side by side, in the narrowest unsigned dtype (a 16-bit key is
+    sorted by numpy's radix sort)."""
+    key = np.zeros(codes.size, dtype=np.uint64)
+    shift = 0
+    for lo, width in ranges:
+        key |= ((codes >> np.uint64(lo)) & np.uint64((1 << width) - 1)) << np.uint64(shift)
+        shift += width
+    return key.astype(np.uint16 if shift <= 16 else np.uint32 if shift <= 32 else np.uint64)
 
 
 def _plan(n: int, t: int) -> tuple[int, int]:
@@ -63,12 +74,13 @@ def _near_pairs(codes: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
     if n < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     m, r = _plan(n, t)
-    masks = _ranges(m)
+    ranges = _ranges(m)
     out_i, out_j = [], []
     for chosen in itertools.combinations(range(m), r):
-        key = codes & np.uint64(sum(masks[c] for c in chosen))
+        key = _key(codes, [ranges[c] for c in chosen])
         order = np.argsort(key, kind="stable")
         ks = key[order]
+        cs = codes[order]  # the hashes in key order: each step compares two slices of one array
         # run boundaries of equal keys; ends[k] = one past the last position of k's run
         starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
         lengths = np.diff(np.r_[starts, n])
@@ -79,12 +91,12 @@ def _near_pairs(codes: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
         d = 1
         while active.size:
             for lo in range(0, active.size, _MAX_PAIRS_PER_STEP):
-                a = order[active[lo:lo + _MAX_PAIRS_PER_STEP]]
-                b = order[active[lo:lo + _MAX_PAIRS_PER_STEP] + d]
-                near = np.bitwise_count(codes[a] ^ codes[b]) <= t
+                k = active[lo:lo + _MAX_PAIRS_PER_STEP]
+                near = np.bitwise_count(cs[k] ^ cs[k + d]) <= t
                 if near.any():
-                    out_i.append(np.minimum(a[near], b[near]))
-                    out_j.append(np.maximum(a[near], b[near]))
+                    a, b = order[k[near]], order[k[near] + d]
+                    out_i.append(np.minimum(a, b))
+                    out_j.append(np.maximum(a, b))
             d += 1
             active = active[ends[active] - active > d]
     if not out_i:
