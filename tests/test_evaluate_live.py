@@ -107,6 +107,20 @@ def test_render_placeholders():
                    "u": "x?q=a%20%22red%22%20caf%C3%A9", "lit": "$5"}
 
 
+def test_answers_in_the_wrong_shape_are_losses_not_empty_rankings():
+    from benchmaker.evaluate.live import _BadAnswer, parse_hits
+
+    s = {"results": "data.Get.Images", "id": "image_id", "score": "_additional.score"}
+    ok = {"data": {"Get": {"Images": [{"image_id": "a.jpg", "_additional": {"score": "0.5"}}]}}}
+    assert parse_hits(s, ok, 10) == [("a.jpg", 0.5)]
+    assert parse_hits(s, {"data": {"Get": {"Images": []}}}, 10) == []          # a real empty answer
+    graphql_error = {"errors": [{"message": "no class Images"}], "data": {"Get": {"Images": None}}}
+    with pytest.raises(_BadAnswer, match="no class Images"):
+        parse_hits(s, graphql_error, 10)
+    with pytest.raises(_BadAnswer, match="not a number"):
+        parse_hits(s, {"data": {"Get": {"Images": [{"image_id": "a", "_additional": {"score": "x"}}]}}}, 10)
+
+
 def test_http_config_errors_name_the_key():
     base = {"name": "live", "kind": "http", "url": "http://127.0.0.1:1/s"}
     with pytest.raises(ConfigError, match=r"systems\[0\]\.body: bad placeholder"):

@@ -147,8 +147,9 @@ def parse_hits(s: Mapping[str, Any], answer: Any, depth: int) -> list[tuple[Any,
     import jmespath
 
     hits = jmespath.search(s["results"], answer) if s.get("results") else answer
-    if hits is None:
-        hits = []
+    if hits is None:  # not there (an error answer, a wrong path); an empty list is a valid empty answer
+        raise _BadAnswer(f"results {s.get('results')!r} finds nothing in the answer "
+                         f"{json.dumps(answer, ensure_ascii=False)[:300]}")
     if not isinstance(hits, list):
         raise _BadAnswer(f"results {s.get('results')!r} is a {type(hits).__name__}, not a list")
     out = []
