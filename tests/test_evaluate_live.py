@@ -478,3 +478,12 @@ def test_validate_config_names_live_systems_keys_and_files(tmp_path, tiny_cfg, m
     err = capsys.readouterr().err
     assert "evaluate.systems[0].auth_env: environment variable SEARCH_TOKEN is not set" in err
     assert "evaluate.systems[1].db_file" in err
+
+
+def test_a_service_that_is_down_is_a_clear_retryable_error(bench, tmp_path):  # noqa: F811
+    from benchmaker.providers.retry import TransientExhausted
+
+    s = {**_http_system("http://127.0.0.1:9"), "auth_env": None, "max_attempts": 2, "timeout_s": 1}
+    with pytest.raises(TransientExhausted, match="kept failing.*run the workflow again.*max_attempts"):
+        _run_system(bench, s, [s], llm_cache_dir=str(tmp_path / "cache"))
+    assert not (bench / "evaluate" / "runs" / "live.trec").exists()  # no run file from a failed service
