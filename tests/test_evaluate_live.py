@@ -107,6 +107,20 @@ def test_render_placeholders():
                    "u": "x?q=a%20%22red%22%20caf%C3%A9", "lit": "$5"}
 
 
+def test_answers_in_the_wrong_shape_are_losses_not_empty_rankings():
+    from benchmaker.evaluate.live import _BadAnswer, parse_hits
+
+    s = {"results": "data.Get.Images", "id": "image_id", "score": "_additional.score"}
+    ok = {"data": {"Get": {"Images": [{"image_id": "a.jpg", "_additional": {"score": "0.5"}}]}}}
+    assert parse_hits(s, ok, 10) == [("a.jpg", 0.5)]
+    assert parse_hits(s, {"data": {"Get": {"Images": []}}}, 10) == []          # a real empty answer
+    graphql_error = {"errors": [{"message": "no class Images"}], "data": {"Get": {"Images": None}}}
+    with pytest.raises(_BadAnswer, match="no class Images"):
+        parse_hits(s, graphql_error, 10)
+    with pytest.raises(_BadAnswer, match="not a number"):
+        parse_hits(s, {"data": {"Get": {"Images": [{"image_id": "a", "_additional": {"score": "x"}}]}}}, 10)
+
+
 def test_http_config_errors_name_the_key():
     base = {"name": "live", "kind": "http", "url": "http://127.0.0.1:1/s"}
     with pytest.raises(ConfigError, match=r"systems\[0\]\.body: bad placeholder"):
@@ -464,3 +478,12 @@ def test_validate_config_names_live_systems_keys_and_files(tmp_path, tiny_cfg, m
     err = capsys.readouterr().err
     assert "evaluate.systems[0].auth_env: environment variable SEARCH_TOKEN is not set" in err
     assert "evaluate.systems[1].db_file" in err
+
+
+def test_a_service_that_is_down_is_a_clear_retryable_error(bench, tmp_path):  # noqa: F811
+    from benchmaker.providers.retry import TransientExhausted
+
+    s = {**_http_system("http://127.0.0.1:9"), "auth_env": None, "max_attempts": 2, "timeout_s": 1}
+    with pytest.raises(TransientExhausted, match="kept failing.*run the workflow again.*max_attempts"):
+        _run_system(bench, s, [s], llm_cache_dir=str(tmp_path / "cache"))
+    assert not (bench / "evaluate" / "runs" / "live.trec").exists()  # no run file from a failed service

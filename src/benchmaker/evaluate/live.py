@@ -147,8 +147,9 @@ def parse_hits(s: Mapping[str, Any], answer: Any, depth: int) -> list[tuple[Any,
     import jmespath
 
     hits = jmespath.search(s["results"], answer) if s.get("results") else answer
-    if hits is None:
-        hits = []
+    if hits is None:  # not there (an error answer, a wrong path); an empty list is a valid empty answer
+        raise _BadAnswer(f"results {s.get('results')!r} finds nothing in the answer "
+                         f"{json.dumps(answer, ensure_ascii=False)[:300]}")
     if not isinstance(hits, list):
         raise _BadAnswer(f"results {s.get('results')!r} is a {type(hits).__name__}, not a list")
     out = []
@@ -187,7 +188,7 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
     """Query the service once per query; the run is each answer's hits mapped to image ids."""
     import httpx2
 
-    from ..providers.retry import PermanentAPIError, RetryPolicy
+    from ..providers.retry import PermanentAPIError, RetryPolicy, TransientExhausted
 
     s = {**HTTP_DEFAULTS, **dict(system)}
     name = s["name"]
@@ -237,6 +238,11 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
                     if status in (401, 403) else "url, method, params, headers and body")
             raise UserError(f"evaluate system {name!r}: {req['method']} {req['url']} answered HTTP {status} for "
                             f"query {qid!r} ({said!r}); asking again will not help: check {hint}") from None
+        except TransientExhausted as exc:
+            raise TransientExhausted(f"evaluate system {name!r}: {req['method']} {req['url']} kept failing for query "
+                                     f"{qid!r} ({str(exc.__cause__ or exc)[:200]}). Answers so far are cached: run "
+                                     f"the workflow again when the service is up, or raise max_attempts / "
+                                     f"timeout_s") from None
         try:
             answer = r.json()
         except ValueError:
