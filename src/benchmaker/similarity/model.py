@@ -54,8 +54,8 @@ PREPROCESS_VERSION = 1
 DECODE = f"pil-draft-imaging{IMAGING_VERSION}"
 # rows of every forward pass (images and texts) per device kind, the "pass size"; part of the
 # numerics, so of the cache key: changing a value starts a new embedding cache for that device kind.
-# cpu: 64 (tests/test_determinism.py; larger passes gain nothing on CPU, docs/performance.md).
-# cuda: 64 until measured on a GPU: see docs/performance.md, "GPU" (benchmarks/clip_gpu.py).
+# cpu: 64, the size whose determinism tests/test_determinism.py checks (docs/performance.md, "Pass size").
+# cuda: 64 until measured on a GPU: see docs/performance.md, "GPU" (benchmarks/clip_gpu.py); mps: as cpu.
 ENCODE_BATCH: dict[str, int] = {"cpu": 64, "mps": 64, "cuda": 64}
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
