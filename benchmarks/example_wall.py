@@ -15,8 +15,11 @@ embedding cache, i.e. what ``make example-offline`` does after installation, and
   that ``benchmaker.runner`` logs), CLIP model loads (the ``model load N in this job: ... S s
   including imports`` lines of ``benchmaker.similarity.loads``, written by every load: vision,
   embed_images, embed_queries, evaluate's clip systems; a reuse is logged apart and not counted),
-  and the rest, the work. Minimal = one load per vision shard (annotation and embedding share it with
-  ``similarity.share_vision_job``) + one for the query texts + one per clip retrieval system.
+  and the rest, the work; and each job's CPU seconds (the runner's ``cpu time`` line; Snakemake's
+  sampled ``cpu_time`` misses most of a short job), which on a loaded machine say about what the
+  job would cost on an idle core. Minimal = one load per vision
+  shard (annotation and embedding share it with ``similarity.share_vision_job``) + one for the
+  query texts + one per clip retrieval system.
 
 ``--no-share`` runs with ``similarity.share_vision_job: false`` for comparison.
 """
@@ -38,6 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 # the log lines every job writes: benchmaker.runner (start-up) and benchmaker.similarity.loads (loads)
 START = re.compile(r"start-up (\d+\.\d+) s \(process start")
+CPU = re.compile(r"cpu time (\d+\.\d+) s \(this process")
 LOAD = re.compile(r"model load \d+ in this job: .*?, (\d+\.\d+) s including imports")
 
 
@@ -91,25 +95,29 @@ def main() -> int:
         text = log.read_text(errors="replace")
         loads = [float(x) for x in LOAD.findall(text)]
         start = [float(x) for x in START.findall(text)]
-        split[str(log.relative_to(res / "logs"))[:-4]] = (start[0] if start else None, loads)
-    print(f"{'job':<28} {'s':>6} {'start-up':>9} {'loads':>6} {'load s':>7} {'work':>6}")
-    tot = {"s": 0.0, "start": 0.0, "loads": 0, "load_s": 0.0, "work": 0.0}
+        cpu = [float(x) for x in CPU.findall(text)]
+        split[str(log.relative_to(res / "logs"))[:-4]] = (start[0] if start else None, loads,
+                                                          cpu[-1] if cpu else 0.0)
+    print(f"{'job':<28} {'s':>6} {'start-up':>9} {'loads':>6} {'load s':>7} {'work':>6} {'CPU s':>6}")
+    tot = {"s": 0.0, "start": 0.0, "loads": 0, "load_s": 0.0, "work": 0.0, "cpu": 0.0}
     for name, s in jobs:
-        start, loads = split.get(name, (None, []))
+        start, loads, cpu = split.get(name, (None, [], 0.0))
         work = s - (start or 0.0) - sum(loads)
         print(f"{name:<28} {s:>6.1f} {'-' if start is None else f'{start:.2f}':>9} {len(loads):>6} "
-              f"{sum(loads):>7.1f} {work:>6.1f}")
+              f"{sum(loads):>7.1f} {work:>6.1f} {cpu:>6.1f}")
         tot["s"] += s
         tot["start"] += start or 0.0
         tot["loads"] += len(loads)
         tot["load_s"] += sum(loads)
         tot["work"] += work
+        tot["cpu"] += cpu
     print(f"{'all jobs (job-seconds)':<28} {tot['s']:>6.1f} {tot['start']:>9.2f} {tot['loads']:>6} "
-          f"{tot['load_s']:>7.1f} {tot['work']:>6.1f}")
+          f"{tot['load_s']:>7.1f} {tot['work']:>6.1f} {tot['cpu']:>6.1f}")
     unlogged = [n for n, _ in jobs if split.get(n, (None,))[0] is None]
-    print(f"model loads in total: {tot['loads']} in {sum(1 for _, (_, ld) in split.items() if ld)} jobs; "
+    print(f"model loads in total: {tot['loads']} in {sum(1 for _, (_, ld, _) in split.items() if ld)} jobs; "
           f"start-up = process start to the stage's first line (runner's '{START.pattern.split()[0]}' line), "
-          f"load s = model loads with torch/open_clip imports, work = the rest of the job's seconds"
+          f"load s = model loads with torch/open_clip imports, work = the rest of the job's seconds, CPU s = "
+          f"the job's CPU seconds (runner's 'cpu time' line: about what the job costs on an idle core)"
           + (f"; no start-up line in: {', '.join(unlogged)}" if unlogged else ""))
     return 0
 

@@ -9,12 +9,14 @@ the image's facets (so tag overlap means something), a 1% sprinkling of exact du
 and of near duplicates (pHash within a few bits). Each query asks for 40 candidates (5 positive,
 5 neutral, 15 hard, 10 near-miss, 5 easy). The plan stage (``benchmaker.plan.run``: read + validate
 JSONL, index, plan, write) runs in a child process, so the numbers are the stage's own: wall time of
-the child and its peak resident set size (``ru_maxrss``).
+the child and its peak resident set size (``ru_maxrss``). ``same_plan_as_before`` compares the plan's
+sha256 with the one recorded before the planner's speed work (``KNOWN_PLANS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -46,6 +48,14 @@ SETTINGS = {
     "diversity_facets": ["viewpoint"], "diversity_cap": 6,
     "pos_total": 5, "neutral_total": 5, "neg_total": 30, "neg_hard": 15, "neg_nearmiss": 10, "neg_easy": 5,
     "easy_max_jaccard": 0.1, "max_image_reuse": 3, "phash_max_distance": 6, "random_seed": 42,
+}
+
+
+# sha256 of query_plan.jsonl for this generator's collections, planned before the planner's speed
+# work (issue 23): a faster planner must make the same plans (smaller sizes: tests/test_plan_golden.py)
+KNOWN_PLANS = {
+    "200000:2000": "97b79e62bf0dbc043da12cd275ae9fa27dc6e34ed7d5e1259764998133adf48e",
+    "1000000:10000": "68866c172167d566f37666a05127da8179af175fc4a721123d33c28b524a37f2",
 }
 
 
@@ -135,6 +145,7 @@ def bench(n: int, q: int, workdir: Path) -> dict:
     for line in res.stderr.splitlines():
         if "plan:" not in line and "WARNING" not in line:  # skip progress bars
             sys.stderr.write(f"  [N={n}] {line}\n")
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()
     plan = pl.read_ndjson(p, infer_schema_length=None)
     diff = plan.select(pl.col("difficulty").struct.unnest()).sum().row(0, named=True)
     n_short = plan.filter(pl.col("shortfall").list.len() > 0).height
@@ -145,6 +156,8 @@ def bench(n: int, q: int, workdir: Path) -> dict:
         "peak_rss_mb": round(inner["maxrss_mb"]), "candidates": diff,
         "queries_with_shortfall": n_short,
         "annotations_mb": round(a.stat().st_size / 2**20),
+        "plan_sha256": digest,
+        "same_plan_as_before": (KNOWN_PLANS[f"{n}:{q}"] == digest) if f"{n}:{q}" in KNOWN_PLANS else "not recorded",
     }
 
 

@@ -45,7 +45,7 @@ def test_stages_import_no_torch_and_only_drawing_stages_may_import_altair():
 
 
 def test_the_runner_logs_the_start_up_of_a_job(tmp_path):
-    from benchmaker.runner import STARTUP_LINE, process_age, run_stage
+    from benchmaker.runner import CPU_LINE, STARTUP_LINE, process_age, run_stage
 
     age = process_age()
     assert age is None or 0 < age < 3600
@@ -58,5 +58,6 @@ def test_the_runner_logs_the_start_up_of_a_job(tmp_path):
         return threads
 
     assert run_stage(smk, stage) == 1
+    assert re.search(rf"{CPU_LINE} \d+\.\d\d s \(this process", log.read_text())
     if age is not None:
         assert re.search(rf"{STARTUP_LINE} \d+\.\d\d s \(process start", log.read_text())

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable
 
 from .logs import get_logger, stage_logging
 
-__all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ONLY", "STARTUP_LINE", "process_age"]
+__all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ONLY", "STARTUP_LINE", "CPU_LINE",
+           "process_age"]
 
 # names a rule may pass only so that Snakemake reruns it when they change; dropped unless the stage
 # function accepts them. version (param): stage_version(stage), the digest of the stage's code
@@ -168,6 +169,7 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
 
 
 STARTUP_LINE = "start-up"
+CPU_LINE = "cpu time"
 
 
 def process_age() -> float | None:
@@ -195,3 +197,6 @@ def _log_peak_memory(logger) -> None:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e6
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale / 1e6
     logger.info("peak memory: %.0f MB (this process), %.0f MB (largest child process)", own, child)
+    ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    logger.info("%s %.2f s (this process and its finished children, user + system)", CPU_LINE,
+                sum(r.ru_utime + r.ru_stime for r in ru))

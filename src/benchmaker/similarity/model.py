@@ -54,9 +54,10 @@ PREPROCESS_VERSION = 1
 DECODE = f"pil-draft-imaging{IMAGING_VERSION}"
 # rows of every forward pass (images and texts) per device kind, the "pass size"; part of the
 # numerics, so of the cache key: changing a value starts a new embedding cache for that device kind.
-# cpu: 64 (tests/test_determinism.py; larger passes gain nothing on CPU, docs/performance.md).
+# cpu: 64, the size whose determinism tests/test_determinism.py checks (docs/performance.md, "Pass size").
 # cuda: 256, measured on an H100 (docs/performance.md, "GPU"; benchmarks/clip_gpu.py --pass-rows):
 # ViT-B-32 fp16 runs 1.4-2.2x faster than at 64 rows, +4-6 % more at 512/1024; bit-identical per pass size.
+# mps: as cpu.
 ENCODE_BATCH: dict[str, int] = {"cpu": 64, "mps": 64, "cuda": 256}
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
