@@ -21,9 +21,9 @@ rule preprocess:
         mem_mb=4000,
     params:
         image_root=IMAGE_ROOT,
-        # workers only decides speed (threads): not a rerun trigger; the rest decides the output
+        # workers only decides speed (x-runtime: true): not a rerun trigger; the rest decides the output
         settings=not_a_trigger(config["preprocess"]),
-        triggers={k: v for k, v in config["preprocess"].items() if k != "workers"},
+        triggers=output_settings(config["preprocess"], "preprocess"),
         shard=lambda wc: wc.shard,
         n_shards=config["n_shards"],
         columns=COLUMNS,
