@@ -59,7 +59,8 @@ if AUDIT_ON:
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
             labels=config["judge"]["labels"],
-            benchmark_meta=config["benchmark"],
+            # what the page shows of the benchmark (its title)
+            benchmark_meta={k: config["benchmark"][k] for k in ("name", "title")},
             version=stage_version("audit_labelling"),
         script:
             "../scripts/audit_labelling.py"
@@ -83,7 +84,9 @@ if AUDIT_ON:
                 "../envs/benchmaker.yaml"
             params:
                 adapter=JUDGE2["adapter"],
-                settings=judge_settings(JUDGE2),
+                # every setting reaches the job; only those deciding labels are compared
+                settings=not_a_trigger(judge_settings(JUDGE2)),
+                triggers=judge_settings(output_settings(JUDGE2, "judge")),
                 scope=AUDIT["second_judge"]["scope"],
                 facets=FACETS,
                 image_root=IMAGE_ROOT,

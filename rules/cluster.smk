@@ -247,21 +247,15 @@ if (
 
 # snakemake-storage-plugin-s3 0.3.6 caches "is not a folder" per object: the controller asks about
 # a directory() output (summary/, hf_dataset/) before the job runs, and after the pod uploaded it
-# still answers "missing in storage" (MissingOutputException). Forget that answer before every
-# existence check, so that a folder the job has written is seen. (Harmless once fixed upstream.)
+# still answers "missing in storage". The patch (benchmaker/snakemake_compat.py, with the other uses
+# of Snakemake internals) forgets that answer before every existence check.
 if STAGING and workflow.storage_settings.default_storage_provider == "s3":
-    import snakemake_storage_plugin_s3 as _s3plugin
+    from benchmaker.snakemake_compat import patch_s3_fresh_dir
 
-    if not getattr(_s3plugin.StorageObject.exists, "_benchmaker_fresh_dir", False):
-        _s3_exists = _s3plugin.StorageObject.exists
-
-        def _exists_fresh_dir(self):
-            if getattr(self, "_is_dir", None) is False:
-                self._is_dir = None
-            return _s3_exists(self)
-
-        _exists_fresh_dir._benchmaker_fresh_dir = True
-        _s3plugin.StorageObject.exists = _exists_fresh_dir
+    try:
+        patch_s3_fresh_dir()
+    except CompatError as exc:
+        raise WorkflowError(str(exc))
 
 
 # One clear error before anything is submitted when the Kubernetes namespace is not usable

@@ -9,15 +9,20 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from snakemake.utils import validate
 
+from benchmaker.snakemake_compat import CompatError, check_snakemake, not_a_trigger
+
+try:  # Snakemake internals used by the workflow: benchmaker/snakemake_compat.py
+    check_snakemake()
+except CompatError as exc:
+    raise WorkflowError(str(exc))
+
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
 from benchmaker.versions import stage_version
-from benchmaker.triggers import (
-    output_settings,
-    split_runtime,
-    vision_runtime_keys,
-    without_runtime,
-)
+
+# which settings are rerun triggers: the schema's `x-runtime: true` marker (benchmaker/triggers.py);
+# runtime knobs reach jobs through not_a_trigger(...), never as compared params
+from benchmaker.triggers import output_settings, split_runtime, without_runtime
 
 try:
     _validated = validate_config(config)
@@ -182,29 +187,16 @@ if workflow.is_main_process:
         )
 
 
-def not_a_trigger(value):
-    """A param the job gets but Snakemake never compares (runtime knobs that do not change bytes).
-
-    Snakemake leaves params computed by a function of ``threads`` (or input/output/resources) out
-    of the params it stores with outputs ("derived" params), so changing ``value`` reruns nothing.
-    tests/test_determinism.py checks that with ``snakemake -n``. Which settings are runtime knobs:
-    benchmaker/triggers.py.
-    """
-    return lambda wildcards, threads: value
-
-
 # ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
 import re as _re
 
 from benchmaker.evaluate.systems import (
     LIVE_KINDS,
-    LIVE_RUNTIME,
     MODEL_KINDS,
     check_systems,
     has_corpus_scope,
     sees_judge_text,
 )
-from benchmaker.triggers import LLM_SYNC_RUNTIME
 
 try:
     EVAL_SYSTEMS = check_systems(config.get("evaluate") or {})
@@ -303,37 +295,25 @@ def evaluate_system_inputs(wildcards):
     return out
 
 
-def evaluate_system_params(wildcards):
-    """Only the system's own settings, with whether it sees what the judge saw (derived from the systems
+def _evaluate_system(wildcards):
+    """The system's own settings, with whether it sees what the judge saw (derived from the systems
     it fuses or reranks): editing another system never reruns this one."""
     s = EVAL_BY_NAME[wildcards.system]
-    out = {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
-    # a reranker's runtime knobs reach it through evaluate_llm_runtime
-    if s["kind"] == "rerank":
-        out["llm"] = split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[0]
-    # a live system's speed knobs (concurrency, timeouts, tries, cache use) reach it through
-    # evaluate_runtime; its url, body, version ... stay params (a new deployment version reruns it)
-    if s["kind"] in LIVE_KINDS:
-        out = split_runtime(out, LIVE_RUNTIME)[0]
-    return out
+    return {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
 
 
-def evaluate_runtime(wildcards, threads):
-    """A live system's LIVE_RUNTIME keys: a function of threads, so never a rerun trigger."""
-    s = EVAL_BY_NAME[wildcards.system]
-    if s["kind"] not in LIVE_KINDS:
-        return {}
-    return split_runtime(s, LIVE_RUNTIME)[1]
+def evaluate_system_params(wildcards, threads):
+    """The `system` param: every setting of the system, runtime knobs included (a function of
+    threads, so never compared: not_a_trigger). What reruns it: evaluate_system_triggers.
+    """
+    return _evaluate_system(wildcards)
 
 
-def evaluate_llm_runtime(wildcards, threads):
-    """A reranker's llm keys that only change speed (concurrency, poll_seconds, wait, how requests are
-    cut into batches: benchmaker/triggers.py): a function of threads, so never a rerun trigger
-    (see not_a_trigger); answers are cached by request content either way."""
-    s = EVAL_BY_NAME[wildcards.system]
-    if s["kind"] != "rerank":
-        return {}
-    return split_runtime(s.get("llm") or {}, LLM_SYNC_RUNTIME)[1]
+def evaluate_system_triggers(wildcards):
+    """The part of the system's settings that decides its run (schema evaluate.systems, without the
+    `x-runtime: true` knobs: batch size, workers, a reranker's concurrency and polling).
+    """
+    return output_settings(_evaluate_system(wildcards), "evaluate.systems.[]")
 
 
 # ---- deepen (rules/deepen.smk, docs/deepen.md): opt-in, after evaluate ----

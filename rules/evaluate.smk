@@ -33,8 +33,9 @@ rule evaluate_model:
         runtime=RES.runtime("embed_images"),
     params:
         system=evaluate_system_params,
+        triggers=evaluate_system_triggers,
         image_root=IMAGE_ROOT,
-        cache_dir=EMBED_CACHE,
+        cache_dir=not_a_trigger(EMBED_CACHE),
         columns=COLUMNS,
         version=stage_version("evaluate_system"),
     script:
@@ -63,6 +64,7 @@ rule evaluate_system:
         mem_mb=RES.mem_mb("evaluate_system"),
     params:
         system=evaluate_system_params,
+        triggers=evaluate_system_triggers,
         image_root=IMAGE_ROOT,
         llm_cache_dir=f"{config['paths']['results']}/.cache/evaluate",
         # rerank only: Batch API state (llm.mode: batch; its journal never submits twice) and the
@@ -70,8 +72,6 @@ rule evaluate_system:
         batch_dir=lambda wc: f"{RESULTS}/.batches/evaluate/{wc.system}",
         ledger=lambda wc: f"{RESULTS}/.ledger/evaluate/{wc.system}.jsonl",
         benchmark=config["benchmark"]["name"],
-        llm_runtime=evaluate_llm_runtime,
-        runtime=evaluate_runtime,
         facets=FACETS,
         columns=COLUMNS,
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),

@@ -6,6 +6,8 @@
 # Which settings each rule gets: benchmaker.providers.settings (imported in rules/vision.smk).
 
 JUDGE_SETTINGS = judge_settings(config["judge"])
+# what decides the judge's output: all but the `x-runtime: true` knobs (benchmaker/triggers.py)
+JUDGE_TRIGGERS = judge_settings(output_settings(config["judge"], "judge"))
 JUDGE_BATCH = is_batch(config["judge"])
 
 if JUDGE_BATCH:
@@ -29,7 +31,7 @@ if JUDGE_BATCH:
         resources:
             mem_mb=RES.mem_mb("judge"),
         params:
-            settings=judge_settings(config["judge"], REQUEST_KEYS),
+            settings=judge_settings(config["judge"], requests_only=True),
             adapter=JUDGE_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
@@ -52,7 +54,7 @@ if JUDGE_BATCH:
         resources:
             mem_mb=RES.mem_mb("submit"),
         params:
-            settings=not_a_trigger(judge_settings(config["judge"], BATCH_KEYS)),
+            settings=not_a_trigger(JUDGE_SETTINGS),
             adapter=JUDGE_ADAPTER,
             state_dir=f"{RESULTS}/.batches/judge/all",
             benchmark=config["benchmark"]["name"],
@@ -83,7 +85,7 @@ if JUDGE_BATCH:
             mem_mb=RES.mem_mb("judge"),
         params:
             settings=not_a_trigger(JUDGE_SETTINGS),
-            triggers=output_settings(JUDGE_SETTINGS),
+            triggers=JUDGE_TRIGGERS,
             adapter=JUDGE_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
@@ -120,7 +122,7 @@ else:
         params:
             adapter=JUDGE_ADAPTER,
             settings=not_a_trigger(JUDGE_SETTINGS),
-            triggers=output_settings(JUDGE_SETTINGS),
+            triggers=JUDGE_TRIGGERS,
             facets=FACETS,
             image_root=IMAGE_ROOT,
             columns=COLUMNS,

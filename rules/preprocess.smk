@@ -21,13 +21,13 @@ rule preprocess:
         mem_mb=4000,
     params:
         image_root=IMAGE_ROOT,
-        # workers only decides speed (threads): not a rerun trigger; the rest decides the output
+        # workers only decides speed (x-runtime: true): not a rerun trigger; the rest decides the output
         settings=not_a_trigger(config["preprocess"]),
-        # near_duplicate_threshold is used by merge_images only (groups span shards)
+        # near_duplicate_threshold decides merge_images only (groups span shards): not a preprocess trigger
         triggers={
             k: v
-            for k, v in config["preprocess"].items()
-            if k not in ("workers", "near_duplicate_threshold")
+            for k, v in output_settings(config["preprocess"], "preprocess").items()
+            if k != "near_duplicate_threshold"
         },
         shard=lambda wc: wc.shard,
         n_shards=config["n_shards"],

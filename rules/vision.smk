@@ -4,24 +4,22 @@
 # costs/vision/{shard}.jsonl (empty for local adapters).
 
 from benchmaker.providers.settings import (
-    BATCH_KEYS,
-    REQUEST_KEYS,
-    batch_settings,
     is_batch,
     judge_settings,
     request_settings,
 )
 
 VISION_SETTINGS = config["vision"][VISION_ADAPTER]
+VISION_BATCH = is_batch(config["vision"])
+# the single `vision` rule: settings that change annotations are params; runtime knobs (batch size,
+# workers, caches, concurrency: `x-runtime: true` in the schema) reach it outside the params trigger
+VISION_OUTPUT_SETTINGS, VISION_RUNTIME = split_runtime(
+    VISION_SETTINGS, f"vision.{VISION_ADAPTER}"
+)
 if VISION_ADAPTER == "clip":
     # the clip annotator shares the image-embedding cache with embed_images
     VISION_SETTINGS = VISION_SETTINGS | {"embedding_cache_dir": EMBED_CACHE}
-VISION_BATCH = is_batch(config["vision"])
-# the single `vision` rule: settings that change annotations are params; runtime knobs (batch size,
-# workers, caches, concurrency) reach it outside the params trigger (benchmaker/triggers.py)
-VISION_OUTPUT_SETTINGS, VISION_RUNTIME = split_runtime(
-    VISION_SETTINGS, vision_runtime_keys(VISION_ADAPTER)
-)
+    VISION_RUNTIME = VISION_RUNTIME | {"embedding_cache_dir": EMBED_CACHE}
 
 
 # One process per shard for annotation and embedding (docs/architecture.md): with
@@ -48,8 +46,11 @@ SHARED_OUTPUT = (
 )
 SHARED_PARAMS = (
     {
-        # the vision stage's import closure holds similarity.embed, so its version covers the embed code
-        "similarity": similarity_model_params(),
+        # equal to vision.clip's model, weights and precision (CLIP_SHARED), triggers there: not
+        # compared here, so that a similarity.precision change that ends the sharing plans
+        # embed_images and what uses embeddings, never vision again (the vision stage's import
+        # closure holds similarity.embed, so its version covers the embed code)
+        "similarity": not_a_trigger(similarity_model_params()),
         # device: equal to vision.clip.device (CLIP_SHARED), a trigger there; the rest only decides speed
         "similarity_runtime": not_a_trigger(
             {
@@ -81,7 +82,7 @@ if VISION_BATCH:
         resources:
             mem_mb=RES.mem_mb("vision_api"),
         params:
-            settings=request_settings(VISION_SETTINGS),
+            settings=request_settings(VISION_SETTINGS, f"vision.{VISION_ADAPTER}"),
             adapter=VISION_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,
@@ -106,7 +107,7 @@ if VISION_BATCH:
         params:
             # how requests are cut into batches: decided once, never a rerun trigger (the journal
             # never resubmits); what the requests are comes in through requests.jsonl
-            settings=not_a_trigger(batch_settings(VISION_SETTINGS)),
+            settings=not_a_trigger(VISION_SETTINGS),
             adapter=VISION_ADAPTER,
             state_dir=lambda wc: f"{RESULTS}/.batches/vision/{wc.shard}",
             benchmark=config["benchmark"]["name"],
@@ -135,7 +136,7 @@ if VISION_BATCH:
             mem_mb=RES.mem_mb("vision_api"),
         params:
             settings=not_a_trigger(VISION_SETTINGS),
-            triggers=output_settings(VISION_SETTINGS),
+            triggers=VISION_OUTPUT_SETTINGS,
             adapter=VISION_ADAPTER,
             facets=FACETS,
             image_root=IMAGE_ROOT,

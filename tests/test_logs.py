@@ -75,6 +75,27 @@ def test_long_stage_reports_eta_on_the_terminal(tmp_path, term, monkeypatch):
     assert any("ETA" in ln for ln in lines) and "4/4 query done" in lines[-1]
 
 
+def test_tqdm_disable_turns_progress_off_without_failing(tmp_path):
+    """TQDM_DISABLE=1 (tqdm's own switch, read when tqdm is imported) used to crash a stage whose
+    progress ran past the terminal interval: '_Progress' object has no attribute 'desc'."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    code = ("from benchmaker import logs\n"
+            "with logs.stage_logging(None):\n"
+            "    with logs.progress(total=4, desc='judge', unit='query', mininterval=0) as bar:\n"
+            "        for _ in range(4):\n"
+            "            bar.update(1)\n"
+            "    assert list(logs.progress(range(3), desc='embed')) == [0, 1, 2]\n"
+            "print('ok')\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, TQDM_DISABLE="1", BENCHMAKER_PROGRESS_SECONDS="0", PYTHONPATH=src)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+    assert "judge:" not in r.stderr
+
+
 def test_failure_block_and_error_file(tmp_path, term):
     log_path = tmp_path / "logs" / "vision" / "00000.log"
     with pytest.raises(UserError):

@@ -195,10 +195,10 @@ print(json.dumps(seen))
 
 
 def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_clip):
-    """Concurrency, polling, waiting and batch cutting (benchmaker.triggers.LLM_SYNC_RUNTIME) never
+    """Concurrency, polling, waiting and batch cutting (`x-runtime: true` in the schema) never
     reach the params Snakemake compares, in any API rule of batch or sync mode; the output-deciding
     settings (model, prompts) do."""
-    from benchmaker.triggers import LLM_SYNC_RUNTIME
+    from benchmaker.triggers import runtime_keys
 
     knobs = {"concurrency": 7, "poll_seconds": 12345, "wait": False, "max_requests_per_batch": 4321}
     llm = {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-5-mini-unique-model", **knobs}
@@ -222,7 +222,7 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
                  "judge_submit", "judge_collect")}
     assert {"batch:vision_collect", "batch:judge_collect", "batch:vision_submit", "sync:vision",
             "sync:judge"} <= set(api_jobs), sorted(seen)
-    assert set(knobs) <= set(LLM_SYNC_RUNTIME)
+    assert set(knobs) <= set(runtime_keys("vision.openai"))
     for name, params in api_jobs.items():
         for value in ("12345", "4321"):
             assert value not in params, f"{name}: a runtime knob is a rerun trigger: {params[:400]}"

@@ -20,6 +20,7 @@ __all__ = [
     "load_config",
     "validate_config",
     "load_schema",
+    "resolve_schema",
     "results_dir",
     "RESERVED_COLUMNS",
 ]
@@ -55,17 +56,22 @@ def _format_error(error) -> str:
     return f"{where}: {error.message}"
 
 
+def resolve_schema(node: dict, schema: dict) -> dict:
+    """``node`` with its ``$ref`` to the schema's ``$defs`` resolved (the node's own keys win)."""
+    defs = schema.get("$defs", {})
+    while "$ref" in node:
+        name = node["$ref"].split("/")[-1]
+        merged = dict(defs[name])
+        merged.update({k: v for k, v in node.items() if k != "$ref"})
+        node = merged
+    return node
+
+
 def _fill_defaults(cfg: dict, schema: dict) -> None:
     """Fill defaults, resolving $ref to $defs (done by hand: simpler than a resolver and exact)."""
-    defs = schema.get("$defs", {})
 
     def resolve(s: dict) -> dict:
-        while "$ref" in s:
-            name = s["$ref"].split("/")[-1]
-            merged = dict(defs[name])
-            merged.update({k: v for k, v in s.items() if k != "$ref"})
-            s = merged
-        return s
+        return resolve_schema(s, schema)
 
     def walk(instance: Any, s: dict) -> None:
         s = resolve(s)
@@ -86,6 +92,23 @@ def _fill_defaults(cfg: dict, schema: dict) -> None:
     walk(cfg, schema)
 
 
+def _schema_ordered(instance: Any, node: dict, schema: dict) -> Any:
+    """``instance`` with every mapping's declared keys in schema order (other keys after them)."""
+    node = resolve_schema(node, schema)
+    if isinstance(instance, list):
+        items = node.get("items")
+        return [_schema_ordered(v, items, schema) if isinstance(items, dict) else v for v in instance]
+    if not isinstance(instance, dict):
+        return instance
+    props = node.get("properties") or {}
+    addl = node.get("additionalProperties")
+    out = {k: _schema_ordered(instance[k], props[k], schema) for k in props if k in instance}
+    for k, v in instance.items():
+        if k not in out:
+            out[k] = _schema_ordered(v, addl, schema) if isinstance(addl, dict) else v
+    return out
+
+
 def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = None) -> dict:
     """Validate a config mapping, fill defaults, run cross-key checks. Returns a new dict."""
     cfg = copy.deepcopy(dict(cfg))
@@ -96,6 +119,9 @@ def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = Non
         msgs = "\n  - ".join(_format_error(e) for e in errors[:20])
         raise ConfigError(f"invalid configuration:\n  - {msgs}")
     _fill_defaults(cfg, schema)
+    # keys in the schema's order, whatever the file's order: the config a rule compares and the
+    # dataset records must not depend on where a key was written (or whether it was written at all)
+    cfg = _schema_ordered(cfg, schema, schema)
     # a second pass: defaults themselves must be valid (guards schema typos)
     errors = list(validator.iter_errors(cfg))
     if errors:

@@ -17,7 +17,7 @@ Every config key whose value may name something on the user's disk is marked in
     provider (``--profile nrp``, rules/cluster.smk); ``volume``: too large to stage, the pods read it
     from a mounted volume (``paths.image_root``: ``BENCHMAKER_K8S_PVC``); ``output``: a folder the
     workflow writes, which must be relative under a default storage (``paths.results``).
-``x-schema: "#/properties/judge"``
+``x-like: judge`` (or ``x-schema: "#/properties/judge"``)
     an object validated as that section (``audit.second_judge.judge``): its paths are walked there.
 
 Storage URLs (``s3://...``, ``https://...``) are never local paths. Used by the workflow's staging,
@@ -103,6 +103,14 @@ def _key(node: Mapping[str, Any], pointer: str) -> PathKey | None:
     return PathKey(pointer, kind, use, str(node.get("x-path-prefix") or ""), bool(node.get("x-path-if-pathlike")))
 
 
+def _like(node: Mapping[str, Any]) -> str | None:
+    """The schema this node is validated as: ``x-like: judge`` (a section's dotted path, the marker the
+    rerun triggers read too, benchmaker.triggers) or an ``x-schema`` JSON pointer."""
+    if node.get("x-like"):
+        return "#/properties/" + "/properties/".join(str(node["x-like"]).split("."))
+    return node.get("x-schema")
+
+
 def _walk_schema(root, node, pointer: str, seen: frozenset) -> Iterator[PathKey]:
     node, seen = _resolve(root, node, seen)
     if not isinstance(node, Mapping):
@@ -110,10 +118,9 @@ def _walk_schema(root, node, pointer: str, seen: frozenset) -> Iterator[PathKey]
     key = _key(node, pointer)
     if key is not None:
         yield key
-    if "x-schema" in node:
-        ref = node["x-schema"]
-        if ref not in seen:
-            yield from _walk_schema(root, {"$ref": ref}, pointer, seen)
+    ref = _like(node)
+    if ref is not None and ref not in seen:
+        yield from _walk_schema(root, {"$ref": ref}, pointer, seen)
     for name, sub in (node.get("properties") or {}).items():
         yield from _walk_schema(root, sub, f"{pointer}.{name}" if pointer else name, seen)
     if isinstance(node.get("additionalProperties"), Mapping):
@@ -142,8 +149,9 @@ def _walk_config(root, node, value, key: str, pointer: str, seen: frozenset) -> 
         if path and not _URL.match(path):
             yield ConfigPath(key, pointer, mark.kind, mark.use, value, path)
     if isinstance(value, Mapping):
-        if "x-schema" in node and node["x-schema"] not in seen:
-            yield from _walk_config(root, {"$ref": node["x-schema"]}, value, key, pointer, seen)
+        ref = _like(node)
+        if ref is not None and ref not in seen:
+            yield from _walk_config(root, {"$ref": ref}, value, key, pointer, seen)
         props = node.get("properties") or {}
         extra = node.get("additionalProperties")
         for name, sub in value.items():

@@ -262,6 +262,8 @@ class _Progress(tqdm):
 
     def update(self, n: float | None = 1):
         out = super().update(n)
+        if self.disable:  # TQDM_DISABLE=1 (or disable=True): tqdm set up no state to report from
+            return out
         now = time.monotonic()
         if now - self._bm_last >= self._bm_every:
             self._bm_last = now

@@ -1,47 +1,52 @@
 """Which LLM settings each batch rule receives (used by rules/vision.smk and rules/judge.smk).
 
 Snakemake reruns a rule when its params change, so each rule gets only the settings that shape its
-own output: ``vision_build`` / ``judge_build`` those that shape a request (and its cache key),
-``*_submit`` those that shape how batches are created; ``*_collect`` gets everything (it is cheap
-to rerun: it re-reads downloaded results and pays nothing).
+own output: ``vision_build`` / ``judge_build`` those that shape a request (and its cache key: the
+schema marks them ``x-request: true``); ``*_submit`` gets every setting but compares none (how
+batches are cut is decided once; the journal never resubmits); ``*_collect`` gets everything and
+compares what decides its output (``benchmaker.triggers``: all but the ``x-runtime`` knobs; it is
+cheap to rerun: it re-reads downloaded results and pays nothing).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["BATCH_ADAPTERS", "REQUEST_KEYS", "BATCH_KEYS", "request_settings", "batch_settings",
-           "judge_settings", "is_batch"]
+from ..triggers import schema_at
+
+__all__ = ["BATCH_ADAPTERS", "REQUEST", "request_keys", "request_settings", "judge_settings", "is_batch"]
 
 BATCH_ADAPTERS = ("openai", "gemini")   # every provider with a BatchBackend
-REQUEST_KEYS = (
-    "model", "base_url", "api_key_env", "api", "max_output_tokens", "reasoning_effort", "temperature",
-    "prompts", "metadata_columns", "image_detail", "image_transport", "image_max_side", "send_thumbnails",
-    "labels", "rationale", "prompt_cache_key",
-)
-BATCH_KEYS = ("model", "base_url", "api_key_env", "api", "completion_window", "max_requests_per_batch",
-              "max_bytes_per_batch")
+REQUEST = "x-request"
+
+
+def request_keys(path: str) -> tuple[str, ...]:
+    """The keys of the config section at ``path`` that shape a request (``x-request: true``)."""
+    props = schema_at(path).get("properties") or {}
+    return tuple(k for k, v in props.items() if v.get(REQUEST))
 
 
 def _pick(section: Mapping[str, Any], keys: tuple[str, ...] | None) -> dict:
     return dict(section) if keys is None else {k: v for k, v in section.items() if k in keys}
 
 
-def request_settings(section: Mapping[str, Any]) -> dict:
-    return _pick(section, REQUEST_KEYS)
-
-
-def batch_settings(section: Mapping[str, Any]) -> dict:
-    return _pick(section, BATCH_KEYS)
+def request_settings(section: Mapping[str, Any], path: str) -> dict:
+    """The settings of ``section`` (the LLM config at ``path``, e.g. ``vision.openai``) that shape a request."""
+    return _pick(section, request_keys(path))
 
 
 def is_batch(stage_cfg: Mapping[str, Any]) -> bool:
     adapter = stage_cfg["adapter"]
-    return adapter in BATCH_ADAPTERS and (stage_cfg.get(adapter) or {}).get("mode") == "batch"
+    return adapter in BATCH_ADAPTERS and stage_cfg[adapter]["mode"] == "batch"
 
 
-def judge_settings(judge_cfg: Mapping[str, Any], keys: tuple[str, ...] | None = None) -> dict:
-    """The judge rule's ``settings`` param: stage-wide keys plus ``adapter_settings`` (judge.<adapter>)."""
+def judge_settings(judge_cfg: Mapping[str, Any], *, requests_only: bool = False) -> dict:
+    """The judge rule's ``settings`` param: stage-wide keys plus ``adapter_settings`` (judge.<adapter>);
+    with ``requests_only`` only the keys that shape a request (``x-request: true``)."""
     adapter = judge_cfg["adapter"]
     top = {k: v for k, v in judge_cfg.items() if k not in ("rules", "openai", "gemini")}
-    return _pick(top, keys) | {"adapter_settings": _pick(judge_cfg.get(adapter) or {}, keys)}
+    adapter_settings = judge_cfg.get(adapter) or {}
+    if requests_only:
+        return _pick(top, request_keys("judge")) | {"adapter_settings": request_settings(adapter_settings,
+                                                                                          f"judge.{adapter}")}
+    return top | {"adapter_settings": dict(adapter_settings)}

@@ -1,0 +1,87 @@
+"""Every use of Snakemake's internals, in one place, each checked against the running Snakemake.
+
+The workflow (Snakefile, rules/) relies on two things Snakemake does not document as API:
+
+* :func:`not_a_trigger` -- a param the job gets but Snakemake never compares with the params stored
+  with the outputs: Snakemake leaves params computed by a function of ``threads`` (or input, output,
+  resources) out of its rerun check ("derived" params, ``Rule._is_deriving_function``). Runtime knobs
+  (``x-runtime: true`` in config/schema.yaml, benchmaker.triggers) reach jobs this way.
+* :func:`patch_s3_fresh_dir` -- snakemake-storage-plugin-s3 0.3.6 caches "is not a folder" per object
+  (``StorageObject._is_dir``): the controller asks about a directory() output before the job runs,
+  and after the pod uploaded it still answers "missing in storage". The patch forgets that answer
+  before every existence check.
+
+:data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range;
+tests/test_snakemake_compat.py checks both, and each use against the installed Snakemake). The
+Snakefile calls :func:`check_snakemake` first: another Snakemake version stops with one clear error
+instead of a silent change in what reruns. This is the only module of the library that imports
+Snakemake, and only inside these functions (no stage imports it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "not_a_trigger", "patch_s3_fresh_dir"]
+
+SUPPORTED = ">=9.27,<10"
+SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
+
+
+class CompatError(RuntimeError):
+    """The installed Snakemake (or plugin) is outside the range benchmaker was checked with."""
+
+
+def _check(name: str, version: str, spec: str) -> None:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if Version(version) not in SpecifierSet(spec):
+        raise CompatError(
+            f"{name} {version} is installed; benchmaker supports {name}{spec} (pyproject.toml). "
+            f"Install a supported version, e.g. pip install '{name}{spec}'")
+
+
+def check_snakemake(version: str | None = None) -> None:
+    """Raise CompatError unless Snakemake (``version``, default the installed one) is supported, and
+    check that the private hook :func:`not_a_trigger` relies on still behaves as it did."""
+    if version is None:
+        import snakemake
+
+        version = snakemake.__version__
+    _check("snakemake", version, SUPPORTED)
+    from snakemake.rules import Rule
+
+    if not Rule._is_deriving_function(not_a_trigger(None)):
+        raise CompatError("snakemake.rules.Rule._is_deriving_function no longer treats a function of "
+                          "threads as a derived param: runtime knobs would become rerun triggers")
+
+
+def not_a_trigger(value: Any) -> Callable[[Any, Any], Any]:
+    """A param the job gets but Snakemake never compares (runtime knobs that do not change bytes):
+    a function of ``threads``, which Snakemake counts as derived and leaves out of the params it
+    stores with the outputs. So changing ``value`` reruns nothing."""
+    return lambda wildcards, threads: value
+
+
+def patch_s3_fresh_dir() -> bool:
+    """Make snakemake-storage-plugin-s3 forget a cached "not a folder" answer before each existence
+    check (see the module doc). Idempotent; returns True when the patch is in place."""
+    from importlib.metadata import version
+
+    import snakemake_storage_plugin_s3 as plugin
+
+    _check("snakemake-storage-plugin-s3", version("snakemake-storage-plugin-s3"), SUPPORTED_S3_PLUGIN)
+    cls = plugin.StorageObject
+    if getattr(cls.exists, "_benchmaker_fresh_dir", False):
+        return True
+    original = cls.exists
+
+    def exists(self):
+        if getattr(self, "_is_dir", None) is False:
+            self._is_dir = None
+        return original(self)
+
+    exists._benchmaker_fresh_dir = True
+    cls.exists = exists
+    return True

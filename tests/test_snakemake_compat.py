@@ -1,0 +1,81 @@
+"""benchmaker/snakemake_compat.py: the supported Snakemake range is the one pyproject pins and the one
+installed, and each use of a Snakemake internal still works with the installed Snakemake."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from benchmaker import snakemake_compat as compat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins() -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = list(project["dependencies"]) + [d for extra in project["optional-dependencies"].values() for d in extra]
+    out = {}
+    for dep in deps:
+        m = re.match(r"^([A-Za-z0-9_.-]+)\s*(.*)$", dep.split(";")[0].strip())
+        out[m.group(1).lower()] = m.group(2).replace(" ", "")
+    return out
+
+
+def test_the_supported_range_is_pyprojects_pin():
+    pins = _pins()
+    assert pins["snakemake"] == compat.SUPPORTED
+    assert pins["snakemake-storage-plugin-s3"] == compat.SUPPORTED_S3_PLUGIN
+
+
+def test_the_installed_snakemake_is_supported_and_checked():
+    compat.check_snakemake()  # raises when the installed version is outside the range
+
+
+@pytest.mark.parametrize("version", ["9.26.0", "10.0.0", "8.30.0"])
+def test_another_snakemake_is_one_clear_error(version):
+    with pytest.raises(compat.CompatError, match=r"snakemake>=9\.27,<10.*pip install"):
+        compat.check_snakemake(version)
+
+
+def test_not_a_trigger_is_a_derived_param_for_snakemake():
+    """Snakemake leaves derived params out of the params it compares: a function of threads is one."""
+    from snakemake.rules import Rule
+
+    fn = compat.not_a_trigger({"batch_size": 3})
+    assert Rule._is_deriving_function(fn)
+    assert fn(None, 1) == {"batch_size": 3}
+    assert not Rule._is_deriving_function(lambda wildcards: 1)  # the check can fail
+
+
+def test_s3_patch_forgets_a_cached_not_a_folder_answer(monkeypatch):
+    plugin = pytest.importorskip("snakemake_storage_plugin_s3")
+    calls = []
+
+    def exists(self):
+        calls.append(self._is_dir)
+        return True
+
+    monkeypatch.setattr(plugin.StorageObject, "exists", exists)
+    assert compat.patch_s3_fresh_dir()
+    patched = plugin.StorageObject.exists
+    assert compat.patch_s3_fresh_dir() and plugin.StorageObject.exists is patched  # idempotent
+    obj = object.__new__(plugin.StorageObject)
+    obj._is_dir = False
+    assert plugin.StorageObject.exists(obj) is True
+    assert calls == [None] and obj._is_dir is None
+    # the attribute the patch resets is the one the plugin caches in (is_dir() fills it)
+    src = Path(plugin.__file__).read_text()
+    assert "self._is_dir = any(" in src
+
+
+def test_the_image_and_ci_install_a_supported_snakemake():
+    """The image's Snakemake (Dockerfile, .gitlab-ci.yml: jobs run it) is inside the supported range."""
+    from packaging.specifiers import SpecifierSet
+
+    for path, pattern in (("Dockerfile", r"ARG SNAKEMAKE_VERSION=([\d.]+)"),
+                          (".gitlab-ci.yml", r'SNAKEMAKE_VERSION:\s*"([\d.]+)"')):
+        version = re.search(pattern, (ROOT / path).read_text()).group(1)
+        assert version in SpecifierSet(compat.SUPPORTED), (path, version)
