@@ -44,7 +44,7 @@ if DEEPEN_ON:
             system=lambda wc: wc.system,
             adapter=JUDGE_ADAPTER,
             settings=not_a_trigger(JUDGE_SETTINGS),
-            triggers=output_settings(JUDGE_SETTINGS),
+            triggers=JUDGE_TRIGGERS,
             deepen=DEEPEN_SETTINGS,
             facets=FACETS,
             image_root=IMAGE_ROOT,

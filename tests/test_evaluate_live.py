@@ -253,7 +253,7 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
             out[job.wildcards_dict["system"]] = {
                 "rule": job.rule.name, "local": job.rule.name in local, "gpu": "gpu" in job.resources.keys(),
                 "compared": json.loads(json.dumps(list(nd), default=str, sort_keys=True)),
-                "runtime": json.loads(json.dumps(dict(job.params.runtime), default=str))}
+                "runtime": json.loads(json.dumps(dict(job.params.system), default=str))}
 print(json.dumps(out))
 """
 

@@ -47,6 +47,8 @@ DIRECT: dict[str, set[str] | str] = {
     "facets": {"vision", "merge_annotations"},   # and everything after them; never preprocess
     "n_shards": EVERYTHING,
     "preprocess": {"preprocess"},
+    # duplicate groups span shards: decided in merge_images, never a preprocess shard
+    "preprocess.near_duplicate_threshold": {"merge_images"},
     "vision": set(),                   # the sections of unused adapters: recorded only
     # the batch rules replace `vision`, and embed_images makes the embeddings the clip job shared
     "vision.adapter": {"vision", "embed_images"},
@@ -96,6 +98,7 @@ DIRECT: dict[str, set[str] | str] = {
     "evaluate.systems.0": {"evaluate_model"},
     "evaluate.systems.1": {"evaluate_system"},
     "evaluate.systems.2": {"evaluate_system"},
+    "deepen": set(),                   # off in the base config: recorded only
 }
 
 # rules of the base DAG that a change replaces by others (adapter switches: batch rules)
@@ -177,6 +180,8 @@ SKIP = {
     "evaluate.systems.2.kind": "another kind is another system",
     "evaluate.systems.2.systems": "the fused systems: structural (tests/test_evaluate_workflow.py)",
     "evaluate.systems.0.scope": "trec_run/rerank only",
+    "evaluate.compare.baseline": "a folder of a kept evaluation: tests/test_evaluate_compare.py",
+    "deepen.enabled": "adds the deepen rules: tests/test_deepen_workflow.py",
 }
 
 
