@@ -146,6 +146,22 @@ def test_unit_export_names_no_local_path(unit_export, tiny_corpus):
     assert facts["created_utc"] and facts["machine"]["cpu_count"] and socket.gethostname() not in json.dumps(facts)
 
 
+def test_local_path_check_reads_parquet_values_and_refuses(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmaker.export.scrub import find_local_paths, hide_paths
+
+    pq.write_table(pa.table({"a": ["x", None], "tags": [["q", "/home/zed/img.jpg"], []], "s": [{"k": "v"}] * 2}),
+                   tmp_path / "x.parquet")
+    (tmp_path / "ok.md").write_text("see /home/zedd and image_root")
+    assert find_local_paths(tmp_path, {"/home/zed": "~"}) == ["x.parquet"]
+    assert find_local_paths(tmp_path, {"/home/ze": "~"}) == []  # whole path components only
+    local = {"/work/me/bench": ".", "/data/photos": "<local>/photos"}
+    assert hide_paths({"p": ["/work/me/bench/results/x", "local-dir:/data/photos"], "n": 3}, local) == {
+        "p": ["./results/x", "local-dir:<local>/photos"], "n": 3}
+
+
 # ------------------------------------------------------------------------- the workflow, built twice
 def _build(base: Path, numba: Path) -> Path:
     base.mkdir(parents=True)
