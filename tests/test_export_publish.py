@@ -157,9 +157,9 @@ def test_local_path_check_reads_parquet_values_and_refuses(tmp_path):
     (tmp_path / "ok.md").write_text("see /home/zedd and image_root")
     assert find_local_paths(tmp_path, {"/home/zed": "~"}) == ["x.parquet"]
     assert find_local_paths(tmp_path, {"/home/ze": "~"}) == []  # whole path components only
-    local = {"/work/me/bench": ".", "/data/photos": "<local>/photos"}
-    assert hide_paths({"p": ["/work/me/bench/results/x", "local-dir:/data/photos"], "n": 3}, local) == {
-        "p": ["./results/x", "local-dir:<local>/photos"], "n": 3}
+    local = {"/work/me/bench": ".", "/data/photos": "<local>/photos", "/app": "~"}
+    assert hide_paths({"p": ["/work/me/bench/results/x", "local-dir:/data/photos", "https://h.org/app/x"], "n": 3},
+                      local) == {"p": ["./results/x", "local-dir:<local>/photos", "https://h.org/app/x"], "n": 3}
 
 
 # ------------------------------------------------------------------------- the workflow, built twice

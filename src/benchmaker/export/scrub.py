@@ -145,7 +145,8 @@ def _pattern(paths: Mapping[str, str]) -> re.Pattern | None:
     if not paths:
         return None
     alts = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
-    return re.compile(f"(?:{alts})(?![A-Za-z0-9._-])")
+    # whole paths only: not inside a longer name or path, nor the path part of a URL (https://host/app)
+    return re.compile(f"(?<![A-Za-z0-9._~/-])(?:{alts})(?![A-Za-z0-9._-])")
 
 
 def hide_paths(obj: Any, paths: Mapping[str, str]) -> Any:
