@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -128,10 +129,21 @@ def _published_strings(folder: Path):
 
 
 def scan(folder: Path, names: list[str]) -> list[tuple[str, str]]:
+    """(file, name) for every name found; a name without "/" (user, host) as a whole word, and in binary
+    files (PNG charts) only when it is long enough not to occur in compressed bytes by chance."""
+    from benchmaker.export.scrub import TEXT_SUFFIXES
+
     hits = []
     for p, text in _published_strings(folder):
+        binary = p.suffix.lower() not in TEXT_SUFFIXES and p.suffix.lower() != ".parquet"
         for n in names:
-            if n in text:
+            if "/" in n:
+                found = n in text
+            elif binary and len(n) < 8:
+                continue
+            else:
+                found = re.search(rf"(?<![A-Za-z0-9_-]){re.escape(n)}(?![A-Za-z0-9_-])", text) is not None
+            if found:
                 hits.append((str(p.relative_to(folder)), n))
     return sorted(set(hits))
 
