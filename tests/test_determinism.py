@@ -31,8 +31,8 @@ import support
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH = "1700000000"
-# files that may differ between runs: Snakemake's bookkeeping, logs and timings
-VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|\.snakemake_timestamp$")
+# files that may differ between runs: Snakemake's bookkeeping, logs and timings (the dataset's run facts)
+VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|\.snakemake_timestamp$|(^|/)run_facts\.json$")
 
 
 job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)

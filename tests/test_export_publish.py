@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -128,10 +129,21 @@ def _published_strings(folder: Path):
 
 
 def scan(folder: Path, names: list[str]) -> list[tuple[str, str]]:
+    """(file, name) for every name found; a name without "/" (user, host) as a whole word, and in binary
+    files (PNG charts) only when it is long enough not to occur in compressed bytes by chance."""
+    from benchmaker.export.scrub import TEXT_SUFFIXES
+
     hits = []
     for p, text in _published_strings(folder):
+        binary = p.suffix.lower() not in TEXT_SUFFIXES and p.suffix.lower() != ".parquet"
         for n in names:
-            if n in text:
+            if "/" in n:
+                found = n in text
+            elif binary and len(n) < 8:
+                continue
+            else:
+                found = re.search(rf"(?<![A-Za-z0-9_-]){re.escape(n)}(?![A-Za-z0-9_-])", text) is not None
+            if found:
                 hits.append((str(p.relative_to(folder)), n))
     return sorted(set(hits))
 
@@ -144,6 +156,22 @@ def test_unit_export_names_no_local_path(unit_export, tiny_corpus):
     assert not (out / "dataset_metadata.json").read_text().count("created_utc")
     facts = json.loads((out / "run_facts.json").read_text())
     assert facts["created_utc"] and facts["machine"]["cpu_count"] and socket.gethostname() not in json.dumps(facts)
+
+
+def test_local_path_check_reads_parquet_values_and_refuses(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmaker.export.scrub import find_local_paths, hide_paths
+
+    pq.write_table(pa.table({"a": ["x", None], "tags": [["q", "/home/zed/img.jpg"], []], "s": [{"k": "v"}] * 2}),
+                   tmp_path / "x.parquet")
+    (tmp_path / "ok.md").write_text("see /home/zedd and image_root")
+    assert find_local_paths(tmp_path, {"/home/zed": "~"}) == ["x.parquet"]
+    assert find_local_paths(tmp_path, {"/home/ze": "~"}) == []  # whole path components only
+    local = {"/work/me/bench": ".", "/data/photos": "<local>/photos", "/app": "~"}
+    assert hide_paths({"p": ["/work/me/bench/results/x", "local-dir:/data/photos", "https://h.org/app/x"], "n": 3},
+                      local) == {"p": ["./results/x", "local-dir:<local>/photos", "https://h.org/app/x"], "n": 3}
 
 
 # ------------------------------------------------------------------------- the workflow, built twice

@@ -224,6 +224,9 @@ def copy_results(leaderboard_csv: str | Path, dest: Path) -> list[str]:
                 for s in doc.get("systems") or []:
                     for k in RUN_FACT_KEYS:
                         s.pop(k, None)
+                    for scores in (s.get("results") or {}).values():
+                        for k in RUN_FACT_COLUMNS:
+                            scores.pop(k, None)
                 (doc.get("sage") or {}).pop("seconds", None)
                 (dest / f).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             else:

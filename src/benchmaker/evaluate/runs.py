@@ -56,44 +56,46 @@ def sort_run(run: pl.DataFrame) -> pl.DataFrame:
     return run.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id").alias("rank"))
 
 
-_SIGN = np.int64(-(2**63))
-_NEG_INF_KEY = np.int64(-0x7FF0000000000000)
+_SIGN32 = np.int32(-(2**31))
+_NEG_INF_KEY32 = -0x7F800000
 
 
 def _float_keys(x: np.ndarray) -> np.ndarray:
-    """float64 -> int64 keys in the same order, adjacent floats one apart (-0.0 and 0.0 both 0)."""
-    bits = np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
-    return np.where(bits < 0, -(bits & np.int64(0x7FFFFFFFFFFFFFFF)), bits)
+    """float32 -> int64 keys in the same order, adjacent float32 one apart (-0.0 and 0.0 both 0)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.int32).astype(np.int64)
+    return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
 
 
 def _key_floats(k: np.ndarray) -> np.ndarray:
-    return np.where(k < 0, (-k) | _SIGN, k).view(np.float64)
+    bits = np.where(k < 0, (-k) | np.int64(-(2**31)), k).astype(np.int64)
+    return (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
 
 
 def strict_scores(run: pl.DataFrame) -> pl.DataFrame:
-    """A sorted run (:func:`sort_run`) with scores made strictly decreasing within each query.
+    """A sorted run (:func:`sort_run`) with float32 scores strictly decreasing within each query.
 
-    Tools break score ties differently (trec_eval / pytrec_eval by document id, descending; ranx and
-    the leaderboard by file order), so a run file never holds a tie: each score is lowered to at most
-    the float just below the previous line's score (``min(s_i, nextafter(s'_{i-1}, -inf))``). The
-    order is the canonical one (score descending, ties by image id), only tied and nearly tied scores
-    move, by a few units in the last place, and every tool then reads the same ranking. Only scores of
-    ``-inf`` can stay tied (there is no float below them)."""
+    Tools break score ties differently (trec_eval / pytrec_eval by document id, ranx and the
+    leaderboard by file order), and pytrec_eval reads scores as float32 (scores 1e-9 apart tie there),
+    so a run file holds scores that differ as float32: each score is rounded to float32, then lowered
+    to at most the float32 just below the previous line's (``min(s_i, nextafter(s'_{i-1}, -inf))``).
+    The order is the canonical one (score descending, ties by image id), only tied and nearly tied
+    scores move, by a few float32 units in the last place, and every tool reads the same ranking.
+    Only scores of ``-inf`` can stay tied (there is no float below them)."""
     if not run.height:
-        return run
-    key = _float_keys(run["score"].to_numpy())
+        return run.with_columns(pl.col("score").cast(pl.Float32))
+    key = _float_keys(run["score"].to_numpy().astype(np.float32))
     pos = (run["rank"] - 1).to_numpy().astype(np.int64)
     lowered = (pl.DataFrame({"q": run["query_id"], "u": key + pos})
                .select(pl.col("u").cum_min().over("q"))["u"].to_numpy() - pos)
-    lowered = np.maximum(lowered, np.where(key == _NEG_INF_KEY, key, _NEG_INF_KEY + 1))
-    return run.with_columns(pl.Series("score", _key_floats(lowered), dtype=pl.Float64))
+    lowered = np.maximum(lowered, np.where(key == _NEG_INF_KEY32, key, _NEG_INF_KEY32 + 1))
+    return run.with_columns(pl.Series("score", _key_floats(lowered), dtype=pl.Float32))
 
 
 def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:
     """Write ``query_id, image_id, score`` as a TREC run (``qid Q0 docid rank score tag``); returns lines.
 
-    Scores are strictly decreasing within a query (:func:`strict_scores`), so trec_eval's tie rule and
-    the file order give the same ranking."""
+    Scores are float32, strictly decreasing within a query (:func:`strict_scores`), so trec_eval's
+    tie rule and the file order give the same ranking."""
     if not tag or any(c.isspace() for c in tag):
         raise ValueError(f"run tag {tag!r} must be a non-empty token without whitespace")
     r = strict_scores(sort_run(run))
@@ -105,7 +107,7 @@ def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:
         pl.col("query_id").replace_strict(qmap, return_dtype=pl.String),
         pl.col("image_id").replace_strict(dmap, return_dtype=pl.String),
         pl.col("rank"),
-        # shortest round-trip float text: the same run always gives the same bytes
+        # shortest text that reads back as the same float32: the same run always gives the same bytes
         pl.col("score").cast(pl.String),
     ).select(pl.format("{} Q0 {} {} {} " + tag, "query_id", "image_id", "rank", "score").alias("l"))
     with atomic_path(path, suffix=".tmp") as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as fh:

@@ -145,7 +145,8 @@ def _pattern(paths: Mapping[str, str]) -> re.Pattern | None:
     if not paths:
         return None
     alts = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
-    return re.compile(f"(?:{alts})(?![A-Za-z0-9._-])")
+    # whole paths only: not inside a longer name or path, nor the path part of a URL (https://host/app)
+    return re.compile(f"(?<![A-Za-z0-9._~/-])(?:{alts})(?![A-Za-z0-9._-])")
 
 
 def hide_paths(obj: Any, paths: Mapping[str, str]) -> Any:
@@ -195,32 +196,53 @@ def find_local_paths(folder: str | Path, paths: Mapping[str, str]) -> list[str]:
         if p.suffix.lower() in TEXT_SUFFIXES:
             if pat.search(p.read_text(encoding="utf-8", errors="replace")):
                 found.append(str(p.relative_to(folder)))
-        elif p.suffix.lower() == ".parquet" and any(pat.search(s) for s in parquet_strings(p)):
+        elif p.suffix.lower() == ".parquet" and _parquet_names(p, paths, pat):
             found.append(str(p.relative_to(folder)))
     return found
+
+
+def _string_arrays(arr) -> Iterable[Any]:
+    import pyarrow as pa
+
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        yield arr
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _string_arrays(arr.field(i))
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        yield from _string_arrays(arr.flatten())
+
+
+def _parquet_names(path: Path, paths: Mapping[str, str], pat: re.Pattern) -> bool:
+    """Whether a parquet file's schema metadata or any string value names one of ``paths`` (vectorised:
+    arrow's substring search per column and row group, the exact pattern only on the values it finds)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    if any(pat.search(v.decode("utf-8", "replace")) for v in (f.schema_arrow.metadata or {}).values()):
+        return True
+    for g in range(f.num_row_groups):
+        for col in f.read_row_group(g).columns:
+            for arr in _string_arrays(col.combine_chunks()):
+                for p in paths:
+                    hit = pc.match_substring(arr, p)
+                    if pc.any(hit).as_py() and any(pat.search(v) for v in arr.filter(hit).to_pylist() if v):
+                        return True
+    return False
 
 
 def parquet_strings(path: str | Path) -> Iterable[str]:
     """Every string of a parquet file: its schema metadata and every string value of every column
     (struct fields and lists included; binary image bytes excluded), one row group at a time."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(path)
     for v in (f.schema_arrow.metadata or {}).values():
         yield v.decode("utf-8", "replace")
 
-    def strings(arr) -> Iterable[str]:
-        t = arr.type
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            yield from (s for s in arr.to_pylist() if s)
-        elif pa.types.is_struct(t):
-            for i in range(t.num_fields):
-                yield from strings(arr.field(i))
-        elif pa.types.is_list(t) or pa.types.is_large_list(t):
-            yield from strings(arr.flatten())
-
     for g in range(f.num_row_groups):
-        tbl = f.read_row_group(g)
-        for col in tbl.columns:
-            yield from strings(col.combine_chunks())
+        for col in f.read_row_group(g).columns:
+            for arr in _string_arrays(col.combine_chunks()):
+                yield from (v for v in arr.to_pylist() if v)
