@@ -54,11 +54,12 @@ PREPROCESS_VERSION = 1
 DECODE = f"pil-draft-imaging{IMAGING_VERSION}"
 # rows of every forward pass (images and texts) per device kind, the "pass size"; part of the
 # numerics, so of the cache key: changing a value starts a new embedding cache for that device kind.
-# cpu: 64, the size whose determinism tests/test_determinism.py checks (docs/performance.md, "Pass size").
+# cpu: 16, measured (docs/performance.md, "Pass size"): as many rows per CPU-second as 32 or 64 for
+# ViT-B-32 and the tiny model, and the padding of a job's last pass is at most 15 rows instead of 63.
 # cuda: 256, measured on an H100 (docs/performance.md, "GPU"; benchmarks/clip_gpu.py --pass-rows):
 # ViT-B-32 fp16 runs 1.4-2.2x faster than at 64 rows, +4-6 % more at 512/1024; bit-identical per pass size.
-# mps: as cpu.
-ENCODE_BATCH: dict[str, int] = {"cpu": 64, "mps": 64, "cuda": 256}
+# mps: 64, not measured.
+ENCODE_BATCH: dict[str, int] = {"cpu": 16, "mps": 64, "cuda": 256}
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
 
@@ -220,7 +221,7 @@ class ClipModel:
     embed_dim: int
     precision: str
     numerics: str = ""  # what else decides the bits: device kind, precision, pass size, torch
-    encode_batch: int = 64  # rows of every forward pass: ENCODE_BATCH of the device kind
+    encode_batch: int = 16  # rows of every forward pass: ENCODE_BATCH of the device kind (set at load)
     encode_image_calls: int = 0
     encode_text_calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
