@@ -716,14 +716,14 @@ def test_pod_failure_and_namespace_read_like_local_errors(s3_server, checkout, t
     fix. A namespace without rights: one message naming BENCHMAKER_K8S_NAMESPACE, no traceback,
     nothing submitted."""
     home = tmp_path / "home"
-    corpus = tmp_path / "local-images"
+    corpus = tmp_path / "local" / "images"  # in a pod: no such folder (its parent is hidden)
     shutil.copytree(tiny_corpus, corpus)
     config, cfg = _user_files(home, corpus, tiny_clip)
     _clear(s3_server["client"], PREFIX)
     fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
         "PATH": f"{_pod_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path),
         "HF_HUB_OFFLINE": "1", "POD_PIP_LOG": str(tmp_path / "pip.log")},
-        hide_paths=[str(home), str(checkout["dir"]), str(corpus)])
+        hide_paths=[str(home), str(checkout["dir"]), str(corpus.parent)])
     env = _env(checkout, s3_server["url"], KUBECONFIG=str(kubeconfig), BENCHMAKER_K8S_JOBS="4")
 
     dry = _snakemake(checkout, config, env, "-n")

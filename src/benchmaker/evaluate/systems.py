@@ -375,8 +375,8 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     elif kind == "milvus":
         result, timing = milvus_run(s, bench, losses=loss, threads=threads, client=client)
     else:
-        if external:
-            s = {**s, "path": external}
+        # `path` as configured: in a pod the staged copy (input `external`) is linked there
+        # (benchmaker.jobpaths), so the leaderboard and losses name the user's file, never a pod's
         result, timing = external_run(s, bench, loss)
     seconds = time.perf_counter() - t0
     scopes = ["pool", "corpus"] if has_corpus_scope(s) else ["pool"]
