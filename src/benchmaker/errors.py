@@ -6,11 +6,16 @@ see ``logs.is_user_error`` for the other exception classes treated the same way.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "KeyRejected", "key_rejected"]
+__all__ = ["UserError", "ConfigError", "KeyRejected", "key_rejected"]
 
 
 class UserError(Exception):
     """A problem with the user's input or environment; the message says how to fix it."""
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending key (raised by benchmaker.config and
+    the sections' own checks, e.g. benchmaker.evaluate.systems)."""
 
 
 class KeyRejected(UserError):
