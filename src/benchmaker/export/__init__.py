@@ -369,12 +369,14 @@ def run(
     evaluation: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
-    settings = dict(settings or {})
-    columns = dict(columns or {})
+    from ..config import filled
+
+    settings = filled("export", settings)
+    columns = filled("columns", columns)
     meta = dict(benchmark_meta or {})
-    split = str(settings.get("split") or "test")
-    rows_per_file = int(settings.get("rows_per_file") or 5000)
-    image_col = columns.get("image", "image")
+    split = str(settings["split"])
+    rows_per_file = int(settings["rows_per_file"])
+    image_col = columns["image"]
     # only the images of the scored pairs: memory bounded by the pairs, not by the corpus
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
                       losses=losses, costs=costs, columns=columns, facets=facets)
@@ -390,14 +392,14 @@ def run(
     disk_names = to_disk_names(rows.head(0), columns).columns
     if image_col in disk_names:
         raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
-    secrets = secret_values(public_config, [settings.get("token_env") or "HF_TOKEN"])
+    secrets = secret_values(public_config, [settings["token_env"]])
     cfg_public = scrub_config(dict(public_config or {}), secrets)
     summary_numbers: dict[str, Any] = {}
     if summary and (Path(summary) / "summary.json").is_file():
         summary_numbers = json.loads((Path(summary) / "summary.json").read_text())
     all_losses = pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
     with staged_dir(dataset, EXPORT_META) as out:
-        image_storage = str(settings.get("image_storage") or "rows")
+        image_storage = str(settings["image_storage"])
         mteb_corpus = MtebCorpusWriter(out, split)  # fed as the flat table reads each image
         files, features = write_parquet(rows, out_dir=out, split=split, rows_per_file=rows_per_file,
                                         image_root=image_root, columns=columns, image_col=image_col,
