@@ -130,7 +130,8 @@ def run_layout(layout: str, imgs: pl.DataFrame, corpus: Path, fm, vocab, n_queri
 
     from benchmaker.judge.openai import judge_items
     from benchmaker.losses import Losses
-    from benchmaker.providers.engine import Item, Runner
+    from benchmaker.providers.engine import Item
+    from benchmaker.providers.openai.runner import OpenAIRunner as Runner
     from benchmaker.providers.spec import ImageRef, RequestSpec, Text
     from benchmaker.vision.openai import vision_items
     from benchmaker.vision.prompts import check_answer, vision_schema

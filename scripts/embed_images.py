@@ -1,12 +1,6 @@
 """Snakemake script of rule `embed_images`: hands snakemake.* to benchmaker.similarity.embed.run_images."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "src"))  # noqa: F821
-
-from benchmaker.runner import run_stage  # noqa: E402
-from benchmaker.staging import staged_model  # noqa: E402
+from benchmaker_bridge import run_stage, staged_model
 
 # local weights: where this job finds them (the staged copy in a pod; rules/cluster.smk)
 weights = getattr(snakemake.input, "weights", None)  # noqa: F821

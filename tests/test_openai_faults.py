@@ -384,7 +384,7 @@ def test_estimate_within_10_percent_before_and_after_a_partial_run(fake, tmp_pat
 
 
 def test_cancel_retried_on_transient_errors(fake, tmp_path, tiny_corpus):
-    from benchmaker.providers.engine import Runner
+    from benchmaker.providers.openai.runner import OpenAIRunner
 
     sh = Shard(tmp_path, tiny_corpus, fake)
     vo.build(images=sh.images, requests=sh.p["requests"], manifest=sh.p["manifest"], settings=sh.settings,
@@ -393,7 +393,7 @@ def test_cancel_retried_on_transient_errors(fake, tmp_path, tiny_corpus):
               benchmark="tiny", shard="00000")
     bid = next(iter(fake.batches))
     fake.faults = [("POST", r"/v1/batches/[^/]+/cancel", 503), ("POST", r"/v1/batches/[^/]+/cancel", 429)]
-    Runner(stage="vision", item_type="image", settings=sh.settings, cache_dir=None).batch_backend().cancel(bid)
+    OpenAIRunner(stage="vision", item_type="image", settings=sh.settings, cache_dir=None).batch_backend().cancel(bid)
     assert fake.faults == [] and fake.batches[bid]["status"] == "cancelling"
 
 

@@ -15,19 +15,18 @@ from typing import Any, Mapping
 import yaml
 from jsonschema import Draft202012Validator
 
+from .errors import ConfigError  # noqa: F401 - re-exported: raised and caught as config.ConfigError
+
 __all__ = [
     "ConfigError",
     "load_config",
     "validate_config",
     "load_schema",
     "resolve_schema",
+    "filled",
     "results_dir",
     "RESERVED_COLUMNS",
 ]
-
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the offending key."""
 
 
 # Canonical column keys that facet names must not shadow (facets become columns of the dataset).
@@ -106,6 +105,20 @@ def _schema_ordered(instance: Any, node: dict, schema: dict) -> Any:
     for k, v in instance.items():
         if k not in out:
             out[k] = _schema_ordered(v, addl, schema) if isinstance(addl, dict) else v
+    return out
+
+
+def filled(path: str, value: Mapping[str, Any] | None) -> dict:
+    """A config section (``summary``, ``vision.clip``) with the schema's defaults filled in: stage
+    functions called with a partial section (library callers, tests) read every key from here, so
+    that no default is written a second time in code."""
+    schema = load_schema()
+    node: dict = schema
+    for part in [p for p in path.split(".") if p]:
+        node = resolve_schema(node, schema)
+        node = node["items"] if part == "[]" else node["properties"][part]
+    out = copy.deepcopy(dict(value or {}))
+    _fill_defaults(out, {"$defs": schema.get("$defs", {}), **resolve_schema(node, schema)})
     return out
 
 

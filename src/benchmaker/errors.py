@@ -6,7 +6,7 @@ see ``logs.is_user_error`` for the other exception classes treated the same way.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "KeyRejected", "NothingToDo", "key_rejected"]
+__all__ = ["UserError", "ConfigError", "KeyRejected", "NothingToDo", "key_rejected"]
 
 
 class UserError(Exception):
@@ -15,6 +15,11 @@ class UserError(Exception):
 
 class NothingToDo(UserError):
     """A stage's input is empty because everything upstream was lost (see ``losses.nothing_to_do``)."""
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending key (raised by benchmaker.config and
+    the sections' own checks, e.g. benchmaker.evaluate.systems)."""
 
 
 class KeyRejected(UserError):

@@ -126,9 +126,12 @@ def run(*, sample: str, sample_meta: str, images: str, labelling: str, settings:
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)
     scale = Scale(labels)
-    show = bool(settings.get("show_judge_label", False))
-    max_side = int(settings.get("thumbnail_max_side", 512))
-    prefix = str(settings.get("label_studio_image_prefix", "/data/local-files/?d="))
+    from ..config import filled
+
+    settings = filled("audit", settings)
+    show = bool(settings["show_judge_label"])
+    max_side = int(settings["thumbnail_max_side"])
+    prefix = str(settings["label_studio_image_prefix"])
     bm = dict(benchmark_meta or {})
     title = f"{bm.get('title') or bm.get('name') or 'benchmark'}: judge audit"
     imgs = read_table("images", images, columns=columns)

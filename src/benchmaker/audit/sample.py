@@ -179,15 +179,17 @@ def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: st
     q = read_table("qrels", qrels, columns=columns)
     p = read_table("query_plan", plan, columns=columns)
     a = read_table("annotations", annotations, columns=columns, facets=fm)
-    s = {k: settings[k] for k in SAMPLE_KEYS if k in settings}
+    from ..config import filled
+
+    full = filled("audit", {k: settings[k] for k in SAMPLE_KEYS if k in settings})
+    s = {k: full[k] for k in SAMPLE_KEYS}
     if not q.height:
         from ..losses import nothing_to_do
 
         raise nothing_to_do("audit", f"{qrels} has no judged pair to sample", Path(qrels).parent / "losses")
-    df = draw_sample(q, p, a, fm, sample_size=int(s.get("sample_size", 200)), seed=int(s.get("seed", 0)),
-                     strata=list(s.get("strata", ["pool", "judge_label"])),
-                     min_per_stratum=int(s.get("min_per_stratum", 2)),
-                     allocation=str(s.get("allocation", "proportional")))
+    df = draw_sample(q, p, a, fm, sample_size=int(s["sample_size"]), seed=int(s["seed"]),
+                     strata=list(s["strata"]), min_per_stratum=int(s["min_per_stratum"]),
+                     allocation=str(s["allocation"]))
     sid = sample_digest(df, s)
     write_sample(df, sample)
     strata = (df.group_by("stratum", maintain_order=True)

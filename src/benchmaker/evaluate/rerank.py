@@ -54,7 +54,7 @@ def _check_permutation(keys: Sequence[str]):
 def make_rerank_runner(system: Mapping[str, Any], cache_dir: str | None, client: Any = None):
     """The provider layer's runner for this reranker (openai/compatible or gemini). ``llm.mode`` is
     ``sync`` unless the system sets ``mode: batch`` (the provider's Batch API: half price, slower)."""
-    from ..providers.engine import provider_runner
+    from ..providers.runners import provider_runner
 
     settings = {"mode": "sync", **dict(system.get("llm") or {})}
     return provider_runner(system["provider"], stage="evaluate", item_type="query", settings=settings,

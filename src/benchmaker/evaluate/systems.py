@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..formats import FormatError, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger

@@ -421,12 +421,14 @@ def run(
     deepen: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
-    settings = dict(settings or {})
-    columns = dict(columns or {})
+    from ..config import filled
+
+    settings = filled("export", settings)
+    columns = filled("columns", columns)
     meta = dict(benchmark_meta or {})
-    split = str(settings.get("split") or "test")
-    rows_per_file = int(settings.get("rows_per_file") or 5000)
-    image_col = columns.get("image", "image")
+    split = str(settings["split"])
+    rows_per_file = int(settings["rows_per_file"])
+    image_col = columns["image"]
     # only the images of the scored pairs: memory bounded by the pairs, not by the corpus
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
                       losses=losses, costs=costs, columns=columns, facets=facets)
@@ -442,7 +444,7 @@ def run(
     disk_names = to_disk_names(rows.head(0), columns).columns
     if image_col in disk_names:
         raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
-    secrets = secret_values(public_config, [settings.get("token_env") or "HF_TOKEN"])
+    secrets = secret_values(public_config, [settings["token_env"]])
     # local folders (the config's paths, the working and home folders) in a public form (docs/export.md)
     local = local_paths(public_config, [image_root, Path(dataset).parent])
     cfg_public = hide_paths(scrub_config(dict(public_config or {}), secrets), local)
@@ -453,7 +455,7 @@ def run(
         summary_numbers = json.loads((Path(summary) / "summary.json").read_text())
     all_losses = pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
     with staged_dir(dataset, EXPORT_META) as out:
-        image_storage = str(settings.get("image_storage") or "rows")
+        image_storage = str(settings["image_storage"])
         mteb_corpus = MtebCorpusWriter(out, split)  # fed as the flat table reads each image
         files, features = write_parquet(rows, out_dir=out, split=split, rows_per_file=rows_per_file,
                                         image_root=image_root, columns=columns, image_col=image_col,

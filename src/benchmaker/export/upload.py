@@ -34,13 +34,15 @@ def _files(folder: Path) -> list[dict]:
 
 def run(*, dataset: str, receipt: str, settings: Mapping[str, Any],
         commit_message: str | None = None) -> dict[str, Any]:
-    settings = dict(settings or {})
+    from ..config import filled
+
+    settings = filled("export", settings)
     folder = Path(dataset)
     repo_id = settings.get("repo_id")
     if not repo_id:
         raise UploadError("export.repo_id is not set: put the target dataset repo (e.g. 'me/my-bench') under "
                           "export.repo_id in the config")
-    env = settings.get("token_env") or "HF_TOKEN"
+    env = settings["token_env"]
     token = os.environ.get(env)
     if not token:
         raise UploadError(f"environment variable {env} is not set (export.token_env = {env!r}); export a Hugging "
@@ -56,7 +58,7 @@ def run(*, dataset: str, receipt: str, settings: Mapping[str, Any],
         raise UploadError("HF_HUB_OFFLINE is set, which blocks uploads; unset it for the upload target")
     endpoint = settings.get("endpoint") or None
     api = HfApi(endpoint=endpoint, token=token)
-    private = bool(settings.get("private", True))
+    private = bool(settings["private"])
     t0 = time.perf_counter()
     files = _files(folder)
     log.info("upload: %d files (%.1f MB) to dataset %s (private=%s)", len(files),

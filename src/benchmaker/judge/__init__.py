@@ -150,7 +150,7 @@ def run(
     if runner is not None:
         runner.stage = stage
     if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
-        from ..vision.openai import attach_ledger
+        from ..providers.records import attach_ledger
 
         attach_ledger(runner, ledger)
     try:
@@ -163,7 +163,7 @@ def run(
     n = write_table(out, "qrels", qrels, columns=columns)
     loss.write(losses)
     if costs:  # API adapters report one row per paid request; the others write an empty file
-        from ..vision.openai import write_costs
+        from ..providers.records import write_costs
 
         write_costs(reuse_costs + list(getattr(judge, "costs", []) or []), costs, getattr(runner, "ledger", None))
     log.info("judge[%s]: wrote %d qrels rows for %d queries; %d losses", adapter, n,

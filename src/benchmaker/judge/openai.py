@@ -18,7 +18,9 @@ from ..formats import FacetModel, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
-from ..providers.engine import Item, Runner, provider_runner
+from ..providers.engine import Item, Runner
+from ..providers.openai.runner import OpenAIRunner
+from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef
 from .prompts import candidate_keys, check_answer, judge_spec, judgments_by_key
 
@@ -101,7 +103,8 @@ class OpenAIJudge:
         self.name = f"{self.provider}:{self.runner.llm.model}"
 
     def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return Runner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
+        return OpenAIRunner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir,
+                            client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run_sync(items, losses)
@@ -144,7 +147,7 @@ def build(*, plan: str, annotations: str, images: str, requests: str, manifest: 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            cache_dir: str | None = None, adapter: str = "openai") -> None:
-    from ..vision.openai import batch_metadata
+    from ..providers.records import batch_metadata
 
     pb.submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
@@ -154,7 +157,7 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
             columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
             adapter: str = "openai", reuse: str | None = None) -> None:
-    from ..vision.openai import attach_ledger, batch_metadata, write_costs
+    from ..providers.records import attach_ledger, batch_metadata, write_costs
     from . import finalize
     from .reuse import split_reused
 

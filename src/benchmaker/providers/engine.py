@@ -19,7 +19,7 @@ from .cost import Price, cost_row, price_for
 from .parse import Outcome, validate_answer
 from .spec import LLMSettings, RequestSpec, render_body, request_key
 
-__all__ = ["Item", "Runner", "provider_runner"]
+__all__ = ["Item", "Runner"]
 
 log = get_logger("providers")
 
@@ -59,19 +59,16 @@ class Runner:
                         stage, self.llm.model)
 
     # -- pieces shared with batch mode -------------------------------------------------------
-    # provider hooks: a provider subclass overrides these two and inherits the rest
+    # provider hooks: each provider's subclass (providers/openai/runner.py, providers/gemini/runner.py)
+    # overrides these two and inherits the rest; providers/runners.py picks the subclass
     def make_client(self):
-        from .openai import make_client
-
-        return make_client(self.settings)
+        raise NotImplementedError(f"{type(self).__name__}: a provider runner makes its client "
+                                  "(benchmaker.providers.runners.provider_runner)")
 
     def batch_backend(self):
         """This provider's Batch API (:class:`~benchmaker.providers.backend.BatchBackend`)."""
-        if getattr(self, "_backend", None) is None:
-            from .openai.backend import OpenAIBatchBackend
-
-            self._backend = OpenAIBatchBackend(self)
-        return self._backend
+        raise NotImplementedError(f"{type(self).__name__}: a provider runner has the Batch API "
+                                  "(benchmaker.providers.runners.provider_runner)")
 
     def retry_policy(self):
         """The one retry policy of every API call of this runner (settings ``retry_*``)."""
@@ -277,14 +274,3 @@ def _reason_counts(last: dict[str, Outcome], failed: list[Item]) -> str:
 
     c = Counter(last[it.item_id].reason for it in failed)
     return ", ".join(f"{k}: {v}" for k, v in c.most_common())
-
-
-def provider_runner(adapter: str, **kw: Any) -> Runner:
-    """The runner of an API adapter (``openai`` or ``gemini``): the same batch rules serve both."""
-    if adapter == "gemini":
-        from .gemini import GeminiRunner
-
-        return GeminiRunner(**kw)
-    if adapter != "openai":
-        raise ValueError(f"adapter {adapter!r} has no Batch API runner (openai, gemini)")
-    return Runner(**kw)

@@ -79,7 +79,7 @@ class _Stage:
     """Accumulates one stage's requests: distinct keys, cache hits, input / cached / output tokens."""
 
     def __init__(self, stage: str, adapter: str, settings: Mapping[str, Any], cache_dir: str | None):
-        from .engine import provider_runner
+        from .runners import provider_runner
 
         self.stage, self.adapter = stage, adapter
         self.runner = provider_runner(adapter, stage=stage, item_type="x", settings=dict(settings),

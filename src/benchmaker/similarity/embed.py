@@ -311,9 +311,12 @@ def read_embeddings(path: str | os.PathLike, *, columns: Mapping[str, str] | Non
 
 # ----------------------------------------------------------------------------------------------- stages
 def _runtime(runtime: Mapping[str, Any] | None) -> dict[str, Any]:
-    rt = dict(runtime or {})
-    return {"device": rt.get("device") or "auto", "batch_size": int(rt.get("batch_size") or DEFAULT_BATCH_SIZE),
-            "num_workers": int(rt.get("num_workers", 2) if rt.get("num_workers") is not None else 2)}
+    """device, batch_size, num_workers: the given ones, the rest from the schema's similarity section."""
+    from ..config import filled
+
+    rt = filled("similarity", {k: v for k, v in (runtime or {}).items() if v is not None})
+    return {"device": rt["device"], "batch_size": int(rt["batch_size"]), "num_workers": int(rt["num_workers"]),
+            "precision": rt["precision"]}
 
 
 def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], threads: int,
@@ -322,7 +325,7 @@ def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], thre
 
     rt = _runtime(runtime)
     clip = load_counted(model["model"], model.get("pretrained"), device=device or rt["device"],
-                        precision=model.get("precision") or "auto", purpose=purpose)
+                        precision=model.get("precision") or rt["precision"], purpose=purpose)
     if clip.device == "cpu" and threads:
         import torch
 

@@ -162,9 +162,11 @@ def run(
     evaluation: str | None = None,
     deepen: str | None = None,
 ) -> dict[str, Any]:
-    settings = dict(settings or {})
-    scale = float(settings.get("scale_factor", 2.0))
-    grid = int(settings.get("sample_grid", 24))
+    from ..config import filled
+
+    settings = filled("summary", settings)
+    scale = float(settings["scale_factor"])
+    grid = int(settings["sample_grid"])
     meta = dict(benchmark_meta or {})
     t0 = time.perf_counter()
     # the scored images' rows, and counts over the whole corpus read block by block: memory is bounded

@@ -81,18 +81,20 @@ class ClipAnnotator:
     def __init__(self, *, facets: FacetModel, settings: Mapping[str, Any], image_root: str,
                  cache_dir: str | None = None, threads: int = 1):
         self.facets = facets
-        self.settings = dict(settings or {})
+        from ..config import filled
+
+        self.settings = filled("vision.clip", settings)
         self.image_root = image_root
         self.threads = max(1, int(threads or 1))
-        self.model_name = self.settings.get("model") or "ViT-B-32"
+        self.model_name = self.settings["model"]
         self.pretrained = self.settings.get("pretrained")
-        self.device = self.settings.get("device") or "auto"
-        self.precision = self.settings.get("precision") or "auto"
-        self.batch_size = int(self.settings.get("batch_size") or 64)
+        self.device = self.settings["device"]
+        self.precision = self.settings["precision"]
+        self.batch_size = int(self.settings["batch_size"])
         nw = self.settings.get("num_workers")
         self.num_workers = int(nw) if nw is not None else min(4, self.threads - 1)
-        self.template = self.settings.get("prompt_template") or "a photo of {}."
-        self.tag_threshold = float(self.settings.get("tag_threshold") or 0.0)
+        self.template = self.settings["prompt_template"]
+        self.tag_threshold = float(self.settings["tag_threshold"])
         emb_dir = self.settings.get("embedding_cache_dir")
         if not emb_dir and cache_dir:
             emb_dir = str(Path(cache_dir).parent / "embeddings")

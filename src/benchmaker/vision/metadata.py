@@ -45,7 +45,9 @@ class MetadataAnnotator:
 
     def __init__(self, *, facets: FacetModel, settings: Mapping[str, Any] | None = None, image_root: str = ".",
                  cache_dir: str | None = None, threads: int = 1) -> None:
-        s = dict(settings or {})
+        from ..config import filled
+
+        s = filled("vision.metadata", settings)
         self.fm = facets
         self.facet_columns: dict[str, str] = {f: (s.get("facet_columns") or {}).get(f, f) for f in facets.names}
         unknown_facets = sorted(set(s.get("facet_columns") or {}) - set(facets.names))
@@ -54,7 +56,7 @@ class MetadataAnnotator:
                              f"(known: {', '.join(facets.names)})")
         self.tags_column = s.get("tags_column")
         self.summary_column = s.get("summary_column")
-        self.unknown_value = s.get("unknown_value", "unknown")
+        self.unknown_value = s["unknown_value"]
 
     def _check_columns(self, images: pl.DataFrame) -> None:
         missing = [f"vision.metadata.facet_columns.{f} -> '{c}'" for f, c in self.facet_columns.items()

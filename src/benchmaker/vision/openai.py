@@ -18,8 +18,11 @@ from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
 from ..providers import batch as pb
-from ..providers.engine import Item, Runner, provider_runner
+from ..providers.engine import Item, Runner
 from ..providers.fastjson import dumps as fast_dumps
+from ..providers.openai.runner import OpenAIRunner
+from ..providers.records import attach_ledger, batch_metadata, write_costs  # noqa: F401 - also re-exported
+from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
 from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
 
@@ -179,23 +182,6 @@ class AnswerSpill:
         return pl.concat(frames) if frames else empty_table("annotations", self.fm)
 
 
-def write_costs(rows: list[dict], path: str | None, ledger: Any = None) -> None:
-    """The cost file: the ledger's paid rows to date (when the runner had one) plus ``rows``."""
-    if not path:
-        return
-    from ..providers.ledger import write_cost_file
-
-    write_cost_file(path, ledger, rows)
-
-
-def attach_ledger(runner: Runner, path: str | None) -> None:
-    """Every paid row of ``runner`` goes to the crash-safe ledger at ``path`` as it arrives."""
-    if path and runner.ledger is None:
-        from ..providers.ledger import CostLedger
-
-        runner.ledger = CostLedger(path)
-
-
 class OpenAIAnnotator:
     """Sync mode (the plain ``vision`` rule): bounded concurrency, cache, retries, costs. Other providers
     subclass it and override ``make_runner`` / ``answers`` (see vision/gemini.py)."""
@@ -210,7 +196,8 @@ class OpenAIAnnotator:
         self.name = f"{self.provider}:{self.runner.llm.model}"
 
     def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return Runner(stage="vision", item_type="image", settings=settings, cache_dir=cache_dir, client=client)
+        return OpenAIRunner(stage="vision", item_type="image", settings=settings, cache_dir=cache_dir,
+                            client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         if self.settings.get("mode", "batch") == "batch":
@@ -239,10 +226,6 @@ def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, A
     imgs = read_table("images", images, columns=columns)
     pb.build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
                       requests=requests, manifest=manifest, threads=threads)
-
-
-def batch_metadata(benchmark: str, stage: str, shard: str) -> dict[str, str]:
-    return {"benchmaker": benchmark, "bm_stage": stage, "bm_shard": shard}
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,

@@ -1,0 +1,115 @@
+"""The import graph of src/benchmaker has no cycle, and no arrow goes from a lower layer up to a
+higher one. Every import counts: module level, inside functions (lazy imports of heavy modules) and
+under ``if TYPE_CHECKING``; a package's own ``__init__`` (imported implicitly with any of its
+modules) is not an edge.
+
+Layers, lowest first: the foundation (configuration, formats, files, logging, the runner), the
+provider engine (``providers/``), the stages (one package each), the entry points (cli, upstream,
+preflight).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
+STAGES = {"preprocess", "vision", "plan", "judge", "similarity", "summary", "export", "audit", "evaluate"}
+ENTRY = {"cli", "upstream", "preflight"}
+# upward arrows that exist today, each with its reason; the test fails on any other (and on one of
+# these once it is gone, so that the list only shrinks)
+KNOWN_UP = {
+    # validate_config runs each section's own checks (audit strata/facets, evaluate systems)
+    ("benchmaker.config", "benchmaker.audit.settings"),
+    ("benchmaker.config", "benchmaker.evaluate.systems"),
+    # `benchmaker estimate` (the CLI's cost estimate) builds the requests the stages would send
+    ("benchmaker.providers.estimate", "benchmaker.preprocess.metadata"),
+    ("benchmaker.providers.estimate", "benchmaker.preprocess.rights"),
+    ("benchmaker.providers.estimate", "benchmaker.preprocess.stage"),
+    ("benchmaker.providers.estimate", "benchmaker.judge.openai"),
+    ("benchmaker.providers.estimate", "benchmaker.judge.reuse"),
+    ("benchmaker.providers.estimate", "benchmaker.judge.prompts"),
+    ("benchmaker.providers.estimate", "benchmaker.vision.openai"),
+}
+
+
+def _name(f: Path) -> str:
+    parts = list(f.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of the package it imports."""
+    mods = {_name(f): f for f in PKG.rglob("*.py")}
+    g: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, f in mods.items():
+        package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                targets = [target] + [f"{target}.{a.name}" for a in node.names]
+            else:
+                continue
+            for t in targets:
+                if t in mods and t != mod and not mod.startswith(t + "."):
+                    g[mod].add(t)
+    return g
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other (strongly connected components of 2+)."""
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for n in g[todo.pop()]:
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return seen
+
+    reached = {m: reach(m) for m in g}
+    groups = {frozenset({m} | {n for n in reached[m] if m in reached[n]}) for m in g if m in reached[m]}
+    return sorted(sorted(c) for c in groups)
+
+
+def layer(mod: str) -> int:
+    top = mod.split(".")[1] if "." in mod else ""
+    if top in ENTRY:
+        return 3
+    if top in STAGES:
+        return 2
+    if top == "providers":
+        return 1
+    return 0
+
+
+def test_the_import_graph_has_no_cycle():
+    g = import_graph()
+    assert sum(map(len, g.values())) > 100
+    assert not cycles(g), f"import cycles: {cycles(g)}"
+
+
+def test_no_import_goes_up_a_layer():
+    g = import_graph()
+    up = {(a, b) for a, targets in g.items() for b in targets if layer(b) > layer(a)}
+    assert up - KNOWN_UP == set(), f"imports from a lower layer to a higher one: {sorted(up - KNOWN_UP)}"
+    assert KNOWN_UP - up == set(), f"gone (remove from KNOWN_UP): {sorted(KNOWN_UP - up)}"
+
+
+def test_the_check_finds_a_cycle(tmp_path, monkeypatch):
+    """The graph builder sees lazy imports: a cycle through a function-level import is found."""
+    pkg = tmp_path / "benchmaker"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
+    monkeypatch.setattr(__import__(__name__), "PKG", pkg)
+    assert cycles(import_graph()) == [["benchmaker.a", "benchmaker.sub.b"]]
