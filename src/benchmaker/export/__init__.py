@@ -268,7 +268,9 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
         records.append({"path": name, "rows": chunk.height, "images_read": 0,
                         "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
     images = rows.select("image_id", "sha256").unique("image_id", keep="first", maintain_order=True)
-    id_col = columns.get("image_id", "image_id")
+    from ..config import filled
+
+    id_col = filled("columns", columns)["image_id"]
     cfeatures = Features({id_col: features[id_col], image_col: Image()})
     cschema = arrow_schema(cfeatures)
     image_type = cschema.field(image_col).type

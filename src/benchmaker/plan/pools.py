@@ -70,10 +70,10 @@ def _id_list(row: dict, col: str, default: str, path: str, ln: int) -> list[str]
 def read_pools_file(path: str, index: Index, settings: Mapping[str, Any], benchmark_name: str, losses: Losses,
                     columns: Mapping[str, str] | None = None) -> list[PlannedQuery]:
     """The planned queries of a pools file (see module doc), in file order."""
-    cols = dict(columns or {})
-    qcol = cols.get("query_id", "query_id")
-    scol = cols.get("seed_image_ids", "seed_image_ids")
-    ccol = cols.get("candidate_image_ids", "candidate_image_ids")
+    from ..config import filled
+
+    cols = filled("columns", columns)
+    qcol, scol, ccol = cols["query_id"], cols["seed_image_ids"], cols["candidate_image_ids"]
     rows = []
     for ln, row in iter_json_objects(path):
         rows.append((row.get(qcol, row.get("query_id")), _id_list(row, scol, "seed_image_ids", path, ln),

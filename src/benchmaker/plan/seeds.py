@@ -127,8 +127,10 @@ def read_seeds_file(path: str, index: Index, benchmark_name: str, losses: Losses
     duplicate query id, is lost (item_type ``query``). Query ids missing in the file are generated
     from the row number (``<benchmark>_q0001`` = first row).
     """
-    cols = dict(columns or {})
-    qcol, scol = cols.get("query_id", "query_id"), cols.get("seed_image_ids", "seed_image_ids")
+    from ..config import filled
+
+    cols = filled("columns", columns)
+    qcol, scol = cols["query_id"], cols["seed_image_ids"]
     rows = []
     for ln, row in iter_json_objects(path):
         seeds = row.get(scol, row.get("seed_image_ids"))

@@ -70,7 +70,9 @@ def load_metadata(path: str | os.PathLike, columns: Mapping[str, str] | None = N
         df = pl.read_ndjson(p, infer_schema_length=None)
     except Exception as exc:
         raise ValueError(f"metadata {p}: not valid JSON lines: {exc}") from None
-    id_disk = (columns or {}).get("image_id", "image_id")
+    from ..config import filled
+
+    id_disk = filled("columns", columns)["image_id"]
     if id_disk != "image_id" and id_disk in df.columns:
         if "image_id" in df.columns:
             raise ValueError(f"metadata {p}: has both '{id_disk}' and 'image_id'; keep one id column")
