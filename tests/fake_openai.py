@@ -126,6 +126,13 @@ class Fake:
         # set: a deterministic "in flight" for kill tests
         self.hold_after: int | None = None
         self.release = threading.Event()
+        # kill tests: ``kill_at = (kind, k, callback)``: at the k-th event of that kind the server calls
+        # ``callback()`` (which kills the client) and answers nothing. Kinds: "upload" (a batch input
+        # file, stored first), "create" (a batch, created first: the client never hears of it),
+        # "poll_done" (a poll that finds a batch terminal), "download" (an output file), "sync" (a
+        # model call, before it is billed)
+        self.kill_at: tuple[str, int, Callable[[], None]] | None = None
+        self.killed: list[str] = []
         self.count_tokens = False            # usage from the request (tokens_of) instead of USAGE
         self.reasoning_tokens = 64
         self.prefixes: dict[tuple, set] = {}
@@ -197,6 +204,19 @@ class Fake:
             if not isinstance(row.get("body"), dict) or not row["body"].get("model"):
                 return f"line {n}: body with a model is required"
         return None if ids else "the input file has no requests"
+
+    def kill_point(self, kind: str) -> bool:
+        """True (and the client killed) when this event is the armed kill point."""
+        if self.kill_at is None or self.kill_at[0] != kind:
+            return False
+        k, cb = self.kill_at[1] - 1, self.kill_at[2]
+        if k > 0:
+            self.kill_at = (kind, k, cb)
+            return False
+        self.kill_at = None
+        self.killed.append(kind)
+        cb()
+        return True
 
     def fault(self, method: str, path: str) -> int | None:
         for i, (m, rx, status) in enumerate(self.faults):
@@ -335,6 +355,13 @@ def _handler(fake: Fake):
             self.end_headers()
             self.wfile.write(data)
 
+        def _drop(self):
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+
         def _fault(self, status: int):
             if status == 429:
                 return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
@@ -359,6 +386,8 @@ def _handler(fake: Fake):
                     if not b:
                         return self._send(404, {"error": {"message": "no such batch"}})
                     fake.advance(b)
+                    if b["status"] == "completed" and fake.kill_point("poll_done"):
+                        return self._drop()
                     return self._send(200, fake.public(b))
                 if path == "/v1/batches":
                     data = [fake.public(b) for b in reversed(list(fake.batches.values()))]
@@ -366,6 +395,8 @@ def _handler(fake: Fake):
                                             "first_id": data[0]["id"] if data else None,
                                             "last_id": data[-1]["id"] if data else None})
                 m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
+                if m and fake.kill_point("download"):
+                    return self._drop()
                 if m:
                     f = fake.files.get(m.group(1))
                     return self._send(200, raw=f["content"]) if f else self._send(404, {"error": {"message": "nf"}})
@@ -393,6 +424,8 @@ def _handler(fake: Fake):
                         fake.rate_limit -= 1
                         return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                           headers={"Retry-After": fake.retry_after})
+                    if fake.kill_point("sync"):
+                        return self._drop()
                     pck = body.get("prompt_cache_key")
                     if pck is not None and (not isinstance(pck, str) or len(pck) > 64):
                         return self._send(400, {"error": {"message": "prompt_cache_key: a string of at most 64 "
@@ -423,6 +456,8 @@ def _handler(fake: Fake):
                             filename = part.get_filename()
                     fid = f"file-{next(fake.ids)}"
                     fake.files[fid] = {"id": fid, "filename": filename, "purpose": "batch", "content": content}
+                    if fake.kill_point("upload"):
+                        return self._drop()
                     return self._send(200, {"id": fid, "object": "file", "bytes": len(content), "created_at": 0,
                                             "filename": filename, "purpose": "batch", "status": "processed"})
                 if path == "/v1/batches":
@@ -443,6 +478,8 @@ def _handler(fake: Fake):
                          "error_file_id": None, "metadata": body.get("metadata") or {},
                          "request_counts": {"total": n, "completed": 0, "failed": 0}, "_polls": 0}
                     fake.batches[bid] = b
+                    if fake.kill_point("create"):
+                        return self._drop()
                     return self._send(200, fake.public(b))
                 m = re.fullmatch(r"/v1/batches/([^/]+)/cancel", path)
                 if m and m.group(1) in fake.batches:

@@ -462,6 +462,10 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     finally:
         journal.close()
         stack.close()                                   # the segment is published before we go on
+    if unreturned:
+        log.warning("%s: %d request(s) billed by the provider without an answer could not be priced (no answer "
+                    "of this stage tells their usage): they are not in the cost file; see the provider's billing "
+                    "console", stage, sum(n for n, _ in unreturned.values()))
     for i in sorted(failed):
         if done[i]:
             continue
