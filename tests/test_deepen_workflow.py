@@ -96,3 +96,47 @@ def test_example_overlay_dry_run_from_repo_root():
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
     assert stats["deepen_system"] == 2 and stats["deepen"] == 1 and stats["summary"] == 1
+
+
+def test_workflow_openai_judge_through_the_fake_pays_each_new_pair_once(tmp_path, tiny_corpus, tiny_clip):
+    """The workflow with the openai judge (sync) against the strict fake server: the deepen requests
+    hold only pairs no judge labelled, each new pair once; forcing the deepen jobs again sends nothing."""
+    import fake_openai
+
+    from benchmaker.io import iter_jsonl
+
+    fake = fake_openai.start(steps=2)
+    try:
+        llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync",
+               "concurrency": 2}
+        cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, judge={"adapter": "openai", "openai": llm},
+                                  evaluate={"depth": 20, "systems": [{"name": "bm25", "kind": "bm25"},
+                                                                     {"name": "bm25b", "kind": "bm25", "k1": 0.5,
+                                                                      "fields": ["summary"]}]},
+                                  deepen={"enabled": True, "k": 6})
+        config = support.write_config(tmp_path / "c.yaml", cfg)
+        env = {"OPENAI_API_KEY": "sk-test"}
+        r = support.snakemake(["-c2", "deepen"], tmp_path, config, env=env)
+        assert r.returncode == 0, r.stderr[-4000:]
+        res = tmp_path / "results" / "tiny"
+        bodies = [b for m, p, b in fake.log if m == "POST" and p == "/v1/responses"]
+        deep = [b for b in bodies if "QUERY_TEXT: " in fake_openai.request_text(b)]
+        assert deep and len(deep) < len(bodies)
+        q = read_table("qrels", res / "qrels.jsonl")
+        dq = read_table("deepened_qrels", res / "deepen" / "qrels.jsonl")
+        new = dq.filter(pl.col("deepened"))
+        assert not new.join(q, on=["query_id", "image_id"], how="semi").height      # never a judged pair
+        # each new pair in exactly one request: the keys sent equal the new pairs
+        assert sum(len(fake_openai.data_keys(fake_openai.request_text(b))) for b in deep) == new.height > 0
+        assert set(new["judge"]) == {"openai:gpt-5-mini"}
+        texts = dict(q.select("query_id", "query_text").unique("query_id").iter_rows())
+        sent_texts = {fake_openai.request_text(b).split("QUERY_TEXT: ", 1)[1].split("\n", 1)[0] for b in deep}
+        assert sent_texts <= set(texts.values())                                   # the published texts
+        costs = [c for f in sorted((res / "costs" / "deepen").glob("*.jsonl")) for c in iter_jsonl(f)]
+        assert {c["stage"] for c in costs} == {"deepen"} and sum(not c["cached"] for c in costs) == len(deep)
+        n = len(bodies)
+        r = support.snakemake(["-c2", "deepen", "--forcerun", "deepen_system"], tmp_path, config, env=env)
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert sum(1 for m, p, _ in fake.log if m == "POST" and p == "/v1/responses") == n
+    finally:
+        fake_openai.stop(fake)
