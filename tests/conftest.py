@@ -34,6 +34,19 @@ def tiny_corpus(tmp_path_factory) -> Path:
 
 
 @pytest.fixture()
+def fake(monkeypatch):
+    """The strict fake OpenAI server (tests/fake_openai.py), answering after 2 polls, with a fast
+    Retry-After and a test key in OPENAI_API_KEY. A test file may define its own ``fake``."""
+    import fake_openai
+
+    f = fake_openai.start(steps=2)
+    f.retry_after = "0.01"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    yield f
+    fake_openai.stop(f)
+
+
+@pytest.fixture()
 def tiny_cfg(tmp_path, tiny_corpus, tiny_clip) -> dict:
     return support.tiny_config(tmp_path, tiny_corpus, tiny_clip)
 

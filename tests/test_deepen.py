@@ -110,15 +110,6 @@ def test_leave_one_out_hand_worked():
 
 
 # -- the deepen_system stage through the fake OpenAI server ----------------------------------------------
-@pytest.fixture()
-def fake(monkeypatch):
-    f = fake_openai.start(steps=2)
-    f.retry_after = "0.01"
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    yield f
-    fake_openai.stop(f)
-
-
 def _inputs(tmp: Path, corpus: Path) -> dict:
     """10 images; 2 planned queries (judged pools of 3); runs of systems A and B over the corpus."""
     imgs = images_frame(corpus, 10)

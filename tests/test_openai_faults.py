@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import fake_openai
 import pytest
 from openai_helpers import SETTINGS, SYNC_COST, images_frame, write_images
 from support import TINY_FACETS
@@ -33,15 +32,6 @@ from benchmaker.vision import run as vision_run
 FM = FacetModel.from_config(TINY_FACETS)
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 FAST_RETRY = {"retry_base_delay": 0.01, "retry_max_delay": 0.05}
-
-
-@pytest.fixture()
-def fake(monkeypatch):
-    f = fake_openai.start(steps=2)
-    f.retry_after = "0.01"
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    yield f
-    fake_openai.stop(f)
 
 
 @pytest.fixture()

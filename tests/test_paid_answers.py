@@ -32,17 +32,6 @@ def test_audit_with_every_query_lost_is_a_clear_stop(tmp_path):
     assert "quota" in block and "rerun the same command" in block
 
 
-@pytest.fixture()
-def fake(monkeypatch):
-    import fake_openai
-
-    f = fake_openai.start(steps=2)
-    f.retry_after = "0.01"
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    yield f
-    fake_openai.stop(f)
-
-
 def test_second_judge_spend_is_on_record_and_in_the_totals(fake, tmp_path):
     """The audit's second judge (an API judge) writes each paid row to its crash-safe ledger as it
     arrives; its cost file names its own stage, and the summary's total includes it."""
