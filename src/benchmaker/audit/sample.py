@@ -179,7 +179,7 @@ def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: st
     q = read_table("qrels", qrels, columns=columns)
     p = read_table("query_plan", plan, columns=columns)
     a = read_table("annotations", annotations, columns=columns, facets=fm)
-    from ..config import filled
+    from ..settings_schema import filled
 
     full = filled("audit", {k: settings[k] for k in SAMPLE_KEYS if k in settings})
     s = {k: full[k] for k in SAMPLE_KEYS}

@@ -18,6 +18,7 @@ import polars as pl
 from ..formats import FacetModel, read_table, read_table_where, write_table
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import filled
 from .pairs import assign, cap_by_cost, deepen_systems, run_paths, system_tops
 
 __all__ = ["run", "plan_for", "assigned_pairs", "pair_costs", "estimate_specs", "LABEL_COLUMNS"]
@@ -60,8 +61,8 @@ def pair_costs(assigned: pl.DataFrame, plan: pl.DataFrame, qrels: pl.DataFrame, 
     from ..judge.openai import judge_items
     from ..providers.cost import Usage, cost_usd
     from ..providers.engine import provider_runner
-    from ..providers.estimate import out_tokens
     from ..providers.spec import estimate_input_tokens
+    from ..providers.tokens import out_tokens
 
     runner = provider_runner(adapter, stage="deepen", item_type="query", settings=dict(settings), cache_dir=None)
     batch = runner.settings.get("mode", "batch") == "batch"
@@ -123,9 +124,9 @@ def run(*, qrels: str, plan: str, annotations: str, images: str, runs: Sequence[
         benchmark: str = "benchmaker", threads: int = 1, version: str | None = None) -> dict:
     """Stage ``deepen_system``: judge the pairs ``system`` owns; write its labels, losses and costs."""
     fm = FacetModel.from_config(facets)
-    d = dict(deepen)
+    d = filled("deepen", deepen)
     systems = list(d["systems"])
-    k = int(d.get("k", 10))
+    k = int(d["k"])
     q = read_table("qrels", qrels, columns=columns)
     plan_df = read_table("query_plan", plan, columns=columns)
     s = dict(settings)
@@ -190,12 +191,12 @@ def estimate_specs(cfg: Mapping[str, Any], fm: FacetModel, settings: Mapping[str
     from ..evaluate.systems import check_systems
     from ..judge.openai import judge_items
     from ..judge.prompts import candidate_keys, judge_spec
-    from ..providers.estimate import _typical_row
+    from ..providers.tokens import _typical_row
 
     results = Path(results)
-    d = dict(cfg.get("deepen") or {})
+    d = filled("deepen", cfg.get("deepen"))
     systems = deepen_systems(d, check_systems(cfg.get("evaluate") or {}))
-    k = int(d.get("k", 10))
+    k = int(d["k"])
     cols = cfg["columns"]
     runs = [results / "evaluate" / "runs" / f"{s}.trec" for s in systems]
     files = [results / f for f in ("qrels.jsonl", "query_plan.jsonl", "annotations.jsonl", "images.jsonl")]

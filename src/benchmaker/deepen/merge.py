@@ -25,6 +25,7 @@ import polars as pl
 from ..formats import read_table, write_table
 from ..io import atomic_write_text
 from ..logs import get_logger
+from ..settings_schema import filled
 from .pairs import assign, run_paths, system_tops
 
 __all__ = ["run", "deepened_qrels", "REPORT_COLUMNS"]
@@ -105,9 +106,9 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
 
     metrics.set_numba_cache(numba_cache_dir)
     t0 = time.perf_counter()
-    d = dict(deepen)
+    d = filled("deepen", deepen)
     systems = list(d["systems"])
-    k = int(d.get("k", 10))
+    k = int(d["k"])
     q = read_table("qrels", qrels, columns=columns)
     lab = [read_table("deepen_labels", p, columns=columns) for p in _as_list(labels)]
     lab_df = pl.concat(lab, how="diagonal_relaxed") if lab else pl.DataFrame(
@@ -131,7 +132,7 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
                       numba_cache_dir=numba_cache_dir, version=version, threads=threads,
                       sage_leaderboard=sage_leaderboard, sage=sage)
     log.info("deepen: evaluate aggregate on the deepened qrels in %.1f s", time.perf_counter() - t_eval)
-    ks = [int(x) for x in ((settings or {}).get("k") or [10])]
+    ks = [int(x) for x in filled("evaluate", settings)["k"]]
     metric = f"ndcg@{ks[0]}"
     before_scores, after_scores = _board_scores(before, metric), _board_scores(leaderboard_csv, metric)
 

@@ -31,8 +31,7 @@ from urllib.parse import quote
 import numpy as np
 import polars as pl
 
-from ..config import ConfigError
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses

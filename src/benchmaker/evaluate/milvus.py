@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench

@@ -268,7 +268,7 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
         records.append({"path": name, "rows": chunk.height, "images_read": 0,
                         "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
     images = rows.select("image_id", "sha256").unique("image_id", keep="first", maintain_order=True)
-    from ..config import filled
+    from ..settings_schema import filled
 
     id_col = filled("columns", columns)["image_id"]
     cfeatures = Features({id_col: features[id_col], image_col: Image()})
@@ -423,7 +423,7 @@ def run(
     deepen: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
-    from ..config import filled
+    from ..settings_schema import filled
 
     settings = filled("export", settings)
     columns = filled("columns", columns)

@@ -34,7 +34,7 @@ def _files(folder: Path) -> list[dict]:
 
 def run(*, dataset: str, receipt: str, settings: Mapping[str, Any],
         commit_message: str | None = None) -> dict[str, Any]:
-    from ..config import filled
+    from ..settings_schema import filled
 
     settings = filled("export", settings)
     folder = Path(dataset)

@@ -70,7 +70,7 @@ def _id_list(row: dict, col: str, default: str, path: str, ln: int) -> list[str]
 def read_pools_file(path: str, index: Index, settings: Mapping[str, Any], benchmark_name: str, losses: Losses,
                     columns: Mapping[str, str] | None = None) -> list[PlannedQuery]:
     """The planned queries of a pools file (see module doc), in file order."""
-    from ..config import filled
+    from ..settings_schema import filled
 
     cols = filled("columns", columns)
     qcol, scol, ccol = cols["query_id"], cols["seed_image_ids"], cols["candidate_image_ids"]

@@ -127,7 +127,7 @@ def read_seeds_file(path: str, index: Index, benchmark_name: str, losses: Losses
     duplicate query id, is lost (item_type ``query``). Query ids missing in the file are generated
     from the row number (``<benchmark>_q0001`` = first row).
     """
-    from ..config import filled
+    from ..settings_schema import filled
 
     cols = filled("columns", columns)
     qcol, scol = cols["query_id"], cols["seed_image_ids"]

@@ -70,7 +70,7 @@ def load_metadata(path: str | os.PathLike, columns: Mapping[str, str] | None = N
         df = pl.read_ndjson(p, infer_schema_length=None)
     except Exception as exc:
         raise ValueError(f"metadata {p}: not valid JSON lines: {exc}") from None
-    from ..config import filled
+    from ..settings_schema import filled
 
     id_disk = filled("columns", columns)["image_id"]
     if id_disk != "image_id" and id_disk in df.columns:

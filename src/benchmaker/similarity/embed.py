@@ -312,7 +312,7 @@ def read_embeddings(path: str | os.PathLike, *, columns: Mapping[str, str] | Non
 # ----------------------------------------------------------------------------------------------- stages
 def _runtime(runtime: Mapping[str, Any] | None) -> dict[str, Any]:
     """device, batch_size, num_workers: the given ones, the rest from the schema's similarity section."""
-    from ..config import filled
+    from ..settings_schema import filled
 
     rt = filled("similarity", {k: v for k, v in (runtime or {}).items() if v is not None})
     return {"device": rt["device"], "batch_size": int(rt["batch_size"]), "num_workers": int(rt["num_workers"]),

@@ -162,7 +162,7 @@ def run(
     evaluation: str | None = None,
     deepen: str | None = None,
 ) -> dict[str, Any]:
-    from ..config import filled
+    from ..settings_schema import filled
 
     settings = filled("summary", settings)
     scale = float(settings["scale_factor"])

@@ -81,7 +81,7 @@ class ClipAnnotator:
     def __init__(self, *, facets: FacetModel, settings: Mapping[str, Any], image_root: str,
                  cache_dir: str | None = None, threads: int = 1):
         self.facets = facets
-        from ..config import filled
+        from ..settings_schema import filled
 
         self.settings = filled("vision.clip", settings)
         self.image_root = image_root

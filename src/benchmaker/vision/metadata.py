@@ -45,7 +45,7 @@ class MetadataAnnotator:
 
     def __init__(self, *, facets: FacetModel, settings: Mapping[str, Any] | None = None, image_root: str = ".",
                  cache_dir: str | None = None, threads: int = 1) -> None:
-        from ..config import filled
+        from ..settings_schema import filled
 
         s = filled("vision.metadata", settings)
         self.fm = facets

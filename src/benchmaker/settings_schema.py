@@ -1,0 +1,69 @@
+"""The settings schema (config/schema.yaml, shipped as package data) and its defaults: loading it,
+resolving ``$ref``, filling defaults into a section. A foundation module: it imports nothing of the
+project, so any stage may read its defaults here without reaching benchmaker.config (whose cross-key
+checks import the stages)."""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from typing import Any, Mapping
+
+import yaml
+
+__all__ = ["load_schema", "resolve_schema", "filled"]
+
+
+def load_schema() -> dict:
+    text = resources.files("benchmaker").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def resolve_schema(node: dict, schema: dict) -> dict:
+    """``node`` with its ``$ref`` to the schema's ``$defs`` resolved (the node's own keys win)."""
+    defs = schema.get("$defs", {})
+    while "$ref" in node:
+        name = node["$ref"].split("/")[-1]
+        merged = dict(defs[name])
+        merged.update({k: v for k, v in node.items() if k != "$ref"})
+        node = merged
+    return node
+
+
+def _fill_defaults(cfg: dict, schema: dict) -> None:
+    """Fill defaults, resolving $ref to $defs (done by hand: simpler than a resolver and exact)."""
+
+    def resolve(s: dict) -> dict:
+        return resolve_schema(s, schema)
+
+    def walk(instance: Any, s: dict) -> None:
+        s = resolve(s)
+        if not isinstance(instance, dict):
+            return
+        for prop, sub in s.get("properties", {}).items():
+            sub_r = resolve(sub)
+            if prop not in instance and "default" in sub_r:
+                instance[prop] = copy.deepcopy(sub_r["default"])
+            if prop in instance:
+                walk(instance[prop], sub_r)
+        addl = s.get("additionalProperties")
+        if isinstance(addl, dict):
+            for k, v in instance.items():
+                if k not in s.get("properties", {}):
+                    walk(v, addl)
+
+    walk(cfg, schema)
+
+
+def filled(path: str, value: Mapping[str, Any] | None) -> dict:
+    """A config section (``summary``, ``vision.clip``) with the schema's defaults filled in: stage
+    functions called with a partial section (library callers, tests) read every key from here, so
+    that no default is written a second time in code."""
+    schema = load_schema()
+    node: dict = schema
+    for part in [p for p in path.split(".") if p]:
+        node = resolve_schema(node, schema)
+        node = node["items"] if part == "[]" else node["properties"][part]
+    out = copy.deepcopy(dict(value or {}))
+    _fill_defaults(out, {"$defs": schema.get("$defs", {}), **resolve_schema(node, schema)})
+    return out
