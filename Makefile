@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORES ?= all
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: example example-offline test lint dryrun clean-example
+.PHONY: example example-offline test test-heavy lint dryrun clean-example
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -34,6 +34,10 @@ test: $(STAMP)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	fi
 	HF_HUB_OFFLINE=1 $(PY) -m pytest
+
+## The heavy tests the default run deselects (each over 4 minutes: cluster controller recovery, kill series).
+test-heavy: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m heavy
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -20,7 +20,7 @@ from support import ROOT, tiny_config, write_config
 
 from benchmaker.io import iter_jsonl
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 SEED = 19
 DATA = ("annotations.jsonl", "query_plan.jsonl", "qrels.jsonl")

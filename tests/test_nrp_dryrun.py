@@ -709,6 +709,7 @@ def test_every_path_like_key_is_marked():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_pod_failure_and_namespace_read_like_local_errors(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip,
                                                           kube):
     """An image folder on the controller's disk only (no BENCHMAKER_K8S_PVC): the dry run warns and
@@ -758,6 +759,7 @@ def _target(body: dict) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
     """kill -9 of the controller while a GPU job's pod runs, then the README's resume line: the new
     controller cancels the dead one's Jobs of this build before it submits anything (and says so),
