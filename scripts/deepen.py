@@ -1,10 +1,5 @@
 """Snakemake script of rule `deepen`: hands snakemake.* to benchmaker.deepen.merge.run."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent / "src"))  # noqa: F821
-
-from benchmaker.runner import run_stage  # noqa: E402
+from benchmaker_bridge import run_stage
 
 run_stage(snakemake, "benchmaker.deepen.merge:run")  # noqa: F821

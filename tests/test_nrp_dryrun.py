@@ -605,6 +605,10 @@ def _path_examples(p):
         "evaluate.systems[].pretrained": (0, {"evaluate": {"systems": [
             {"name": "c2", "kind": "clip", "model": "ViT-B-32", "pretrained": p}]}}),
         "evaluate.systems[].path": (0, {"evaluate": {"systems": [{"name": "t1", "kind": "trec_run", "path": p}]}}),
+        "evaluate.systems[].db_file": (2, {"evaluate": {"systems": [
+            {"name": "m1", "kind": "milvus", "db_file": p, "collection": "images", "model": "ViT-B-32"}]}}),
+        "evaluate.compare.baseline": (2, {"evaluate": {"systems": [{"name": "b1", "kind": "bm25"}],
+                                                       "compare": {"baseline": p}}}),
     }
 
 
@@ -641,6 +645,10 @@ def test_every_marked_path_is_staged(s3_server, checkout, tmp_path, tiny_corpus,
             f = home / (f"{name}.pt" if k.if_pathlike else f"{name}.jsonl")
             f.write_text("")
             made[k.pointer] = str(f)
+    if "evaluate.compare.baseline" in made:  # a kept evaluation (benchmaker keep-evaluation)
+        base = Path(made["evaluate.compare.baseline"])
+        (base / "leaderboard.json").write_text('{"systems": []}')
+        (base / "per_query.csv").write_text("")
     missing = [k.pointer for k in keys if k.pointer not in _path_examples("x")]
     assert not missing, f"keys marked x-path with no example here (add one to _path_examples): {missing}"
     groups: dict[int, dict] = {}
