@@ -104,7 +104,12 @@ rule evaluate:
             if EVAL_SYSTEMS
             else []
         ),
-        baseline=EVAL_BASELINE,
+        # under a default storage (NRP) the folder the config names, staged (rules/cluster.smk)
+        baseline=(
+            workflow_input(config["evaluate"]["compare"]["baseline"])
+            if STAGING and EVAL_BASELINE
+            else EVAL_BASELINE
+        ),
     output:
         leaderboard_csv=f"{EVAL}/leaderboard.csv",
         leaderboard_json=f"{EVAL}/leaderboard.json",

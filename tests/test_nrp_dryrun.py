@@ -605,8 +605,6 @@ def _path_examples(p):
         "evaluate.systems[].pretrained": (0, {"evaluate": {"systems": [
             {"name": "c2", "kind": "clip", "model": "ViT-B-32", "pretrained": p}]}}),
         "evaluate.systems[].path": (0, {"evaluate": {"systems": [{"name": "t1", "kind": "trec_run", "path": p}]}}),
-        "evaluate.systems[].db_file": (2, {"evaluate": {"systems": [
-            {"name": "m1", "kind": "milvus", "db_file": p, "collection": "images", "model": "ViT-B-32"}]}}),
         "evaluate.compare.baseline": (2, {"evaluate": {"systems": [{"name": "b1", "kind": "bm25"}],
                                                        "compare": {"baseline": p}}}),
     }

@@ -16,7 +16,9 @@ Every config key whose value may name something on the user's disk is marked in
     ``stage``: an input that the controller copies to the workflow's storage under a default storage
     provider (``--profile nrp``, rules/cluster.smk); ``volume``: too large to stage, the pods read it
     from a mounted volume (``paths.image_root``: ``BENCHMAKER_K8S_PVC``); ``output``: a folder the
-    workflow writes, which must be relative under a default storage (``paths.results``).
+    workflow writes, which must be relative under a default storage (``paths.results``);
+    ``controller``: read in place by a rule that always runs on the controller (a Milvus Lite file,
+    queried by the local rule ``evaluate_api``), so neither staged nor on a pod volume.
 ``x-like: judge`` (or ``x-schema: "#/properties/judge"``)
     an object validated as that section (``audit.second_judge.judge``): its paths are walked there.
 
@@ -36,7 +38,7 @@ __all__ = ["PathKey", "ConfigPath", "path_keys", "config_paths", "looks_like_pat
 #: weight file suffixes (what open_clip loads from a checkpoint file or a ``local-dir:`` folder)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-USES = ("stage", "volume", "output")
+USES = ("stage", "volume", "output", "controller")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class PathKey:
 
     pointer: str
     kind: str            # "file" | "dir"
-    use: str = "stage"   # "stage" | "volume" | "output"
+    use: str = "stage"   # "stage" | "volume" | "output" | "controller"
     prefix: str = ""
     if_pathlike: bool = False
 

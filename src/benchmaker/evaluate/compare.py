@@ -314,11 +314,13 @@ def baseline_files(path: str | Path) -> list[str]:
 
 def compare_with_baseline(baseline: Sequence[str], leaderboard_json: str, comparison: str,
                           settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``evaluate`` rule's comparison with ``evaluate.compare.baseline``: ``comparison.csv`` (with .md and
-    .json beside it). Labels are the baseline's tag (or "baseline") and "this evaluation": no local path."""
+    """The ``evaluate`` rule's comparison with ``evaluate.compare.baseline`` (its files, or the folder):
+    ``comparison.csv`` (with .md and .json beside it). Labels are the baseline's tag (or "baseline")
+    and "this evaluation": no local path."""
     s = dict(settings or {})
-    old_folder = Path(sorted(baseline)[0]).parent
-    old = load_evaluation(old_folder)
+    paths = [Path(p) for p in baseline]
+    # the baseline's two files, or (under a default storage: the staged copy) the folder the config names
+    old = load_evaluation(paths[0] if len(paths) == 1 and paths[0].is_dir() else sorted(paths)[0].parent)
     old.source = old.tag or "baseline"
     new = load_evaluation(Path(leaderboard_json).parent)
     new.source, new.tag = "this evaluation", None
