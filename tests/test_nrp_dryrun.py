@@ -499,6 +499,14 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path) -> dict:
     return cfg
 
 
+def _checkout_but_the_venv(venv_python: Path) -> list[str]:
+    """Every folder of the checkout, except the one holding the test's Python (in CI the venv is
+    ROOT/.venv: the pods run that interpreter as the image's, so it must stay visible)."""
+    keep = Path(venv_python).parent.parent  # the venv (venv_python is realpath(sys.prefix)/bin/python)
+    return [str(p) for p in sorted(ROOT.iterdir())
+            if p.is_dir() and not p.is_symlink() and p.resolve() not in (keep, *keep.parents)]
+
+
 @pytest.mark.slow
 def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_corpus, tiny_clip, kube):
     """deploy/nrp/controller-job.yaml's own command (the copy of the workflow into /state, which is no
@@ -553,7 +561,7 @@ def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_cor
     fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
         "PATH": f"{podbin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_home), "HF_HUB_OFFLINE": "1",
         "POD_PIP_LOG": str(tmp_path / "pip.log"), "MPLCONFIGDIR": str(pod_home / "mpl"),
-    }, hide_paths=[str(state), str(cfg_dir), str(home), str(ROOT)])
+    }, hide_paths=[str(state), str(cfg_dir), str(home), *_checkout_but_the_venv(venv_python)])
     env["KUBECONFIG"] = str(kubeconfig)
     t0 = time.monotonic()
     res = subprocess.run(["/bin/sh", "-c", script], cwd=state, env=env, capture_output=True, text=True,
