@@ -329,23 +329,17 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
         image_root: str | None = None, cache_dir: str | None = None, llm_cache_dir: str | None = None,
         columns: Mapping[str, str] | None = None, facets: Mapping[str, Any] | None = None,
         version: str | None = None, threads: int = 1, client: Any = None, batch_dir: str | None = None,
-        ledger: str | None = None, benchmark: str = "benchmaker", llm_runtime: Mapping[str, Any] | None = None,
-        numba_cache_dir: str | None = None, runtime: Mapping[str, Any] | None = None,
+        ledger: str | None = None, benchmark: str = "benchmaker", numba_cache_dir: str | None = None,
         transport: Any = None) -> dict:
     """Stage ``evaluate_system`` / ``evaluate_model``: one system's run + its metadata.
 
     Rerankers only: ``batch_dir`` (Batch API state, ``llm.mode: batch``), ``ledger`` (crash-safe
-    record of every paid request), ``benchmark`` (batch metadata), ``llm_runtime`` (the ``llm`` keys
-    that only change speed, which the rule passes outside its compared params), ``numba_cache_dir``
-    (ranx's JIT cache, for hybrid's ``ranx.fuse``). Live systems (http, milvus): ``runtime`` (their
-    ``LIVE_RUNTIME`` keys, passed outside the compared params), ``llm_cache_dir`` (the http answer
-    cache, ``<llm_cache_dir>/http``), ``client`` (a MilvusClient) / ``transport`` (an httpx2 transport)
-    for tests."""
+    record of every paid request), ``benchmark`` (batch metadata), ``numba_cache_dir`` (ranx's JIT
+    cache, for hybrid's ``ranx.fuse``). ``system`` holds every setting, runtime knobs included (the
+    rule compares only its ``triggers`` param). Live systems (http, milvus): ``llm_cache_dir`` (the
+    http answer cache, ``<llm_cache_dir>/http``), ``client`` (a MilvusClient) / ``transport`` (an
+    httpx2 transport) for tests."""
     set_numba_cache(numba_cache_dir)
-    if runtime and system.get("kind") in LIVE_KINDS:
-        system = {**system, **dict(runtime)}
-    if llm_runtime and system.get("kind") == "rerank":
-        system = {**system, "llm": {**dict(system.get("llm") or {}), **dict(llm_runtime)}}
     from ..formats import FacetModel, empty_table, write_table
 
     s = system_settings(system, int(system.get("depth") or 100))
