@@ -28,8 +28,8 @@ import polars as pl  # noqa: E402
 from benchmaker.audit.files import Scale  # noqa: E402
 from benchmaker.audit.labelling import render_page  # noqa: E402
 from benchmaker.audit.labels import LABELS_SCHEMA  # noqa: E402
-from benchmaker.audit.report import compute  # noqa: E402
 from benchmaker.audit.sample import draw_sample  # noqa: E402
+from benchmaker.audit.statistics import compute  # noqa: E402
 from benchmaker.formats import FacetModel  # noqa: E402
 
 POOLS = ("seed", "positive", "neutral", "hard", "nearmiss", "easy")

@@ -79,9 +79,9 @@ def make(d: Path, n_q: int, n_img: int, dim: int, pool: int, seed: int = 0) -> N
 
 
 def _aggregate(d: Path, names: list[str], out: Path) -> dict:
-    from benchmaker.evaluate import metrics
+    from benchmaker.evaluate import stage
 
-    return metrics.run(qrels=str(d / "qrels.jsonl"), images=str(d / "images.jsonl"),
+    return stage.run(qrels=str(d / "qrels.jsonl"), images=str(d / "images.jsonl"),
                        annotations=str(d / "annotations.jsonl"), runs=[str(d / f"{n}.trec") for n in names],
                        metas=[str(d / f"{n}.json") for n in names], image_embeddings=[str(d / "embeddings.parquet")],
                        leaderboard_csv=str(out / "leaderboard.csv"), leaderboard_json=str(out / "leaderboard.json"),
@@ -141,9 +141,9 @@ def child_pool(d: Path, n_sys: int) -> None:
           f"{t1 - t0:.1f} s, evaluate (metrics, diversity, drill-downs, {n_sys * (n_sys - 1) // 2} paired tests x 3 "
           f"metrics) {t2 - t1:.1f} s; peak RSS {_rss_mb():.0f} MB")
     # the sage view of every run (in the workflow: corpus-ranked runs only, inside the same aggregate)
-    from benchmaker.evaluate.metrics import _load_embeddings
     from benchmaker.evaluate.runs import read_run
     from benchmaker.evaluate.sage import sage_view
+    from benchmaker.evaluate.stage import _load_embeddings
     from benchmaker.formats import read_table
 
     flat = read_table("qrels", d / "qrels.jsonl")

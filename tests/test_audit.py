@@ -13,7 +13,8 @@ import pytest
 
 from benchmaker.audit import agreement as A
 from benchmaker.audit import labelling as L
-from benchmaker.audit import report as R
+from benchmaker.audit import render as R
+from benchmaker.audit import statistics as S
 from benchmaker.audit.files import Scale, read_sample, read_sample_meta
 from benchmaker.audit.labels import LabelImportError, import_labels
 from benchmaker.audit.sample import allocate, draw_sample
@@ -296,7 +297,7 @@ def test_degenerate_bootstrap_is_said_so():
     humans = pl.DataFrame({"rater": ["ann"] * 20, "item_id": s["item_id"], "label": b.tolist()})
     meta = {"sample_id": "x", "population_pairs": 20, "population_queries": 1, "sample_pairs": 20,
             "sample_queries": 1, "settings": {}}
-    info = R.compute(s, meta, humans, Scale("binary"), settings={"bootstrap": 1000, "seed": 9})
+    info = S.compute(s, meta, humans, Scale("binary"), settings={"bootstrap": 1000, "seed": 9})
     c = info["comparisons"][0]
     assert c["kappa"] == 0.0 and c["kappa_ci"] == [0.0, 0.0] and 300 < c["kappa_undefined"] < 420
     cell = R.key_table(info)["Cohen's kappa"][0]
@@ -377,7 +378,7 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
             scores.setdefault(q, {})[i] = float(fn(q, i, j)) + rng.random() * 0.1
         runs[name] = _write_run(tmp_path / f"{name}.trec", name, scores)
     out = tmp_path / "audit" / "report"
-    info = R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(out),
+    info = S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(out),
                  settings={"seed": 1, "bootstrap": 200, "confidence": 0.9, "metrics": ["ndcg@10", "map"],
                            "require_complete": True},
                  human_labels=[f1, {"path": str(tmp_path / "bob.json")}], judge2=str(j2 / "qrels.jsonl"),
@@ -426,10 +427,10 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
     judge_run(plan=str(j2 / "plan.jsonl"), annotations=str(bench["annotations"]), images=str(bench["images"]),
               qrels=str(again / "qrels.jsonl"), losses=str(again / "losses.jsonl"), adapter="rules",
               settings=settings, facets=audit_support.FACETS, image_root=str(bench["image_root"]), columns=None)
-    info2 = R.compute(s, read_sample_meta(meta_p), import_labels([], s, Scale("binary")), Scale("binary"),
+    info2 = S.compute(s, read_sample_meta(meta_p), import_labels([], s, Scale("binary")), Scale("binary"),
                       judge2=read_table("qrels", again / "qrels.jsonl"), judge2_name="strict-again",
                       settings={"bootstrap": 0})
-    info3 = R.compute(s.with_columns(pl.Series("judge_label", j2q.join(s.select("query_id", "image_id", "order"),
+    info3 = S.compute(s.with_columns(pl.Series("judge_label", j2q.join(s.select("query_id", "image_id", "order"),
                                                                        on=["query_id", "image_id"]).sort("order")
                                                ["relevance_label"])),
                       read_sample_meta(meta_p), import_labels([], s, Scale("binary")), Scale("binary"),
@@ -466,7 +467,7 @@ def test_rankings_score_every_system_on_the_same_queries(tmp_path):
 def test_not_audited_yet_and_card_and_summary_sections(bench, tmp_path):
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
     out = tmp_path / "audit" / "report"
-    info = R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(out),
+    info = S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(out),
                  settings={"bootstrap": 10}, human_labels=[], labels="binary", facets=audit_support.FACETS)
     assert info["status"] == "not audited yet"
     card = R.card_markdown(str(out))
@@ -483,7 +484,7 @@ def test_graded_report(tmp_path):
     s = read_sample(sample_p)
     labs = [min(3, j + (k % 2)) for k, j in enumerate(s["judge_label"].to_list())]
     f = _csv(tmp_path / "eve.csv", zip(s["item_id"].to_list(), labs))
-    info = R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]),
+    info = S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]),
                  report=str(tmp_path / "rep"), settings={"bootstrap": 50}, human_labels=[f], labels="graded")
     c = info["comparisons"][0]
     assert c["kappa_quadratic"] == pytest.approx(A.cohen(s["judge_label"].to_list(), labs, [0, 1, 2, 3],
@@ -507,7 +508,7 @@ def test_second_judge_on_the_whole_benchmark(bench, tmp_path):
     q = read_table("qrels", bench["qrels"])
     other = read_table("qrels", j2 / "qrels.jsonl")
     assert other.height == q.height
-    info = R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(tmp_path / "r"),
+    info = S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(tmp_path / "r"),
                  settings={"bootstrap": 20}, judge2=str(j2 / "qrels.jsonl"), judge2_name="judge2",
                  judge2_scope="all", labels="binary")
     whole = [c for c in info["comparisons"] if c.get("scope") == "all"]
@@ -525,7 +526,7 @@ def test_same_inputs_same_bytes(bench, tmp_path):
               settings={"thumbnail_max_side": 48}, image_root=str(bench["image_root"]))
         s = read_sample(sample_p)
         f = _csv(d / "zoe.csv", [(i, k % 2) for k, i in enumerate(s["item_id"].to_list())])
-        R.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(d / "rep"),
+        S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(d / "rep"),
               settings={"bootstrap": 100, "seed": 3}, human_labels=[f | {"rater": "zoe"}], labels="binary",
               facets=audit_support.FACETS)
         return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}

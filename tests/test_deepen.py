@@ -258,7 +258,7 @@ def test_estimate_prices_deepening_and_checks_the_budget(tmp_path, tiny_corpus, 
     import support
 
     from benchmaker.config import results_dir, validate_config
-    from benchmaker.providers.estimate import estimate
+    from benchmaker.estimate import estimate
 
     cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip)
     cfg["judge"] = {"adapter": "openai", "openai": {"model": "gpt-5-mini", "mode": "batch"}}

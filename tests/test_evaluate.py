@@ -14,7 +14,7 @@ from openai_helpers import images_frame
 from support import TINY_FACETS
 
 from benchmaker.config import ConfigError
-from benchmaker.evaluate import metrics, systems
+from benchmaker.evaluate import stage, systems
 from benchmaker.evaluate.runs import corpus_view, rank_dense, read_run, write_run
 from benchmaker.formats import write_table
 from benchmaker.ids import trec_id
@@ -69,7 +69,7 @@ def _run_system(bench: Path, system: dict, all_systems: list[dict], **kw) -> dic
 
 def _aggregate(bench: Path, names: list[str], **settings) -> dict:
     d = bench / "evaluate"
-    return metrics.run(qrels=str(bench / "qrels.jsonl"), images=str(bench / "images.jsonl"),
+    return stage.run(qrels=str(bench / "qrels.jsonl"), images=str(bench / "images.jsonl"),
                        annotations=str(bench / "annotations.jsonl"),
                        runs=[str(d / "runs" / f"{n}.trec") for n in names],
                        metas=[str(d / "runs" / f"{n}.json") for n in names],

@@ -123,7 +123,7 @@ def test_compare_refuses_other_judgments_and_names_missing_folders(big, tmp_path
 
 
 def test_evaluate_with_a_baseline_flags_regressions_in_the_report(big, tmp_path):
-    from benchmaker.evaluate import metrics
+    from benchmaker.evaluate import stage
     from benchmaker.evaluate.report import summary_sections
     from benchmaker.summary.report import md_table
 
@@ -135,7 +135,7 @@ def test_evaluate_with_a_baseline_flags_regressions_in_the_report(big, tmp_path)
     names = ["base", "prod"]
 
     def aggregate(**kw):
-        return metrics.run(qrels=str(big / "qrels.jsonl"), images=str(big / "images.jsonl"),
+        return stage.run(qrels=str(big / "qrels.jsonl"), images=str(big / "images.jsonl"),
                            annotations=str(big / "annotations.jsonl"),
                            runs=[str(d / "runs" / f"{n}.trec") for n in names],
                            metas=[str(d / "runs" / f"{n}.json") for n in names],

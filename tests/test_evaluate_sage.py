@@ -15,7 +15,7 @@ import pandas as pd
 import polars as pl
 import pytest
 
-from benchmaker.evaluate import metrics
+from benchmaker.evaluate import stage
 from benchmaker.evaluate.sage import returned_objects, sage_columns, sage_view
 from benchmaker.formats import write_table
 
@@ -193,7 +193,7 @@ def test_equals_the_evaluators_algorithm_on_random_runs(seed):
 
 
 def test_aggregate_writes_the_sage_files(tmp_path):
-    """metrics.run: one CSV per corpus-ranked system, none for a pool-only one, the means beside."""
+    """stage.run: one CSV per corpus-ranked system, none for a pool-only one, the means beside."""
     flat = _flat().with_columns(pl.lit("positive").alias("pool"), (pl.col("image_id") == "A").alias("is_seed"),
                                 pl.lit(False).alias("seed_not_relevant"), pl.lit("test").alias("judge"))
     write_table(flat, "qrels", tmp_path / "qrels.jsonl")
@@ -212,7 +212,7 @@ def test_aggregate_writes_the_sage_files(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({"name": name, "kind": "trec_run", "scopes": scopes,
                                                            "depth": 100, "sees_judge_text": False}))
     out = tmp_path / "evaluate"
-    doc = metrics.run(qrels=str(tmp_path / "qrels.jsonl"), images=str(tmp_path / "images.jsonl"),
+    doc = stage.run(qrels=str(tmp_path / "qrels.jsonl"), images=str(tmp_path / "images.jsonl"),
                       annotations=str(tmp_path / "annotations.jsonl"),
                       runs=[str(tmp_path / f"{n}.trec") for n in ("sys", "poolonly")],
                       metas=[str(tmp_path / f"{n}.json") for n in ("sys", "poolonly")],

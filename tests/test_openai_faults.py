@@ -338,7 +338,7 @@ def test_estimate_within_10_percent_before_and_after_a_partial_run(fake, tmp_pat
     from support import snakemake, tiny_config, write_config
 
     from benchmaker.config import load_config
-    from benchmaker.providers.estimate import REASONING_OUTPUT, estimate
+    from benchmaker.estimate import REASONING_OUTPUT, estimate
 
     fake.count_tokens = True
     fake.reasoning_tokens = REASONING_OUTPUT["low"]

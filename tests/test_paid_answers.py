@@ -165,7 +165,7 @@ def test_estimate_uses_each_providers_image_rule_and_billed_output(tmp_path):
     """Gemini images are priced by Gemini's rule (258 tokens per image up to 384 px, per 768-px tile
     above; Gemini 3 by media resolution), not OpenAI's; once answers are cached, the output estimate
     is what those answers were billed."""
-    from benchmaker.providers.estimate import _Stage
+    from benchmaker.estimate import _Stage
     from benchmaker.providers.spec import (
         ImageRef,
         LLMSettings,
@@ -204,7 +204,7 @@ def test_estimate_prices_the_second_judge(tmp_path, tiny_corpus):
     from support import tiny_config
 
     from benchmaker.config import validate_config
-    from benchmaker.providers.estimate import estimate
+    from benchmaker.estimate import estimate
 
     llm = {"model": "gpt-5-mini", "mode": "sync"}
     base = tiny_config(tmp_path, tiny_corpus, tmp_path / "no-clip",

@@ -89,8 +89,8 @@ def cmd_check_urls(args) -> int:
 
 # -- estimate -----------------------------------------------------------------------------------------
 def estimate(cfg: dict) -> list[dict]:
-    """See :mod:`benchmaker.providers.estimate` (cache, quarantine, duplicates and prompt caching)."""
-    from .providers.estimate import estimate as _estimate
+    """See :mod:`benchmaker.estimate` (cache, quarantine, duplicates and prompt caching)."""
+    from .estimate import estimate as _estimate
 
     return _estimate(cfg)
 

@@ -148,7 +148,7 @@ def _cross_checks(cfg: dict) -> None:
         if meta.get(key) in RESERVED_COLUMNS | set(cols.values()):
             problems.append(f"vision.metadata.{key}: '{meta[key]}' is a built-in column name, which preprocess "
                             "keeps out of images.jsonl; give the labels their own name (e.g. label_tags)")
-    from .audit.settings import audit_problems  # the judge audit's strata and facets (docs/audit.md)
+    from .audit_settings import audit_problems  # the judge audit's strata and facets (docs/audit.md)
 
     problems += audit_problems(cfg)
     if cfg.get("evaluate", {}).get("systems"):  # names, kinds, references (docs/evaluate.md)

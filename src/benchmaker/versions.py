@@ -46,11 +46,11 @@ STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
     "upload": ("benchmaker.export.upload",),
     "audit_sample": ("benchmaker.audit.sample",),
     "audit_labelling": ("benchmaker.audit.labelling",),
-    "audit_report": ("benchmaker.audit.report",),
+    "audit_report": ("benchmaker.audit.statistics",),
     "audit_judge2": ("benchmaker.audit.judge2",),
     "staging": ("benchmaker.staging",),
     "evaluate_system": ("benchmaker.evaluate.systems",),
-    "evaluate": ("benchmaker.evaluate.metrics",),
+    "evaluate": ("benchmaker.evaluate.stage",),
     "deepen_system": ("benchmaker.deepen.label",),
     "deepen": ("benchmaker.deepen.merge",),
 }

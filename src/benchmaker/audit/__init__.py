@@ -6,7 +6,8 @@
 * ``labels``     import and validation of human label files (page export, CSV, Label Studio export)
 * ``agreement``  raw agreement, Cohen's / Fleiss' kappa, Krippendorff's alpha, bootstrap intervals
 * ``ranking``    do the judge's mistakes change which system wins (ranx metrics, Kendall tau)
-* ``report``     rule ``audit_report``; the audit section of the summary report and the dataset card
+* ``statistics`` rule ``audit_report``: every audit number, written to ``audit/report/``
+* ``render``     the audit section of the summary report and the dataset card, the files it publishes
 
 Nothing here imports torch or Snakemake.
 """

@@ -25,11 +25,11 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
+from ..audit_settings import BUILTIN_STRATA
 from ..formats import FacetModel, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
 from .files import write_sample
-from .settings import BUILTIN_STRATA
 
 __all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "run", "BUILTIN_STRATA"]
 

@@ -5,7 +5,7 @@ leave-one-system-out (docs/deepen.md).
   every pair the deepen jobs labelled (``deepened`` true, ``pool`` ``deepen``) with its provenance:
   ``deepen_system`` and ``deepen_depth`` (the system that ranked it highest, at which depth) and
   ``deepen_systems`` (every deepen system whose top k holds it).
-* ``deepen/evaluate/``: the evaluate aggregate (:func:`benchmaker.evaluate.metrics.run`, unchanged) on
+* ``deepen/evaluate/``: the evaluate aggregate (:func:`benchmaker.evaluate.stage.run`, unchanged) on
   the deepened qrels: the same leaderboard files as ``evaluate/``.
 * ``deepen/report.csv`` / ``report.json``: per system judged@k before and after, pairs added, their
   relevant share, the main metric before and after, the cost; ``deepen/leave_one_out.csv``
@@ -100,11 +100,11 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
         columns: Mapping[str, str] | None = None, numba_cache_dir: str | None = None, version: str | None = None,
         threads: int = 1) -> dict:
     """Stage ``deepen`` (the merge): see the module docstring."""
-    from ..evaluate import metrics
+    from ..evaluate import metrics, stage
     from ..evaluate.runs import corpus_view, read_run
     from .reusability import leave_one_out as loo
 
-    metrics.set_numba_cache(numba_cache_dir)
+    stage.set_numba_cache(numba_cache_dir)
     t0 = time.perf_counter()
     d = filled("deepen", deepen)
     systems = list(d["systems"])
@@ -125,7 +125,7 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     log.info("deepen: deepened qrels (%d new pairs) in %.1f s", lab_df.height, time.perf_counter() - t0)
     # every run on the deepened qrels: the evaluate aggregate, unchanged
     t_eval = time.perf_counter()
-    doc = metrics.run(qrels=deepened, images=images, annotations=annotations, runs=runs, metas=metas,
+    doc = stage.run(qrels=deepened, images=images, annotations=annotations, runs=runs, metas=metas,
                       image_embeddings=image_embeddings, leaderboard_csv=leaderboard_csv,
                       leaderboard_json=leaderboard_json, drilldown=drilldown, significance_csv=significance_csv,
                       per_query=per_query, settings=settings, facets=facets, columns=columns,

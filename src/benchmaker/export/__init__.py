@@ -527,7 +527,7 @@ def run(
                            config_digest=metadata["digests"]["config"], version=version,
                            sources=sources, examples=examples, audit=audit,
                            extra_configs=mteb_configs(split), evaluation_md=evaluation_md)
-        from ..audit.report import export_files
+        from ..audit.render import export_files
 
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)
         atomic_write_text(out / "README.md", card)

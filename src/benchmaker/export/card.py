@@ -200,7 +200,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             f"{rk.get('evaluated_queries')} queries with a positive (see summary/clip_ranking_metrics.csv).\n")
     if evaluation_md:
         out.append(evaluation_md)
-    from ..audit.report import card_markdown  # judge vs people; "not audited yet" without an audit
+    from ..audit.render import card_markdown  # judge vs people; "not audited yet" without an audit
 
     out.append(card_markdown(audit))
     out.append("## How it was built\n")

@@ -1,6 +1,6 @@
 """Token guesses that need no provider: an answer's output tokens from its schema (plus the reasoning
 allowance) and an annotation row of typical length. Used by ``benchmaker estimate``
-(providers/estimate.py) and by the deepening budget (deepen/label.py), which estimate imports."""
+(benchmaker/estimate.py) and by the deepening budget (deepen/label.py), which estimate imports."""
 
 from __future__ import annotations
 

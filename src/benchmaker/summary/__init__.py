@@ -316,7 +316,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
     sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
-    from ..audit.report import summary_section  # the judge audit (docs/audit.md): "not audited yet" without one
+    from ..audit.render import summary_section  # the judge audit (docs/audit.md): "not audited yet" without one
 
     sections.append(summary_section(audit))
     intro = meta.get("description") or ""

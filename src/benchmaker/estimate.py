@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .cost import Usage, cost_usd
-from .tokens import REASONING_OUTPUT, _typical_row, out_tokens  # noqa: F401 - re-exported
+from .providers.cost import Usage, cost_usd
+from .providers.tokens import REASONING_OUTPUT, _typical_row, out_tokens  # noqa: F401 - re-exported
 
 __all__ = ["API_ADAPTERS", "REASONING_OUTPUT", "estimate", "out_tokens"]
 
@@ -39,7 +39,7 @@ CALIBRATE_MIN, CALIBRATE_MAX = 5, 200
 
 
 def _prefix_tokens(spec) -> int:
-    from .spec import _schema_memo
+    from .providers.spec import _schema_memo
 
     return (len(_schema_memo(spec.schema)[1]) + len(spec.system)) // 4
 
@@ -48,7 +48,7 @@ class _Stage:
     """Accumulates one stage's requests: distinct keys, cache hits, input / cached / output tokens."""
 
     def __init__(self, stage: str, adapter: str, settings: Mapping[str, Any], cache_dir: str | None):
-        from .runners import provider_runner
+        from .providers.runners import provider_runner
 
         self.stage, self.adapter = stage, adapter
         self.runner = provider_runner(adapter, stage=stage, item_type="x", settings=dict(settings),
@@ -61,7 +61,7 @@ class _Stage:
         self._billed_out: list[int] = []      # output tokens the provider billed for cached answers
 
     def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True) -> None:
-        from .spec import estimate_input_tokens
+        from .providers.spec import estimate_input_tokens
 
         self.items += 1
         key = self.runner.request_key(spec)
@@ -108,7 +108,7 @@ class _Stage:
 def _images(cfg: Mapping[str, Any], results: Path):
     """(images frame, how it was obtained, number of files preprocessing will quarantine)."""
 
-    from ..formats import read_table
+    from .formats import read_table
 
     p = results / "images.jsonl"
     if p.exists():
@@ -118,9 +118,9 @@ def _images(cfg: Mapping[str, Any], results: Path):
             with open(q, encoding="utf-8") as fh:
                 nq = sum(1 for ln in fh if ln.strip())
         return read_table("images", p, columns=cfg["columns"]), "images.jsonl", nq
-    from ..preprocess.metadata import load_metadata, merge_metadata
-    from ..preprocess.rights import load_rights_map
-    from ..preprocess.stage import _IMAGE_COLUMNS, _image_url, inspect_corpus
+    from .preprocess.metadata import load_metadata, merge_metadata
+    from .preprocess.rights import load_rights_map
+    from .preprocess.stage import _IMAGE_COLUMNS, _image_url, inspect_corpus
 
     pre = dict(cfg.get("preprocess") or {})
     root = Path(cfg["paths"]["image_root"])
@@ -141,7 +141,7 @@ def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, l
     qcol = columns.get("query_id", "query_id")
     scol = columns.get("seed_image_ids", "seed_image_ids")
     ccol = columns.get("candidate_image_ids", "candidate_image_ids")
-    from ..formats import iter_json_objects
+    from .formats import iter_json_objects
 
     out = []
     for _ln, row in iter_json_objects(path, "paths.pools_file"):
@@ -155,10 +155,10 @@ def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, l
 def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path) -> tuple[Iterable, str, int]:
     """(spec and candidate count per request to price, where they come from, queries answered by
     paths.judge_reuse_file)."""
-    from ..formats import read_table
-    from ..judge.openai import judge_items
-    from ..judge.reuse import read_reuse_file, reusable, split_reused
-    from ..losses import Losses
+    from .formats import read_table
+    from .judge.openai import judge_items
+    from .judge.reuse import read_reuse_file, reusable, split_reused
+    from .losses import Losses
 
     reuse_path = cfg["paths"].get("judge_reuse_file")
     graded = s.get("labels") == "graded"
@@ -173,7 +173,7 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
         items = judge_items(plan, ann, imgs, fm, s, cfg["paths"]["image_root"], Losses("judge"))
         return ((it.spec, len(keys)) for it, keys in items), "query_plan.jsonl + annotations.jsonl", \
             n_all - plan.height
-    from ..judge.prompts import candidate_keys, judge_spec
+    from .judge.prompts import candidate_keys, judge_spec
 
     def typical(qid: str, n_seed: int, n_c: int, q: int):
         rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
@@ -203,9 +203,9 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
 
 def estimate(cfg: Mapping[str, Any]) -> list[dict]:
     """One line per API stage: items, distinct requests still to send, cache hits, duplicates, tokens, USD."""
-    from ..config import results_dir
-    from ..formats import FacetModel
-    from ..vision.openai import vision_items
+    from .config import results_dir
+    from .formats import FacetModel
+    from .vision.openai import vision_items
 
     fm = FacetModel.from_config(cfg["facets"])
     results = Path(results_dir(cfg))
@@ -230,7 +230,7 @@ def estimate(cfg: Mapping[str, Any]) -> list[dict]:
         lines.append(st.line() | {"source": source, "reused": n_reused})
         dp = cfg.get("deepen") or {}
         if dp.get("enabled"):  # pool deepening: the same judge, cache and prices (docs/deepen.md)
-            from ..deepen.label import estimate_specs
+            from .deepen.label import estimate_specs
 
             st = _Stage("deepen", ad, s, f"{cache_root}/judge")
             specs, source, pairs, real = estimate_specs(cfg, fm, st.s, results)
@@ -255,7 +255,7 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
     sj = audit.get("second_judge") or {}
     if not audit.get("enabled") or sj.get("judge") is None:
         return None
-    from ..config import deep_merge, validate_config
+    from .config import deep_merge, validate_config
 
     judge = validate_config(deep_merge({k: v for k, v in cfg.items() if not str(k).startswith("_")},
                                        {"judge": sj["judge"]}))["judge"]
@@ -269,11 +269,11 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
     sample_p = results / "audit" / "sample.jsonl"
     if sj.get("scope", "sample") == "sample":
         if real and sample_p.exists():
-            from ..audit.files import read_sample
-            from ..audit.judge2 import restrict_plan
-            from ..formats import read_table
-            from ..judge.openai import judge_items
-            from ..losses import Losses
+            from .audit.files import read_sample
+            from .audit.judge2 import restrict_plan
+            from .formats import read_table
+            from .judge.openai import judge_items
+            from .losses import Losses
 
             cols = cfg["columns"]
             plan = restrict_plan(read_table("query_plan", results / "query_plan.jsonl", columns=cols),
