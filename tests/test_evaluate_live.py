@@ -487,3 +487,13 @@ def test_a_service_that_is_down_is_a_clear_retryable_error(bench, tmp_path):  # 
     with pytest.raises(TransientExhausted, match="kept failing.*run the workflow again.*max_attempts"):
         _run_system(bench, s, [s], llm_cache_dir=str(tmp_path / "cache"))
     assert not (bench / "evaluate" / "runs" / "live.trec").exists()  # no run file from a failed service
+
+
+def test_live_runtime_keys_come_from_the_schema():
+    """The keys left out of a live system's recorded settings are the schema's x-runtime keys that a live
+    kind takes (evaluate_settings.LIVE_RUNTIME is derived, not listed): the same five as before."""
+    from benchmaker.evaluate_settings import LIVE_RUNTIME
+    from benchmaker.triggers import runtime_keys
+
+    assert set(LIVE_RUNTIME) == {"concurrency", "timeout_s", "max_attempts", "cache", "batch_size"}
+    assert set(LIVE_RUNTIME) < set(runtime_keys("evaluate.systems.[]"))

@@ -152,7 +152,7 @@ def _cross_checks(cfg: dict) -> None:
 
     problems += audit_problems(cfg)
     if cfg.get("evaluate", {}).get("systems"):  # names, kinds, references (docs/evaluate.md)
-        from .evaluate.systems import check_systems
+        from .evaluate_settings import check_systems
 
         try:
             check_systems(cfg["evaluate"])

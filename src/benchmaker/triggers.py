@@ -17,7 +17,7 @@ import copy
 from functools import lru_cache
 from typing import Any, Mapping
 
-from .config import load_schema, resolve_schema
+from .settings_schema import load_schema, resolve_schema
 
 __all__ = ["RUNTIME", "schema_at", "runtime_keys", "split_runtime", "output_settings", "runtime_settings",
            "without_runtime", "setting_paths"]

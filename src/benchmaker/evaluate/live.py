@@ -20,18 +20,17 @@ import hashlib
 import json
 import os
 import re
-import string
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import numpy as np
 import polars as pl
 
 from ..errors import ConfigError, UserError
+from ..evaluate_settings import HTTP_DEFAULTS, LIVE_RUNTIME, check_http, render  # noqa: F401 - re-exported
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
@@ -42,74 +41,6 @@ __all__ = ["HTTP_DEFAULTS", "LIVE_RUNTIME", "check_http", "http_run", "latency_s
            "request_key"]
 
 log = get_logger("evaluate")
-
-HTTP_DEFAULTS: dict[str, Any] = {
-    "url": None, "method": "POST", "headers": {}, "params": {}, "body": None,
-    "results": None, "id": "id", "score": "score", "score_order": "desc", "id_regex": None,
-    "auth_env": None, "auth_header": "Authorization", "auth_scheme": "Bearer",
-    "concurrency": 4, "timeout_s": 30.0, "max_attempts": 5, "cache": True,
-}
-# keys that change speed only (how many requests in flight, how long to wait, how often to try, whether
-# a cached answer may be reused): never rerun triggers (rules/common.smk evaluate_runtime)
-LIVE_RUNTIME = ("concurrency", "timeout_s", "max_attempts", "cache", "batch_size")
-PLACEHOLDERS = ("query", "query_json", "query_url", "query_id", "depth")
-
-
-def _values(query_id: str, text: str, depth: int) -> dict[str, str]:
-    return {"query": text, "query_json": json.dumps(text, ensure_ascii=False), "query_url": quote(text, safe=""),
-            "query_id": query_id, "depth": str(depth)}
-
-
-def render(template: Any, query_id: str, text: str, depth: int) -> Any:
-    """The template with its placeholders filled: a string that is exactly ``$depth`` becomes the
-    integer, exactly ``$query`` / ``$query_id`` the string; any other string is filled with
-    :class:`string.Template` (``$$`` is a literal ``$``); dicts and lists are walked."""
-    vals = _values(query_id, text, depth)
-    if isinstance(template, Mapping):
-        return {str(k): render(v, query_id, text, depth) for k, v in template.items()}
-    if isinstance(template, list):
-        return [render(v, query_id, text, depth) for v in template]
-    if isinstance(template, str):
-        if template in ("$depth", "${depth}"):
-            return depth
-        return string.Template(template).substitute(vals)
-    return template
-
-
-def check_http(s: Mapping[str, Any], where: str) -> None:
-    """Config errors of an http system, naming the key."""
-    if not s.get("url") or not isinstance(s["url"], str):
-        raise ConfigError(f"{where}.url: an http system needs the search service's URL")
-    if str(s.get("method") or "").upper() not in ("GET", "POST"):
-        raise ConfigError(f"{where}.method: {s.get('method')!r} is not GET or POST")
-    for key in ("url", "params", "body", "headers"):
-        try:
-            render(s.get(key), "q", "text", 1)
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(f"{where}.{key}: bad placeholder {exc} (known: "
-                              f"{', '.join('$' + p for p in PLACEHOLDERS)}; write $$ for a literal $)") from None
-    import jmespath
-    from jmespath.exceptions import JMESPathError
-
-    for key in ("results", "id", "score"):
-        if s.get(key) is not None:
-            try:
-                jmespath.compile(str(s[key]))
-            except JMESPathError as exc:
-                raise ConfigError(f"{where}.{key}: {s[key]!r} is not a JMESPath expression ({exc})") from None
-    if s.get("id_regex") is not None:
-        try:
-            rx = re.compile(str(s["id_regex"]))
-        except re.error as exc:
-            raise ConfigError(f"{where}.id_regex: {exc}") from None
-        if rx.groups < 1:
-            raise ConfigError(f"{where}.id_regex: needs a group (image_id) that captures the image id")
-    if s.get("score_order") not in ("desc", "asc"):
-        raise ConfigError(f"{where}.score_order: {s.get('score_order')!r} is not desc (higher is better) or asc")
-    if s.get("auth_env") is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(s["auth_env"])):
-        raise ConfigError(f"{where}.auth_env: the NAME of an environment variable holding the secret, "
-                          f"not the secret itself")
-
 
 def request_key(req: Mapping[str, Any], version: str | None) -> str:
     """The cache key of a request: its content (no secret) and the system's version."""

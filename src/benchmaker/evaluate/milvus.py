@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import ConfigError
+from ..evaluate_settings import MAX_LIMIT, MILVUS_DEFAULTS, check_milvus  # noqa: F401 - re-exported
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench
@@ -46,41 +47,6 @@ from .runs import empty_run
 __all__ = ["MILVUS_DEFAULTS", "check_milvus", "connect", "index_embeddings", "milvus_run"]
 
 log = get_logger("evaluate")
-
-MILVUS_DEFAULTS: dict[str, Any] = {
-    "uri": None, "db_file": None, "token_env": None, "db_name": None, "collection": None,
-    "anns_field": "vector", "id_field": "image_id", "metric": "COSINE", "search_params": {}, "filter": None,
-    "score_pools": True, "model": None, "pretrained": None, "precision": "auto", "device": "auto",
-    "batch_size": 64, "timeout_s": 60.0, "legs": None,
-}
-MAX_LIMIT = 16384  # Milvus's topk limit
-
-
-def check_milvus(s: Mapping[str, Any], where: str) -> None:
-    if bool(s.get("uri")) == bool(s.get("db_file")):
-        raise ConfigError(f"{where}: a milvus system needs exactly one of uri (a Milvus server, "
-                          f"http://host:19530) and db_file (a Milvus Lite database file)")
-    if not s.get("collection"):
-        raise ConfigError(f"{where}.collection: the Milvus collection to search")
-    if not s.get("model"):
-        raise ConfigError(f"{where}.model: the open_clip model that encodes the query text (the model whose "
-                          f"image embeddings the collection holds)")
-    if str(s.get("metric")).upper() not in ("COSINE", "IP", "L2"):
-        raise ConfigError(f"{where}.metric: {s.get('metric')!r} is not COSINE, IP or L2")
-    legs = s.get("legs")
-    if legs is not None:
-        if not isinstance(legs, list) or len(legs) < 2:
-            raise ConfigError(f"{where}.legs: a hybrid search has at least two legs ({{field, weight}}, text: true "
-                              f"for a BM25 sparse field); without legs anns_field is searched")
-        for j, leg in enumerate(legs):
-            if not isinstance(leg, Mapping) or not leg.get("field") or not isinstance(leg.get("weight"), (int, float)):
-                raise ConfigError(f"{where}.legs[{j}]: needs field and weight")
-            extra = sorted(set(leg) - {"field", "weight", "text", "search_params"})
-            if extra:
-                raise ConfigError(f"{where}.legs[{j}]: unknown key(s) {extra} (field, weight, text, search_params)")
-    if not 1 <= int(s.get("depth") or 1) <= MAX_LIMIT:
-        raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
-
 
 def connect(s: Mapping[str, Any]):
     """A ``MilvusClient`` for the system (the token from the environment variable ``token_env``)."""

@@ -1,6 +1,6 @@
 """The leaderboard where people look: a section of the summary report and of the dataset card.
 
-Both read ``evaluate/leaderboard.csv`` (written by :mod:`.metrics`); the charts are altair, rendered to
+Both read ``evaluate/leaderboard.csv`` (written by :mod:`.stage`); the charts are altair, rendered to
 PNG like the summary's own charts. Systems that read the annotator's text (what the judge labelled
 from) are marked "sees what the judge saw".
 """

@@ -25,7 +25,6 @@ cost) and its losses and costs files.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,14 +33,25 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..errors import ConfigError
+from ..evaluate_settings import (  # noqa: F401 - re-exported: the kinds and their settings are declared there
+    COLLECTION_KINDS,
+    COMMON,
+    DEFAULTS,
+    KINDS,
+    LIVE_KINDS,
+    LIVE_RUNTIME,
+    MODEL_KINDS,
+    NAME_RE,
+    check_systems,
+    system_settings,
+)
 from ..formats import FormatError, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench, load_bench
-from .live import HTTP_DEFAULTS, LIVE_RUNTIME, check_http, http_run
-from .milvus import MILVUS_DEFAULTS, check_milvus, milvus_run
+from .live import http_run
+from .milvus import milvus_run
 from .rerank import rerank_run
 from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, write_run
 
@@ -64,102 +74,6 @@ __all__ = [
 ]
 
 log = get_logger("evaluate")
-
-KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run", "http", "milvus")
-MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
-# kinds that query a running service: their jobs run where the credentials and the network are (local
-# rule evaluate_api, as rerankers); their LIVE_RUNTIME keys are never rerun triggers
-LIVE_KINDS = ("http", "milvus")
-# kinds whose run also holds the top depth of the judged collection (the sage view is then exact)
-COLLECTION_KINDS = ("clip", "bm25")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "clip": {"model": None, "pretrained": None, "precision": "auto", "device": "auto", "batch_size": 128,
-             "num_workers": 2},
-    "bm25": {"fields": ["summary", "tags"], "k1": 1.5, "b": 0.75},
-    "hybrid": {"systems": [], "method": "rrf", "norm": None, "weights": None},
-    "rerank": {"base": None, "k": 10, "provider": "openai", "scope": "corpus", "llm": {}},
-    "trec_run": {"path": None, "scope": "corpus", "sees_judge_text": False},
-    "http": {**{k: v for k, v in HTTP_DEFAULTS.items()}, "sees_judge_text": False},
-    "milvus": {**{k: v for k, v in MILVUS_DEFAULTS.items()}, "sees_judge_text": False},
-}
-COMMON = ("name", "kind", "depth", "sees_judge_text", "version")
-
-
-def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, Any]:
-    """A system's dict with the kind's defaults filled in."""
-    kind = system.get("kind")
-    out = {"depth": depth, **DEFAULTS.get(kind, {}), **dict(system)}
-    if kind == "rerank":
-        out["llm"] = dict(out.get("llm") or {})
-    return out
-
-
-def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Validate ``evaluate.systems`` (names, kinds, references); errors name the key path."""
-    systems = list((evaluate or {}).get("systems") or [])
-    depth = int((evaluate or {}).get("depth") or 100)
-    names: dict[str, int] = {}
-    out = []
-    for i, s in enumerate(systems):
-        where = f"evaluate.systems[{i}]"
-        if not isinstance(s, Mapping):
-            raise ConfigError(f"{where}: must be a mapping with name and kind")
-        name, kind = s.get("name"), s.get("kind")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            raise ConfigError(f"{where}.name: {name!r} must be a file-safe token (letters, digits, . _ -; at most "
-                              "64 characters, starting with a letter or digit)")
-        if name in names:
-            raise ConfigError(f"{where}.name: {name!r} is already the name of evaluate.systems[{names[name]}]")
-        names[name] = i
-        if kind not in KINDS:
-            raise ConfigError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
-        allowed = set(COMMON) | set(DEFAULTS[kind])
-        extra = sorted(set(s) - allowed)
-        if extra:
-            raise ConfigError(f"{where}: key(s) {extra} do not apply to kind {kind!r} (allowed: {sorted(allowed)})")
-        out.append(system_settings(s, depth))
-    for i, s in enumerate(out):
-        where = f"evaluate.systems[{i}]"
-        if s["kind"] == "clip" and not s.get("model"):
-            raise ConfigError(f"{where}.model: a clip system needs an open_clip model (e.g. ViT-B-32, "
-                              "hf-hub:org/repo, local-dir:/path)")
-        if s["kind"] == "trec_run" and not s.get("path"):
-            raise ConfigError(f"{where}.path: a trec_run system needs the run file's path")
-        if s["kind"] == "http":
-            check_http(s, where)
-        if s["kind"] == "milvus":
-            check_milvus(s, where)
-        refs = s.get("systems") if s["kind"] == "hybrid" else ([s.get("base")] if s["kind"] == "rerank" else [])
-        key = "systems" if s["kind"] == "hybrid" else "base"
-        if s["kind"] == "hybrid" and len(refs or []) < 2:
-            raise ConfigError(f"{where}.systems: a hybrid fuses at least two systems (by name)")
-        if s["kind"] == "hybrid" and s.get("weights") is not None and len(s["weights"]) != len(refs):
-            raise ConfigError(f"{where}.weights: one weight per fused system ({len(refs)})")
-        for r in refs or []:
-            if r not in names:
-                raise ConfigError(f"{where}.{key}: {r!r} is not the name of a configured system")
-            if r == s["name"]:
-                raise ConfigError(f"{where}.{key}: a system cannot use its own run")
-        if s["kind"] == "rerank" and s["provider"] not in ("openai", "gemini"):
-            raise ConfigError(f"{where}.provider: {s['provider']!r} is not openai or gemini")
-    # no cycles (hybrid of a rerank of the hybrid ...)
-    by = {s["name"]: s for s in out}
-
-    def deps(s):
-        return s.get("systems") if s["kind"] == "hybrid" else ([s["base"]] if s["kind"] == "rerank" else [])
-
-    for s in out:
-        seen, stack = set(), list(deps(s))
-        while stack:
-            n = stack.pop()
-            if n == s["name"]:
-                raise ConfigError(f"evaluate.systems: {s['name']!r} depends on itself through {sorted(seen)}")
-            if n not in seen:
-                seen.add(n)
-                stack += deps(by[n])
-    return out
-
 
 def has_corpus_scope(system: Mapping[str, Any]) -> bool:
     """Whether a system's run ranks the whole corpus (else it ranks the judged pools only: a reranker or

@@ -1,0 +1,224 @@
+"""The ``evaluate`` section's declaration in code: the system kinds, each kind's defaults, and the
+cross-key checks that ``benchmaker.config.validate_config`` runs on ``evaluate.systems`` (names, kinds,
+references, the ``http`` and ``milvus`` systems' settings). A foundation module: it imports nothing of
+the stages, so validating a config never loads the evaluate stage (docs/evaluate.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from .errors import ConfigError
+from .settings_schema import filled
+from .triggers import runtime_keys
+
+__all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "HTTP_DEFAULTS", "KINDS", "LIVE_KINDS", "LIVE_RUNTIME",
+           "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS", "check_http", "check_milvus",
+           "check_systems", "render", "system_settings"]
+
+
+HTTP_DEFAULTS: dict[str, Any] = {
+    "url": None, "method": "POST", "headers": {}, "params": {}, "body": None,
+    "results": None, "id": "id", "score": "score", "score_order": "desc", "id_regex": None,
+    "auth_env": None, "auth_header": "Authorization", "auth_scheme": "Bearer",
+    "concurrency": 4, "timeout_s": 30.0, "max_attempts": 5, "cache": True,
+}
+PLACEHOLDERS = ("query", "query_json", "query_url", "query_id", "depth")
+
+
+def _values(query_id: str, text: str, depth: int) -> dict[str, str]:
+    return {"query": text, "query_json": json.dumps(text, ensure_ascii=False), "query_url": quote(text, safe=""),
+            "query_id": query_id, "depth": str(depth)}
+
+
+def render(template: Any, query_id: str, text: str, depth: int) -> Any:
+    """The template with its placeholders filled: a string that is exactly ``$depth`` becomes the
+    integer, exactly ``$query`` / ``$query_id`` the string; any other string is filled with
+    :class:`string.Template` (``$$`` is a literal ``$``); dicts and lists are walked."""
+    vals = _values(query_id, text, depth)
+    if isinstance(template, Mapping):
+        return {str(k): render(v, query_id, text, depth) for k, v in template.items()}
+    if isinstance(template, list):
+        return [render(v, query_id, text, depth) for v in template]
+    if isinstance(template, str):
+        if template in ("$depth", "${depth}"):
+            return depth
+        return string.Template(template).substitute(vals)
+    return template
+
+
+def check_http(s: Mapping[str, Any], where: str) -> None:
+    """Config errors of an http system, naming the key."""
+    if not s.get("url") or not isinstance(s["url"], str):
+        raise ConfigError(f"{where}.url: an http system needs the search service's URL")
+    if str(s.get("method") or "").upper() not in ("GET", "POST"):
+        raise ConfigError(f"{where}.method: {s.get('method')!r} is not GET or POST")
+    for key in ("url", "params", "body", "headers"):
+        try:
+            render(s.get(key), "q", "text", 1)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{where}.{key}: bad placeholder {exc} (known: "
+                              f"{', '.join('$' + p for p in PLACEHOLDERS)}; write $$ for a literal $)") from None
+    import jmespath
+    from jmespath.exceptions import JMESPathError
+
+    for key in ("results", "id", "score"):
+        if s.get(key) is not None:
+            try:
+                jmespath.compile(str(s[key]))
+            except JMESPathError as exc:
+                raise ConfigError(f"{where}.{key}: {s[key]!r} is not a JMESPath expression ({exc})") from None
+    if s.get("id_regex") is not None:
+        try:
+            rx = re.compile(str(s["id_regex"]))
+        except re.error as exc:
+            raise ConfigError(f"{where}.id_regex: {exc}") from None
+        if rx.groups < 1:
+            raise ConfigError(f"{where}.id_regex: needs a group (image_id) that captures the image id")
+    if s.get("score_order") not in ("desc", "asc"):
+        raise ConfigError(f"{where}.score_order: {s.get('score_order')!r} is not desc (higher is better) or asc")
+    if s.get("auth_env") is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(s["auth_env"])):
+        raise ConfigError(f"{where}.auth_env: the NAME of an environment variable holding the secret, "
+                          f"not the secret itself")
+
+
+MILVUS_DEFAULTS: dict[str, Any] = {
+    "uri": None, "db_file": None, "token_env": None, "db_name": None, "collection": None,
+    "anns_field": "vector", "id_field": "image_id", "metric": "COSINE", "search_params": {}, "filter": None,
+    "score_pools": True, "model": None, "pretrained": None, "precision": "auto", "device": "auto",
+    "batch_size": 64, "timeout_s": 60.0, "legs": None,
+}
+MAX_LIMIT = 16384  # Milvus's topk limit
+
+
+def check_milvus(s: Mapping[str, Any], where: str) -> None:
+    if bool(s.get("uri")) == bool(s.get("db_file")):
+        raise ConfigError(f"{where}: a milvus system needs exactly one of uri (a Milvus server, "
+                          f"http://host:19530) and db_file (a Milvus Lite database file)")
+    if not s.get("collection"):
+        raise ConfigError(f"{where}.collection: the Milvus collection to search")
+    if not s.get("model"):
+        raise ConfigError(f"{where}.model: the open_clip model that encodes the query text (the model whose "
+                          f"image embeddings the collection holds)")
+    if str(s.get("metric")).upper() not in ("COSINE", "IP", "L2"):
+        raise ConfigError(f"{where}.metric: {s.get('metric')!r} is not COSINE, IP or L2")
+    legs = s.get("legs")
+    if legs is not None:
+        if not isinstance(legs, list) or len(legs) < 2:
+            raise ConfigError(f"{where}.legs: a hybrid search has at least two legs ({{field, weight}}, text: true "
+                              f"for a BM25 sparse field); without legs anns_field is searched")
+        for j, leg in enumerate(legs):
+            if not isinstance(leg, Mapping) or not leg.get("field") or not isinstance(leg.get("weight"), (int, float)):
+                raise ConfigError(f"{where}.legs[{j}]: needs field and weight")
+            extra = sorted(set(leg) - {"field", "weight", "text", "search_params"})
+            if extra:
+                raise ConfigError(f"{where}.legs[{j}]: unknown key(s) {extra} (field, weight, text, search_params)")
+    if not 1 <= int(s.get("depth") or 1) <= MAX_LIMIT:
+        raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
+
+
+KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run", "http", "milvus")
+MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
+# kinds that query a running service: their jobs run where the credentials and the network are (local
+# rule evaluate_api, as rerankers); their LIVE_RUNTIME keys are never rerun triggers
+LIVE_KINDS = ("http", "milvus")
+# kinds whose run also holds the top depth of the judged collection (the sage view is then exact)
+COLLECTION_KINDS = ("clip", "bm25")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "clip": {"model": None, "pretrained": None, "precision": "auto", "device": "auto", "batch_size": 128,
+             "num_workers": 2},
+    "bm25": {"fields": ["summary", "tags"], "k1": 1.5, "b": 0.75},
+    "hybrid": {"systems": [], "method": "rrf", "norm": None, "weights": None},
+    "rerank": {"base": None, "k": 10, "provider": "openai", "scope": "corpus", "llm": {}},
+    "trec_run": {"path": None, "scope": "corpus", "sees_judge_text": False},
+    "http": {**{k: v for k, v in HTTP_DEFAULTS.items()}, "sees_judge_text": False},
+    "milvus": {**{k: v for k, v in MILVUS_DEFAULTS.items()}, "sees_judge_text": False},
+}
+COMMON = ("name", "kind", "depth", "sees_judge_text", "version")
+
+
+def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, Any]:
+    """A system's dict with the kind's defaults filled in."""
+    kind = system.get("kind")
+    out = {"depth": depth, **DEFAULTS.get(kind, {}), **dict(system)}
+    if kind == "rerank":
+        out["llm"] = dict(out.get("llm") or {})
+    return out
+
+
+def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Validate ``evaluate.systems`` (names, kinds, references); errors name the key path."""
+    systems = list((evaluate or {}).get("systems") or [])
+    depth = int(filled("evaluate", evaluate)["depth"])
+    names: dict[str, int] = {}
+    out = []
+    for i, s in enumerate(systems):
+        where = f"evaluate.systems[{i}]"
+        if not isinstance(s, Mapping):
+            raise ConfigError(f"{where}: must be a mapping with name and kind")
+        name, kind = s.get("name"), s.get("kind")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ConfigError(f"{where}.name: {name!r} must be a file-safe token (letters, digits, . _ -; at most "
+                              "64 characters, starting with a letter or digit)")
+        if name in names:
+            raise ConfigError(f"{where}.name: {name!r} is already the name of evaluate.systems[{names[name]}]")
+        names[name] = i
+        if kind not in KINDS:
+            raise ConfigError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
+        allowed = set(COMMON) | set(DEFAULTS[kind])
+        extra = sorted(set(s) - allowed)
+        if extra:
+            raise ConfigError(f"{where}: key(s) {extra} do not apply to kind {kind!r} (allowed: {sorted(allowed)})")
+        out.append(system_settings(s, depth))
+    for i, s in enumerate(out):
+        where = f"evaluate.systems[{i}]"
+        if s["kind"] == "clip" and not s.get("model"):
+            raise ConfigError(f"{where}.model: a clip system needs an open_clip model (e.g. ViT-B-32, "
+                              "hf-hub:org/repo, local-dir:/path)")
+        if s["kind"] == "trec_run" and not s.get("path"):
+            raise ConfigError(f"{where}.path: a trec_run system needs the run file's path")
+        if s["kind"] == "http":
+            check_http(s, where)
+        if s["kind"] == "milvus":
+            check_milvus(s, where)
+        refs = s.get("systems") if s["kind"] == "hybrid" else ([s.get("base")] if s["kind"] == "rerank" else [])
+        key = "systems" if s["kind"] == "hybrid" else "base"
+        if s["kind"] == "hybrid" and len(refs or []) < 2:
+            raise ConfigError(f"{where}.systems: a hybrid fuses at least two systems (by name)")
+        if s["kind"] == "hybrid" and s.get("weights") is not None and len(s["weights"]) != len(refs):
+            raise ConfigError(f"{where}.weights: one weight per fused system ({len(refs)})")
+        for r in refs or []:
+            if r not in names:
+                raise ConfigError(f"{where}.{key}: {r!r} is not the name of a configured system")
+            if r == s["name"]:
+                raise ConfigError(f"{where}.{key}: a system cannot use its own run")
+        if s["kind"] == "rerank" and s["provider"] not in ("openai", "gemini"):
+            raise ConfigError(f"{where}.provider: {s['provider']!r} is not openai or gemini")
+    # no cycles (hybrid of a rerank of the hybrid ...)
+    by = {s["name"]: s for s in out}
+
+    def deps(s):
+        return s.get("systems") if s["kind"] == "hybrid" else ([s["base"]] if s["kind"] == "rerank" else [])
+
+    for s in out:
+        seen, stack = set(), list(deps(s))
+        while stack:
+            n = stack.pop()
+            if n == s["name"]:
+                raise ConfigError(f"evaluate.systems: {s['name']!r} depends on itself through {sorted(seen)}")
+            if n not in seen:
+                seen.add(n)
+                stack += deps(by[n])
+    return out
+
+
+# keys of the live kinds that change speed only (how many requests in flight, how long to wait, how
+# often to try, whether a cached answer may be reused, queries per search call): the schema's x-runtime
+# keys of an evaluate system that a live kind takes. Never rerun triggers, never in a run's recorded settings
+LIVE_RUNTIME = tuple(k for k in runtime_keys("evaluate.systems.[]") if any(k in DEFAULTS[kind] for kind in LIVE_KINDS))
