@@ -32,7 +32,7 @@ if AUDIT_ON:
             benchmark=config["benchmark"]["name"],
             version=stage_version("audit_sample"),
         script:
-            "../scripts/audit_sample.py"
+            "../scripts/stage.py"
 
     rule audit_labelling:
         input:
@@ -63,7 +63,7 @@ if AUDIT_ON:
             benchmark_meta={k: config["benchmark"][k] for k in ("name", "title")},
             version=stage_version("audit_labelling"),
         script:
-            "../scripts/audit_labelling.py"
+            "../scripts/stage.py"
 
     if JUDGE2:
 
@@ -96,7 +96,7 @@ if AUDIT_ON:
                 ledger=f"{RESULTS}/.ledger/audit-judge2/{AUDIT['second_judge']['name']}.jsonl",
                 version=stage_version("audit_judge2"),
             script:
-                "../scripts/audit_judge2.py"
+                "../scripts/stage.py"
 
     rule audit_report:
         input:
@@ -130,4 +130,4 @@ if AUDIT_ON:
             columns=COLUMNS,
             version=stage_version("audit_report"),
         script:
-            "../scripts/audit_report.py"
+            "../scripts/stage.py"

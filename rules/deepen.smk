@@ -57,7 +57,7 @@ if DEEPEN_ON:
             benchmark=config["benchmark"]["name"],
             version=stage_version("deepen_system"),
         script:
-            "../scripts/deepen_system.py"
+            "../scripts/stage.py"
 
     rule deepen:
         input:
@@ -104,4 +104,4 @@ if DEEPEN_ON:
             numba_cache_dir=not_a_trigger(NUMBA_CACHE),
             version=stage_version("deepen"),
         script:
-            "../scripts/deepen.py"
+            "../scripts/stage.py"

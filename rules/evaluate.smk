@@ -39,7 +39,7 @@ rule evaluate_model:
         columns=COLUMNS,
         version=stage_version("evaluate_system"),
     script:
-        "../scripts/evaluate_system.py"
+        "../scripts/stage.py"
 
 
 rule evaluate_system:
@@ -77,7 +77,7 @@ rule evaluate_system:
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),
         version=stage_version("evaluate_system"),
     script:
-        "../scripts/evaluate_system.py"
+        "../scripts/stage.py"
 
 
 # rerankers (API-bound): the same job as a local rule, as for the API vision/judge rules, so that they
@@ -138,4 +138,4 @@ rule evaluate:
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),
         version=stage_version("evaluate"),
     script:
-        "../scripts/evaluate.py"
+        "../scripts/stage.py"

@@ -37,7 +37,7 @@ rule export:
         public_config=public_config(),
         version=stage_version("export"),
     script:
-        "../scripts/export.py"
+        "../scripts/stage.py"
 
 
 # Explicit target, never part of `all`: snakemake upload (needs HF_TOKEN and export.repo_id).
@@ -56,4 +56,4 @@ rule upload:
     params:
         settings=config["export"],
     script:
-        "../scripts/upload.py"
+        "../scripts/stage.py"

@@ -39,7 +39,7 @@ if JUDGE_BATCH:
             cache_dir=f"{config['paths']['results']}/.cache/judge",
             version=stage_version("judge"),
         script:
-            "../scripts/judge_build.py"
+            "../scripts/stage.py"
 
     rule judge_submit:
         input:
@@ -60,7 +60,7 @@ if JUDGE_BATCH:
             benchmark=config["benchmark"]["name"],
             version=stage_version("judge"),
         script:
-            "../scripts/judge_submit.py"
+            "../scripts/stage.py"
 
     rule judge_collect:
         input:
@@ -95,7 +95,7 @@ if JUDGE_BATCH:
             cache_dir=f"{config['paths']['results']}/.cache/judge",
             version=stage_version("judge"),
         script:
-            "../scripts/judge_collect.py"
+            "../scripts/stage.py"
 
 else:
 
@@ -131,4 +131,4 @@ else:
             ledger=f"{RESULTS}/.ledger/judge/all.jsonl",
             version=stage_version("judge"),
         script:
-            "../scripts/judge.py"
+            "../scripts/stage.py"

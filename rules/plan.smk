@@ -21,4 +21,4 @@ rule plan:
         columns=COLUMNS,
         version=stage_version("plan"),
     script:
-        "../scripts/plan.py"
+        "../scripts/stage.py"

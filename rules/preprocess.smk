@@ -34,7 +34,7 @@ rule preprocess:
         columns=COLUMNS,
         version=stage_version("preprocess"),
     script:
-        "../scripts/preprocess.py"
+        "../scripts/stage.py"
 
 
 rule merge_images:
@@ -57,4 +57,4 @@ rule merge_images:
         near_duplicate_threshold=config["preprocess"]["near_duplicate_threshold"],
         version=stage_version("preprocess"),
     script:
-        "../scripts/merge_images.py"
+        "../scripts/stage.py"

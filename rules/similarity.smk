@@ -93,4 +93,4 @@ rule score:
         columns=COLUMNS,
         version=stage_version("score"),
     script:
-        "../scripts/score.py"
+        "../scripts/stage.py"

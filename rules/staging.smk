@@ -20,7 +20,7 @@ rule stage_file:
         folder=False,
         version=stage_version("staging"),
     script:
-        "../scripts/stage_input.py"
+        "../scripts/stage.py"
 
 
 rule stage_folder:
@@ -40,4 +40,4 @@ rule stage_folder:
         folder=True,
         version=stage_version("staging"),
     script:
-        "../scripts/stage_input.py"
+        "../scripts/stage.py"

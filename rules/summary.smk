@@ -44,4 +44,4 @@ rule summary:
         },
         version=stage_version("summary"),
     script:
-        "../scripts/summary.py"
+        "../scripts/stage.py"

@@ -90,7 +90,7 @@ if VISION_BATCH:
             cache_dir=f"{config['paths']['results']}/.cache/vision",
             version=stage_version("vision"),
         script:
-            "../scripts/vision_build.py"
+            "../scripts/stage.py"
 
     rule vision_submit:
         input:
@@ -114,7 +114,7 @@ if VISION_BATCH:
             shard=lambda wc: wc.shard,
             version=stage_version("vision"),
         script:
-            "../scripts/vision_submit.py"
+            "../scripts/stage.py"
 
     rule vision_collect:
         input:
@@ -147,7 +147,7 @@ if VISION_BATCH:
             cache_dir=f"{config['paths']['results']}/.cache/vision",
             version=stage_version("vision"),
         script:
-            "../scripts/vision_collect.py"
+            "../scripts/stage.py"
 
 else:
 
@@ -212,4 +212,4 @@ rule merge_annotations:
         columns=COLUMNS,
         version=stage_version("merge"),
     script:
-        "../scripts/merge_annotations.py"
+        "../scripts/stage.py"

@@ -8,7 +8,6 @@ modules a fresh interpreter really loads, and the version against edits of singl
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from benchmaker import versions
+from benchmaker.stages import STAGES, rule_target
 from benchmaker.versions import STAGE_ENTRIES, stage_modules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,31 +39,39 @@ def _rules() -> dict[str, dict]:
     return out
 
 
-def _target(script: str) -> str:
-    m = re.search(r'run_stage\(snakemake,\s*"([\w.]+):\w+"', (ROOT / "scripts" / script).read_text())
+def _target(rule: str, script: str) -> str:
+    """The ``module:function`` the job of ``rule`` runs: for the shared scripts/stage.py the function
+    benchmaker.stages declares for the rule, else its own script's run_stage target."""
+    if script == "stage.py":
+        return rule_target(rule)
+    m = re.search(r'run_stage\(snakemake,\s*"([\w.]+:\w+)"', (ROOT / "scripts" / script).read_text())
     assert m, script
     return m.group(1)
 
 
-def test_entries_match_scripts_and_rules():
-    rules = _rules()
-    used: dict[str, set[str]] = {s: set() for s in STAGE_ENTRIES}
+def test_every_rule_is_declared_under_its_stage():
+    """benchmaker.stages is the one declaration of the stages: every rule with a script is in it, under
+    the stage its version param names, and a rule with its own script runs the declared function."""
+    rules = {name: rule for name, rule in _rules().items() if rule["script"]}
+    declared = {rule: (stage, target) for stage, by_rule in STAGES.items() for rule, target in by_rule.items()}
+    assert set(rules) == set(declared)
     for name, rule in rules.items():
-        if not rule["script"]:
-            continue
-        module = _target(rule["script"])
+        stage, target = declared[name]
+        assert _target(name, rule["script"]) == target, name
         if rule["stage"] is None:
             assert name == "upload", f"rule {name} has no version=stage_version(...) param"
-            continue
-        assert module in STAGE_ENTRIES[rule["stage"]], (
-            f"rule {name} runs {module} but stage_version({rule['stage']!r}) does not start from it")
-        used[rule["stage"]].add(module)
-    for stage, entries in STAGE_ENTRIES.items():
-        if stage == "upload":
-            continue
-        assert set(entries) == used[stage], f"STAGE_ENTRIES[{stage!r}] vs the rules' scripts: {used[stage]}"
+        else:
+            assert rule["stage"] == stage, f"rule {name}: stage_version({rule['stage']!r}) but STAGES says {stage!r}"
     scripts = {p.name for p in (ROOT / "scripts").glob("*.py")} - {"benchmaker_bridge.py"}
-    assert scripts == {r["script"] for r in rules.values() if r["script"]}
+    assert scripts == {r["script"] for r in rules.values()}
+
+
+def test_stage_entries_are_the_modules_of_the_declared_functions():
+    assert set(STAGE_ENTRIES) == set(STAGES)
+    for stage, by_rule in STAGES.items():
+        assert set(STAGE_ENTRIES[stage]) == {t.partition(":")[0] for t in by_rule.values()}
+    # the registry and the version check decide no output: in no stage's set (adding a stage reruns nothing)
+    assert not [s for s in STAGE_ENTRIES if {"stages.py", "versions.py"} & set(stage_modules(s))]
 
 
 def _full_parse_imports(name: str) -> set[str]:
@@ -131,11 +139,13 @@ def test_known_dependencies_are_in_the_module_sets():
 
 
 def _versions_in(pkg: Path) -> dict[str, str]:
-    """stage_version of every stage computed over a copy of the package at ``pkg``."""
-    spec = importlib.util.spec_from_file_location(f"_versions_copy_{id(pkg)}", pkg / "versions.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return {s: mod.stage_version(s) for s in mod.STAGE_ENTRIES}
+    """stage_version of every stage computed over a copy of the package at ``pkg`` (a fresh interpreter)."""
+    code = ("import json; from benchmaker.versions import STAGE_ENTRIES, stage_version; "
+            "print(json.dumps({s: stage_version(s) for s in STAGE_ENTRIES}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={"PYTHONPATH": str(pkg.parent), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 @pytest.mark.parametrize("edited, must_change, must_not_change", [
@@ -191,7 +201,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "benchmaker
         r = subprocess.run([sys.executable, "-c", code, stage], capture_output=True, text=True,
                            env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
         assert r.returncode == 0, r.stderr[-3000:]
-        loaded = set(json.loads(r.stdout.strip().splitlines()[-1])) - {"benchmaker.versions"}
+        loaded = set(json.loads(r.stdout.strip().splitlines()[-1])) - {"benchmaker.versions", "benchmaker.stages"}
         files = {str(versions._module_file(m).relative_to(PKG)) for m in loaded}
         assert files <= set(stage_modules(stage)), (stage, files - set(stage_modules(stage)))
 
@@ -205,5 +215,5 @@ def test_fast_and_reads_files_only():
                        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     seconds, torch_loaded, mods = r.stdout.split(" ", 2)
-    assert torch_loaded == "False" and mods.strip() == "['benchmaker', 'benchmaker.versions']"
+    assert torch_loaded == "False" and mods.strip() == "['benchmaker', 'benchmaker.stages', 'benchmaker.versions']"
     print(f"all stage versions in {float(seconds) * 1000:.0f} ms")

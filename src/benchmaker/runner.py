@@ -39,9 +39,10 @@ RECORDED_PARAMS: frozenset[str] = frozenset({"public_config", "settings"})
 _OFFERED: frozenset[str] = frozenset({"threads"})
 
 
-# loaded by the runner or the rule scripts themselves, never deciding a stage's output: versions (the
-# check itself) and staging (scripts map staged weight paths under --profile nrp, rules/cluster.smk)
-_NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.staging",
+# loaded by the runner or the rule scripts themselves, never deciding a stage's output: versions and
+# stages (the check itself and the stage registry) and staging (scripts map staged weight paths under
+# --profile nrp, rules/cluster.smk)
+_NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.stages", "benchmaker.staging",
                                              "benchmaker.config_paths"})
 
 

@@ -26,39 +26,28 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["stage_version", "stage_modules", "import_closure", "STAGE_ENTRIES", "STAGE_REGISTRIES", "COMMON_ENTRIES"]
+from .stages import STAGES
+
+__all__ = ["stage_version", "stage_modules", "import_closure", "STAGE_ENTRIES", "STAGE_REGISTRIES", "COMMON_ENTRIES",
+           "NOT_STAGE_CODE"]
 
 _PKG = Path(__file__).resolve().parent
 _ROOT = "benchmaker"
 
-# stage -> the modules its rules' scripts hand to benchmaker.runner.run_stage ("module:function" in
-# scripts/<rule>.py); tests/test_versions.py checks this against scripts/ and rules/*.smk
+# stage -> the modules of the functions its rules run (benchmaker.stages.STAGES, the one declaration of
+# the stages; tests/test_versions.py checks it against scripts/ and rules/*.smk)
 STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
-    "preprocess": ("benchmaker.preprocess",),
-    "vision": ("benchmaker.vision", "benchmaker.vision.openai"),
-    "merge": ("benchmaker.merge",),
-    "plan": ("benchmaker.plan",),
-    "judge": ("benchmaker.judge", "benchmaker.judge.openai"),
-    "embed": ("benchmaker.similarity.embed",),
-    "score": ("benchmaker.similarity.score",),
-    "summary": ("benchmaker.summary",),
-    "export": ("benchmaker.export",),
-    "upload": ("benchmaker.export.upload",),
-    "audit_sample": ("benchmaker.audit.sample",),
-    "audit_labelling": ("benchmaker.audit.labelling",),
-    "audit_report": ("benchmaker.audit.statistics",),
-    "audit_judge2": ("benchmaker.audit.judge2",),
-    "staging": ("benchmaker.staging",),
-    "evaluate_system": ("benchmaker.evaluate.systems",),
-    "evaluate": ("benchmaker.evaluate.stage",),
-    "deepen_system": ("benchmaker.deepen.label",),
-    "deepen": ("benchmaker.deepen.merge",),
+    stage: tuple(dict.fromkeys(target.partition(":")[0] for target in rules.values()))
+    for stage, rules in STAGES.items()
 }
 # stage -> adapter registries outside its own package that it loads adapters from by name (pool
 # deepening runs whichever judge adapter is configured, through benchmaker.judge.base.get_judge)
 STAGE_REGISTRIES: dict[str, tuple[str, ...]] = {
     "deepen_system": ("benchmaker.judge.base",),
 }
+# the stage registry and this module: the runner loads them to check a job's modules, and they decide no
+# output, so they are in no stage's set (adding a stage, or editing this check, reruns nothing)
+NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.stages"})
 # every script runs its stage through the runner (how params reach run(...), logging)
 COMMON_ENTRIES: tuple[str, ...] = ("benchmaker.runner",)
 
@@ -204,7 +193,7 @@ def import_closure(*entries: str, also: tuple[str, ...] = (), registries: tuple[
     seen: set[str] = set()
     while todo:
         mod = todo.pop()
-        if mod in seen or _module_file(mod) is None:
+        if mod in seen or mod in NOT_STAGE_CODE or _module_file(mod) is None:
             continue
         seen.add(mod)
         # a package __init__ outside the stage's own packages runs as the parent of a module the stage
