@@ -354,3 +354,26 @@ def test_controller_killed_during_a_gpu_job_is_survivable(slurm_cluster, tmp_pat
     stats, stats_base = support.job_stats(dry.stdout + dry.stderr), support.job_stats(dry_base.stdout + dry_base.stderr)
     assert stats_base.get("vision") == cfg["n_shards"], stats_base
     assert stats == stats_base, (stats, stats_base)
+
+    # a job that finishes while no controller watches is remade, not trusted: the controller dies
+    # during a lone GPU job, the job ends COMPLETED on its own, and the next plan remakes its output
+    # (before keep_job_incomplete_marks the job's own Snakemake unmarked it: it looked finished)
+    target = results / "embeddings" / "images" / "00000.parquet"
+    cmd, e = _command(work, config, ["--force", str(target)], env)
+    log = open(tmp_path / "lone.log", "w")
+    lone = subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline, job = time.monotonic() + 300, None
+    while time.monotonic() < deadline and lone.poll() is None and job is None:
+        time.sleep(0.5)
+        job = next((j for j in previous_jobs(str(work)) if j.rule == GPU_RULE and j.state == "RUNNING"), None)
+    assert job is not None, (tmp_path / "lone.log").read_text()[-4000:]
+    os.killpg(lone.pid, signal.SIGKILL)
+    lone.wait()
+    log.close()
+    deadline = time.monotonic() + 300
+    while previous_jobs(str(work)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _wait_for_accounting([job.job_id])[job.job_id]["state"] == "COMPLETED"
+    assert _run(work, config, ["--unlock"], env).returncode == 0
+    dry = _run(work, config, ["-n"], env)
+    assert support.job_stats(dry.stdout + dry.stderr).get(GPU_RULE) == 1, (dry.stdout + dry.stderr)[-4000:]
