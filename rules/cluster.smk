@@ -302,3 +302,52 @@ def controller_checks():
         # one message, not an input function's traceback: nothing has been submitted yet
         print(f"WorkflowError:\n{exc}", file=sys.stderr)
         raise SystemExit(1)
+
+
+# Outputs a job finished while no controller watched are remade, not trusted: the controller marks a
+# job's outputs incomplete when it submits it, and only a controller, recording their metadata,
+# removes the mark. On a shared file system (SLURM) the job's own Snakemake would remove it; the
+# patch (benchmaker/snakemake_compat.py) leaves that to the controller, as on Kubernetes.
+try:
+    from benchmaker.snakemake_compat import keep_job_incomplete_marks
+
+    keep_job_incomplete_marks()
+except CompatError as exc:
+    raise WorkflowError(str(exc))
+
+
+# A SLURM controller that died (kill -9, lost SSH session) leaves its jobs queued and running on the
+# compute nodes, where pgrep cannot see them. Before the resumed controller submits anything
+# (onstart: the DAG is built and this controller holds the lock), it cancels this build's jobs that
+# are still queued or running (benchmaker.slurm: the user's jobs the executor submitted from this
+# working directory) and says how many; their outputs are remade (marked incomplete, above). A lock
+# already there while parsing means a controller may still run from this folder (after a crash the
+# README's `--unlock` removes it): then its jobs are left alone.
+LOCKED_AT_PARSE = not SPAWNED and any(Path(".snakemake/locks").glob("*"))
+
+
+def slurm_recovery():
+    if SPAWNED or LOCKED_AT_PARSE:
+        return
+    if getattr(workflow.executor_plugin, "name", None) != "slurm":
+        return
+    from benchmaker.slurm import SlurmError, cancel_jobs, previous_jobs
+
+    try:
+        orphans = previous_jobs(os.getcwd())
+        if orphans:
+            rules = sorted({j.rule for j in orphans})
+            print(
+                f"benchmaker: {len(orphans)} SLURM job(s) of a previous controller of this build "
+                f"still queued or running in {os.getcwd()} ({', '.join(rules)}): cancelling them "
+                "before submitting anything; their outputs are remade (job ids "
+                f"{' '.join(j.job_id for j in orphans)})",
+                file=sys.stderr,
+            )
+            cancel_jobs(orphans)
+    except SlurmError as exc:
+        raise WorkflowError(str(exc))
+
+
+onstart:
+    slurm_recovery()

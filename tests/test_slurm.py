@@ -110,7 +110,7 @@ def slurm_cluster():
             _stop_cluster()
 
 
-def _run(workdir: Path, config: Path, extra: list[str], env: dict) -> subprocess.CompletedProcess:
+def _command(workdir: Path, config: Path, extra: list[str], env: dict) -> tuple[list[str], dict]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("BENCHMAKER_SLURM_")}
     e.update(HF_HUB_OFFLINE="1", BENCHMAKER_SLURM_ACCOUNT="root", BENCHMAKER_SLURM_JOBS="6", **env)
     e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
@@ -119,6 +119,11 @@ def _run(workdir: Path, config: Path, extra: list[str], env: dict) -> subprocess
            # CI speed: poll after 1 s, no retries, short latency wait; logs kept for debugging
            "--slurm-init-seconds-before-status-checks", "1", "--retries", "0", "--latency-wait", "5",
            "--slurm-keep-successful-logs", *extra]
+    return cmd, e
+
+
+def _run(workdir: Path, config: Path, extra: list[str], env: dict) -> subprocess.CompletedProcess:
+    cmd, e = _command(workdir, config, extra, env)
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=e, timeout=1500)
 
 
@@ -247,3 +252,128 @@ def test_gres_request_style(slurm_run):
     assert re.search(r"gres/gpu=1\b", row["tres"]), row
     assert res.returncode == 0, out[-4000:]
     assert row["state"] == "COMPLETED"
+
+
+def _allocations(workdir: Path) -> list[dict]:
+    """sacct rows (allocations only) of every job submitted from ``workdir``."""
+    out = subprocess.run(
+        ["sacct", "-X", "-P", "-n", "--starttime", "now-1days", "-o",
+         "JobIDRaw,Comment,State,Start,End,WorkDir"], capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        job_id, comment, state, start, end, wd = line.split("|", 5)
+        if Path(wd) == workdir:
+            rows.append({"id": job_id, "comment": comment, "state": state, "start": start, "end": end})
+    return rows
+
+
+@pytest.mark.heavy
+def test_controller_killed_during_a_gpu_job_is_survivable(slurm_cluster, tmp_path, tiny_corpus, tiny_clip):
+    """kill -9 of the controller while a GPU job runs on the real SLURM, then at once the README's
+    resume line: the new controller cancels the dead one's jobs that are still queued or running
+    before it submits anything (and says how many), no two jobs for one output ever overlap in time
+    (sacct), the run ends with the bytes of an uninterrupted run, and a later params change plans the
+    same jobs as it does after the uninterrupted run (nothing finished unwatched is trusted)."""
+    from test_determinism import EPOCH, digests
+
+    from benchmaker.slurm import previous_jobs
+
+    env = {"SOURCE_DATE_EPOCH": EPOCH}
+    # the uninterrupted run (local: same bytes whatever the executor)
+    base = tmp_path / "base"
+    base.mkdir()
+    base_cfg = base / "config.yaml"
+    support.write_config(base_cfg, support.tiny_config(base, tiny_corpus, tiny_clip))
+    res = support.snakemake(["--cores", "2"], base, base_cfg, env=env)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+
+    work = tmp_path / "killed"
+    work.mkdir()
+    cfg = support.tiny_config(work, tiny_corpus, tiny_clip)  # vision with CLIP: vision and embed_images get a GPU
+    config = support.write_config(work / "config.yaml", cfg)
+    cmd, e = _command(work, config, [], env)
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline, gpu = time.monotonic() + 600, None
+    while time.monotonic() < deadline and first.poll() is None and gpu is None:
+        time.sleep(0.5)
+        gpu = next((j for j in previous_jobs(str(work))
+                    if j.rule in ("vision", GPU_RULE) and j.state == "RUNNING"), None)
+    assert gpu is not None, (tmp_path / "first.log").read_text()[-4000:]
+    os.killpg(first.pid, signal.SIGKILL)  # the controller dies; its SLURM jobs do not
+    first.wait()
+    log.close()
+    orphans = {j.job_id: j for j in previous_jobs(str(work))}
+    assert gpu.job_id in orphans
+
+    # the README's resume line, at once
+    unlock = _run(work, config, ["--unlock"], env)
+    assert unlock.returncode == 0, (unlock.stdout + unlock.stderr)[-3000:]
+    res = _run(work, config, [], env)
+    out = res.stdout + res.stderr
+    (tmp_path / "resumed.log").write_text(out)
+    assert res.returncode == 0, out[-6000:]
+    m = re.search(r"benchmaker: (\d+) SLURM job\(s\) of a previous controller of this build still queued or "
+                  r"running in (\S+) \(([^)]*)\): cancelling them before submitting anything; their outputs "
+                  r"are remade \(job ids ([\d ]+)\)", out)
+    assert m, out[-6000:]
+    cancelled = set(m.group(4).split())
+    assert int(m.group(1)) == len(cancelled) and gpu.job_id in cancelled and cancelled <= set(orphans)
+    assert Path(m.group(2)) == work
+
+    resumed = {slurm_id for _, slurm_id, _ in _submissions(out)}
+    deadline = time.monotonic() + 60
+    while True:  # accounting may lag the end of the run by a moment
+        rows = _allocations(work)
+        by_id = {r["id"]: r for r in rows}
+        if resumed | set(orphans) <= set(by_id) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert by_id[gpu.job_id]["state"].startswith("CANCELLED"), by_id[gpu.job_id]
+    # the same output never by two jobs at once: per output (rule + wildcards in the comment) the
+    # jobs' run times never overlap (a job never started has Start "Unknown"/"None")
+    ran = [r for r in rows if r["start"][:1].isdigit()]
+    for comment in {r["comment"] for r in ran}:
+        spans = sorted((r["start"], r["end"], r["id"]) for r in ran if r["comment"] == comment)
+        for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+            assert end[:1].isdigit() and end <= start, f"jobs {a} and {b} ran at once for {comment}: {spans}"
+    # every output an orphan was making is remade by the new controller (cancelled or finished
+    # unwatched: either way it was left marked incomplete)
+    remade = {by_id[i]["comment"] for i in resumed}
+    assert {by_id[i]["comment"] for i in orphans} <= remade, (orphans, remade)
+
+    results = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"]
+    assert digests(results) == digests(base / "results" / "tiny")
+
+    # a params change after the resume plans the same jobs as after the uninterrupted run
+    change = {"vision": {"clip": {"prompt_template": "a picture of {}."}}}
+    config2 = support.write_config(work / "config2.yaml", support.tiny_config(work, tiny_corpus, tiny_clip, **change))
+    base_cfg2 = support.write_config(base / "config2.yaml", support.tiny_config(base, tiny_corpus, tiny_clip, **change))
+    dry = _run(work, config2, ["-n"], env)
+    dry_base = support.snakemake(["-n", "--cores", "2"], base, base_cfg2, env=env)
+    stats, stats_base = support.job_stats(dry.stdout + dry.stderr), support.job_stats(dry_base.stdout + dry_base.stderr)
+    assert stats_base.get("vision") == cfg["n_shards"], stats_base
+    assert stats == stats_base, (stats, stats_base)
+
+    # a job that finishes while no controller watches is remade, not trusted: the controller dies
+    # during a lone GPU job, the job ends COMPLETED on its own, and the next plan remakes its output
+    # (before keep_job_incomplete_marks the job's own Snakemake unmarked it: it looked finished)
+    target = results / "embeddings" / "images" / "00000.parquet"
+    cmd, e = _command(work, config, ["--force", str(target)], env)
+    log = open(tmp_path / "lone.log", "w")
+    lone = subprocess.Popen(cmd, cwd=ROOT, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline, job = time.monotonic() + 300, None
+    while time.monotonic() < deadline and lone.poll() is None and job is None:
+        time.sleep(0.5)
+        job = next((j for j in previous_jobs(str(work)) if j.rule == GPU_RULE and j.state == "RUNNING"), None)
+    assert job is not None, (tmp_path / "lone.log").read_text()[-4000:]
+    os.killpg(lone.pid, signal.SIGKILL)
+    lone.wait()
+    log.close()
+    deadline = time.monotonic() + 300
+    while previous_jobs(str(work)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _wait_for_accounting([job.job_id])[job.job_id]["state"] == "COMPLETED"
+    assert _run(work, config, ["--unlock"], env).returncode == 0
+    dry = _run(work, config, ["-n"], env)
+    assert support.job_stats(dry.stdout + dry.stderr).get(GPU_RULE) == 1, (dry.stdout + dry.stderr)[-4000:]

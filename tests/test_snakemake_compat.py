@@ -79,3 +79,35 @@ def test_the_image_and_ci_install_a_supported_snakemake():
                           (".gitlab-ci.yml", r'SNAKEMAKE_VERSION:\s*"([\d.]+)"')):
         version = re.search(pattern, (ROOT / path).read_text()).group(1)
         assert version in SpecifierSet(compat.SUPPORTED), (path, version)
+
+
+@pytest.mark.parametrize("mode", ["REMOTE", "SUBPROCESS"])
+def test_a_cluster_jobs_snakemake_leaves_the_incomplete_mark_to_the_controller(tmp_path, monkeypatch, mode):
+    """A job's own Snakemake (on SLURM it shares .snakemake/ with the controller) no longer removes
+    its outputs' incomplete marks when it ends; before the patch it did (a job finished after its
+    controller died then looked finished, without metadata)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from snakemake.io import IOFile
+    from snakemake.persistence import PersistenceBase
+    from snakemake.persistence.file import FilePersistence
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    monkeypatch.setattr(PersistenceBase, "finished", PersistenceBase.finished)  # undone after the test
+    out = IOFile(str(tmp_path / "out.txt"))
+    workflow = SimpleNamespace(exec_mode=getattr(ExecMode, mode),
+                               execution_settings=SimpleNamespace(keep_metadata=True),
+                               remote_execution_settings=SimpleNamespace(immediate_submit=False),
+                               dag_settings=SimpleNamespace(max_checksum_file_size=0))
+    job = SimpleNamespace(output=[out])
+
+    def marked_after_finish() -> bool:
+        pers = FilePersistence(dag=SimpleNamespace(workflow=workflow), path=tmp_path / ".snakemake")
+        pers.started(job, "4711")  # the controller, at submission
+        asyncio.run(pers.finished(job))  # the job's own Snakemake, at its end
+        return bool(pers._filter_incomplete_keys([pers._get_key(out)]))
+
+    assert not marked_after_finish()  # unpatched: the job removes the mark (the check can fail)
+    assert compat.keep_job_incomplete_marks() and compat.keep_job_incomplete_marks()  # idempotent
+    assert marked_after_finish()

@@ -1,6 +1,6 @@
 """Every use of Snakemake's internals, in one place, each checked against the running Snakemake.
 
-The workflow (Snakefile, rules/) relies on two things Snakemake does not document as API:
+The workflow (Snakefile, rules/) relies on three things Snakemake does not document as API:
 
 * :func:`not_a_trigger` -- a param the job gets but Snakemake never compares with the params stored
   with the outputs: Snakemake leaves params computed by a function of ``threads`` (or input, output,
@@ -10,6 +10,9 @@ The workflow (Snakefile, rules/) relies on two things Snakemake does not documen
   (``StorageObject._is_dir``): the controller asks about a directory() output before the job runs,
   and after the pod uploaded it still answers "missing in storage". The patch forgets that answer
   before every existence check.
+* :func:`keep_job_incomplete_marks` -- a cluster job's own Snakemake leaves its outputs'
+  "incomplete" marks to the controller (``PersistenceBase.finished``), so that what a job finishes
+  after its controller died is remade, not trusted without metadata (docs/clusters.md).
 
 :data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range;
 tests/test_snakemake_compat.py checks both, and each use against the installed Snakemake). The
@@ -22,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "not_a_trigger", "patch_s3_fresh_dir"]
+__all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "keep_job_incomplete_marks", "not_a_trigger",
+           "patch_s3_fresh_dir"]
 
 SUPPORTED = ">=9.27,<10"
 SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
@@ -84,4 +88,40 @@ def patch_s3_fresh_dir() -> bool:
 
     exists._benchmaker_fresh_dir = True
     cls.exists = exists
+    return True
+
+
+def keep_job_incomplete_marks() -> bool:
+    """Only a controller removes an output's "incomplete" mark: the one that records the job's
+    metadata (params, code, inputs) when it sees the job succeed.
+
+    Snakemake's controller marks a job's outputs incomplete when it submits the job. On a shared file
+    system (SLURM) the job's own Snakemake (``--mode remote``/``subprocess``) shares ``.snakemake/``
+    and removes that mark when it ends, without recording metadata (only a controller does). So a
+    job that finishes after its controller died (``kill -9``) leaves outputs that look finished and
+    carry no metadata: a resumed run trusts them and a later params change does not rerun them.
+    Patched, the job leaves the mark, ``rerun-incomplete`` remakes such outputs under a controller
+    that records them, as on Kubernetes (a pod never sees the controller's ``.snakemake/``).
+    Idempotent; returns True when the patch is in place."""
+    from snakemake.persistence import PersistenceBase
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    original = PersistenceBase.finished
+    if getattr(original, "_benchmaker_keep_marks", False):
+        return True
+    import inspect
+
+    if not inspect.iscoroutinefunction(original) or list(inspect.signature(original).parameters) != ["self", "job"]:
+        raise CompatError("snakemake.persistence.PersistenceBase.finished changed its shape: check that a "
+                          "cluster job still leaves its outputs' incomplete marks to the controller")
+
+    async def finished(self, job):
+        workflow = self.dag.workflow
+        if workflow.exec_mode != ExecMode.DEFAULT and not workflow.remote_execution_settings.immediate_submit:
+            self._clear_cache()  # a job's own Snakemake: the controller records and unmarks
+            return
+        await original(self, job)
+
+    finished._benchmaker_keep_marks = True
+    PersistenceBase.finished = finished
     return True
