@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CORES ?= all
+# pytest-xdist workers for `make test` (tests/conftest.py keeps tests that share state on one worker)
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
 .PHONY: example example-offline test test-heavy lint dryrun clean-example
@@ -33,7 +35,7 @@ test: $(STAMP)
 	  echo "installing chromium for tests/test_audit_page.py (apt-get)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
 	fi
-	HF_HUB_OFFLINE=1 $(PY) -m pytest
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 ## The heavy tests the default run deselects (each over 4 minutes: cluster controller recovery, kill series).
 test-heavy: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -66,3 +67,104 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"SLURM test skipped in CI ({reason}); fix the CI machine, or set "
                            "BENCHMAKER_ALLOW_SLURM_SKIP=1 to allow the skip explicitly")
+
+
+# Parallel runs: `make test` runs pytest-xdist with `-n 2 --dist loadgroup` (one worker per core). A
+# group runs whole on one worker, its tests in file order; tests without a group go to whichever
+# worker is free. A test gets a group when
+#   * it uses a module- (or class-) scoped fixture: a full workflow run, a git clone, a SLURM cluster
+#     is then built once, on one worker, and the tests that read it in order stay together;
+#   * it must not run beside another test of its group (SERIAL_GROUPS: what they share);
+#   * it is marked `slurm` (the real SLURM cluster tests/test_slurm.py starts on localhost).
+# The groups reach the scheduler through GroupScheduling below, not through pytest-xdist's own
+# loadgroup: with pytest >= 9.2 that one silently ignores every group (pytest-xdist#1386: it renames
+# the test's node id, which pytest 9.2 no longer reads), and tests/test_parallel_groups.py checks that
+# ours holds on the installed versions.
+SERIAL_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    # Snakemake with the checkout itself as working directory: each locks the same outputs
+    # (results/example-bench) in <checkout>/.snakemake, and a second one at once fails to lock
+    "checkout-workdir": (("test_example.py", "test_example_dry_run_from_repo_root"),
+                         ("test_deepen_workflow.py", "test_example_overlay_dry_run_from_repo_root"),
+                         ("test_workflow.py", "test_lint_is_clean")),
+    # ranx's numba cache kept in the pytest cache (.pytest_cache/d/numba): one writer at a time
+    "pytest-cache": (("test_example.py", "test_example_end_to_end_offline"),
+                     ("test_export_publish.py", "builds")),  # every test using the `builds` fixture
+}
+GROUPS_DIR = "benchmaker_xdist_groups"  # the workerinput key: where workers write their groups
+
+
+def xdist_group_of(item) -> str | None:
+    """The xdist group of a test (see above), or None: any worker may run it."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    for group, entries in SERIAL_GROUPS.items():
+        for file, name in entries:
+            if item.path.name == file and (getattr(item, "originalname", item.name) == name
+                                           or name in getattr(item, "fixturenames", ())):
+                return group
+    if item.get_closest_marker("slurm") is not None:
+        return "slurm"
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return item.path.name
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker: write {node id: group} where the controller's scheduler reads it."""
+    folder = getattr(config, "workerinput", {}).get(GROUPS_DIR)
+    if not folder:
+        return
+    groups = {item.nodeid: g for item in items if (g := xdist_group_of(item)) is not None}
+    out = Path(folder) / f"{config.workerinput['workerid']}.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    os.replace(tmp, out)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """On the controller, per worker: the folder it writes its groups to."""
+    config = node.config
+    if not hasattr(config, "_benchmaker_groups_dir"):
+        import tempfile
+
+        config._benchmaker_groups_dir = tempfile.mkdtemp(prefix="xdist-groups-")
+    node.workerinput[GROUPS_DIR] = config._benchmaker_groups_dir
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """pytest-xdist's loadscope scheduler with our groups as scopes (largest first); every
+        other test is its own scope, so it goes to whichever worker is free."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # all workers have collected (and written) by now
+                self.groups = {}
+                written = sorted(Path(config._benchmaker_groups_dir).glob("*.json"))
+                if not written:
+                    raise RuntimeError("no xdist worker wrote its test groups (tests/conftest.py)")
+                for f in written:
+                    self.groups.update(json.loads(f.read_text()))
+            group = self.groups.get(nodeid)
+            return f"group:{group}" if group is not None else nodeid
+
+    return GroupScheduling(config, log)
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_benchmaker_groups_dir", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)

@@ -171,6 +171,15 @@ def test_default_profile_is_safe_to_combine():
             assert default[key] == prof[key], f"{name}:{key} differs from profiles/default"
 
 
+
+@pytest.mark.parametrize("name", ["default", *CLUSTER])
+def test_no_profile_prints_whole_logs_on_failure(name):
+    """The README: a failure prints one short block (problem, fix, log path); tracebacks stay in the
+    rule's log. `show-failed-logs` would print every failed rule's whole log on the terminal."""
+    prof = load(name, {"BENCHMAKER_SLURM_STATUS": "squeue", "BENCHMAKER_K8S_PVC": "imgs:/data"})
+    assert "show-failed-logs" not in prof
+    assert "rerun-incomplete" in prof  # the check reads the keys the profile does set
+
 def _parse(argv: list[str], monkeypatch, env: dict | None = None):
     from snakemake.cli import parse_args
 

@@ -111,3 +111,55 @@ def test_a_cluster_jobs_snakemake_leaves_the_incomplete_mark_to_the_controller(t
     assert not marked_after_finish()  # unpatched: the job removes the mark (the check can fail)
     assert compat.keep_job_incomplete_marks() and compat.keep_job_incomplete_marks()  # idempotent
     assert marked_after_finish()
+
+BAD_YAML = "a: 1\nb: [x\nc: 2\n"  # the '[' is never closed: yaml stops at line 3, column 2
+
+
+def test_snakemakes_config_loader_keeps_the_yaml_mark_as_context(tmp_path):
+    """What the wrapper relies on: Snakemake's loader raises its WorkflowError while handling the
+    YAML error, so the error with the file's line is the WorkflowError's __context__."""
+    import yaml
+    from snakemake.common import configfile
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    original = getattr(configfile._load_configfile, "__wrapped__", configfile._load_configfile)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_YAML)
+    with pytest.raises(WorkflowError, match="not valid JSON or YAML") as e:
+        original(bad)
+    assert isinstance(e.value.__context__, yaml.MarkedYAMLError)
+    assert e.value.__context__.problem_mark.line == 2
+
+
+def test_config_yaml_errors_name_file_and_line(tmp_path, monkeypatch):
+    from snakemake.common import configfile
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    original = getattr(configfile._load_configfile, "__wrapped__", configfile._load_configfile)
+    monkeypatch.setattr(configfile, "_load_configfile", original)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_YAML)
+    assert compat.explain_config_yaml_errors()
+    patched = configfile._load_configfile
+    assert compat.explain_config_yaml_errors() and configfile._load_configfile is patched  # idempotent
+    with pytest.raises(WorkflowError) as e:
+        configfile.load_configfile(bad)  # as ConfigSettings and workflow.configfile() call it
+    assert str(e.value).startswith(f"Config file {bad}:3:2: not valid YAML: ")
+    good = tmp_path / "good.yaml"
+    good.write_text("a: [1, 2]\n")
+    assert configfile.load_configfile(good) == {"a": [1, 2]}
+    with pytest.raises(FileNotFoundError):  # other errors pass unchanged
+        configfile.load_configfile(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(WorkflowError, match="keys at top level"):
+        configfile.load_configfile(tmp_path / "list.yaml")
+
+
+def test_config_yaml_errors_leave_another_snakemake_alone(monkeypatch):
+    import snakemake
+    from snakemake.common import configfile
+
+    before = configfile._load_configfile
+    monkeypatch.setattr(snakemake, "__version__", "10.0.0")
+    assert compat.explain_config_yaml_errors() is False
+    assert configfile._load_configfile is before

@@ -21,6 +21,7 @@ __all__ = [
     "ConfigError",
     "load_config",
     "validate_config",
+    "yaml_error_message",
     "load_schema",
     "resolve_schema",
     "filled",
@@ -165,6 +166,19 @@ def _cross_checks(cfg: dict) -> None:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 
 
+def yaml_error_message(path: str | Path, exc: yaml.YAMLError) -> str:
+    """``<path>:<line>:<column>: not valid YAML: <problem> (...)``: the one wording of a YAML syntax
+    error in a config file: :func:`load_config`, ``validate-config`` (benchmaker.preflight) and
+    Snakemake's own reading of config files (benchmaker.snakemake_compat.explain_config_yaml_errors)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    detail = f"{context}, {problem}" if context else problem
+    return (f"{where}: not valid YAML: {detail} (check the indentation and quoting on that line or the "
+            "one before it; tabs are not allowed)")
+
+
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> dict:
     """Load a YAML config file, apply nested overrides, validate and fill defaults."""
     path = Path(path)
@@ -173,7 +187,7 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(yaml_error_message(path, exc)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path}: top level must be a mapping")
     if overrides:

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .config import ConfigError, validate_config
+from .config import ConfigError, validate_config, yaml_error_message
 
 __all__ = ["read_config_file", "merge_config_files", "snakemake_update", "path_problems", "env_problems",
            "required_env", "preflight", "load_config_files", "workflow_preflight"]
@@ -48,13 +48,7 @@ def read_config_file(path: str | Path) -> dict:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            context = getattr(exc, "context", None)
-            detail = f"{context}, {problem}" if context else problem
-            raise ConfigError(f"{where}: not valid YAML: {detail} (check the indentation and quoting on "
-                              "that line or the one before it; tabs are not allowed)") from None
+            raise ConfigError(yaml_error_message(path, exc)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

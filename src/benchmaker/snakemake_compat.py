@@ -13,6 +13,14 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
 * :func:`keep_job_incomplete_marks` -- a cluster job's own Snakemake leaves its outputs'
   "incomplete" marks to the controller (``PersistenceBase.finished``), so that what a job finishes
   after its controller died is remade, not trusted without metadata (docs/clusters.md).
+* :func:`explain_config_yaml_errors` -- Snakemake reads config files (``--configfile``, a profile's
+  ``configfile:``, the Snakefile's ``configfile:``) in ``snakemake.common.configfile._load_configfile``
+  and answers a YAML syntax error with "Config file is not valid JSON or YAML", naming neither the
+  file nor the line (the YAML error, which has both, is only its ``__context__``). ``--configfile`` is
+  read while Snakemake parses its arguments, before the Snakefile runs, so the workflow profile
+  (``profiles/default``, loaded first on every run from the checkout) installs this wrapper: the
+  message becomes ``<file>:<line>:<column>: not valid YAML: ...``, worded as ``benchmaker
+  validate-config`` words it.
 
 :data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range;
 tests/test_snakemake_compat.py checks both, and each use against the installed Snakemake). The
@@ -23,10 +31,12 @@ Snakemake, and only inside these functions (no stage imports it).
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any, Callable
 
-__all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "keep_job_incomplete_marks", "not_a_trigger",
-           "patch_s3_fresh_dir"]
+__all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
+           "keep_job_incomplete_marks", "not_a_trigger", "patch_s3_fresh_dir"]
 
 SUPPORTED = ">=9.27,<10"
 SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
@@ -124,4 +134,45 @@ def keep_job_incomplete_marks() -> bool:
 
     finished._benchmaker_keep_marks = True
     PersistenceBase.finished = finished
+
+def explain_config_yaml_errors() -> bool:
+    """Make Snakemake's "Config file is not valid JSON or YAML" name the file, line and column (see
+    the module doc). Idempotent. Returns False, changing nothing, for a Snakemake outside
+    :data:`SUPPORTED` (the Snakefile's :func:`check_snakemake` then stops the run with the version
+    error) or one whose loader no longer looks as expected."""
+    import snakemake
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if Version(snakemake.__version__) not in SpecifierSet(SUPPORTED):
+        return False
+    from snakemake.common import configfile
+
+    original = getattr(configfile, "_load_configfile", None)
+    if original is None:
+        return False
+    if getattr(original, "_benchmaker_yaml_mark", False):
+        return True
+
+    @functools.wraps(original)
+    def _load_configfile(configpath_or_obj, filetype="Config"):
+        try:
+            return original(configpath_or_obj, filetype)
+        except Exception as exc:
+            import yaml
+
+            cause = exc.__context__
+            if not isinstance(cause, yaml.MarkedYAMLError) or "not valid JSON or YAML" not in str(exc):
+                raise
+            from .config import yaml_error_message
+
+            mark = cause.problem_mark or cause.context_mark
+            where = configpath_or_obj if isinstance(configpath_or_obj, (str, os.PathLike)) else (
+                getattr(configpath_or_obj, "name", None) or (mark.name if mark is not None else "<config>"))
+            # the same exception, reworded: Snakemake prints it (and its traceback) as before
+            exc.args = (f"{filetype} file {yaml_error_message(where, cause)}",)
+            raise
+
+    _load_configfile._benchmaker_yaml_mark = True
+    configfile._load_configfile = _load_configfile
     return True
