@@ -69,9 +69,9 @@ def pytest_runtest_makereport(item, call):
                            "BENCHMAKER_ALLOW_SLURM_SKIP=1 to allow the skip explicitly")
 
 
-# Parallel runs: `make test` runs pytest-xdist with `-n 2 --dist loadgroup` (one worker per core). A
-# group runs whole on one worker, its tests in file order; tests without a group go to whichever
-# worker is free. A test gets a group when
+# Parallel runs: `make test` runs pytest-xdist with `-n 2 --dist loadgroup` (one worker per core; a
+# plain `-n N` gets the same groups). A group runs whole on one worker, its tests in file order; tests
+# without a group go to whichever worker is free. A test gets a group when
 #   * it uses a module- (or class-) scoped fixture: a full workflow run, a git clone, a SLURM cluster
 #     is then built once, on one worker, and the tests that read it in order stay together;
 #   * it must not run beside another test of its group (SERIAL_GROUPS: what they share);
@@ -138,7 +138,7 @@ def pytest_configure_node(node):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadgroup":
+    if config.getvalue("dist") not in ("load", "loadgroup"):  # `-n N` alone means `--dist load`
         return None
     from xdist.scheduler import LoadScopeScheduling
 
