@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_blocks, write_table
+from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
 from .duplicates import group_members, one_per_group
@@ -154,11 +154,10 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools:
 
 def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel | None = None,
                   optional: tuple[str, ...] = ()) -> pl.DataFrame:
-    """The columns the planner's index needs, read and validated block by block: the other columns
-    (summaries, confidences, licenses, ...) never sit in memory for the whole corpus. ``optional``
-    columns are kept where the file has them."""
-    frames = [b.select(keep + [c for c in optional if c in b.columns])
-              for b in iter_table_blocks(kind, path, columns=columns, facets=fm)]
+    """The columns the planner's index needs, parsed and validated block by block (only those: the
+    other columns (summaries, confidences, licenses, ...) are neither parsed nor held in memory;
+    ``formats.iter_table_columns``). ``optional`` columns are kept where the file has them."""
+    frames = list(iter_table_columns(kind, path, keep, optional=optional, columns=columns, facets=fm))
     if not frames:
         return empty_table(kind, fm).select(keep)
     return pl.concat(frames, how="vertical_relaxed")

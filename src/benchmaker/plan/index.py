@@ -73,9 +73,10 @@ class Index:
     facet_names: list[str]            # all facets (taxonomy then boolean)
     values: list[list[str]]           # per facet: sorted distinct values as strings (code -> value)
     typed: list[dict[str, object]]    # per facet: string value -> original typed value (bool for booleans)
-    codes: np.ndarray                 # (N, F) int32 facet codes
+    codes: np.ndarray                 # (N, F) int32 facet codes, column-major (``codes.T[f]`` contiguous)
     tag_vocab: list[str]              # distinct tags, sorted
-    tag_bits: np.ndarray | None       # (N, W) uint64 tag bitsets when the vocabulary is <= MAX_BITSET_TAGS
+    tag_bits: np.ndarray | None       # (N, W) uint64 tag bitsets when the vocabulary is <= MAX_BITSET_TAGS,
+    #                                   stored word by word (column-major: ``tag_bits.T[w]`` is contiguous)
     tag_flat: np.ndarray              # otherwise CSR of distinct tag codes (int32) ...
     tag_start: np.ndarray             # (N,) int64
     tag_len: np.ndarray               # (N,) int64 number of distinct tags
@@ -146,10 +147,10 @@ class Index:
         ref, n_ref = seed_set
         lens = self.tag_len[idx]
         if self.tag_bits is not None:
-            b = self.tag_bits[idx]
-            inter = np.zeros(idx.size, dtype=np.float64)
-            for w in range(b.shape[1]):  # one word at a time: faster than a 2-D popcount + row sum
-                inter += np.bitwise_count(b[:, w] & ref[w])
+            words = self.tag_bits.T  # (W, N), each word contiguous: one 1-D gather per word
+            inter = np.zeros(idx.size, dtype=np.int64)  # exact counts: the same Jaccard as in float64
+            for w in range(words.shape[0]):
+                inter += np.bitwise_count(words[w].take(idx) & ref[w])
         else:
             total = int(lens.sum())
             inter = np.zeros(idx.size, dtype=np.float64)
@@ -220,7 +221,7 @@ class Index:
 
     def tag_codes(self, i: int) -> np.ndarray:
         if self.tag_bits is not None:
-            bits = np.unpackbits(self.tag_bits[i].view(np.uint8), bitorder="little")
+            bits = np.unpackbits(np.ascontiguousarray(self.tag_bits[i]).view(np.uint8), bitorder="little")
             return np.flatnonzero(bits).astype(np.int32)
         s = self.tag_start[i]
         return self.tag_flat[s:s + self.tag_len[i]]
@@ -238,18 +239,22 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     ``postings_min_bucket`` images.
     """
     names = facets.names
-    ann = ann.select(["image_id", "tags", *names]).sort("image_id")
+    # image positions in image-id order, without a sorted copy of the table (its tags are most of it)
+    order = ann["image_id"].arg_sort().to_numpy()  # sorted position -> row
     n = ann.height
-    ids = ann["image_id"].to_list()
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)  # row -> sorted position
+    sorted_ids = ann["image_id"].gather(order)
+    ids = sorted_ids.to_list()
 
-    codes = np.zeros((n, len(names)), dtype=np.int32)
+    codes = np.zeros((n, len(names)), dtype=np.int32, order="F")  # column-major: one facet's codes contiguous
     values: list[list[str]] = []
     typed: list[dict[str, object]] = []
     for j, f in enumerate(names):
         s = ann[f].cast(pl.String).fill_null("<null>")
         vals = sorted(s.unique().to_list())
         values.append(vals)
-        codes[:, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
+        codes[rank, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
         tmap: dict[str, object] = {}
         for v in vals:
             if f in facets.boolean:
@@ -258,35 +263,36 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
                 tmap[v] = None if v == "<null>" else v
         typed.append(tmap)
 
-    # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary)
+    # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary);
+    # (image, tag) pairs as int32 codes (the strings are only looked at once, for the vocabulary)
+    vocab = sorted(ann["tags"].explode().drop_nulls().unique().to_list())
     long = (
-        ann.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), pl.col("tags"))
-        .explode("tags").drop_nulls("tags")
+        pl.DataFrame({"i": pl.int_range(n, dtype=pl.Int64, eager=True),
+                      "t": ann["tags"].cast(pl.List(pl.Enum(vocab)))})
+        .explode("t").drop_nulls("t")
     )
-    ann = ann.drop("tags")
-    vocab = sorted(long["tags"].unique().to_list())
-    owner = long["i"].to_numpy()
-    tcode = long["tags"].cast(pl.Enum(vocab)).to_physical().to_numpy().astype(np.int64)
-    del long
+    owner = rank[long["i"].to_numpy()].astype(np.int32 if n < 2**31 else np.int64)
+    tcode = long["t"].to_physical().to_numpy().astype(np.int32)
+    del long, rank
     n_words = (len(vocab) + 63) // 64
     bits = None
     flat = np.zeros(0, dtype=np.int32)
     starts = np.zeros(n, dtype=np.int64)
     if len(vocab) <= MAX_BITSET_TAGS:
         bits = np.zeros(n * max(1, n_words), dtype=np.uint64)
-        np.bitwise_or.at(bits, owner * max(1, n_words) + tcode // 64,
+        np.bitwise_or.at(bits, owner.astype(np.int64) * max(1, n_words) + tcode // 64,
                          np.left_shift(np.uint64(1), (tcode % 64).astype(np.uint64)))
-        bits = bits.reshape(n, max(1, n_words))
+        bits = np.ascontiguousarray(bits.reshape(n, max(1, n_words)).T).T  # word-major (Index.tag_bits)
         lens = np.bitwise_count(bits).sum(axis=1).astype(np.int64)
     else:
-        key = np.unique(owner * len(vocab) + tcode)
+        key = np.unique(owner.astype(np.int64) * len(vocab) + tcode)
         owner, tcode = key // len(vocab), key % len(vocab)
         flat = tcode.astype(np.int32)
         lens = np.bincount(owner, minlength=n).astype(np.int64)
         starts = (np.cumsum(lens) - lens).astype(np.int64)
 
     # duplicate fingerprints from images.jsonl
-    fp = ann.select("image_id").join(
+    fp = pl.DataFrame({"image_id": sorted_ids}).join(
         images.select(
             "image_id",
             pl.col("sha256").cast(pl.String).alias("sha"),
