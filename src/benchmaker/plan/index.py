@@ -199,12 +199,22 @@ class Index:
         n_keys = (max(b.spans) + 1) if b.spans else 1
         bkey = b.image_keys
         if n_keys * v * n < 2**62:  # one packed int64 sort: (bucket key, tag, random rank)
-            packed = (bkey[owner] * v + tag) * n + self.perm_rank[owner]
-            packed = pl.Series(packed).sort(multithreaded=True).to_numpy()
+            step = 1 << 20  # in slices, in place: no N-sized temporaries besides the packed keys
+            packed = np.empty(owner.size, dtype=np.int64)
+            for a in range(0, owner.size, step):
+                o = owner[a:a + step]
+                packed[a:a + step] = (bkey[o] * v + tag[a:a + step]) * n + self.perm_rank[o]
+            packed.sort()  # numpy's in-place sort: SIMD on x86, no copy
             if packed.size:
-                packed = packed[np.append(True, packed[1:] != packed[:-1])]  # a tag listed twice
-            comp = packed // n
-            members = self.global_order[packed % n]
+                dup = packed[1:] == packed[:-1]  # a tag listed twice
+                if dup.any():
+                    packed = packed[np.append(True, ~dup)]
+                del dup
+            members = np.empty(packed.size, dtype=np.int32 if self.n < 2**31 else np.int64)
+            for a in range(0, packed.size, step):
+                members[a:a + step] = self.global_order[packed[a:a + step] % n]
+            comp = packed
+            comp //= n
             del packed
         else:  # too many (bucket, tag, image) combinations for one int64: three-key sort
             order = np.lexsort((self.perm_rank[owner], tag, bkey[owner]))
@@ -217,7 +227,7 @@ class Index:
         del comp
         return Postings(facets=facets, n_tags=v, keys=keys,
                         starts=np.append(starts, members.size).astype(np.int64),
-                        members=members.astype(np.int32 if self.n < 2**31 else np.int64))
+                        members=members.astype(np.int32 if self.n < 2**31 else np.int64, copy=False))
 
     def tag_codes(self, i: int) -> np.ndarray:
         if self.tag_bits is not None:
