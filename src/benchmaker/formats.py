@@ -404,11 +404,10 @@ def _projected_block(block: bytes, kind: str, keep: list[str], optional: tuple[s
         return None
     df = df.rename({rename.get(c, c): c for c in want if rename.get(c, c) != c})
     checks = [pl.col(c).null_count() > 0 for c in keep if c not in nullable]
-    for c in want:
-        if types[c] == Str:
-            checks.append(pl.col(c).str.contains(r"^\s*[\[{]").any())
-        elif types[c] == StrList:
-            checks.append(pl.col(c).explode().str.contains(r"^\s*[\[{]").any())
+    for c in want:  # a JSON object or array where a string belongs: parsed as its text (the general way refuses it)
+        if types[c] in (Str, StrList):
+            v = pl.col(c) if types[c] == Str else pl.col(c).explode()
+            checks.append((v.str.starts_with("{") | v.str.starts_with("[")).any())
     checks += [pl.col(k).is_duplicated().any() for k in spec.key if k in want]
     if kind == "annotations" and facets is not None:
         checks += [(~pl.col(n).is_in(v)).any() for n, v in facets.taxonomy.items() if n in want]

@@ -252,8 +252,9 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     # image positions in image-id order, without a sorted copy of the table (its tags are most of it)
     order = ann["image_id"].arg_sort().to_numpy()  # sorted position -> row
     n = ann.height
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n, dtype=np.int64)  # row -> sorted position
+    pos_t = np.int32 if n < 2**31 else np.int64
+    rank = np.empty(n, dtype=pos_t)
+    rank[order] = np.arange(n, dtype=pos_t)  # row -> sorted position
     sorted_ids = ann["image_id"].gather(order)
     ids = sorted_ids.to_list()
 
@@ -275,13 +276,15 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
 
     # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary);
     # (image, tag) pairs as int32 codes (the strings are only looked at once, for the vocabulary)
-    vocab = sorted(ann["tags"].explode().drop_nulls().unique().to_list())
+    # (the distinct tags via categorical codes: 4 bytes per tag, not an exploded copy of the strings)
+    vocab = sorted(ann["tags"].cast(pl.List(pl.Categorical)).explode().drop_nulls().unique()
+                   .cast(pl.String).to_list())
     long = (
-        pl.DataFrame({"i": pl.int_range(n, dtype=pl.Int64, eager=True),
+        pl.DataFrame({"i": pl.int_range(n, dtype=pl.Int64 if pos_t is np.int64 else pl.Int32, eager=True),
                       "t": ann["tags"].cast(pl.List(pl.Enum(vocab)))})
         .explode("t").drop_nulls("t")
     )
-    owner = rank[long["i"].to_numpy()].astype(np.int32 if n < 2**31 else np.int64)
+    owner = rank[long["i"].to_numpy()]
     tcode = long["t"].to_physical().to_numpy().astype(np.int32)
     del long, rank
     n_words = (len(vocab) + 63) // 64
@@ -290,8 +293,10 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     starts = np.zeros(n, dtype=np.int64)
     if len(vocab) <= MAX_BITSET_TAGS:
         bits = np.zeros(n * max(1, n_words), dtype=np.uint64)
-        np.bitwise_or.at(bits, owner.astype(np.int64) * max(1, n_words) + tcode // 64,
-                         np.left_shift(np.uint64(1), (tcode % 64).astype(np.uint64)))
+        for a in range(0, owner.size, 1 << 20):  # in slices: no pair-sized int64 temporaries
+            o, t = owner[a:a + (1 << 20)].astype(np.int64), tcode[a:a + (1 << 20)]
+            np.bitwise_or.at(bits, o * max(1, n_words) + t // 64,
+                             np.left_shift(np.uint64(1), (t % 64).astype(np.uint64)))
         bits = np.ascontiguousarray(bits.reshape(n, max(1, n_words)).T).T  # word-major (Index.tag_bits)
         lens = np.bitwise_count(bits).sum(axis=1).astype(np.int64)
     else:
