@@ -15,7 +15,6 @@ from typing import Any, Mapping
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
 from ..logs import get_logger, progress
@@ -123,6 +122,8 @@ def _report(planned: list[PlannedQuery]) -> None:
 def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools: tuple[str, ...]) -> pl.DataFrame:
     """The planned queries as a ``query_plan`` frame, built column by column: one (image position,
     pool, reason) row per candidate, image ids gathered in one pass (no Python dict per candidate)."""
+    import pyarrow as pa  # only here: the stage's imports stay light until the plan is written
+
     pos: list[int] = []
     pool_of: list[str] = []
     reason: list[str] = []
