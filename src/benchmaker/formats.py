@@ -27,6 +27,7 @@ __all__ = [
     "read_table",
     "read_table_where",
     "iter_table_blocks",
+    "iter_table_columns",
     "concat_blocks",
     "iter_json_objects",
     "write_table",
@@ -379,6 +380,99 @@ def iter_table_blocks(
             if df.height or first:
                 yield validate_table(to_canonical_names(df, columns), kind, facets=facets, source=str(path))
             first = False
+
+
+def _projected_block(block: bytes, kind: str, keep: list[str], optional: tuple[str, ...], rename: Mapping[str, str],
+                     facets: FacetModel | None) -> pl.DataFrame | None:
+    """The ``keep`` (+ ``optional``) columns of one block parsed with their spec dtypes, or None when
+    anything is unusual (a parse error, a required column absent from the block or null where it may
+    not be, a string that looks like a JSON object or array, a repeated key, a facet value outside the
+    taxonomy): the caller then reads the block the general way, which validates it and raises."""
+    import io
+
+    req, nullable, spec = _spec_for(kind, facets)
+    types = {**spec.optional, **req}
+    want = [*keep, *optional]
+    if any(types.get(c) not in (Str, StrList, Bool) for c in want):
+        return None
+    for c in keep:  # a column that never appears is a "missing column" error of the general path
+        if b'"' + rename.get(c, c).encode() + b'"' not in block:
+            return None
+    try:
+        df = pl.read_ndjson(io.BytesIO(block), schema={rename.get(c, c): types[c] for c in want})
+    except Exception:
+        return None
+    df = df.rename({rename.get(c, c): c for c in want if rename.get(c, c) != c})
+    checks = [pl.col(c).null_count() > 0 for c in keep if c not in nullable]
+    for c in want:  # a JSON object or array where a string belongs: parsed as its text (the general way refuses it)
+        if types[c] in (Str, StrList):
+            v = pl.col(c) if types[c] == Str else pl.col(c).explode()
+            checks.append((v.str.starts_with("{") | v.str.starts_with("[")).any())
+    checks += [pl.col(k).is_duplicated().any() for k in spec.key if k in want]
+    if kind == "annotations" and facets is not None:
+        checks += [(~pl.col(n).is_in(v)).any() for n, v in facets.taxonomy.items() if n in want]
+    if checks and any(df.select(pl.any_horizontal(*checks).fill_null(True)).row(0)):
+        return None
+    if not df.height:
+        return None
+    return df
+
+
+def iter_table_columns(
+    kind: str,
+    path: str | os.PathLike,
+    keep: list[str],
+    *,
+    optional: tuple[str, ...] = (),
+    columns: Mapping[str, str] | None = None,
+    facets: FacetModel | None = None,
+    block_bytes: int = 64 << 20,
+):
+    """The canonical columns ``keep`` (and those of ``optional`` the file has) of a JSONL table, as
+    frames of about ``block_bytes`` of file each. Only these columns are parsed, with the dtypes of
+    the table's spec, and checked (present, typed, non-null where required, keys unique, facet values
+    in the taxonomy): about half the work of :func:`iter_table_blocks`, which parses and validates
+    every column. A block where anything looks unusual is read by :func:`iter_table_blocks`' way
+    instead, so a bad file raises the same error; the other columns are not validated here."""
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(f"{path}: file not found (expected a {kind} file)")
+    rename = _rename_map(columns, to_disk=True)
+    has_opt: tuple[str, ...] | None = None
+    with open(path, "rb") as fh:
+        while True:
+            start = fh.tell()
+            block = fh.read(block_bytes)
+            if not block:
+                break
+            block += fh.readline()
+            if not block.strip():
+                continue
+            if has_opt is None:  # optional columns: kept when the first block names them
+                has_opt = tuple(c for c in optional if b'"' + rename.get(c, c).encode() + b'"' in block)
+            df = _projected_block(block, kind, keep, has_opt, rename, facets)
+            if df is None:  # the general way, for this block alone (validates every column)
+                line = 0
+                if start:
+                    fh.seek(0)
+                    line = fh.read(start).count(b"\n")
+                    fh.seek(start + len(block))
+                df = _general_block(block, kind, path, line, columns, facets)
+                opt_types = _spec_for(kind, facets)[2].optional
+                df = df.select(keep + [pl.col(c) if c in df.columns else pl.lit(None, opt_types[c]).alias(c)
+                                       for c in has_opt])
+            yield df
+
+
+def _general_block(block: bytes, kind: str, path: Path, line: int, columns, facets) -> pl.DataFrame:
+    import io
+
+    try:
+        df = pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
+    except Exception as exc:
+        raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
+                          f"{line}): {exc}") from None
+    return validate_table(to_canonical_names(df, columns), kind, facets=facets, source=str(path))
 
 
 def read_table_where(

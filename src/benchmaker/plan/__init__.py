@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
-from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_blocks, write_table
+from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
 from .duplicates import group_members, one_per_group
@@ -120,24 +120,30 @@ def _report(planned: list[PlannedQuery]) -> None:
 
 
 def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools: tuple[str, ...]) -> pl.DataFrame:
-    ids = index.ids
-    rows = []
+    """The planned queries as a ``query_plan`` frame, built column by column: one (image position,
+    pool, reason) row per candidate, image ids gathered in one pass (no Python dict per candidate)."""
+    import pyarrow as pa  # only here: the stage's imports stay light until the plan is written
+
+    pos: list[int] = []
+    pool_of: list[str] = []
+    reason: list[str] = []
+    cand_off, seed_off = [0], [0]
+    seed_pos: list[int] = []
+    difficulty = []
     for q in planned:
-        seeds = [ids[i] for i in q.seeds]
-        cands = [{"image_id": s, "pool": "seed", "reason": "seed"} for s in seeds]
-        cands += [{"image_id": ids[i], "pool": pool, "reason": why} for i, pool, why in q.picks]
-        counts = Counter(c["pool"] for c in cands)
-        row = {
-            "query_id": q.query_id,
-            "seed_image_ids": seeds,
-            "candidate_image_ids": [c["image_id"] for c in cands],
-            "candidates": cands,
-            "difficulty": {p: counts.get(p, 0) for p in pools},
-            "shortfall": q.shortfall,
-        }
-        if core:
-            row["profile"] = q.profile
-        rows.append(row)
+        pos += q.seeds
+        seed_pos += q.seeds
+        pool_of += ["seed"] * len(q.seeds)
+        reason += ["seed"] * len(q.seeds)
+        for i, pool, why in q.picks:
+            pos.append(i)
+            pool_of.append(pool)
+            reason.append(why)
+        cand_off.append(len(pos))
+        seed_off.append(len(seed_pos))
+        counts = Counter(p[1] for p in q.picks)
+        counts["seed"] = len(q.seeds)
+        difficulty.append({p: counts.get(p, 0) for p in pools})
     schema: dict[str, Any] = {
         "query_id": pl.String, "seed_image_ids": pl.List(pl.String), "candidate_image_ids": pl.List(pl.String),
         "candidates": pl.List(CANDIDATE), "difficulty": pl.Struct({p: pl.Int64 for p in pools}),
@@ -149,16 +155,36 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools:
                                    and any(isinstance(v, bool) for v in index.typed[f].values()) else pl.String)
             for f in core
         })
-    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    if not planned:
+        return pl.DataFrame(schema=schema)
+    ids = pl.Series(index.ids, dtype=pl.String)
+    cand_ids = ids.gather(np.asarray(pos, dtype=np.int64)).to_arrow()
+    seed_ids = ids.gather(np.asarray(seed_pos, dtype=np.int64)).to_arrow()
+    del ids
+    cand_struct = pa.StructArray.from_arrays(
+        [cand_ids, pa.array(pool_of, pa.large_string()), pa.array(reason, pa.large_string())],
+        names=["image_id", "pool", "reason"])
+    offs = pa.array(cand_off, pa.int64())
+    cols = {
+        "query_id": pl.Series([q.query_id for q in planned], dtype=pl.String),
+        "seed_image_ids": pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(seed_off, pa.int64()), seed_ids)),
+        "candidate_image_ids": pl.from_arrow(pa.LargeListArray.from_arrays(offs, cand_ids)),
+        "candidates": pl.from_arrow(pa.LargeListArray.from_arrays(offs, cand_struct)),
+        "difficulty": pl.DataFrame(difficulty, schema=schema["difficulty"].to_schema(), orient="row").to_struct(),
+        "shortfall": pl.Series([q.shortfall for q in planned], dtype=schema["shortfall"]),
+    }
+    if core:
+        cols["profile"] = pl.DataFrame([q.profile for q in planned], schema=schema["profile"].to_schema(),
+                                       orient="row").to_struct()
+    return pl.DataFrame([s.alias(k) for k, s in cols.items()]).cast(schema)  # type: ignore[arg-type]
 
 
 def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel | None = None,
                   optional: tuple[str, ...] = ()) -> pl.DataFrame:
-    """The columns the planner's index needs, read and validated block by block: the other columns
-    (summaries, confidences, licenses, ...) never sit in memory for the whole corpus. ``optional``
-    columns are kept where the file has them."""
-    frames = [b.select(keep + [c for c in optional if c in b.columns])
-              for b in iter_table_blocks(kind, path, columns=columns, facets=fm)]
+    """The columns the planner's index needs, parsed and validated block by block (only those: the
+    other columns (summaries, confidences, licenses, ...) are neither parsed nor held in memory;
+    ``formats.iter_table_columns``). ``optional`` columns are kept where the file has them."""
+    frames = list(iter_table_columns(kind, path, keep, optional=optional, columns=columns, facets=fm))
     if not frames:
         return empty_table(kind, fm).select(keep)
     return pl.concat(frames, how="vertical_relaxed")

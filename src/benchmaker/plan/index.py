@@ -73,9 +73,10 @@ class Index:
     facet_names: list[str]            # all facets (taxonomy then boolean)
     values: list[list[str]]           # per facet: sorted distinct values as strings (code -> value)
     typed: list[dict[str, object]]    # per facet: string value -> original typed value (bool for booleans)
-    codes: np.ndarray                 # (N, F) int32 facet codes
+    codes: np.ndarray                 # (N, F) int32 facet codes, column-major (``codes.T[f]`` contiguous)
     tag_vocab: list[str]              # distinct tags, sorted
-    tag_bits: np.ndarray | None       # (N, W) uint64 tag bitsets when the vocabulary is <= MAX_BITSET_TAGS
+    tag_bits: np.ndarray | None       # (N, W) uint64 tag bitsets when the vocabulary is <= MAX_BITSET_TAGS,
+    #                                   stored word by word (column-major: ``tag_bits.T[w]`` is contiguous)
     tag_flat: np.ndarray              # otherwise CSR of distinct tag codes (int32) ...
     tag_start: np.ndarray             # (N,) int64
     tag_len: np.ndarray               # (N,) int64 number of distinct tags
@@ -146,10 +147,10 @@ class Index:
         ref, n_ref = seed_set
         lens = self.tag_len[idx]
         if self.tag_bits is not None:
-            b = self.tag_bits[idx]
-            inter = np.zeros(idx.size, dtype=np.float64)
-            for w in range(b.shape[1]):  # one word at a time: faster than a 2-D popcount + row sum
-                inter += np.bitwise_count(b[:, w] & ref[w])
+            words = self.tag_bits.T  # (W, N), each word contiguous: one 1-D gather per word
+            inter = np.zeros(idx.size, dtype=np.int64)  # exact counts: the same Jaccard as in float64
+            for w in range(words.shape[0]):
+                inter += np.bitwise_count(words[w].take(idx) & ref[w])
         else:
             total = int(lens.sum())
             inter = np.zeros(idx.size, dtype=np.float64)
@@ -198,12 +199,22 @@ class Index:
         n_keys = (max(b.spans) + 1) if b.spans else 1
         bkey = b.image_keys
         if n_keys * v * n < 2**62:  # one packed int64 sort: (bucket key, tag, random rank)
-            packed = (bkey[owner] * v + tag) * n + self.perm_rank[owner]
-            packed = pl.Series(packed).sort(multithreaded=True).to_numpy()
+            step = 1 << 20  # in slices, in place: no N-sized temporaries besides the packed keys
+            packed = np.empty(owner.size, dtype=np.int64)
+            for a in range(0, owner.size, step):
+                o = owner[a:a + step]
+                packed[a:a + step] = (bkey[o] * v + tag[a:a + step]) * n + self.perm_rank[o]
+            packed.sort()  # numpy's in-place sort: SIMD on x86, no copy
             if packed.size:
-                packed = packed[np.append(True, packed[1:] != packed[:-1])]  # a tag listed twice
-            comp = packed // n
-            members = self.global_order[packed % n]
+                dup = packed[1:] == packed[:-1]  # a tag listed twice
+                if dup.any():
+                    packed = packed[np.append(True, ~dup)]
+                del dup
+            members = np.empty(packed.size, dtype=np.int32 if self.n < 2**31 else np.int64)
+            for a in range(0, packed.size, step):
+                members[a:a + step] = self.global_order[packed[a:a + step] % n]
+            comp = packed
+            comp //= n
             del packed
         else:  # too many (bucket, tag, image) combinations for one int64: three-key sort
             order = np.lexsort((self.perm_rank[owner], tag, bkey[owner]))
@@ -216,11 +227,11 @@ class Index:
         del comp
         return Postings(facets=facets, n_tags=v, keys=keys,
                         starts=np.append(starts, members.size).astype(np.int64),
-                        members=members.astype(np.int32 if self.n < 2**31 else np.int64))
+                        members=members.astype(np.int32 if self.n < 2**31 else np.int64, copy=False))
 
     def tag_codes(self, i: int) -> np.ndarray:
         if self.tag_bits is not None:
-            bits = np.unpackbits(self.tag_bits[i].view(np.uint8), bitorder="little")
+            bits = np.unpackbits(np.ascontiguousarray(self.tag_bits[i]).view(np.uint8), bitorder="little")
             return np.flatnonzero(bits).astype(np.int32)
         s = self.tag_start[i]
         return self.tag_flat[s:s + self.tag_len[i]]
@@ -238,18 +249,23 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     ``postings_min_bucket`` images.
     """
     names = facets.names
-    ann = ann.select(["image_id", "tags", *names]).sort("image_id")
+    # image positions in image-id order, without a sorted copy of the table (its tags are most of it)
+    order = ann["image_id"].arg_sort().to_numpy()  # sorted position -> row
     n = ann.height
-    ids = ann["image_id"].to_list()
+    pos_t = np.int32 if n < 2**31 else np.int64
+    rank = np.empty(n, dtype=pos_t)
+    rank[order] = np.arange(n, dtype=pos_t)  # row -> sorted position
+    sorted_ids = ann["image_id"].gather(order)
+    ids = sorted_ids.to_list()
 
-    codes = np.zeros((n, len(names)), dtype=np.int32)
+    codes = np.zeros((n, len(names)), dtype=np.int32, order="F")  # column-major: one facet's codes contiguous
     values: list[list[str]] = []
     typed: list[dict[str, object]] = []
     for j, f in enumerate(names):
         s = ann[f].cast(pl.String).fill_null("<null>")
         vals = sorted(s.unique().to_list())
         values.append(vals)
-        codes[:, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
+        codes[rank, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
         tmap: dict[str, object] = {}
         for v in vals:
             if f in facets.boolean:
@@ -258,35 +274,40 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
                 tmap[v] = None if v == "<null>" else v
         typed.append(tmap)
 
-    # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary)
+    # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary);
+    # (image, tag) pairs as int32 codes (the strings are only looked at once, for the vocabulary)
+    # (the distinct tags via categorical codes: 4 bytes per tag, not an exploded copy of the strings)
+    vocab = sorted(ann["tags"].cast(pl.List(pl.Categorical)).explode().drop_nulls().unique()
+                   .cast(pl.String).to_list())
     long = (
-        ann.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), pl.col("tags"))
-        .explode("tags").drop_nulls("tags")
+        pl.DataFrame({"i": pl.int_range(n, dtype=pl.Int64 if pos_t is np.int64 else pl.Int32, eager=True),
+                      "t": ann["tags"].cast(pl.List(pl.Enum(vocab)))})
+        .explode("t").drop_nulls("t")
     )
-    ann = ann.drop("tags")
-    vocab = sorted(long["tags"].unique().to_list())
-    owner = long["i"].to_numpy()
-    tcode = long["tags"].cast(pl.Enum(vocab)).to_physical().to_numpy().astype(np.int64)
-    del long
+    owner = rank[long["i"].to_numpy()]
+    tcode = long["t"].to_physical().to_numpy().astype(np.int32)
+    del long, rank
     n_words = (len(vocab) + 63) // 64
     bits = None
     flat = np.zeros(0, dtype=np.int32)
     starts = np.zeros(n, dtype=np.int64)
     if len(vocab) <= MAX_BITSET_TAGS:
         bits = np.zeros(n * max(1, n_words), dtype=np.uint64)
-        np.bitwise_or.at(bits, owner * max(1, n_words) + tcode // 64,
-                         np.left_shift(np.uint64(1), (tcode % 64).astype(np.uint64)))
-        bits = bits.reshape(n, max(1, n_words))
+        for a in range(0, owner.size, 1 << 20):  # in slices: no pair-sized int64 temporaries
+            o, t = owner[a:a + (1 << 20)].astype(np.int64), tcode[a:a + (1 << 20)]
+            np.bitwise_or.at(bits, o * max(1, n_words) + t // 64,
+                             np.left_shift(np.uint64(1), (t % 64).astype(np.uint64)))
+        bits = np.ascontiguousarray(bits.reshape(n, max(1, n_words)).T).T  # word-major (Index.tag_bits)
         lens = np.bitwise_count(bits).sum(axis=1).astype(np.int64)
     else:
-        key = np.unique(owner * len(vocab) + tcode)
+        key = np.unique(owner.astype(np.int64) * len(vocab) + tcode)
         owner, tcode = key // len(vocab), key % len(vocab)
         flat = tcode.astype(np.int32)
         lens = np.bincount(owner, minlength=n).astype(np.int64)
         starts = (np.cumsum(lens) - lens).astype(np.int64)
 
     # duplicate fingerprints from images.jsonl
-    fp = ann.select("image_id").join(
+    fp = pl.DataFrame({"image_id": sorted_ids}).join(
         images.select(
             "image_id",
             pl.col("sha256").cast(pl.String).alias("sha"),

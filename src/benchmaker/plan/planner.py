@@ -135,6 +135,7 @@ class Planner:
         self.post_budget = self.cap
         ne = len(self.easy_cols)
         self.easy_min = min(ne, max(2, math.ceil(ne / 2))) if ne else 0
+        self.fcol = index.codes.T  # (F, N): row f is facet f's codes, contiguous
         self.usage = np.zeros(index.n, dtype=np.int32)
         self.in_query = np.zeros(index.n, dtype=bool)
         self.coverage = {"whole bucket": 0, "every image sharing a seed tag": 0, "sampled": 0,
@@ -145,6 +146,13 @@ class Planner:
             self.div_codes = None
 
     # ---- helpers -----------------------------------------------------------------------------
+    def _differ(self, idx: np.ndarray, cols: list[int], prof: np.ndarray) -> np.ndarray:
+        """Per image of ``idx``, in how many facets of ``cols`` it differs from the profile."""
+        out = np.zeros(idx.size, dtype=np.int64)
+        for f in cols:  # one contiguous facet column at a time (Index.codes is column-major)
+            out += self.fcol[f].take(idx) != prof[f]
+        return out
+
     def reserve_seeds(self, queries: list[SeedQuery]) -> None:
         """Seeds count toward the reuse cap of their images before any candidate is drawn."""
         for q in queries:
@@ -298,8 +306,7 @@ class Planner:
         if nc:
             # the core candidates one non-core facet away; when the core bucket was too large to score
             # whole and those are few, also windows of the buckets "every facet but f equal" (f non-core)
-            ncodes = ix.codes[cand][:, nc] if cand.size else np.zeros((0, len(nc)), np.int32)
-            one = (ncodes != prof[nc]).sum(axis=1) == 1
+            one = self._differ(cand, nc, prof) == 1
             cn, jn = cand[one], j[one]
             if sampled and cn.size < NEUTRAL_MIN_FACTOR * s["neutral_total"]:
                 self.coverage["neutral per-facet search"] += 1
@@ -307,7 +314,7 @@ class Planner:
                 allf = range(len(ix.facet_names))
                 for f in nc:
                     w = self._window(ix.buckets([c for c in allf if c != f]).get(prof), self.cap_neutral)
-                    parts.append(w[ix.codes[w, f] != prof[f]])
+                    parts.append(w[self.fcol[f].take(w) != prof[f]])
                 cn = np.sort(np.concatenate(parts))
                 cn = cn[np.append(True, cn[1:] != cn[:-1])] if cn.size else cn
                 jn = ix.jaccard(cn, seed_set)
@@ -353,7 +360,7 @@ class Planner:
             for f in self.off:
                 others = [c for c in self.both if c != f]
                 w = self._window(ix.buckets(others).get(prof), self.cap_near)
-                w = w[ix.codes[w, f] != prof[f]]
+                w = w[self.fcol[f].take(w) != prof[f]]
                 parts.append(w)
                 facet_of.append(np.full(w.size, f, dtype=np.int64))
             c3, f3 = np.concatenate(parts), np.concatenate(facet_of)
@@ -366,7 +373,7 @@ class Planner:
             if got_near < s["neg_nearmiss"] and self.core:
                 f0 = self.core[0]
                 c4 = self._window(ix.buckets([f0]).get(prof), self.cap_near)
-                c4 = c4[(ix.codes[c4][:, self.both] != prof[self.both]).any(axis=1)] if c4.size else c4
+                c4 = c4[self._differ(c4, self.both, prof) > 0]
                 l4, j4 = self._lookup(c4, seeds, seed_set, st_near)
                 got_near += self._pick(q, c4, l4.order(), s["neg_nearmiss"] - got_near, "nearmiss",
                                        lambda k: f"relaxed: matches {self._fname(f0)} only; jaccard={j4[k]:.2f}",
@@ -387,7 +394,7 @@ class Planner:
         c5 = c5[self._ok(c5, seeds)]
         j5 = ix.jaccard(c5, seed_set)
         if self.easy_cols:
-            nd = (ix.codes[c5][:, self.easy_cols] != prof[self.easy_cols]).sum(axis=1)
+            nd = self._differ(c5, self.easy_cols, prof)
         else:
             nd = np.zeros(c5.size, dtype=np.int64)
         low = j5 <= s["easy_max_jaccard"]
