@@ -25,7 +25,7 @@ import sys
 sys.path.insert(0, {src!r})
 from benchmaker.vision import openai as vo
 kw = {kw!r}
-common = dict(settings=kw["settings"], cache_dir=kw["cache_dir"])
+common = dict(settings=kw["settings"], cache_dir=kw["cache_dir"], adapter=kw.get("adapter", "openai"))
 vo.build(images=kw["images"], requests=kw["requests"], manifest=kw["manifest"], facets=kw["facets"],
          image_root=kw["image_root"], columns={{}}, threads=1, **common)
 vo.submit(requests=kw["requests"], submitted=kw["submitted"], state_dir=kw["state_dir"], benchmark="tiny",
@@ -51,7 +51,8 @@ def _corpus(root: Path, tiny_corpus: Path, n: int = 6) -> None:
     assert (root / "a" / "0.png").read_bytes() != (root / "b" / "0.png").read_bytes()
 
 
-def _run_two_shards(fake, tmp_path: Path, root: Path) -> list[dict]:
+def _run_two_shards(fake, tmp_path: Path, root: Path, adapter: str = "openai", env: dict | None = None,
+                    **settings) -> list[dict]:
     frame = images_frame(root)
     procs, kws = [], []
     for sub in ("a", "b"):
@@ -63,11 +64,12 @@ def _run_two_shards(fake, tmp_path: Path, root: Path) -> list[dict]:
               "annotations": str(d / "ann.jsonl"), "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"),
               "state_dir": str(d / "state"), "shard": sub, "facets": TINY_FACETS, "image_root": str(root),
               "cache_dir": str(tmp_path / "cache"),
+              "adapter": adapter,
               "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", "poll_seconds": 0.05,
-                           "retry_base_delay": 0.01, "retry_max_delay": 0.05}}
+                           "retry_base_delay": 0.01, "retry_max_delay": 0.05, **settings}}
         kws.append(kw)
         procs.append(subprocess.Popen([sys.executable, "-c", _CHILD.format(src=SRC, kw=kw)],
-                                      env={**os.environ, "OPENAI_API_KEY": "sk-test"}))
+                                      env={**os.environ, **(env or {"OPENAI_API_KEY": "sk-test"})}))
     assert [p.wait(timeout=180) for p in procs] == [0, 0]
     return kws
 
@@ -89,6 +91,21 @@ def test_same_bytes_paid_once_across_concurrent_batch_shards(fake, tmp_path, tin
     root = tmp_path / "corpus"
     _corpus(root, tiny_corpus)
     _check(fake, tmp_path, _run_two_shards(fake, tmp_path, root))
+
+
+def test_same_bytes_paid_once_across_concurrent_gemini_batch_shards(tmp_path, tiny_corpus):
+    """The same with the Gemini adapter against the strict fake Gemini server (inline batch jobs)."""
+    import fake_gemini
+
+    fake = fake_gemini.start()
+    try:
+        root = tmp_path / "corpus"
+        _corpus(root, tiny_corpus)
+        kws = _run_two_shards(fake, tmp_path, root, adapter="gemini", env={"GEMINI_API_KEY": fake_gemini.KEY},
+                              model="gemini-2.5-flash")
+        _check(fake, tmp_path, kws)
+    finally:
+        fake_gemini.stop(fake)
 
 
 def test_claiming_shards_batch_expires_retried_there_paid_once(fake, tmp_path, tiny_corpus):
