@@ -201,3 +201,44 @@ def test_same_bytes_in_one_batch_shard_sent_once(fake, tmp_path, tiny_corpus):
     assert sum(not c["cached"] for c in costs) == 6
     assert sum(c["cost_usd"] for c in costs) == pytest.approx(fake.billed_usd())
     assert not [p for p in (tmp_path / "cache" / "claims").rglob("*") if p.is_file()]
+
+
+def test_shared_requests_with_wait_false_stop_then_complete(fake, tmp_path, tiny_corpus):
+    """``wait: false``: a shard whose requests another shard is answering stops with a clear "run again
+    later" (as for a running batch) instead of paying again, and completes on the next run."""
+    from benchmaker.providers.batch import BatchPending
+    from benchmaker.vision import openai as vo
+
+    root = tmp_path / "corpus"
+    _corpus(root, tiny_corpus)
+    frame = images_frame(root)
+    kws = []
+    for sub in ("a", "b"):
+        d = tmp_path / sub
+        d.mkdir()
+        imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
+        kws.append({"images": write_images(imgs, d / "images.jsonl"), "manifest": str(d / "manifest.jsonl"),
+                    "submitted": str(d / "submitted.json"), "annotations": str(d / "ann.jsonl"),
+                    "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"), "state_dir": str(d / "state"),
+                    "shard": sub, "facets": TINY_FACETS, "image_root": str(root), "columns": {},
+                    "cache_dir": str(tmp_path / "cache"), "benchmark": "tiny",
+                    "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", "wait": False}})
+    for kw in kws:
+        req = str(Path(kw["manifest"]).with_name("requests.jsonl"))
+        kw["requests"] = req
+        vo.build(images=kw["images"], requests=req, manifest=kw["manifest"], settings=kw["settings"],
+                 facets=TINY_FACETS, image_root=str(root), columns={}, cache_dir=kw["cache_dir"])
+        vo.submit(requests=req, submitted=kw["submitted"], settings=kw["settings"], state_dir=kw["state_dir"],
+                  benchmark="tiny", shard=kw["shard"], cache_dir=kw["cache_dir"])
+    assert Path(kws[1]["requests"]).read_text() == ""                 # b sends nothing: a claimed it all
+    coll = {k: v for k, v in kws[1].items() if k != "requests"}
+    with pytest.raises(BatchPending, match="another shard"):
+        vo.collect(**coll)
+    for _ in range(10):                                              # a's batch: polled until done
+        try:
+            vo.collect(**{k: v for k, v in kws[0].items() if k != "requests"})
+            break
+        except BatchPending:
+            continue
+    vo.collect(**coll)
+    _check(fake, tmp_path, kws)
