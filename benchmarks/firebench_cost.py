@@ -84,7 +84,7 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
     from benchmaker.formats import FacetModel
     from benchmaker.judge.openai import judge_items, merged_settings
     from benchmaker.losses import Losses
-    from benchmaker.providers.engine import Runner
+    from benchmaker.providers.runners import provider_runner
     from benchmaker.upstream import import_upstream
     from benchmaker.vision.openai import vision_items
 
@@ -119,8 +119,8 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
             vs = {**cfg["vision"]["openai"], **net}
             prices = (vs["prices"]["input"], vs["prices"]["cached_input"], vs["prices"]["output"]) \
                 if vs.get("prices") else (0.125, 0.0125, 1.00)
-            res = {"vision": stage(Runner(stage="vision", item_type="image", settings=vs, cache_dir=None),
-                                   list(vision_items(imgs, fm, vs, str(corpus))), prices)}
+            vr = provider_runner("openai", stage="vision", item_type="image", settings=vs, cache_dir=None)
+            res = {"vision": stage(vr, list(vision_items(imgs, fm, vs, str(corpus))), prices)}
             rnd = random.Random(7)
             rows = [annotation(i, fm, rnd) for i in range(n_queries * n_cands)]
             ann = pl.DataFrame(rows)
@@ -132,7 +132,8 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
                                      "rationale": cfg["judge"]["rationale"]}), **net}
             items = [it for it, _ in judge_items(plan, ann, pl.DataFrame({"image_id": [], "sha256": []}), fm, js,
                                                  str(corpus), Losses("judge"))]
-            res["judge"] = stage(Runner(stage="judge", item_type="query", settings=js, cache_dir=None), items, prices)
+            jr = provider_runner("openai", stage="judge", item_type="query", settings=js, cache_dir=None)
+            res["judge"] = stage(jr, items, prices)
             res["config"] = {"vision_system_own": bool((vs.get("prompts") or {}).get("system")),
                              "judge_system_own": bool((js.get("prompts") or {}).get("system")),
                              "vocabulary": len(fm.vocabulary), "facets": len(fm.names)}

@@ -20,6 +20,7 @@ batch rows), which tests compare with the cost files.
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import re
@@ -103,6 +104,32 @@ def inline_images(req: dict) -> list[bytes]:
     return out
 
 
+def gemini_image_tokens(model: str, media_resolution: str | None, data: bytes | None) -> int:
+    """Input tokens of one image, Gemini's documented rule. Gemini 3 by media resolution
+    (https://ai.google.dev/gemini-api/docs/media-resolution): low 280, medium 560, else 1,120. Earlier
+    models: ``MEDIA_RESOLUTION_LOW`` 64, ``_MEDIUM`` / ``_HIGH`` 256 (the API reference's
+    ``MediaResolution``, https://ai.google.dev/api/generate-content#MediaResolution); none set:
+    https://ai.google.dev/gemini-api/docs/tokens ("Image"), 258 when both sides are <= 384 px, else
+    258 per 768 x 768 tile. The size is read from the inline image itself; an image by URI (not
+    fetched here) counts as one tile."""
+    mr = (media_resolution or "").removeprefix("MEDIA_RESOLUTION_").lower()
+    if model.removeprefix("models/").startswith("gemini-3"):
+        return {"low": 280, "medium": 560}.get(mr, 1120)
+    if mr in ("low", "medium", "high"):
+        return 64 if mr == "low" else 256
+    if data is None:
+        return 258
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        w, h = im.size
+    if w <= 384 and h <= 384:
+        return 258
+    return -(-w // 768) * -(-h // 768) * 258
+
+
 class Fake:
     def __init__(self, steps: int = 2):
         self.steps = steps
@@ -111,15 +138,59 @@ class Fake:
         self.batches: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.answer: Callable[[dict, dict], Any] = lambda req, schema: answer_for(request_text(req), schema)
+        self.answer: Callable[[dict, dict], Any] = self._default_answer
         self.fail: Callable[[dict], str | None] = lambda req: None
         self.rate_limit = 0
         self.retry_delay = "0.05s"
         self.batch_end: str | None = None
         self.batch_keep = 0
         self.usage = dict(USAGE)
+        # count_tokens: usage from the request (tokens_of) and answers of a model's typical length
+        # (support.typical_answer) instead of USAGE; thoughts_tokens per answer
+        self.count_tokens = False
+        self.thoughts_tokens: int | Callable[[dict], int] = 64      # per answer, or a function of the request
+        self.prefixes: dict[str, set] = {}
         self.bill: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
+
+    @staticmethod
+    def _default_answer(req: dict, schema: dict) -> Any:
+        return answer_for(request_text(req), schema)
+
+    def tokens_of(self, req: dict, model: str) -> tuple[int, int]:
+        """(prompt tokens, cached tokens) of a request, counted as Gemini bills them: ~4 characters
+        per text token (https://ai.google.dev/gemini-api/docs/tokens), images by
+        :func:`gemini_image_tokens`; the response schema, the system instruction, then the parts in
+        order. Implicit caching (https://ai.google.dev/gemini-api/docs/caching, "Implicit caching"):
+        the longest run of leading parts seen before under the same model, once it has at least
+        1,024 tokens (the minimum for Flash models) is billed as cached."""
+        gc = req.get("generationConfig") or {}
+        si = req.get("systemInstruction") or {}
+        units = [len(json.dumps(request_schema(req), separators=(",", ":"))) / 4,
+                 len(" ".join(p.get("text", "") for p in si.get("parts", []))) / 4]
+        keys = [json.dumps(request_schema(req), sort_keys=True), json.dumps(si, sort_keys=True)]
+        for c in req.get("contents", []):
+            for p in c.get("parts", []):
+                d = p.get("inlineData") or p.get("inline_data")
+                if d:
+                    units.append(gemini_image_tokens(model, gc.get("mediaResolution"),
+                                                     base64.urlsafe_b64decode(d["data"])))
+                elif p.get("fileData") or p.get("file_data"):
+                    units.append(gemini_image_tokens(model, gc.get("mediaResolution"), None))
+                else:
+                    units.append(len(p.get("text", "")) / 4)
+                keys.append(json.dumps(p, sort_keys=True))
+        total = round(sum(units))
+        seen = self.prefixes.setdefault(model, set())
+        cached = acc = 0.0
+        h = ""
+        for n, k in zip(units, keys):
+            h = hashlib.sha1((h + k).encode()).hexdigest()
+            acc += n
+            if h in seen and acc >= 1024:
+                cached = acc
+            seen.add(h)
+        return total, round(cached)
 
     @property
     def base_url(self) -> str:
@@ -148,13 +219,27 @@ class Fake:
             code = int(kind[5:])
             status = {400: "INVALID_ARGUMENT", 500: "INTERNAL", 503: "UNAVAILABLE"}[code]
             return code, {"error": {"code": code, "message": f"fake {status.lower()}", "status": status}}
+        text = None
+        if self.count_tokens:
+            n_in, n_cached = self.tokens_of(req, model)
+            th = self.thoughts_tokens
+            if self.answer is self._default_answer:
+                obj = support.typical_answer(request_schema(req), hashlib.sha1(
+                    json.dumps(req, sort_keys=True).encode()).hexdigest(), data_keys(request_text(req)))
+                text = json.dumps(obj)
+            else:
+                text = json.dumps(self.answer(req, request_schema(req)))
+            self.usage = {"promptTokenCount": n_in, "cachedContentTokenCount": n_cached,
+                          "candidatesTokenCount": -(-len(text) // 4),
+                          "thoughtsTokenCount": int(th(req) if callable(th) else th)}
         self._charge(model, mode)
         usage = dict(self.usage)
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["candidatesTokenCount"] + usage[
             "thoughtsTokenCount"]
         if kind == "blocked":
             return 200, {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": usage}
-        text = json.dumps(self.answer(req, request_schema(req)))
+        if text is None:
+            text = json.dumps(self.answer(req, request_schema(req)))
         finish = "STOP"
         if kind == "invalid_json":
             text = text[: len(text) // 2]

@@ -104,6 +104,29 @@ def request_schema(body: dict) -> tuple[dict, str]:
     return body["response_format"]["json_schema"]["schema"], "chat"
 
 
+def openai_image_tokens(url: str, detail: str | None) -> int:
+    """Input tokens of one image, OpenAI's documented rule (https://platform.openai.com/docs/guides/images-vision,
+    "Calculating costs"): 85 at ``detail: low``; otherwise the image is fitted within 2048 x 2048, then
+    its shortest side scaled to 768 px (when larger), and it costs 85 + 170 per 512-px tile. The size is
+    read from the image itself (a data URL); an image sent by URL (not fetched here) counts as 768 x 768."""
+    if detail == "low":
+        return 85
+    w = h = 768
+    if url.startswith("data:"):
+        import base64
+        import io
+
+        from PIL import Image
+
+        with Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) as im:
+            w, h = im.size
+    if max(w, h) > 2048:
+        w, h = w * 2048 / max(w, h), h * 2048 / max(w, h)
+    if min(w, h) > 768:
+        w, h = w * 768 / min(w, h), h * 768 / min(w, h)
+    return 85 + 170 * (-(-int(w) // 512)) * (-(-int(h) // 512))
+
+
 class Fake:
     def __init__(self, steps: int = 3):
         self.steps = steps
@@ -112,7 +135,7 @@ class Fake:
         self.batches: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.answer: Callable[[dict, dict], Any] = lambda body, schema: answer_for(request_text(body), schema)
+        self.answer: Callable[[dict, dict], Any] = self._default_answer
         self.fail: Callable[[str, dict], str | None] = lambda custom_id, body: None
         self.rate_limit = 0
         self.retry_after = "0.05"
@@ -134,9 +157,13 @@ class Fake:
         self.kill_at: tuple[str, int, Callable[[], None]] | None = None
         self.killed: list[str] = []
         self.count_tokens = False            # usage from the request (tokens_of) instead of USAGE
-        self.reasoning_tokens = 64
+        self.reasoning_tokens: int | Callable[[dict], int] = 64      # per answer, or a function of the body
         self.prefixes: dict[tuple, set] = {}
         self.server: ThreadingHTTPServer | None = None
+
+    @staticmethod
+    def _default_answer(body: dict, schema: dict) -> Any:
+        return answer_for(request_text(body), schema)
 
     # -- helpers ---------------------------------------------------------------------------------
     def count(self, method: str, path_re: str) -> int:
@@ -228,7 +255,7 @@ class Fake:
     # -- token counting as the provider does it (count_tokens = True) ------------------------------
     def tokens_of(self, body: dict) -> tuple[int, int, str]:
         """(input tokens, cached input tokens, prompt stream) of a request, counted the way OpenAI
-        bills them: ~4 characters per text token, 85 tokens per low-detail image; the structured-output
+        bills them: ~4 characters per text token, images by :func:`openai_image_tokens`; the structured-output
         schema is a prefix to the system message, then the instructions, then the input in order. The
         cached part is the longest prefix seen before under the same model and ``prompt_cache_key``,
         once the prompt has at least 1,024 tokens, in steps of 128 tokens."""
@@ -241,9 +268,10 @@ class Fake:
                     units.append(part.get("text", ""))
                 elif part.get("type") in ("input_image", "image_url"):
                     url = part.get("image_url")
+                    detail = part.get("detail") or (url.get("detail") if isinstance(url, dict) else None)
                     url = url.get("url") if isinstance(url, dict) else url
                     tag = hashlib.sha1(str(url).encode()).hexdigest()
-                    units.append(("<img " + tag + ">").ljust(85 * 4, "."))
+                    units.append(("<img " + tag + ">").ljust(openai_image_tokens(str(url), detail) * 4, "."))
         stream = "\x1e".join(units)
         n = -(-len(stream) // 4)
         space = (body.get("model"), body.get("prompt_cache_key") or "")
@@ -270,12 +298,19 @@ class Fake:
             return 500, {"error": {"message": "server error", "type": "server_error"}}
         if kind == "http_400":
             return 400, {"error": {"message": "bad request", "type": "invalid_request_error"}}
-        text = json.dumps(self.answer(body, schema))
+        if self.count_tokens and self.answer is self._default_answer:
+            # a model's typical answer length (support.typical_answer), varying per request
+            obj = support.typical_answer(schema, hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest(),
+                                         data_keys(request_text(body)))
+            text = json.dumps(obj)
+        else:
+            text = json.dumps(self.answer(body, schema))
         if self.count_tokens:
             n_in, n_cached, _ = self.tokens_of(body)
+            r = self.reasoning_tokens
+            n_reason = int(r(body) if callable(r) else r)
             self.usage = {"input_tokens": n_in, "cached_tokens": n_cached,
-                          "output_tokens": -(-len(text) // 4) + self.reasoning_tokens,
-                          "reasoning_tokens": self.reasoning_tokens}
+                          "output_tokens": -(-len(text) // 4) + n_reason, "reasoning_tokens": n_reason}
         self._charge(body["model"], mode, custom_id)
         status = "completed"
         if kind == "invalid_json":

@@ -230,3 +230,48 @@ def job_stats(output: str) -> dict[str, int]:
         elif stats and not line.strip():
             break
     return stats
+
+
+# -- what a model writes, for the token-counting fakes (tests/fake_openai.py, tests/fake_gemini.py) ------
+_WORDS = ("smoke rising above the forested ridge under a hazy sky with distant mountains and scattered trees "
+          "near a road in daylight seen from a fixed camera looking across the valley toward low clouds").split()
+
+
+def typical_answer(schema: dict, seed: str, keys: list[str] | None = None) -> object:
+    """A valid answer of the length a model typically writes, varying per request (``seed``): a string
+    whose description says "at most N words" has 60-100 % of N words, other strings 6-14 words; an
+    array of enum values holds between minItems and maxItems distinct values; numbers are two-decimal
+    confidences; a judge's ``judgments`` holds one entry per candidate key (``keys``)."""
+    rnd = random.Random(seed)
+
+    def words(n: int) -> str:
+        return " ".join(rnd.choice(_WORDS) for _ in range(n)).capitalize() + "."
+
+    def one(s: dict, name: str) -> object:
+        t = str(s.get("type", "")).lower()
+        if "enum" in s:
+            return rnd.choice(s["enum"])
+        if t == "object":
+            return {k: one(v, k) for k, v in (s.get("properties") or {}).items()}
+        if t == "array":
+            lo = int(s.get("minItems", s.get("min_items", 1)))
+            hi = int(s.get("maxItems", s.get("max_items", lo + 4)))
+            n = rnd.randint(lo, max(lo, hi))
+            items = s.get("items") or {"type": "string"}
+            if "enum" in items:
+                return rnd.sample(list(items["enum"]), min(n, len(items["enum"])))
+            return [one(items, name) for _ in range(n)]
+        if t == "boolean":
+            return rnd.random() < 0.5
+        if t == "integer":
+            return int(s.get("maximum", 1))
+        if t == "number":
+            return round(rnd.uniform(0.5, 1.0), 2)
+        m = re.search(r"at most (\d+) words", str(s.get("description", "")))
+        return words(rnd.randint(max(1, int(m.group(1)) * 6 // 10), int(m.group(1))) if m else rnd.randint(6, 14))
+
+    obj = one(schema, "")
+    j = (schema.get("properties") or {}).get("judgments")
+    if isinstance(obj, dict) and j is not None and keys is not None:
+        obj["judgments"] = [{**one(j["items"], "judgments"), "key": k} for k in keys]
+    return obj

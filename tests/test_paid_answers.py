@@ -175,15 +175,22 @@ def test_estimate_uses_each_providers_image_rule_and_billed_output(tmp_path):
         gemini_image_tokens,
     )
 
-    s = LLMSettings(model="gemini-2.5-flash", image_detail="low", image_max_side=768)
+    # image_detail is sent as media_resolution, which decides first: LOW 64, HIGH 256 before Gemini 3
+    low = LLMSettings(model="gemini-2.5-flash", image_detail="low", image_max_side=768)
+    assert gemini_image_tokens(ImageRef("a", width=3000, height=2000), low) == 64
+    assert gemini_image_tokens(ImageRef("a", width=300, height=200),
+                               LLMSettings(model="gemini-2.5-flash", image_detail="high")) == 256
+    # none sent (auto): 258 up to 384 px, else 258 per 768-px tile
+    s = LLMSettings(model="gemini-2.5-flash", image_detail="auto", image_max_side=768)
     assert gemini_image_tokens(ImageRef("a", width=300, height=200), s) == 258
     assert gemini_image_tokens(ImageRef("a", width=3000, height=2000), s) == 258        # sent at 768 px
-    url = LLMSettings(model="gemini-2.5-flash", image_transport="url")
+    url = LLMSettings(model="gemini-2.5-flash", image_transport="url", image_detail="auto")
     assert gemini_image_tokens(ImageRef("a", width=1000, height=800), url) == 4 * 258
     assert gemini_image_tokens(ImageRef("a"), LLMSettings(model="gemini-3-flash", image_detail="low")) == 280
     spec = RequestSpec(system="s", parts=(Text("t"), ImageRef("a", width=640, height=480)), schema={"type": "object"},
                        schema_name="x")
-    assert estimate_input_tokens(spec, s, provider="gemini") - estimate_input_tokens(spec, s) == 258 - 85
+    assert estimate_input_tokens(spec, low, provider="gemini") - estimate_input_tokens(spec, low) == 64 - 85
+    assert estimate_input_tokens(spec, s, provider="gemini") - estimate_input_tokens(spec, s) == 258 - (85 + 2 * 170)
 
     st = _Stage("vision", "openai", {"model": "gpt-5-mini", "mode": "sync"}, str(tmp_path / "cache"))
     schema = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"],

@@ -10,8 +10,11 @@ What it counts, per API stage:
   a partial run, only the rest is priced). Keys are the provider's own (``openai`` or ``gemini``);
 * **prompt caching**: the stable prefix of a request (schema + system prompt, when it reaches 1,024
   tokens) is priced at the cached-input rate for every request after the first, as the provider bills;
-* tokens: ~4 characters per text token, OpenAI's image tile rule, output = a schema-shaped answer
-  plus an allowance for reasoning tokens (``reasoning_effort``). Batch mode gets ``batch_discount``.
+* tokens: ~4 characters per text token, each provider's own image rule, output = a schema-shaped
+  answer of typical size plus an allowance for reasoning tokens (``reasoning_effort``,
+  :data:`~benchmaker.providers.tokens.REASONING_OUTPUT`); once at least ``CALIBRATE_MIN`` answers
+  of the stage are cached, their real answer sizes and billed reasoning tokens replace both guesses.
+  Batch mode gets ``batch_discount``.
 
 The judge is priced from the real query plan and annotations when they exist (the exact requests
 and their cache keys); before that, from ``paths.pools_file`` when set (its queries and pool sizes),
@@ -22,12 +25,20 @@ as ``reused`` (:mod:`benchmaker.judge.reuse`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .providers.cost import Usage, cost_usd
-from .providers.tokens import REASONING_OUTPUT, _typical_row, out_tokens  # noqa: F401 - re-exported
+from .providers.tokens import (  # noqa: F401 - re-exported
+    REASONING_OUTPUT,
+    _typical_row,
+    answer_tokens,
+    out_tokens,
+    reasoning_allowance,
+    text_tokens,
+)
 
 __all__ = ["API_ADAPTERS", "REASONING_OUTPUT", "estimate", "out_tokens"]
 
@@ -55,10 +66,11 @@ class _Stage:
                                       cache_dir=cache_dir)
         self.s = self.runner.settings
         self.items = self.cached = self.duplicates = self.requests = 0
-        self.tok_in = self.tok_cached = self.tok_out = 0
+        self.tok_in = self.tok_cached = self.tok_out = self.tok_answer = 0
         self._seen: set[str] = set()
         self._prefixes: set[str] = set()
-        self._billed_out: list[int] = []      # output tokens the provider billed for cached answers
+        # per cached answer: (its answer's tokens, the schema's guess for it, reasoning tokens billed)
+        self._billed: list[tuple[int, int, int]] = []
 
     def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True) -> None:
         from .providers.spec import estimate_input_tokens
@@ -71,11 +83,8 @@ class _Stage:
         self._seen.add(key)
         if check_cache and self.runner.cache.contains(key):
             self.cached += 1
-            if len(self._billed_out) < CALIBRATE_MAX:
-                rec = self.runner.cache.get(key) or {}
-                n_out = int((rec.get("usage") or {}).get("output_tokens") or 0)
-                if n_out:
-                    self._billed_out.append(n_out)
+            if len(self._billed) < CALIBRATE_MAX:
+                self._calibrate(self.runner.cache.get(key) or {}, spec, n_judgments)
             return
         self.requests += 1
         n_in = estimate_input_tokens(spec, self.runner.llm, provider=self.adapter)
@@ -84,24 +93,49 @@ class _Stage:
         pkey = f"{spec.system}\x00{id(spec.schema)}"
         if n_in >= CACHE_MIN and pre >= CACHE_MIN:
             if pkey in self._prefixes:
-                self.tok_cached += (min(pre, n_in) // CACHE_STEP) * CACHE_STEP
+                # OpenAI caches in steps of 128 tokens; Gemini's implicit cache has no documented step
+                step = CACHE_STEP if self.adapter == "openai" else 1
+                self.tok_cached += (min(pre, n_in) // step) * step
             self._prefixes.add(pkey)
-        self.tok_out += out_tokens(spec.schema, self.s, n_judgments)
+        self.tok_answer += answer_tokens(spec.schema, n_judgments)
+
+    def _calibrate(self, rec: Mapping[str, Any], spec, n_judgments: int) -> None:
+        """What a cached answer says about this model: its visible answer's size against the schema's
+        guess, and the reasoning tokens it was billed (``reasoning_tokens``, else output - answer)."""
+        u = rec.get("usage") or {}
+        n_out = int(u.get("output_tokens") or 0)
+        obj = rec.get("answer")
+        if not n_out or not isinstance(obj, dict):
+            return
+        shown = text_tokens(json.dumps(obj))
+        n_j = len(obj["judgments"]) if isinstance(obj.get("judgments"), list) else n_judgments
+        reasoning = int(u.get("reasoning_tokens") or 0) or max(0, n_out - shown)
+        self._billed.append((shown, answer_tokens(spec.schema, n_j), reasoning))
 
     def line(self) -> dict:
         price = self.runner.price
         batch = self.s.get("mode", "batch") == "batch"
-        source = "answer schema + reasoning allowance"
-        if len(self._billed_out) >= CALIBRATE_MIN:
-            # answers already paid for say what this model really writes (reasoning included)
-            self.tok_out = round(self.requests * sum(self._billed_out) / len(self._billed_out))
-            source = f"mean billed output of {len(self._billed_out)} cached answers"
+        allowance = reasoning_allowance(self.s)
+        if len(self._billed) >= CALIBRATE_MIN:
+            # answers already paid for say what this model really writes and how much it reasons
+            n = len(self._billed)
+            scale = sum(b[0] for b in self._billed) / max(1, sum(b[1] for b in self._billed))
+            reasoning = sum(b[2] for b in self._billed) / n
+            answer = round(self.tok_answer * scale)
+            source = (f"measured on {n} cached answers: answer size x{scale:.2f} of the schema's guess, "
+                      f"{reasoning:.0f} reasoning tokens per answer")
+        else:
+            answer, reasoning = self.tok_answer, allowance
+            source = (f"answer schema + reasoning allowance of {allowance} tokens for reasoning_effort "
+                      f"{self.s.get('reasoning_effort')!s} (assumed: the main uncertainty until answers are cached)")
+        self.tok_out = answer + round(self.requests * reasoning)
         usd = cost_usd(Usage(self.tok_in, self.tok_cached, self.tok_out, 0), price, batch=batch,
                        batch_discount=float(self.s.get("batch_discount", 0.5)))
         return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s.get("mode", "batch"),
                 "items": self.items, "requests": self.requests, "cached": self.cached,
                 "duplicates": self.duplicates, "input_tokens": self.tok_in, "cached_input_tokens": self.tok_cached,
-                "output_tokens": self.tok_out, "output_from": source, "usd": round(usd, 6),
+                "output_tokens": self.tok_out, "answer_tokens": answer,
+                "reasoning_tokens": round(self.requests * reasoning), "output_from": source, "usd": round(usd, 6),
                 "price_known": price.known}
 
 

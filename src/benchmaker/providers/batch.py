@@ -35,7 +35,9 @@ from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses
 from .backend import TERMINAL, BatchBackend, BatchInfo
-from .engine import Item, Runner
+from .claims import batch_wire_key
+from .cost import cost_row
+from .engine import Item, Runner, _usage
 from .fastjson import dumps as fast_dumps
 from .fastjson import loads
 from .journal import CID as _CID
@@ -118,10 +120,35 @@ def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, mani
     # threads help only where a request reads and encodes images (PIL releases the GIL); otherwise
     # the work is pure Python and a pool only adds overhead
     threads = threads if runner.llm.image_transport == "base64" else 1
+    claims = _claims(runner, manifest)
+    n_wire = n_shared = n_same = 0
+    wire_first: dict[bytes, int] = {}    # wire key -> the item of this shard that sends those bytes
     with atomic_path(requests) as req_tmp, atomic_path(manifest) as man_tmp, \
             open(req_tmp, "w", encoding="utf-8") as req_fh, open(man_tmp, "w", encoding="utf-8") as man_fh:
         for idx, it, cached, line, err, dup in ordered_map(prep, keyed(items), threads):
             n += 1
+            wire = shared = None
+            if line is not None:
+                # the bytes sent, across shards (providers/claims.py): sent by an earlier item of this
+                # shard (a duplicate of it), answered by another shard, being answered by one (not
+                # sent: collect waits for it), or claimed here and sent
+                w = batch_wire_key(line)
+                it.wire = w
+                wb = bytes.fromhex(w)
+                if wb in wire_first:
+                    dup, line = wire_first[wb], None
+                    n_same += 1
+                elif runner._wire_answer(it) is None and not claims.claim(w):
+                    shared, line = w, None
+                    n_shared += 1
+                elif (got := _wire_record(runner, it)) is not None:
+                    claims.release(w)
+                    runner.cache.put(it.key, got)
+                    cached, line = True, None
+                    n_wire += 1
+                else:
+                    wire = w
+                    wire_first[wb] = idx
             if line is not None:
                 req_fh.write(line)
             n_cached += cached
@@ -135,11 +162,32 @@ def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, mani
             rec = {"i": idx, "item_id": it.item_id, "key": it.key, "cached": cached, "error": err}
             if dup is not None:
                 rec["dup"] = dup
+            if wire is not None:
+                rec["wire"] = wire
+            if shared is not None:
+                rec["shared"] = shared
             man_fh.write(fast_dumps(rec) + "\n")
-    n_send = len(first) - len(errors)
-    log.info("%s build: %d items, %d answered by the cache, %d to send, %d same content as an earlier item "
-             "(sent once), %d unreadable", stage, n, n_cached, n_send, n_dup, n_bad)
-    return {"items": n, "cached": n_cached, "requests": n_send, "bad": n_bad, "duplicates": n_dup}
+    n_send = len(first) - len(errors) - n_wire - n_shared - n_same
+    log.info("%s build: %d items, %d answered by the cache (%d by the same bytes another job paid for), %d to "
+             "send, %d same content as an earlier item (sent once), %d being answered for another shard "
+             "(not sent), %d unreadable", stage, n, n_cached, n_wire, n_send, n_dup, n_shared, n_bad)
+    return {"items": n, "cached": n_cached, "requests": n_send, "bad": n_bad, "duplicates": n_dup,
+            "shared": n_shared}
+
+
+def _claims(runner: Runner, manifest: str):
+    """This shard's claims on request bytes (providers/claims.py): owned by its state folder."""
+    from .claims import BATCH_CLAIM_SECONDS, Claims
+
+    return Claims(runner.cache.dir, stale_seconds=BATCH_CLAIM_SECONDS,
+                  owner=f"batch:{Path(manifest).resolve().parent}")
+
+
+def _wire_record(runner: Runner, item: Item) -> dict | None:
+    """The cache record another job stored for ``item``'s request bytes, when its answer is valid here."""
+    if runner._wire_answer(item) is None:
+        return None
+    return runner.wire_cache.get(item.wire)
 
 
 # -- submit -------------------------------------------------------------------------------------------
@@ -350,6 +398,8 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     unreturned: dict[str, tuple[int, str]] = {}     # batch id -> (processed, not returned; its status)
     paid_usage: list = []                           # usage of every paid row read (prices unreturned ones)
     cached = bytearray()                 # per item: 1 when the cache answered it at build time
+    wires = bytearray()                  # per item: the wire key (32 bytes) it claimed, zeros if none
+    shared: dict[int, str] = {}          # item -> wire key another shard claimed at build time
     with open(manifest, "rb") as man_fh:
         man_lines = (ln for ln in man_fh if ln.strip())
         for i, it in enumerate(make_items()):
@@ -359,6 +409,9 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             if m is None or m["i"] != i or m["key"] != it.key or not slim.add(it):
                 raise changed
             cached.append(0)
+            wires += bytes.fromhex(m["wire"]) if m.get("wire") else bytes(32)
+            if m.get("shared"):
+                shared[i] = m["shared"]
             if m.get("error"):
                 losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
             elif m.get("dup") is not None:
@@ -376,6 +429,15 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             failed.add(i)
             last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
     del cached
+    claims = _claims(runner, manifest)
+    zero = bytes(32)
+
+    def item_of(i: int) -> Item:
+        it = slim.item(i)
+        w = wires[32 * i: 32 * i + 32]
+        if w != zero:
+            it.wire = w.hex()
+        return it
     attempts = bytearray(len(slim))      # per item: the highest attempt sent (< 256)
     sub = json.loads(Path(submitted).read_text())
     round_batches = [b["batch_id"] for b in sub["batches"]]
@@ -410,7 +472,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                         attempts[i] = max(attempts[i], min(att, 255))
                         if oc.paid:
                             paid_usage.append(oc.usage)
-                        obj = runner.settle(slim.item(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
+                        obj = runner.settle(item_of(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
                                             record=record)
                         if obj is not None:
                             keep(i, obj)
@@ -449,8 +511,38 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
             runner.cache.flush()                        # publish this round's answers before any wait
             _record_unreturned(runner, unreturned, paid_usage)
             retry = sorted(i for i in failed if last[i].reason in RETRYABLE and attempts[i] < runner.max_attempts)
+            # requests another shard claimed: its answer (free), or, when its claim is gone without one
+            # (lost there, or expired), this shard claims and sends it itself
+            for i, w in list(shared.items()):
+                it = item_of(i)
+                it.wire = w
+                rec = _wire_record(runner, it)
+                if rec is None and claims.claim(w):
+                    rec = _wire_record(runner, it)         # answered just before the release
+                    if rec is None:
+                        wires[32 * i: 32 * i + 32] = bytes.fromhex(w)
+                        retry.append(i)
+                        del shared[i]
+                        continue
+                    claims.release(w)
+                if rec is not None:                      # paid by the other shard: a cached cost row here
+                    del shared[i]
+                    runner.cache.put(it.key, rec)
+                    runner._cost(cost_row(stage=stage, item_id=it.item_id, model=runner.llm.model, mode="batch",
+                                          usage=_usage(rec), price=runner.price,
+                                          batch_discount=runner.batch_discount, attempt=0, cached=True))
+                    keep(i, rec["answer"])
+            retry.sort()
             if not retry:
-                break
+                if not shared:
+                    break
+                if not wait:
+                    raise BatchPending(f"{stage}: {len(shared)} request(s) are being answered for another shard "
+                                       "(the same bytes; providers/claims.py); wait is false: run the workflow "
+                                       "again later to collect")
+                time.sleep(poll_seconds)
+                round_batches, round_chunks = [], {}
+                continue
             rnd += 1
             log.info("%s: round %d: retrying %d failed request(s) as a new batch", stage, rnd, len(retry))
             want = set(retry)
@@ -462,6 +554,13 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     finally:
         journal.close()
         stack.close()                                   # the segment is published before we go on
+    # the last round is over: every claimed request is answered (in the cache) or lost here, so its
+    # claim goes (a shard waiting for a lost one then sends it itself)
+    for i in range(len(slim)):
+        w = wires[32 * i: 32 * i + 32]
+        if w != zero:
+            claims.held.add(w.hex())
+            claims.release(w.hex())
     if unreturned:
         log.warning("%s: %d request(s) billed by the provider without an answer could not be priced (no answer "
                     "of this stage tells their usage): they are not in the cost file; see the provider's billing "

@@ -17,6 +17,15 @@ byte-identical. So, just before a request is sent, its rendered body is hashed (
   taken over: renamed away (only one taker succeeds), then claimed again. A claim released without
   an answer (the owner's request failed) lets a waiter claim and send it itself.
 
+Batch mode (providers/batch.py) uses the same claims across its steps: build claims the wire key of
+each request it writes (an item whose bytes another shard has answered is answered from the cache; one
+another shard has claimed is not written, but marked ``shared`` in the manifest); collect stores the
+answer under the wire key and releases the claim when the shard's last round is over (answered or
+lost, so a waiting shard then sends what was lost itself). A batch claim names its shard's state
+folder instead of a process (build and collect are different processes; a resumed step re-takes its
+own claims) and expires after ``BATCH_CLAIM_SECONDS`` (the Batch API's 24 h completion window plus two
+hours), so a controller killed for good blocks no one for longer than its batch could have run.
+
 Exclusive create is atomic on local file systems and on NFS v3+, so jobs on several hosts sharing the
 cache directory need no lock server.
 """
@@ -34,7 +43,9 @@ from typing import Any, Callable
 from ..logs import get_logger
 from .fastjson import dumpb
 
-__all__ = ["Claims", "wire_key"]
+__all__ = ["BATCH_CLAIM_SECONDS", "Claims", "batch_wire_key", "wire_key"]
+
+BATCH_CLAIM_SECONDS = 26 * 3600
 
 log = get_logger("providers.claims")
 _HOST = socket.gethostname()
@@ -44,6 +55,13 @@ def wire_key(body: Any) -> str:
     """The key of a request by the bytes actually sent: sha256 of its rendered body's JSON."""
     data = body if isinstance(body, (bytes, bytearray)) else dumpb(body)
     return hashlib.sha256(b"benchmaker-wire-v1\n" + data).hexdigest()
+
+
+def batch_wire_key(line: str) -> str:
+    """The wire key of a Batch API request line: its bytes after the custom id (which names the shard's
+    item and attempt, not the request), so the same request from any shard or round has one key."""
+    head, sep, rest = line.partition('",')
+    return hashlib.sha256(b"benchmaker-batch-wire-v1\n" + (rest if sep else line).encode()).hexdigest()
 
 
 def _alive(pid: int) -> bool:
@@ -60,10 +78,14 @@ class Claims:
     """See the module docstring. ``directory=None``: no cache, so nothing is shared (every claim wins)."""
 
     def __init__(self, directory: str | os.PathLike | None, *, stale_seconds: float = 3600.0,
-                 poll_seconds: float = 0.2):
+                 poll_seconds: float = 0.2, owner: str | None = None):
         self.dir = Path(directory) / "claims" if directory else None
         self.stale_seconds = stale_seconds
         self.poll_seconds = poll_seconds
+        # batch mode: claims outlive the process that makes them (build claims, collect releases), so
+        # they name an owner (the shard's state folder) instead of a live process, and expire after
+        # ``stale_seconds`` (written into the claim: every reader applies the owner's limit)
+        self.owner = owner
         self.held: set[str] = set()
         self.won = self.waited = 0
 
@@ -81,6 +103,9 @@ class Claims:
             try:
                 fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
+                if self.owner is not None and self._owner_of(p) == self.owner:
+                    self.held.add(key)               # ours since an earlier step of this shard
+                    return True
                 if not self._stale(p):
                     return False
                 try:                                 # take over: only one taker's rename succeeds
@@ -89,16 +114,30 @@ class Claims:
                     pass
                 continue
             with os.fdopen(fd, "w") as fh:
-                fh.write(f"{_HOST} {os.getpid()} {time.time():.3f}\n")
+                if self.owner is None:
+                    fh.write(f"{_HOST} {os.getpid()} {time.time():.3f}\n")
+                else:
+                    fh.write(f"{_HOST} {os.getpid()} {time.time():.3f} {self.stale_seconds:.0f} {self.owner}\n")
             self.held.add(key)
             self.won += 1
             return True
         return False
 
+    @staticmethod
+    def _owner_of(p: Path) -> str | None:
+        try:
+            parts = p.read_text().rstrip("\n").split(" ", 4)
+        except OSError:
+            return None
+        return parts[4] if len(parts) == 5 else None
+
     def _stale(self, p: Path) -> bool:
         try:
-            host, pid, t = p.read_text().split()[:3]
+            parts = p.read_text().rstrip("\n").split(" ", 4)
+            host, pid, t = parts[:3]
             age = time.time() - float(t)
+            if len(parts) == 5:                      # a batch shard's claim: by its own time limit only
+                return age > float(parts[3])
         except (OSError, ValueError):
             try:
                 age = time.time() - p.stat().st_mtime
@@ -113,8 +152,11 @@ class Claims:
         if self.dir is None or key not in self.held:
             return
         self.held.discard(key)
+        p = self._path(key)
+        if self.owner is not None and self._owner_of(p) != self.owner:
+            return                                   # taken over meanwhile: not ours to remove
         try:
-            self._path(key).unlink()
+            p.unlink()
         except FileNotFoundError:
             pass
 

@@ -329,13 +329,20 @@ def _image_tokens(ref: ImageRef, s: LLMSettings) -> int:
 
 
 def gemini_image_tokens(ref: ImageRef, s: LLMSettings) -> int:
-    """Gemini's rule (https://ai.google.dev/gemini-api/docs/tokens, "Image"): an image with both sides
-    <= 384 px is 258 tokens, a larger one is cut into 768 x 768 tiles of 258 tokens each (after the
-    downscale to ``image_max_side`` when it is sent inline). Gemini 3 models count a fixed budget per
-    media resolution (https://ai.google.dev/gemini-api/docs/media-resolution): low 280, medium 560,
-    high (their default for images) 1,120."""
+    """Gemini's rule. ``image_detail`` is sent as the request's ``media_resolution``
+    (providers/gemini/wire.py), and that decides first: before Gemini 3, ``MEDIA_RESOLUTION_LOW`` is
+    64 tokens per image and ``MEDIA_RESOLUTION_MEDIUM`` / ``_HIGH`` 256 (the API reference's
+    ``MediaResolution``, https://ai.google.dev/api/generate-content#MediaResolution); Gemini 3
+    counts a fixed budget per media resolution (https://ai.google.dev/gemini-api/docs/media-resolution):
+    low 280, medium 560, high (their default for images) 1,120. With no media resolution sent
+    (``image_detail: auto``), https://ai.google.dev/gemini-api/docs/tokens ("Image"): an image with
+    both sides <= 384 px is 258 tokens, a larger one is cut into 768 x 768 tiles of 258 tokens each
+    (after the downscale to ``image_max_side`` when it is sent inline)."""
     if s.model.removeprefix("models/").startswith("gemini-3"):
         return {"low": 280, "medium": 560}.get(s.image_detail or "", 1120)
+    fixed = {"low": 64, "high": 256}.get(s.image_detail or "")
+    if fixed is not None:
+        return fixed
     w, h = ref.width or s.image_max_side, ref.height or s.image_max_side
     if s.image_transport != "url" and max(w, h) > s.image_max_side:
         f = s.image_max_side / max(w, h)

@@ -5,20 +5,33 @@ allowance) and an annotation row of typical length. Used by ``benchmaker estimat
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REASONING_OUTPUT", "out_tokens"]
+__all__ = ["REASONING_OUTPUT", "answer_tokens", "out_tokens", "reasoning_allowance", "text_tokens"]
 
-REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 300, "medium": 1200, "high": 4000}
+# Reasoning (thinking) tokens an answer costs beyond its visible JSON, by ``reasoning_effort``: the main
+# uncertainty of every estimate before answers are cached (then estimate.py measures them).
+# low / medium are rounded from the one published run with token counts, upstream imsearch_benchmaker's
+# example (gpt-5-mini; its vision always sends "low", its judge "medium"; docs/openai.md "Estimate"):
+# 717 output tokens per image, ~250 of them the answer; 1,481 per 13-candidate query, ~500 the answer.
+# high: no measurement; a guess.
+REASONING_OUTPUT = {None: 0, "minimal": 0, "low": 450, "medium": 1000, "high": 4000}
+CHARS_PER_TOKEN = 4
+CHARS_PER_WORD = 6          # an English word and its space
 
 
 def _sample(schema: dict) -> Any:
+    """An answer of the size a model typically writes, from the schema alone: each enum value of mean
+    length, an array at the middle of ``minItems``..``maxItems``, a string whose description says "at
+    most N words" at 80 % of N words, another string 10 words, a number two decimals."""
     t = schema.get("type")
     if t == "object":
         return {k: _sample(v) for k, v in schema.get("properties", {}).items()}
     if t == "array":
-        n = (schema.get("minItems", 1) + schema.get("maxItems", 1)) // 2
+        lo = int(schema.get("minItems", 1))
+        n = (lo + int(schema.get("maxItems", lo))) // 2
         return [_sample(schema.get("items", {}))] * max(1, n)
     if "enum" in schema:
         vals = [str(v) for v in schema["enum"]]
@@ -27,21 +40,36 @@ def _sample(schema: dict) -> Any:
         mean = round(sum(map(len, vals)) / len(vals))      # a typical value, not the longest
         return "x" * mean
     if t == "string":
-        return "x" * 120 if "summary" in str(schema.get("description", "")) else "x" * 60
-    return 0.5
+        m = re.search(r"at most (\d+) words", str(schema.get("description", "")))
+        words = int(m.group(1)) * 8 // 10 if m else 10
+        return "x" * (words * CHARS_PER_WORD)
+    if t == "boolean":
+        return False
+    return 0.85
 
 
-def out_tokens(schema: dict, s: Mapping[str, Any], n_judgments: int = 0) -> int:
-    """Output tokens of one answer: a schema-shaped sample (``n_judgments`` list entries for the
-    judge) plus the reasoning allowance."""
+def text_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def answer_tokens(schema: dict, n_judgments: int = 0) -> int:
+    """Output tokens of one answer's visible JSON (no reasoning): a schema-shaped sample of typical
+    size, with ``n_judgments`` list entries for the judge."""
     sample = _sample(schema)
     if n_judgments and isinstance(sample, dict) and isinstance(sample.get("judgments"), list):
         one = dict(sample["judgments"][0])
         one["key"] = "c00"
         sample["judgments"] = [one] * n_judgments
-        sample["query_text"] = "x" * 60
-    return -(-len(json.dumps(sample)) // 4) + REASONING_OUTPUT.get(s.get("reasoning_effort"), 0)
+    return text_tokens(json.dumps(sample))
 
+
+def reasoning_allowance(s: Mapping[str, Any]) -> int:
+    return REASONING_OUTPUT.get(s.get("reasoning_effort"), 0)
+
+
+def out_tokens(schema: dict, s: Mapping[str, Any], n_judgments: int = 0) -> int:
+    """Output tokens of one answer: :func:`answer_tokens` plus the reasoning allowance."""
+    return answer_tokens(schema, n_judgments) + reasoning_allowance(s)
 
 
 def _typical_row(fm, i: int) -> dict:
