@@ -33,7 +33,7 @@ VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|^shards/listing/|\.snakemake_tim
 # files that record code versions, timings or the config itself (reported, not failed on)
 RECORDS = re.compile(r"(^|/)(config\.yaml|README\.md|report\.(md|html)|summary\.json|config_values\.csv|"
                      r"dataset_metadata\.json|audit\.json|sample\.json|labelling\.json|leaderboard\.(csv|json)|"
-                     r"runs/[^/]+\.json|quality_vs_latency\.png)$")
+                     r"runs/[^/]+\.json|quality_vs_latency\.png|run_facts\.json)$")
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -36,6 +36,13 @@ def _rules() -> dict[str, dict]:
             script = re.search(r'"\.\./scripts/(\w+\.py)"', block)
             stage = re.search(r'stage_version\("(\w+)"\)', block)
             out[name] = {"script": script and script.group(1), "stage": stage and stage.group(1)}
+        # `use rule a as b with:` makes rule b with a's script and params (unless the block overrides them)
+        for m in re.finditer(r"^use rule (\w+) as (\w+)(?: with:\n((?:[ \t]+.*\n|\n)*))?", text, re.MULTILINE):
+            body = m.group(3) or ""
+            script = re.search(r'"\.\./scripts/(\w+\.py)"', body)
+            stage = re.search(r'stage_version\("(\w+)"\)', body)
+            out[m.group(2)] = {"script": script.group(1) if script else out[m.group(1)]["script"],
+                               "stage": stage.group(1) if stage else out[m.group(1)]["stage"]}
     return out
 
 

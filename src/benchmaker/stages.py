@@ -42,7 +42,8 @@ STAGES: dict[str, dict[str, str]] = {
     "audit_judge2": {"audit_judge2": "benchmaker.audit.judge2:run"},
     "staging": {"stage_file": "benchmaker.staging:copy_input", "stage_folder": "benchmaker.staging:copy_input"},
     "evaluate_system": {"evaluate_model": "benchmaker.evaluate.systems:run",
-                        "evaluate_system": "benchmaker.evaluate.systems:run"},
+                        "evaluate_system": "benchmaker.evaluate.systems:run",
+                        "evaluate_api": "benchmaker.evaluate.systems:run"},  # use rule evaluate_system as ...
     "evaluate": {"evaluate": "benchmaker.evaluate.stage:run"},
     "deepen_system": {"deepen_system": "benchmaker.deepen.label:run"},
     "deepen": {"deepen": "benchmaker.deepen.merge:run"},

@@ -1,8 +1,8 @@
 """Stage versions: a digest of the code each stage actually runs, put into the rule's params.
 
 A stage's module set is **computed**: the import closure inside ``benchmaker`` of its entry points
-(``STAGE_ENTRIES``: the ``run_stage`` targets of its rules' ``scripts/*.py``, plus the runner every
-script goes through). The closure follows
+(``STAGE_ENTRIES``: the modules of the functions its rules run, as :mod:`benchmaker.stages` declares
+them, plus the runner every script goes through). The closure follows
 
 * ``import benchmaker.x`` / ``from benchmaker.x import y`` and relative imports (``from ..x import y``,
   ``from . import y``), at module level and inside functions (heavy modules are imported lazily);
