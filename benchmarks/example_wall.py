@@ -21,7 +21,19 @@ embedding cache, i.e. what ``make example-offline`` does after installation, and
   shard (annotation and embedding share it with ``similarity.share_vision_job``) + one for the
   query texts + one per clip retrieval system.
 
-``--no-share`` runs with ``similarity.share_vision_job: false`` for comparison.
+It also prints where the wall time goes between the jobs: Snakemake's own start-up (the command's
+start to the first job's process start, from the rule logs' timestamps), the seconds in which no job
+ran after that (scheduling, the DAG's serial chain waiting on one job), and a timeline of every job
+(start and end in seconds since the command started), which shows the critical path. Where the Slurm
+executor plugin is installed and ``scontrol`` is on PATH, the plugin runs ``scontrol show config`` when
+Snakemake imports it (snakemake-executor-plugin-slurm ``job_status_query.get_min_job_age``, timeout
+10 s); that probe is timed apart, after the run, and printed as a share of Snakemake's start-up (on a
+machine with a Slurm configuration but no reachable controller it waits ~9 s).
+
+``--no-share`` runs with ``similarity.share_vision_job: false`` for comparison. ``--profile DIR``
+profiles every Python process of the run (Snakemake and each job) with cProfile into
+``DIR/<pid>-<name>.prof`` (``benchmarks/jobprofile/sitecustomize.py``; read with ``python -m pstats``);
+profiling slows the run, so its wall time is not comparable.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import argparse
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +56,31 @@ ROOT = Path(__file__).resolve().parents[1]
 START = re.compile(r"start-up (\d+\.\d+) s \(process start")
 CPU = re.compile(r"cpu time (\d+\.\d+) s \(this process")
 LOAD = re.compile(r"model load \d+ in this job: .*?, (\d+\.\d+) s including imports")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ", re.M)  # logging's asctime
+
+
+def stamp(text: str, which: int) -> float | None:
+    """Epoch seconds of the first (which=0) or last (-1) log line of ``text`` (local time, as logged)."""
+    found = STAMP.findall(text)
+    if not found:
+        return None
+    day, ms = found[which]
+    return time.mktime(time.strptime(day, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+
+
+def slurm_probe() -> float | None:
+    """Seconds of the ``scontrol show config`` the Slurm executor plugin runs when Snakemake imports
+    it, or None where the plugin or scontrol is absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None or not shutil.which("scontrol"):
+        return None
+    t = time.perf_counter()
+    try:
+        subprocess.run(["scontrol", "show", "config"], capture_output=True, timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        pass
+    return time.perf_counter() - t
 
 
 def main() -> int:
@@ -50,11 +88,16 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one)")
     ap.add_argument("--no-share", action="store_true", help="similarity.share_vision_job: false")
+    ap.add_argument("--profile", help="cProfile every Python process of the run into this folder")
     a = ap.parse_args()
     work = Path(a.keep or tempfile.mkdtemp(prefix="example-wall-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    if a.profile:
+        Path(a.profile).mkdir(parents=True, exist_ok=True)
+        env["BENCHMAKER_PROFILE_DIR"] = str(Path(a.profile).resolve())
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks" / "jobprofile"), env["PYTHONPATH"]])
     clip_dir = work / "tiny-clip"
     subprocess.run([sys.executable, "-m", "benchmaker.tinyclip", str(clip_dir)], check=True, env=env,
                    stdout=subprocess.DEVNULL)
@@ -73,9 +116,13 @@ def main() -> int:
            "--configfile", str(ROOT / "config" / "config.yaml"), str(ROOT / "config" / "offline.yaml"),
            str(work / "overlay.yaml")]
     load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu0 = os.times()
+    epoch0 = time.time()
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
+    cpu1 = os.times()
+    cpu_all = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
     if r.returncode != 0:
         print((r.stdout + r.stderr)[-5000:])
         print(f"snakemake failed (exit {r.returncode}) after {wall:.1f} s", file=sys.stderr)
@@ -84,20 +131,25 @@ def main() -> int:
     print(f"example end to end: {wall:.1f} s wall (goal <= 25 s on a quiet machine), cores {a.cores}, "
           f"share_vision_job {not a.no_share}, results {res}")
     print(f"load average before {load0}, after {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
-          f"({os.cpu_count()} CPUs)")
+          f"({os.cpu_count()} CPUs); CPU seconds of the whole command (Snakemake and every job): "
+          f"{cpu_all:.1f}")
     jobs = []
     for tsv in sorted((res / "benchmarks").rglob("*.tsv")):
         with tsv.open() as fh:
             row = next(csv.DictReader(fh, delimiter="\t"))
         jobs.append((str(tsv.relative_to(res / "benchmarks"))[:-4], float(row["s"])))
     split = {}
+    spans = {}  # job -> (process start, last log line), seconds since the command started
     for log in sorted((res / "logs").rglob("*.log")):
         text = log.read_text(errors="replace")
         loads = [float(x) for x in LOAD.findall(text)]
         start = [float(x) for x in START.findall(text)]
         cpu = [float(x) for x in CPU.findall(text)]
-        split[str(log.relative_to(res / "logs"))[:-4]] = (start[0] if start else None, loads,
-                                                          cpu[-1] if cpu else 0.0)
+        name = str(log.relative_to(res / "logs"))[:-4]
+        split[name] = (start[0] if start else None, loads, cpu[-1] if cpu else 0.0)
+        first, last = stamp(text, 0), stamp(text, -1)
+        if first is not None and last is not None:
+            spans[name] = (first - epoch0 - (start[0] if start else 0.0), last - epoch0)
     print(f"{'job':<28} {'s':>6} {'start-up':>9} {'loads':>6} {'load s':>7} {'work':>6} {'CPU s':>6}")
     tot = {"s": 0.0, "start": 0.0, "loads": 0, "load_s": 0.0, "work": 0.0, "cpu": 0.0}
     for name, s in jobs:
@@ -114,6 +166,20 @@ def main() -> int:
     print(f"{'all jobs (job-seconds)':<28} {tot['s']:>6.1f} {tot['start']:>9.2f} {tot['loads']:>6} "
           f"{tot['load_s']:>7.1f} {tot['work']:>6.1f} {tot['cpu']:>6.1f}")
     unlogged = [n for n, _ in jobs if split.get(n, (None,))[0] is None]
+    if spans:
+        first_job = min(b for b, _ in spans.values())
+        busy, edge = 0.0, first_job
+        for b, e in sorted(spans.values()):  # union of the jobs' spans
+            if e > edge:
+                busy += e - max(b, edge)
+                edge = e
+        probe = slurm_probe()
+        print(f"Snakemake start-up (command start to the first job's process start): {first_job:.1f} s"
+              + (f", of which the Slurm plugin's 'scontrol show config' probe at import takes {probe:.1f} s "
+                 "(timed apart after the run)" if probe is not None else "")
+              + f"; some job running: {busy:.1f} s; no job running after that: {wall - first_job - busy:.1f} s")
+        print("timeline (s since the command started): "
+              + ", ".join(f"{n} {b:.1f}-{e:.1f}" for n, (b, e) in sorted(spans.items(), key=lambda x: x[1])))
     print(f"model loads in total: {tot['loads']} in {sum(1 for _, (_, ld, _) in split.items() if ld)} jobs; "
           f"start-up = process start to the stage's first line (runner's '{START.pattern.split()[0]}' line), "
           f"load s = model loads with torch/open_clip imports, work = the rest of the job's seconds, CPU s = "

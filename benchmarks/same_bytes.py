@@ -8,7 +8,8 @@ Each revision is exported with ``git archive`` into a temporary folder (the chec
 and built there with ``snakemake --cores 1`` and ``SOURCE_DATE_EPOCH`` fixed, sharing one tiny CLIP
 (``python -m benchmaker.tinyclip``, built once by the base revision). Data files are every file of
 ``results/<name>/`` but logs/, benchmarks/ (timings), shard listings (they hold the image files'
-modification times, which differ between two copies) and the evaluate timing columns. Prints the
+modification times, which differ between two copies), the dataset's ``run_facts.json`` (its one file
+of timings, docs/export.md) and the evaluate timing columns. Prints the
 files that differ; exit status 1 when a data file differs.
 
 Expected differences between revisions are stage versions (recorded in the outputs' metadata)
@@ -29,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|^shards/listing/|\.snakemake_timestamp$")
+# run_facts.json: the dataset's one file of what varies between two builds (timings; docs/export.md)
+VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|^shards/listing/|\.snakemake_timestamp$|(^|/)run_facts\.json$")
 # files that record code versions, timings or the config itself (reported, not failed on)
 RECORDS = re.compile(r"(^|/)(config\.yaml|README\.md|report\.(md|html)|summary\.json|config_values\.csv|"
                      r"dataset_metadata\.json|audit\.json|sample\.json|labelling\.json|leaderboard\.(csv|json)|"

@@ -614,20 +614,29 @@ def test_score_gathers_only_the_embeddings_its_pairs_use(tmp_path):
 
 
 def test_loading_a_clip_without_hf_text_tower_skips_transformers(tiny_clip):
-    """open_clip imports transformers (~0.7 s of CPU) only for HF text towers; a model without one is
-    loaded without it, and a later model that needs it in the same process still gets it."""
+    """open_clip imports transformers (~0.7 s of CPU) only for HF text towers and timm (~0.3 s) only
+    for timm vision towers; a model without them is loaded without them, and a later model that needs
+    one in the same process still gets it."""
     code = f"""
 import sys
 from benchmaker.similarity import model
 clip = model.load_clip("local-dir:{tiny_clip}", None, device="cpu", precision="fp32")
 assert "transformers" not in sys.modules, "transformers imported"
+assert "timm" not in sys.modules, "timm imported"
 import open_clip.hf_model
+import open_clip.timm_model
 assert open_clip.hf_model.transformers is None
+assert open_clip.timm_model.timm is None
 assert model._needs_hf_text("xlm-roberta-base-ViT-B-32") and not model._needs_hf_text("ViT-B-32")
+assert model._needs_timm("ViT-B-16-SigLIP") and not model._needs_timm("ViT-B-32")
+assert not model._needs_timm("local-dir:{tiny_clip}") and model._needs_timm("hf-hub:org/repo")
 model._enable_hf_text(open_clip)
+model._enable_timm(open_clip)
 import open_clip.model
 assert open_clip.hf_model.transformers is not None
 assert open_clip.model.HFTextEncoder is open_clip.hf_model.HFTextEncoder
+assert open_clip.timm_model.timm is not None
+assert open_clip.model.TimmModel is open_clip.timm_model.TimmModel
 print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -14,9 +14,14 @@ import yaml
 __all__ = ["load_schema", "resolve_schema", "filled"]
 
 
+# libyaml's parser when PyYAML was built with it: the same safe loading, ~8x less CPU (0.13 -> 0.016 s
+# per read of the 40 kB schema, read by the Snakefile and by every stage that fills its defaults)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_schema() -> dict:
     text = resources.files("benchmaker").joinpath("schemas/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
 
 
 def resolve_schema(node: dict, schema: dict) -> dict:

@@ -74,25 +74,31 @@ def _torch():
     return torch
 
 
-def _open_clip(hf_text: bool = True):
+def _open_clip(hf_text: bool = True, timm_vision: bool = True):
     """``import open_clip``. With ``hf_text=False`` (the model to load has no Hugging Face text tower)
     and open_clip not yet imported, its optional ``import transformers`` is skipped: ~0.7 s of CPU
-    per model load that only HF text towers use (CoCa and hf-hub models always get it). If a model
-    of this process needs it later, :func:`_enable_hf_text` imports it then."""
+    per model load that only HF text towers use (CoCa and hf-hub models always get it). Likewise
+    ``timm_vision=False`` (no timm vision tower) skips its optional ``import timm`` (~0.3 s of CPU).
+    If a model of this process needs either later, :func:`_enable_hf_text` / :func:`_enable_timm`
+    imports it then."""
     import sys
 
     from .. import _tvshim
 
     _tvshim.install()
-    if hf_text or "open_clip" in sys.modules or "transformers" in sys.modules:
+    skip = [name for name, needed in (("transformers", hf_text), ("timm", timm_vision))
+            if not needed and name not in sys.modules]
+    if "open_clip" in sys.modules or not skip:
         import open_clip
 
         return open_clip
-    sys.modules["transformers"] = None  # `import transformers` raises ImportError: open_clip's fallback
+    for name in skip:  # `import <name>` raises ImportError: open_clip's fallback for optional towers
+        sys.modules[name] = None  # type: ignore[assignment]
     try:
         import open_clip
     finally:
-        del sys.modules["transformers"]
+        for name in skip:
+            del sys.modules[name]
     return open_clip
 
 
@@ -108,26 +114,57 @@ def _enable_hf_text(oc) -> None:
     oc_model.HFTextEncoder = hf.HFTextEncoder
 
 
-def _needs_hf_text(model: str) -> bool:
-    """Whether ``model``'s open_clip config has a Hugging Face text tower or tokenizer, read from the
-    config file without importing open_clip; True when it cannot be told (hf-hub models, CoCa)."""
+def _enable_timm(oc) -> None:
+    """Give open_clip its timm vision tower if it was imported without timm (see _open_clip)."""
+    import importlib
+
+    tm = importlib.import_module("open_clip.timm_model")
+    if getattr(tm, "timm", None) is not None:
+        return
+    tm = importlib.reload(tm)
+    oc_model = importlib.import_module("open_clip.model")
+    oc_model.TimmModel = tm.TimmModel
+
+
+def _model_config(model: str) -> dict | None:
+    """``model``'s open_clip config, read from its file without importing open_clip; None when it
+    cannot be told (hf-hub models, a missing or unreadable file)."""
     import importlib.util
 
-    if model.startswith(_HF_HUB) or "coca" in model.lower():
-        return True
+    if model.startswith(_HF_HUB):
+        return None
     if model.startswith(_LOCAL_DIR):
         cfg_file = Path(model[len(_LOCAL_DIR):]).expanduser() / "open_clip_config.json"
     else:
         spec = importlib.util.find_spec("open_clip")
         if spec is None or not spec.submodule_search_locations:
-            return True
+            return None
         cfg_file = Path(list(spec.submodule_search_locations)[0]) / "model_configs" / f"{model.replace('/', '-')}.json"
     try:
         cfg = json.loads(cfg_file.read_text())
     except (OSError, ValueError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _needs_hf_text(model: str) -> bool:
+    """Whether ``model``'s open_clip config has a Hugging Face text tower or tokenizer, read from the
+    config file without importing open_clip; True when it cannot be told (hf-hub models, CoCa)."""
+    cfg = _model_config(model)
+    if cfg is None or "coca" in model.lower():
         return True
     text = (cfg.get("model_cfg", cfg) or {}).get("text_cfg") or {}
     return bool(text.get("hf_model_name") or text.get("hf_tokenizer_name") or "multimodal_cfg" in cfg)
+
+
+def _needs_timm(model: str) -> bool:
+    """Whether ``model``'s open_clip config has a timm vision tower (``vision_cfg.timm_model_name``),
+    read as :func:`_needs_hf_text` does; True when it cannot be told."""
+    cfg = _model_config(model)
+    if cfg is None:
+        return True
+    vision = (cfg.get("model_cfg", cfg) or {}).get("vision_cfg") or {}
+    return bool(vision.get("timm_model_name"))
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -409,10 +446,12 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
     if not model:
         raise ModelLoadError("similarity.model is empty: name an open_clip architecture, hf-hub:org/repo or "
                              "local-dir:/path")
-    hf_text = _needs_hf_text(model)
-    oc = _open_clip(hf_text)
+    hf_text, timm_vision = _needs_hf_text(model), _needs_timm(model)
+    oc = _open_clip(hf_text, timm_vision)
     if hf_text:
         _enable_hf_text(oc)
+    if timm_vision:
+        _enable_timm(oc)
     pretrained = pretrained or None
     random_init = False
     try:
