@@ -35,6 +35,7 @@ from ..errors import ConfigError, UserError
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import kind_defaults
 from .data import Bench
 from .runs import empty_run
 
@@ -43,12 +44,9 @@ __all__ = ["HTTP_DEFAULTS", "LIVE_RUNTIME", "check_http", "http_run", "latency_s
 
 log = get_logger("evaluate")
 
-HTTP_DEFAULTS: dict[str, Any] = {
-    "url": None, "method": "POST", "headers": {}, "params": {}, "body": None,
-    "results": None, "id": "id", "score": "score", "score_order": "desc", "id_regex": None,
-    "auth_env": None, "auth_header": "Authorization", "auth_scheme": "Bearer",
-    "concurrency": 4, "timeout_s": 30.0, "max_attempts": 5, "cache": True,
-}
+# an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
+HTTP_DEFAULTS: dict[str, Any] = {k: v for k, v in kind_defaults("evaluate.systems.[]")["http"].items()
+                                 if k != "sees_judge_text"}
 # keys that change speed only (how many requests in flight, how long to wait, how often to try, whether
 # a cached answer may be reused): never rerun triggers (rules/common.smk evaluate_runtime)
 LIVE_RUNTIME = ("concurrency", "timeout_s", "max_attempts", "cache", "batch_size")
@@ -198,7 +196,7 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
         if not secret:
             raise ConfigError(f"evaluate system {name!r}: environment variable {s['auth_env']} (auth_env) is not set; "
                               f"export it with the service's key before running")
-    cache = Path(cache_dir) / "http" if cache_dir and s.get("cache", True) else None
+    cache = Path(cache_dir) / "http" if cache_dir and s["cache"] else None
     version = None if s.get("version") is None else str(s["version"])
     known = set(bench.images["image_id"].to_list())
     texts = dict(bench.queries.select("query_id", "query_text").iter_rows())

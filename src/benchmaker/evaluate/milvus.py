@@ -39,6 +39,7 @@ import polars as pl
 from ..errors import ConfigError
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import kind_defaults
 from .data import Bench
 from .live import latency_summary
 from .runs import empty_run
@@ -47,12 +48,9 @@ __all__ = ["MILVUS_DEFAULTS", "check_milvus", "connect", "index_embeddings", "mi
 
 log = get_logger("evaluate")
 
-MILVUS_DEFAULTS: dict[str, Any] = {
-    "uri": None, "db_file": None, "token_env": None, "db_name": None, "collection": None,
-    "anns_field": "vector", "id_field": "image_id", "metric": "COSINE", "search_params": {}, "filter": None,
-    "score_pools": True, "model": None, "pretrained": None, "precision": "auto", "device": "auto",
-    "batch_size": 64, "timeout_s": 60.0, "legs": None,
-}
+# a milvus system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
+MILVUS_DEFAULTS: dict[str, Any] = {k: v for k, v in kind_defaults("evaluate.systems.[]")["milvus"].items()
+                                   if k != "sees_judge_text"}
 MAX_LIMIT = 16384  # Milvus's topk limit
 
 
@@ -96,7 +94,7 @@ def connect(s: Mapping[str, Any]):
     if s.get("db_name"):
         kw["db_name"] = str(s["db_name"])
     uri = str(s.get("uri") or s.get("db_file"))
-    return MilvusClient(uri=uri, timeout=float(s.get("timeout_s") or 60.0), **kw)
+    return MilvusClient(uri=uri, timeout=float(s.get("timeout_s") or MILVUS_DEFAULTS["timeout_s"]), **kw)
 
 
 def index_embeddings(client: Any, collection: str, embeddings: pl.DataFrame, *, id_field: str = "image_id",
@@ -151,8 +149,8 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
     s = {**MILVUS_DEFAULTS, **dict(system)}
     name, depth, metric = s["name"], int(s["depth"]), str(s["metric"]).upper()
     id_field, field = str(s["id_field"]), str(s["anns_field"])
-    clip = load_clip(s["model"], s.get("pretrained"), device=s.get("device") or "auto",
-                     precision=s.get("precision") or "auto")
+    clip = load_clip(s["model"], s.get("pretrained"), device=s["device"],
+                     precision=s["precision"])
     if clip.device == "cpu" and threads:
         import torch
 
@@ -197,7 +195,7 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
         known = set(bench.images["image_id"].to_list())
         rows: list[tuple[str, str, float]] = []
         ms: list[float] = []
-        bs = max(1, int(s.get("batch_size") or 64))
+        bs = max(1, int(s["batch_size"]))
         t1 = time.perf_counter()
         for start in range(0, len(qids), bs):
             vecs = [np.asarray(v, dtype=np.float32).tolist() for v in q_emb[start:start + bs]]

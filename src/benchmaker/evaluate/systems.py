@@ -39,9 +39,10 @@ from ..formats import FormatError, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import default, filled, kind_defaults
 from .data import Bench, load_bench
-from .live import HTTP_DEFAULTS, LIVE_RUNTIME, check_http, http_run
-from .milvus import MILVUS_DEFAULTS, check_milvus, milvus_run
+from .live import LIVE_RUNTIME, check_http, http_run
+from .milvus import check_milvus, milvus_run
 from .rerank import rerank_run
 from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, write_run
 
@@ -73,21 +74,16 @@ LIVE_KINDS = ("http", "milvus")
 # kinds whose run also holds the top depth of the judged collection (the sage view is then exact)
 COLLECTION_KINDS = ("clip", "bm25")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "clip": {"model": None, "pretrained": None, "precision": "auto", "device": "auto", "batch_size": 128,
-             "num_workers": 2},
-    "bm25": {"fields": ["summary", "tags"], "k1": 1.5, "b": 0.75},
-    "hybrid": {"systems": [], "method": "rrf", "norm": None, "weights": None},
-    "rerank": {"base": None, "k": 10, "provider": "openai", "scope": "corpus", "llm": {}},
-    "trec_run": {"path": None, "scope": "corpus", "sees_judge_text": False},
-    "http": {**{k: v for k, v in HTTP_DEFAULTS.items()}, "sees_judge_text": False},
-    "milvus": {**{k: v for k, v in MILVUS_DEFAULTS.items()}, "sees_judge_text": False},
-}
+# per kind, the settings a system takes and their defaults: the schema's (evaluate.systems x-kind-defaults)
+DEFAULTS: dict[str, dict[str, Any]] = kind_defaults("evaluate.systems.[]")
 COMMON = ("name", "kind", "depth", "sees_judge_text", "version")
 
 
-def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, Any]:
-    """A system's dict with the kind's defaults filled in."""
+def system_settings(system: Mapping[str, Any], depth: int | None = None) -> dict[str, Any]:
+    """A system's dict with the kind's defaults filled in (``depth``: evaluate.depth, by default the
+    schema's)."""
+    if depth is None:
+        depth = default("evaluate.systems.[].depth")
     kind = system.get("kind")
     out = {"depth": depth, **DEFAULTS.get(kind, {}), **dict(system)}
     if kind == "rerank":
@@ -98,7 +94,7 @@ def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, An
 def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Validate ``evaluate.systems`` (names, kinds, references); errors name the key path."""
     systems = list((evaluate or {}).get("systems") or [])
-    depth = int((evaluate or {}).get("depth") or 100)
+    depth = int(filled("evaluate", evaluate)["depth"])
     names: dict[str, int] = {}
     out = []
     for i, s in enumerate(systems):
@@ -164,7 +160,8 @@ def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
 def has_corpus_scope(system: Mapping[str, Any]) -> bool:
     """Whether a system's run ranks the whole corpus (else it ranks the judged pools only: a reranker or
     a trec_run with ``scope: pool``). Only those get the corpus, condensed and sage views."""
-    return not (system.get("kind") in ("rerank", "trec_run") and (system.get("scope") or "corpus") == "pool")
+    kind = system.get("kind")
+    return not (kind in ("rerank", "trec_run") and (system.get("scope") or DEFAULTS[kind]["scope"]) == "pool")
 
 
 def sees_judge_text(system: Mapping[str, Any], systems: Sequence[Mapping[str, Any]]) -> bool:
@@ -187,8 +184,9 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
     from ..similarity.embed import embed_image_table
     from ..similarity.loads import load_counted
 
-    clip = load_counted(system["model"], system.get("pretrained"), device=system.get("device") or "auto",
-                        precision=system.get("precision") or "auto", purpose=f"evaluate system {system['name']}")
+    system = system_settings(system)          # a library caller may pass a partial system
+    clip = load_counted(system["model"], system.get("pretrained"), device=system["device"],
+                        precision=system["precision"], purpose=f"evaluate system {system['name']}")
     if clip.device == "cpu" and threads:
         import torch
 
@@ -196,13 +194,13 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
     cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
     t0 = time.perf_counter()
     table = embed_image_table(bench.images, clip, image_root=image_root, cache=cache, losses=losses,
-                              batch_size=int(system.get("batch_size") or 128),
-                              num_workers=int(system.get("num_workers") or 0), desc=f"evaluate {system['name']}")
+                              batch_size=int(system["batch_size"]),
+                              num_workers=int(system["num_workers"]), desc=f"evaluate {system['name']}")
     t_index = time.perf_counter() - t0
     encoded = table.height - (cache.hits if cache is not None else 0)
     rate = encoded / t_index if encoded > 0 and t_index > 0 else None
     if rate is None and table.height:  # everything came from the cache: time a small fresh sample
-        rate = _encode_rate(clip, bench.images, image_root, int(system.get("batch_size") or 128))
+        rate = _encode_rate(clip, bench.images, image_root, int(system["batch_size"]))
     t1 = time.perf_counter()
     q_emb, _ = clip.encode_texts(bench.queries["query_text"].to_list())  # fixed-shape passes
     doc_ids = table["image_id"].to_list()
@@ -292,7 +290,7 @@ def hybrid_run(system: Mapping[str, Any], runs: Sequence[str], bench: Bench) -> 
     ids = RanxIds(bench.query_ids, sorted({i for f in frames for i in f["image_id"].to_list()}))
     parts = [to_ranx_run(f, Path(p).stem, bench.query_ids, ids) for f, p in zip(frames, runs)]
     params = {"weights": list(system["weights"])} if system.get("weights") is not None else None
-    kw = {"norm": system.get("norm"), "method": system.get("method") or "rrf", "params": params}
+    kw = {"norm": system.get("norm"), "method": system.get("method") or DEFAULTS["hybrid"]["method"], "params": params}
     # warm-up on a one-query run: ranx's numba compilation is not the system's query cost
     tiny = [Run({ids.query("q"): {ids.image("d"): 1.0, ids.image("e"): 0.5}}, name=f"w{i}")
             for i in range(len(parts))]
@@ -342,7 +340,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     set_numba_cache(numba_cache_dir)
     from ..formats import FacetModel, empty_table, write_table
 
-    s = system_settings(system, int(system.get("depth") or 100))
+    s = system_settings(system, system.get("depth"))
     # the rule passes this system only (so editing another system never reruns it), with its derived
     # sees_judge_text; a library caller may pass every system instead
     sees = sees_judge_text(s, [system_settings(x) for x in systems]) if systems else bool(s.get("sees_judge_text"))
