@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 from benchmaker.triggers import setting_paths
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "src" / "benchmaker"
 TRIVIAL = (None, "", 0, False)
 
 KNOWN = {
@@ -114,6 +116,31 @@ def repeated_defaults(root: Path = PKG) -> set[tuple[str, str]]:
             if any(value == d for d in defaults.get(key.value, [])):
                 found.add((f.relative_to(root).as_posix(), key.value))
     return found
+
+
+# the workflow's files are Snakemake, not Python: the two fallback shapes by pattern
+_SMK_FALLBACK = re.compile(r'\.get\(\s*"(\w+)"\s*(?:\)\s*or\s+|,\s*)("[^"]*"|-?\d[\d.]*|True|False)')
+
+
+def repeated_defaults_in_workflow(root: Path = ROOT) -> set[tuple[str, str]]:
+    defaults = schema_defaults()
+    found = set()
+    for f in [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]:
+        for m in _SMK_FALLBACK.finditer(f.read_text() if f.exists() else ""):
+            value = ast.literal_eval(m.group(2))
+            if not any(value == t and type(value) is type(t) for t in TRIVIAL) \
+                    and any(value == d for d in defaults.get(m.group(1), [])):
+                found.add((f.relative_to(root).as_posix(), m.group(1)))
+    return found
+
+
+def test_no_schema_default_is_repeated_in_the_workflow_or_its_scripts(tmp_path):
+    assert repeated_defaults_in_workflow() == set()
+    assert repeated_defaults(ROOT / "scripts") == set()
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "x.smk").write_text('def f(s):\n    return int(s.get("batch_size") or 128)\n'
+                                              'def g(c):\n    return c.get("report", True)\n')
+    assert repeated_defaults_in_workflow(tmp_path) == {("rules/x.smk", "batch_size"), ("rules/x.smk", "report")}
 
 
 def test_no_schema_default_is_repeated_in_code():
