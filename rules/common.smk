@@ -246,7 +246,7 @@ def evaluate_report_inputs(wildcards=None):
     """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
     evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
     """
-    if EVAL_SYSTEMS and (config.get("evaluate") or {}).get("report", True):
+    if EVAL_SYSTEMS and config["evaluate"]["report"]:
         return {"evaluation": f"{EVAL}/leaderboard.csv"}
     return {}
 
@@ -331,7 +331,7 @@ def deepen_report_inputs(wildcards=None):
     """{"deepen": deepen/report.json} for summary and export when deepening is on and deepen.report
     is true (the report and the card then show what deepening changed; the dataset gets the deepened
     qrels)."""
-    if DEEPEN_ON and (config.get("deepen") or {}).get("report", True):
+    if DEEPEN_ON and config["deepen"]["report"]:
         return {"deepen": f"{DEEPEN}/report.json"}
     return {}
 

@@ -17,7 +17,7 @@ def evaluate_model_mem_mb(wildcards, input, attempt=1):
     s = EVAL_BY_NAME[wildcards.system]
     request = RES.mem_mb(
         "embed_images",
-        batch_size=int(s.get("batch_size") or 128),
-        num_workers=int(s.get("num_workers") or 0),
+        batch_size=int(s["batch_size"]),
+        num_workers=int(s["num_workers"]),
     )
     return request(wildcards, input, attempt)

@@ -1,81 +1,26 @@
-"""No default is written twice: a config fallback in src/benchmaker that repeats a schema default
-(``settings.get("batch_size") or 128``, ``settings.get("split", "test")``) is an error. Stage code
-reads a section through ``benchmaker.config.filled(path, section)`` (the schema's defaults filled in)
-or from the validated config, never with its own literal.
+"""No default is written twice: a literal in src/benchmaker that repeats a schema default beside the
+setting's name (``settings.get("batch_size") or 128``, ``settings.get("split", "test")``,
+``setdefault``, a parameter ``batch_size=128``, a dataclass field, a ``*DEFAULTS`` dict) is an error.
+Stage code reads a section through ``benchmaker.settings_schema.filled(path, section)`` (the schema's
+defaults filled in; re-exported by benchmaker.config) or one value through ``default(path)``.
 
-KNOWN lists the fallbacks that remain (file, key); the test fails on any other, and on a listed one
-that is gone, so the list only shrinks.
+There is no list of exceptions: every module reads the schema's defaults.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import re
 from pathlib import Path
+
+import pytest
 
 from benchmaker.triggers import setting_paths
 
-PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "src" / "benchmaker"
 TRIVIAL = (None, "", 0, False)
-
-KNOWN = {
-    # from the branches merged beside the settings core (deepen, compare, milvus, duplicates, estimate)
-    ("deepen/label.py", "batch_discount"),
-    ("deepen/label.py", "mode"),
-    ("deepen/label.py", "poll_seconds"),
-    ("deepen/label.py", "wait"),
-    ("deepen/merge.py", "depth"),
-    ("evaluate/compare.py", "correction"),
-    ("evaluate/compare.py", "max_p"),
-    ("evaluate/compare.py", "min_delta"),
-    ("evaluate/compare.py", "test"),
-    ("evaluate/milvus.py", "batch_size"),
-    ("evaluate/milvus.py", "device"),
-    ("evaluate/milvus.py", "precision"),
-    ("plan/__init__.py", "one_per_duplicate_group"),
-    ("estimate.py", "name"),
-    ("estimate.py", "sample_size"),
-    ("estimate.py", "scope"),
-    ("evaluate/rerank.py", "poll_seconds"),
-    ("evaluate/rerank.py", "wait"),
-    ("evaluate/systems.py", "batch_size"),
-    ("evaluate/systems.py", "depth"),
-    ("evaluate/systems.py", "device"),
-    ("evaluate/systems.py", "precision"),
-    ("export/card.py", "labels"),
-    ("export/card.py", "license"),
-    ("judge/openai.py", "poll_seconds"),
-    ("judge/openai.py", "wait"),
-    ("providers/engine.py", "batch_discount"),
-    ("providers/engine.py", "concurrency"),
-    ("providers/engine.py", "max_attempts"),
-    ("estimate.py", "batch_discount"),
-    ("estimate.py", "candidate_image_ids"),
-    ("estimate.py", "mode"),
-    ("estimate.py", "query_id"),
-    ("estimate.py", "seed_image_ids"),
-    ("providers/gemini/runner.py", "concurrency"),
-    ("providers/gemini/runner.py", "mode"),
-    ("providers/gemini/runner.py", "poll_seconds"),
-    ("providers/gemini/runner.py", "wait"),
-    ("providers/openai/__init__.py", "api_key_env"),
-    ("providers/openai/backend.py", "completion_window"),
-    ("providers/retry.py", "retry_base_delay"),
-    ("providers/retry.py", "retry_budget_seconds"),
-    ("providers/retry.py", "retry_max_delay"),
-    ("providers/retry.py", "retry_max_tries"),
-    ("providers/spec.py", "api"),
-    ("providers/spec.py", "image_detail"),
-    ("providers/spec.py", "image_max_side"),
-    ("providers/spec.py", "image_transport"),
-    ("providers/spec.py", "max_output_tokens"),
-    ("providers/spec.py", "model"),
-    ("providers/spec.py", "reasoning_effort"),
-    ("similarity/score.py", "image_id"),
-    ("vision/openai.py", "mode"),
-    ("vision/openai.py", "poll_seconds"),
-    ("vision/openai.py", "wait"),
-}
-
 
 def schema_defaults() -> dict[str, list]:
     """key name -> the defaults the schema gives settings of that name."""
@@ -93,40 +38,143 @@ def _literal(node):
         return Ellipsis
 
 
+def _fallbacks(tree: ast.AST):
+    """(setting name node, fallback node) of every shape that writes a default beside a setting's name:
+    ``s.get("k") or 128``, ``s.get("k", 128)``, ``s.setdefault("k", 128)``, a parameter ``k=128``, a
+    class field ``k: int = 128`` and an entry ``"k": 128`` of a ``*DEFAULTS*`` dict."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
+            get, fallback = node.values
+            if isinstance(get, ast.Call) and getattr(get.func, "attr", None) == "get" and len(get.args) == 1:
+                yield get.args[0], fallback
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "setdefault") \
+                and len(node.args) == 2:
+            yield node.args[0], node.args[1]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            for arg, d in zip(positional[len(positional) - len(a.defaults):], a.defaults):
+                yield ast.Constant(arg.arg), d
+            for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+                if d is not None:
+                    yield ast.Constant(arg.arg), d
+        if isinstance(node, ast.ClassDef):
+            for st in node.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                    yield ast.Constant(st.target.id), st.value
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and "DEFAULTS" in t.id for t in targets):
+                dicts = [n for n in ast.walk(node.value) if isinstance(n, ast.Dict)] if node.value else []
+                for d in dicts:
+                    for k, v in zip(d.keys, d.values):
+                        if k is not None:
+                            yield k, v
+
+
 def repeated_defaults(root: Path = PKG) -> set[tuple[str, str]]:
     defaults = schema_defaults()
     found = set()
     for f in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
-            pairs = []
-            if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
-                get, fallback = node.values
-                if isinstance(get, ast.Call) and getattr(get.func, "attr", None) == "get" and len(get.args) == 1:
-                    pairs.append((get.args[0], fallback))
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and len(node.args) == 2:
-                pairs.append((node.args[0], node.args[1]))
-            for key, fallback in pairs:
-                if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-                    continue
-                value = _literal(fallback)
-                if value is Ellipsis or any(value == t and type(value) is type(t) for t in TRIVIAL) \
-                        or value in ([], {}):
-                    continue
-                if any(value == d for d in defaults.get(key.value, [])):
-                    found.add((f.relative_to(root).as_posix(), key.value))
+        for key, fallback in _fallbacks(ast.parse(f.read_text(), filename=str(f))):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            value = _literal(fallback)
+            if value is Ellipsis or any(value == t and type(value) is type(t) for t in TRIVIAL) \
+                    or value in ([], {}):
+                continue
+            if any(value == d for d in defaults.get(key.value, [])):
+                found.add((f.relative_to(root).as_posix(), key.value))
     return found
+
+
+# the workflow's files are Snakemake, not Python: the two fallback shapes by pattern
+_SMK_FALLBACK = re.compile(r'\.get\(\s*"(\w+)"\s*(?:\)\s*or\s+|,\s*)("[^"]*"|-?\d[\d.]*|True|False)')
+
+
+def repeated_defaults_in_workflow(root: Path = ROOT) -> set[tuple[str, str]]:
+    defaults = schema_defaults()
+    found = set()
+    for f in [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]:
+        for m in _SMK_FALLBACK.finditer(f.read_text() if f.exists() else ""):
+            value = ast.literal_eval(m.group(2))
+            if not any(value == t and type(value) is type(t) for t in TRIVIAL) \
+                    and any(value == d for d in defaults.get(m.group(1), [])):
+                found.add((f.relative_to(root).as_posix(), m.group(1)))
+    return found
+
+
+def test_no_schema_default_is_repeated_in_the_workflow_or_its_scripts(tmp_path):
+    assert repeated_defaults_in_workflow() == set()
+    assert repeated_defaults(ROOT / "scripts") == set()
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "x.smk").write_text('def f(s):\n    return int(s.get("batch_size") or 128)\n'
+                                              'def g(c):\n    return c.get("report", True)\n')
+    assert repeated_defaults_in_workflow(tmp_path) == {("rules/x.smk", "batch_size"), ("rules/x.smk", "report")}
 
 
 def test_no_schema_default_is_repeated_in_code():
     found = repeated_defaults()
-    assert found - KNOWN == set(), f"defaults repeated in code (use benchmaker.config.filled): {sorted(found - KNOWN)}"
-    assert KNOWN - found == set(), f"gone (remove from KNOWN): {sorted(KNOWN - found)}"
+    assert found == set(), f"defaults repeated in code (use settings_schema): {sorted(found)}"
 
 
 def test_the_check_finds_a_repeated_default(tmp_path):
     (tmp_path / "stage.py").write_text('def run(settings):\n    return settings.get("sample_grid") or 24\n')
     (tmp_path / "ok.py").write_text('def run(settings):\n    return settings.get("sample_grid") or 0\n')
     assert repeated_defaults(tmp_path) == {("stage.py", "sample_grid")}
+
+
+@pytest.mark.parametrize("code", [
+    'def run(s):\n    return s.get("batch_size") or 128\n',                 # similarity.batch_size
+    'def run(s):\n    return s.get("batch_size", 128)\n',
+    'def run(s):\n    s.setdefault("batch_size", 128)\n    return s\n',
+    'def embed(images, *, batch_size: int = 128):\n    return images\n',
+    'def embed(images, batch_size=128):\n    return images\n',
+    'embed = lambda images, batch_size=128: images\n',
+    'from dataclasses import dataclass\n\n\n@dataclass\nclass Opts:\n    batch_size: int = 128\n',
+    'MY_DEFAULTS = {"clip": {"batch_size": 128, "model": None}}\n',
+])
+def test_every_shape_of_a_repeated_default_is_found(tmp_path, code):
+    (tmp_path / "stage.py").write_text(code)
+    assert repeated_defaults(tmp_path) == {("stage.py", "batch_size")}
+
+
+def test_reading_the_schema_default_is_not_a_repeat(tmp_path):
+    (tmp_path / "stage.py").write_text(
+        'from benchmaker.settings_schema import default, filled\n\n\n'
+        'def embed(images, *, batch_size: int = default("similarity.batch_size")):\n    return images\n\n\n'
+        'def run(s):\n    return filled("similarity", s)["batch_size"]\n\n\n'
+        'def other(s):\n    return s.get("batch_size") or 7\n')   # not a schema default: not a repeat
+    assert repeated_defaults(tmp_path) == set()
+
+
+def test_default_reads_a_setting_and_a_default_that_is_another_setting():
+    from benchmaker.settings_schema import LLM, default, kind_defaults
+
+    assert default("similarity.batch_size") == 128
+    assert default(f"{LLM}.retry_max_tries") == 10
+    assert default("evaluate.systems.[].depth") == default("evaluate.depth") == 100   # x-default-from
+    kinds = kind_defaults("evaluate.systems.[]")
+    assert kinds["clip"]["batch_size"] == 128 and kinds["milvus"]["batch_size"] == 64
+    with pytest.raises(KeyError, match="no default"):
+        default("evaluate.systems.[].name")
+
+
+def test_a_library_caller_gets_the_schema_defaults():
+    """Stage functions called with a partial section fill it from the schema (not from literals)."""
+    from benchmaker.evaluate.systems import system_settings
+    from benchmaker.providers.retry import RetryPolicy
+    from benchmaker.providers.spec import LLMSettings
+    from benchmaker.settings_schema import LLM, filled
+
+    llm = filled(LLM, {})
+    # prompt_cache_key is derived (on for api.openai.com), every other field is the schema's default
+    assert dataclasses.replace(LLMSettings.from_config({}), prompt_cache_key=False) == LLMSettings()
+    assert LLMSettings().model == llm["model"] and LLMSettings().image_max_side == llm["image_max_side"]
+    p = RetryPolicy.from_settings(None)
+    assert (p.max_tries, p.budget_seconds) == (llm["retry_max_tries"], llm["retry_budget_seconds"])
+    assert system_settings({"name": "c", "kind": "clip", "model": "m"})["depth"] == filled("evaluate", {})["depth"]
+    assert system_settings({"name": "c", "kind": "clip", "model": "m"}, 7)["depth"] == 7
 
 
 def test_filled_gives_the_schema_defaults_of_a_section():
@@ -139,9 +187,22 @@ def test_filled_gives_the_schema_defaults_of_a_section():
 
 def test_an_empty_cutoff_list_is_an_error_not_a_silent_default(tiny_cfg):
     """evaluate.k: [] used to become [10] in code; the schema now says at least one cutoff."""
-    import pytest
-
     from benchmaker.config import ConfigError, validate_config
 
     with pytest.raises(ConfigError, match=r"evaluate\.k"):
         validate_config({**tiny_cfg, "evaluate": {"k": []}})
+
+
+def test_a_hybrid_fusion_method_is_valid_and_an_http_method_still_checked(tiny_cfg):
+    """The schema declared `method` twice in one mapping (hybrid's and http's): YAML kept http's enum,
+    so the documented `method: wsum` of a hybrid system was rejected. One declaration now; the http
+    method is still checked, with the key named."""
+    from benchmaker.config import ConfigError, validate_config
+
+    fused = [{"name": "a", "kind": "bm25"}, {"name": "b", "kind": "bm25", "k1": 1.2},
+             {"name": "f", "kind": "hybrid", "systems": ["a", "b"], "method": "wsum", "weights": [0.5, 0.5]}]
+    cfg = validate_config({**tiny_cfg, "evaluate": {"systems": fused}})
+    assert cfg["evaluate"]["systems"][2]["method"] == "wsum"
+    http = {"name": "h", "kind": "http", "url": "http://127.0.0.1:9/search", "method": "PUT"}
+    with pytest.raises(ConfigError, match=r"evaluate\.systems\[0\]\.method"):
+        validate_config({**tiny_cfg, "evaluate": {"systems": [http]}})

@@ -114,7 +114,7 @@ class _Stage:
 
     def line(self) -> dict:
         price = self.runner.price
-        batch = self.s.get("mode", "batch") == "batch"
+        batch = self.s["mode"] == "batch"
         allowance = reasoning_allowance(self.s)
         if len(self._billed) >= CALIBRATE_MIN:
             # answers already paid for say what this model really writes and how much it reasons
@@ -130,8 +130,8 @@ class _Stage:
                       f"{self.s.get('reasoning_effort')!s} (assumed: the main uncertainty until answers are cached)")
         self.tok_out = answer + round(self.requests * reasoning)
         usd = cost_usd(Usage(self.tok_in, self.tok_cached, self.tok_out, 0), price, batch=batch,
-                       batch_discount=float(self.s.get("batch_discount", 0.5)))
-        return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s.get("mode", "batch"),
+                       batch_discount=float(self.s["batch_discount"]))
+        return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s["mode"],
                 "items": self.items, "requests": self.requests, "cached": self.cached,
                 "duplicates": self.duplicates, "input_tokens": self.tok_in, "cached_input_tokens": self.tok_cached,
                 "output_tokens": self.tok_out, "answer_tokens": answer,
@@ -172,9 +172,10 @@ def _images(cfg: Mapping[str, Any], results: Path):
 
 def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, list[str], int]]:
     """(query id, candidate ids seeds first, number of seeds) per row of a pools file (before any plan)."""
-    qcol = columns.get("query_id", "query_id")
-    scol = columns.get("seed_image_ids", "seed_image_ids")
-    ccol = columns.get("candidate_image_ids", "candidate_image_ids")
+    from .settings_schema import filled
+
+    columns = filled("columns", columns)
+    qcol, scol, ccol = columns["query_id"], columns["seed_image_ids"], columns["candidate_image_ids"]
     from .formats import iter_json_objects
 
     out = []
@@ -285,7 +286,9 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
     """The audit's second judge (``audit.second_judge``), when it is an API judge: priced like the
     judge, on the audit sample's pairs (scope ``sample``: the real sample once drawn, else
     ``audit.sample_size`` pairs) or on every query (scope ``all``), with its own response cache."""
-    audit = cfg.get("audit") or {}
+    from ..settings_schema import filled
+
+    audit = filled("audit", cfg.get("audit"))
     sj = audit.get("second_judge") or {}
     if not audit.get("enabled") or sj.get("judge") is None:
         return None
@@ -297,11 +300,11 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
     if ad not in API_ADAPTERS:
         return None
     s = {**judge[ad], "mode": "sync", "labels": judge["labels"], "rationale": judge["rationale"]}
-    st = _Stage("audit_judge2", ad, s, f"{cache_root}/judge-audit/{sj.get('name', 'judge2')}")
+    st = _Stage("audit_judge2", ad, s, f"{cache_root}/judge-audit/{sj['name']}")
     specs, source, _ = _judge_specs(cfg, fm, st.s, results)
     real = source.startswith("query_plan")
     sample_p = results / "audit" / "sample.jsonl"
-    if sj.get("scope", "sample") == "sample":
+    if sj["scope"] == "sample":
         if real and sample_p.exists():
             from .audit.files import read_sample
             from .audit.judge2 import restrict_plan
@@ -320,14 +323,14 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
                 st.add(it.spec, len(keys))
             return st.line() | {"source": "audit/sample.jsonl (the sampled pairs)", "reused": 0}
         # before the sample: audit.sample_size pairs, spread over queries as the judge's pools are
-        budget = int(audit.get("sample_size", 200))
+        budget = int(audit["sample_size"])
         for spec, n in specs:
             if budget <= 0:
                 break
             take = min(n, budget)
             st.add(spec, take, check_cache=False)
             budget -= take
-        return st.line() | {"source": f"audit.sample_size ({audit.get('sample_size', 200)} pairs) over {source}",
+        return st.line() | {"source": f"audit.sample_size ({audit['sample_size']} pairs) over {source}",
                             "reused": 0}
     for spec, n in specs:
         st.add(spec, n, check_cache=real)

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import ConfigError
-from .settings_schema import filled
+from .settings_schema import default, filled, kind_defaults
 from .triggers import runtime_keys
 
 __all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "HTTP_DEFAULTS", "KINDS", "LIVE_KINDS", "LIVE_RUNTIME",
@@ -22,12 +22,9 @@ __all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "HTTP_DEFAULTS", "KINDS", "
            "check_systems", "render", "system_settings"]
 
 
-HTTP_DEFAULTS: dict[str, Any] = {
-    "url": None, "method": "POST", "headers": {}, "params": {}, "body": None,
-    "results": None, "id": "id", "score": "score", "score_order": "desc", "id_regex": None,
-    "auth_env": None, "auth_header": "Authorization", "auth_scheme": "Bearer",
-    "concurrency": 4, "timeout_s": 30.0, "max_attempts": 5, "cache": True,
-}
+# an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
+HTTP_DEFAULTS: dict[str, Any] = {k: v for k, v in kind_defaults("evaluate.systems.[]")["http"].items()
+                                 if k != "sees_judge_text"}
 PLACEHOLDERS = ("query", "query_json", "query_url", "query_id", "depth")
 
 
@@ -87,12 +84,9 @@ def check_http(s: Mapping[str, Any], where: str) -> None:
                           f"not the secret itself")
 
 
-MILVUS_DEFAULTS: dict[str, Any] = {
-    "uri": None, "db_file": None, "token_env": None, "db_name": None, "collection": None,
-    "anns_field": "vector", "id_field": "image_id", "metric": "COSINE", "search_params": {}, "filter": None,
-    "score_pools": True, "model": None, "pretrained": None, "precision": "auto", "device": "auto",
-    "batch_size": 64, "timeout_s": 60.0, "legs": None,
-}
+# a milvus system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
+MILVUS_DEFAULTS: dict[str, Any] = {k: v for k, v in kind_defaults("evaluate.systems.[]")["milvus"].items()
+                                   if k != "sees_judge_text"}
 MAX_LIMIT = 16384  # Milvus's topk limit
 
 
@@ -130,21 +124,16 @@ LIVE_KINDS = ("http", "milvus")
 # kinds whose run also holds the top depth of the judged collection (the sage view is then exact)
 COLLECTION_KINDS = ("clip", "bm25")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "clip": {"model": None, "pretrained": None, "precision": "auto", "device": "auto", "batch_size": 128,
-             "num_workers": 2},
-    "bm25": {"fields": ["summary", "tags"], "k1": 1.5, "b": 0.75},
-    "hybrid": {"systems": [], "method": "rrf", "norm": None, "weights": None},
-    "rerank": {"base": None, "k": 10, "provider": "openai", "scope": "corpus", "llm": {}},
-    "trec_run": {"path": None, "scope": "corpus", "sees_judge_text": False},
-    "http": {**{k: v for k, v in HTTP_DEFAULTS.items()}, "sees_judge_text": False},
-    "milvus": {**{k: v for k, v in MILVUS_DEFAULTS.items()}, "sees_judge_text": False},
-}
+# per kind, the settings a system takes and their defaults: the schema's (evaluate.systems x-kind-defaults)
+DEFAULTS: dict[str, dict[str, Any]] = kind_defaults("evaluate.systems.[]")
 COMMON = ("name", "kind", "depth", "sees_judge_text", "version")
 
 
-def system_settings(system: Mapping[str, Any], depth: int = 100) -> dict[str, Any]:
-    """A system's dict with the kind's defaults filled in."""
+def system_settings(system: Mapping[str, Any], depth: int | None = None) -> dict[str, Any]:
+    """A system's dict with the kind's defaults filled in (``depth``: evaluate.depth, by default the
+    schema's)."""
+    if depth is None:
+        depth = default("evaluate.systems.[].depth")
     kind = system.get("kind")
     out = {"depth": depth, **DEFAULTS.get(kind, {}), **dict(system)}
     if kind == "rerank":

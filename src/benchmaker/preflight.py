@@ -24,13 +24,14 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from .config import ConfigError, validate_config, yaml_error_message
+from .settings_schema import LLM, default
 
 __all__ = ["read_config_file", "merge_config_files", "snakemake_update", "path_problems", "env_problems",
            "required_env", "preflight", "load_config_files", "workflow_preflight"]
 
 API_ADAPTERS = ("openai", "gemini")
-OPENAI_DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-GEMINI_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+OPENAI_DEFAULT_KEY_ENV = default(f"{LLM}.api_key_env")
+GEMINI_KEY_ENVS = tuple(default(f"{LLM}.api_key_env", under="gemini"))
 
 
 def read_config_file(path: str | Path) -> dict:

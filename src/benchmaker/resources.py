@@ -27,6 +27,8 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .settings_schema import default
+
 __all__ = ["FACTORS", "disk_mb", "input_mb", "mem_mb", "runtime"]
 
 MB = 1_000_000
@@ -95,7 +97,8 @@ def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224)
     return TORCH_BASE + 2 * w + loader + (num_workers * 150)  # each forked worker's private pages
 
 
-def mem_mb(rule: str, *, batch_size: int = 128, num_workers: int = 2) -> Callable[..., int]:
+def mem_mb(rule: str, *, batch_size: int = default("similarity.batch_size"),
+           num_workers: int = default("similarity.num_workers")) -> Callable[..., int]:
     """Callable ``(wildcards, input, attempt) -> MB`` for ``resources: mem_mb=``."""
 
     def request(wildcards, input, attempt=1) -> int:

@@ -6,12 +6,16 @@ checks import the stages)."""
 from __future__ import annotations
 
 import copy
+from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
 import yaml
 
-__all__ = ["load_schema", "resolve_schema", "filled"]
+__all__ = ["load_schema", "resolve_schema", "filled", "default", "kind_defaults", "LLM"]
+
+# the path of the settings every LLM section shares (judge.openai, vision.gemini, a reranker's llm ...)
+LLM = "$defs.llm_common"
 
 
 # libyaml's parser when PyYAML was built with it: the same safe loading, ~8x less CPU (0.13 -> 0.016 s
@@ -20,6 +24,12 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_schema() -> dict:
+    return copy.deepcopy(_schema())
+
+
+@lru_cache(maxsize=1)
+def _schema() -> dict:
+    """The schema, read once per process (never mutated here: :func:`load_schema` hands out copies)."""
     text = resources.files("benchmaker").joinpath("schemas/config.schema.yaml").read_text()
     return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
 
@@ -60,15 +70,46 @@ def _fill_defaults(cfg: dict, schema: dict) -> None:
     walk(cfg, schema)
 
 
-def filled(path: str, value: Mapping[str, Any] | None) -> dict:
-    """A config section (``summary``, ``vision.clip``) with the schema's defaults filled in: stage
-    functions called with a partial section (library callers, tests) read every key from here, so
-    that no default is written a second time in code."""
-    schema = load_schema()
+def _node(path: str) -> tuple[dict, dict]:
+    """(schema, the resolved node of a setting path: ``summary``, ``vision.clip``, ``evaluate.systems.[]``,
+    ``$defs.llm_common``)."""
+    schema = _schema()
+    parts = [p for p in path.split(".") if p]
     node: dict = schema
-    for part in [p for p in path.split(".") if p]:
+    if parts and parts[0] == "$defs":
+        node, parts = schema["$defs"][parts[1]], parts[2:]
+    for part in parts:
         node = resolve_schema(node, schema)
         node = node["items"] if part == "[]" else node["properties"][part]
+    return schema, resolve_schema(node, schema)
+
+
+def filled(path: str, value: Mapping[str, Any] | None) -> dict:
+    """A config section (``summary``, ``vision.clip``, :data:`LLM`) with the schema's defaults filled
+    in: stage functions called with a partial section (library callers, tests) read every key from
+    here, so that no default is written a second time in code."""
+    schema, node = _node(path)
     out = copy.deepcopy(dict(value or {}))
-    _fill_defaults(out, {"$defs": schema.get("$defs", {}), **resolve_schema(node, schema)})
+    _fill_defaults(out, {"$defs": schema.get("$defs", {}), **node})
     return out
+
+
+def default(path: str, under: str | None = None) -> Any:
+    """The schema's default of one setting (``evaluate.depth``, ``$defs.llm_common.model``): for a
+    value that is not read from a section (a fallback where a caller passed nothing). ``under``: the
+    default the setting has in that context where the schema declares one (``x-default-gemini``)."""
+    _, node = _node(path)
+    if under is not None and f"x-default-{under}" in node:
+        return copy.deepcopy(node[f"x-default-{under}"])
+    if "default" not in node and "x-default-from" in node:     # a default that is another setting's
+        return default(node["x-default-from"])
+    if "default" not in node:
+        raise KeyError(f"config/schema.yaml: {path} has no default")
+    return copy.deepcopy(node["default"])
+
+
+def kind_defaults(path: str) -> dict[str, dict[str, Any]]:
+    """Per kind, the settings (and their defaults) that the items of ``path`` take: the schema's
+    ``x-kind-defaults`` (``evaluate.systems.[]``: a clip system's batch_size, an http system's method)."""
+    _, node = _node(path)
+    return copy.deepcopy(node["x-kind-defaults"])

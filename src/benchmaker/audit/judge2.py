@@ -23,6 +23,7 @@ import polars as pl
 
 from ..formats import read_table, write_table
 from ..logs import get_logger
+from ..settings_schema import default
 from .files import read_sample
 
 __all__ = ["run", "restrict_plan"]
@@ -47,7 +48,8 @@ def restrict_plan(plan: pl.DataFrame, sample: pl.DataFrame) -> pl.DataFrame:
 
 
 def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, losses: str,
-        costs: str, adapter: str, settings: Mapping[str, Any], scope: str = "sample", sample: str | None = None,
+        costs: str, adapter: str, settings: Mapping[str, Any],
+        scope: str = default("audit.second_judge.scope"), sample: str | None = None,
         facets: Mapping[str, Any],
         image_root: str, columns: Mapping[str, str] | None = None, cache_dir: str | None = None,
         threads: int = 1, version: str | None = None, ledger: str | None = None) -> None:

@@ -26,6 +26,7 @@ import polars as pl
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..settings_schema import default
 from ..summary.outdir import staged_dir
 from .files import Scale, read_sample, read_sample_meta
 
@@ -121,7 +122,7 @@ def label_studio_tasks(sample: pl.DataFrame, meta: Mapping[str, Any], scale: Sca
 
 
 def run(*, sample: str, sample_meta: str, images: str, labelling: str, settings: Mapping[str, Any],
-        image_root: str, columns: Mapping[str, str] | None = None, labels: str = "binary",
+        image_root: str, columns: Mapping[str, str] | None = None, labels: str = default("judge.labels"),
         benchmark_meta: Mapping[str, Any] | None = None, version: str | None = None) -> dict[str, Any]:
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import polars as pl
 
 from ..logs import get_logger
+from ..settings_schema import default
 from .files import Scale
 
 __all__ = ["LabelImportError", "read_label_file", "import_labels", "LABELS_SCHEMA"]
@@ -114,7 +115,8 @@ def _clean(v: Any) -> str | None:
 
 
 def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scale: Scale, *,
-                  require_complete: bool = True, sample_id: str | None = None) -> pl.DataFrame:
+                  require_complete: bool = default("audit.require_complete"),
+                  sample_id: str | None = None) -> pl.DataFrame:
     """All human labels of ``files`` (each ``{path, rater}``), validated against ``sample``."""
     by_item = {r["item_id"]: r for r in sample.select("item_id", "query_id", "image_id", "query_text")
                .iter_rows(named=True)}

@@ -29,6 +29,7 @@ from ..audit_settings import BUILTIN_STRATA
 from ..formats import FacetModel, read_table
 from ..io import atomic_write_text
 from ..logs import get_logger
+from ..settings_schema import default
 from .files import write_sample
 
 __all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "run", "BUILTIN_STRATA"]
@@ -89,7 +90,8 @@ def _largest_remainder(total: int, weights: list[float], caps: list[int]) -> lis
     return out
 
 
-def allocate(sizes: Sequence[int], n: int, *, min_per_stratum: int = 0, allocation: str = "proportional") -> list[int]:
+def allocate(sizes: Sequence[int], n: int, *, min_per_stratum: int = 0,
+             allocation: str = default("audit.allocation")) -> list[int]:
     """Pairs to draw per stratum (strata in a fixed order); the sum is min(n, sum(sizes))."""
     sizes = list(sizes)
     n = min(n, sum(sizes))
@@ -111,7 +113,7 @@ def _facet_values(ann: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
 
 def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFrame, fm: FacetModel, *,
                 sample_size: int, seed: int, strata: Sequence[str], min_per_stratum: int = 2,
-                allocation: str = "proportional") -> pl.DataFrame:
+                allocation: str = default("audit.allocation")) -> pl.DataFrame:
     """The sample (one row per drawn pair) in page order: queries by priority, pairs by priority."""
     unknown = [s for s in strata if s not in BUILTIN_STRATA and s not in fm.names]
     if unknown:
@@ -173,7 +175,7 @@ SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
 
 
 def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: str, settings: Mapping[str, Any],
-        facets: Mapping[str, Any], columns: Mapping[str, str] | None = None, labels: str = "binary",
+        facets: Mapping[str, Any], columns: Mapping[str, str] | None = None, labels: str = default("judge.labels"),
         benchmark: str | None = None, version: str | None = None) -> dict[str, Any]:
     fm = FacetModel.from_config(facets)
     q = read_table("qrels", qrels, columns=columns)

@@ -20,7 +20,7 @@ import polars as pl
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
-from ..settings_schema import filled
+from ..settings_schema import default, filled
 from ..summary.outdir import staged_dir
 from . import agreement as A
 from .files import Scale, read_sample, read_sample_meta
@@ -233,11 +233,11 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
         human: str | Sequence[str] | None = None, human_labels: Sequence[Mapping[str, Any]] | None = None,
         judge2: str | None = None, judge2_name: str | None = None, judge2_scope: str = "sample",
         runs: str | Sequence[str] | None = None, systems: Sequence[str] | None = None,
-        labels: str = "binary", facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
+        labels: str | None = None, facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
         version: str | None = None) -> dict[str, Any]:
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)
-    scale = Scale(labels)
+    scale = Scale(default("judge.labels") if labels is None else labels)
     files = list(human_labels or [])
     humans = import_labels(files, s, scale, require_complete=bool(filled("audit", settings)["require_complete"]),
                            sample_id=meta["sample_id"]) if files else import_labels([], s, scale)

@@ -65,7 +65,7 @@ def pair_costs(assigned: pl.DataFrame, plan: pl.DataFrame, qrels: pl.DataFrame, 
     from ..providers.tokens import out_tokens
 
     runner = provider_runner(adapter, stage="deepen", item_type="query", settings=dict(settings), cache_dir=None)
-    batch = runner.settings.get("mode", "batch") == "batch"
+    batch = runner.settings["mode"] == "batch"
     rows = []
     for name in assigned["system"].unique(maintain_order=True).to_list():
         mine = assigned.filter(pl.col("system") == name)
@@ -75,7 +75,7 @@ def pair_costs(assigned: pl.DataFrame, plan: pl.DataFrame, qrels: pl.DataFrame, 
             usage = Usage(estimate_input_tokens(it.spec, runner.llm), 0,
                           out_tokens(it.spec.schema, runner.settings, n), 0)
             usd = cost_usd(usage, runner.price, batch=batch,
-                           batch_discount=float(runner.settings.get("batch_discount", 0.5)))
+                           batch_discount=float(runner.settings["batch_discount"]))
             rows += [(it.item_id, image_id, usd / n) for image_id in keys]
     return pl.DataFrame(rows, schema={"query_id": pl.String, "image_id": pl.String, "usd": pl.Float64}, orient="row")
 
@@ -98,7 +98,7 @@ def _judge(adapter: str, plan: pl.DataFrame, ann: pl.DataFrame, imgs: pl.DataFra
 
         attach_ledger(runner, ledger)
     try:
-        if runner.settings.get("mode", "batch") != "batch":
+        if runner.settings["mode"] != "batch":
             return (judge.judge(plan, ann, imgs, losses) if plan.height else pl.DataFrame()), name, runner
         from ..judge.openai import answers_to_frame, judge_items
         from ..providers.batch import run_batch
@@ -107,8 +107,8 @@ def _judge(adapter: str, plan: pl.DataFrame, ann: pl.DataFrame, imgs: pl.DataFra
         if batch_dir is None:
             raise ValueError("deepen: batch mode needs a batch state folder (batch_dir)")
         answers = run_batch(runner, [it for it, _ in pairs], losses, state_dir=batch_dir,
-                            wait=bool(runner.settings.get("wait", True)),
-                            poll_seconds=float(runner.settings.get("poll_seconds", 30)),
+                            wait=bool(runner.settings["wait"]),
+                            poll_seconds=float(runner.settings["poll_seconds"]),
                             benchmark=benchmark) if pairs else {}
         return (answers_to_frame(answers, {it.item_id: kk for it, kk in pairs}, name,
                                  bool(runner.settings.get("rationale"))), name, runner)

@@ -25,7 +25,7 @@ import polars as pl
 from ..formats import read_table, write_table
 from ..io import atomic_write_text
 from ..logs import get_logger
-from ..settings_schema import filled
+from ..settings_schema import default, filled
 from .pairs import assign, run_paths, system_tops
 
 __all__ = ["run", "deepened_qrels", "REPORT_COLUMNS"]
@@ -145,7 +145,8 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
         m = json.loads(Path(p).read_text())
         metas_of[m["name"]] = m
     ranked = sorted(n for n, m in metas_of.items() if "corpus" in (m.get("scopes") or []))
-    views = {n: corpus_view(read_run(paths[n]), int(metas_of[n].get("depth") or 100)) for n in ranked}
+    depth = default("evaluate.depth")       # a run record without its depth: the schema's
+    views = {n: corpus_view(read_run(paths[n]), int(metas_of[n].get("depth") or depth)) for n in ranked}
     cost_of = _costs(_as_list(costs))
     rows = []
     for n in ranked:

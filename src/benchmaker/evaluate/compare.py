@@ -28,6 +28,7 @@ import polars as pl
 
 from ..errors import UserError
 from ..io import atomic_write_text
+from ..settings_schema import default
 
 __all__ = ["COMPARISON_COLUMNS", "COMPARISON_FILES", "Evaluation", "baseline_files", "compare", "compare_section",
            "compare_with_baseline", "keep", "load_evaluation", "paired_p", "qrels_digest", "report_markdown",
@@ -110,7 +111,7 @@ def load_evaluation(path: str | Path) -> Evaluation:
     return Evaluation(source=str(path), folder=folder, doc=doc, per_query=pq, tag=tag, versions=versions)
 
 
-def paired_p(old: np.ndarray, new: np.ndarray, test: str = "student", seed: int = 42) -> float:
+def paired_p(old: np.ndarray, new: np.ndarray, test: str = default("evaluate.compare.test"), seed: int = 42) -> float:
     """Two-sided p-value of a paired test of ``new`` against ``old`` (1.0 when nothing differs)."""
     from scipy import stats
 
@@ -137,8 +138,10 @@ def _gated(metric: str, gate: Sequence[str] | None) -> bool:
     return metric.startswith(RANX_PREFIXES)
 
 
-def compare(old: Evaluation, new: Evaluation, *, test: str = "student", correction: str = "holm",
-            max_p: float = 0.05, min_delta: float = 0.0, metrics: Sequence[str] | None = None,
+def compare(old: Evaluation, new: Evaluation, *, test: str = default("evaluate.compare.test"),
+            correction: str = default("evaluate.compare.correction"),
+            max_p: float = default("evaluate.compare.max_p"),
+            min_delta: float = default("evaluate.compare.min_delta"), metrics: Sequence[str] | None = None,
             scopes: Sequence[str] | None = None, systems: Sequence[str] | None = None,
             allow_different_judgments: bool = False) -> dict[str, Any]:
     """Per (system, scope, metric): means, difference, paired p-value on the shared queries, verdicts."""
@@ -317,16 +320,18 @@ def compare_with_baseline(baseline: Sequence[str], leaderboard_json: str, compar
     """The ``evaluate`` rule's comparison with ``evaluate.compare.baseline`` (its files, or the folder):
     ``comparison.csv`` (with .md and .json beside it). Labels are the baseline's tag (or "baseline")
     and "this evaluation": no local path."""
-    s = dict(settings or {})
+    from ..settings_schema import filled
+
+    s = filled("evaluate.compare", settings)
     paths = [Path(p) for p in baseline]
     # the baseline's two files, or (under a default storage: the staged copy) the folder the config names
     old = load_evaluation(paths[0] if len(paths) == 1 and paths[0].is_dir() else sorted(paths)[0].parent)
     old.source = old.tag or "baseline"
     new = load_evaluation(Path(leaderboard_json).parent)
     new.source, new.tag = "this evaluation", None
-    res = compare(old, new, test=str(s.get("test") or "student"), correction=str(s.get("correction") or "holm"),
-                  max_p=float(s.get("max_p") or 0.05), min_delta=float(s.get("min_delta") or 0.0),
-                  metrics=list(s.get("metrics") or []) or None, allow_different_judgments=True)
+    res = compare(old, new, test=str(s["test"]), correction=str(s["correction"]),
+                  max_p=float(s["max_p"]), min_delta=float(s["min_delta"]),
+                  metrics=list(s["metrics"] or []) or None, allow_different_judgments=True)
     out = Path(comparison).parent
     write_comparison(res, out)
     return res

@@ -129,7 +129,7 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
         if not secret:
             raise ConfigError(f"evaluate system {name!r}: environment variable {s['auth_env']} (auth_env) is not set; "
                               f"export it with the service's key before running")
-    cache = Path(cache_dir) / "http" if cache_dir and s.get("cache", True) else None
+    cache = Path(cache_dir) / "http" if cache_dir and s["cache"] else None
     version = None if s.get("version") is None else str(s["version"])
     known = set(bench.images["image_id"].to_list())
     texts = dict(bench.queries.select("query_id", "query_text").iter_rows())

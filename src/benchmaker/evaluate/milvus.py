@@ -62,7 +62,7 @@ def connect(s: Mapping[str, Any]):
     if s.get("db_name"):
         kw["db_name"] = str(s["db_name"])
     uri = str(s.get("uri") or s.get("db_file"))
-    return MilvusClient(uri=uri, timeout=float(s.get("timeout_s") or 60.0), **kw)
+    return MilvusClient(uri=uri, timeout=float(s.get("timeout_s") or MILVUS_DEFAULTS["timeout_s"]), **kw)
 
 
 def index_embeddings(client: Any, collection: str, embeddings: pl.DataFrame, *, id_field: str = "image_id",
@@ -117,8 +117,8 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
     s = {**MILVUS_DEFAULTS, **dict(system)}
     name, depth, metric = s["name"], int(s["depth"]), str(s["metric"]).upper()
     id_field, field = str(s["id_field"]), str(s["anns_field"])
-    clip = load_clip(s["model"], s.get("pretrained"), device=s.get("device") or "auto",
-                     precision=s.get("precision") or "auto")
+    clip = load_clip(s["model"], s.get("pretrained"), device=s["device"],
+                     precision=s["precision"])
     if clip.device == "cpu" and threads:
         import torch
 
@@ -163,7 +163,7 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
         known = set(bench.images["image_id"].to_list())
         rows: list[tuple[str, str, float]] = []
         ms: list[float] = []
-        bs = max(1, int(s.get("batch_size") or 64))
+        bs = max(1, int(s["batch_size"]))
         t1 = time.perf_counter()
         for start in range(0, len(qids), bs):
             vecs = [np.asarray(v, dtype=np.float32).tolist() for v in q_emb[start:start + bs]]

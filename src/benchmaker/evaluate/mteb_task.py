@@ -19,12 +19,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..settings_schema import default
+
 __all__ = ["ClipEncoder", "clip_encoder", "make_task", "run"]
 
 TASK_NAME = "BenchmakerT2IRetrieval"
 
 
-def make_task(dataset: str, split: str = "test", revision: str | None = None, name: str = TASK_NAME):
+def make_task(dataset: str, split: str = default("export.split"), revision: str | None = None, name: str = TASK_NAME):
     """The retrieval task of docs/evaluate.md over ``dataset`` (a folder or ``org/name`` on the Hub)."""
     from mteb.abstasks.retrieval import AbsTaskRetrieval
     from mteb.abstasks.task_metadata import TaskMetadata
@@ -47,8 +49,9 @@ class ClipEncoder:
     """Marks the mteb encoders of :func:`clip_encoder` (an open_clip model loaded by benchmaker)."""
 
 
-def clip_encoder(model: str, pretrained: str | None = None, device: str = "auto", precision: str = "auto",
-                 batch_size: int = 64):
+def clip_encoder(model: str, pretrained: str | None = None, device: str = default("similarity.device"),
+                 precision: str = default("similarity.precision"),
+                 batch_size: int = default("vision.clip.batch_size")):
     """An mteb encoder (``AbsEncoder``) for an open_clip model loaded as the ``clip`` system loads it."""
     import numpy as np
     from mteb.models.model_meta import ModelMeta
@@ -129,8 +132,10 @@ def clip_encoder(model: str, pretrained: str | None = None, device: str = "auto"
 
 
 def run(*, dataset: str, model: str | None = None, pretrained: str | None = None, mteb_model: str | None = None,
-        split: str = "test", revision: str | None = None, output: str | None = None, device: str = "auto",
-        precision: str = "auto", batch_size: int = 64) -> dict[str, Any]:
+        split: str = default("export.split"), revision: str | None = None, output: str | None = None,
+        device: str = default("similarity.device"),
+        precision: str = default("similarity.precision"),
+        batch_size: int = default("vision.clip.batch_size")) -> dict[str, Any]:
     """Evaluate one model with ``mteb.evaluate`` on the export; returns mteb's scores of the split."""
     import mteb
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
+from ..settings_schema import default
+
 __all__ = [
     "JUDGE_NOTE",
     "RESULT_FILES",
@@ -83,7 +85,8 @@ def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(pl.col(pl.Float64).round(4))
 
 
-def write_charts(board: pl.DataFrame, out_dir: Path, scale_factor: float = 2.0) -> list[str]:
+def write_charts(board: pl.DataFrame, out_dir: Path,
+                 scale_factor: float = default("summary.scale_factor")) -> list[str]:
     """``leaderboard.png`` (main metric per system and scope) and ``quality_vs_latency.png``."""
     import altair as alt
 
@@ -132,7 +135,7 @@ def quality_vs_compute_chart(board: pl.DataFrame):
     return scatter + text
 
 
-def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = 2.0):
+def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = default("summary.scale_factor")):
     """A :class:`benchmaker.summary.report.Section` with the leaderboard, its charts and files."""
     from ..summary.report import Section
 
@@ -160,7 +163,8 @@ def sage_section(leaderboard_csv: str | Path):
                    table=sage_table(board), files=["evaluate/sage_leaderboard.csv"], max_rows=60)
 
 
-def summary_sections(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = 2.0) -> list:
+def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
+                     scale_factor: float = default("summary.scale_factor")) -> list:
     """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
     from .compare import compare_section
 

@@ -12,6 +12,7 @@ import polars as pl
 
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import LLM, default
 from .data import Bench
 from .runs import sort_run
 
@@ -56,7 +57,7 @@ def make_rerank_runner(system: Mapping[str, Any], cache_dir: str | None, client:
     ``sync`` unless the system sets ``mode: batch`` (the provider's Batch API: half price, slower)."""
     from ..providers.runners import provider_runner
 
-    settings = {"mode": "sync", **dict(system.get("llm") or {})}
+    settings = {"mode": default(f"{LLM}.mode", under="rerank"), **dict(system.get("llm") or {})}
     return provider_runner(system["provider"], stage="evaluate", item_type="query", settings=settings,
                            cache_dir=cache_dir, client=client)
 
@@ -67,7 +68,7 @@ def _rerank_answers(runner: Any, items: list, losses: Losses, *, batch_dir: str 
     :func:`benchmaker.providers.batch.run_batch`, resumable from ``batch_dir`` (its journal never
     submits a request twice); cache misses only either way."""
     s = runner.settings
-    if s.get("mode", "sync") != "batch":
+    if s["mode"] != "batch":
         return runner.run_sync(items, losses)
     from ..providers.batch import run_batch
 
@@ -77,8 +78,8 @@ def _rerank_answers(runner: Any, items: list, losses: Losses, *, batch_dir: str 
         batch_dir = tempfile.mkdtemp(prefix="bm-evaluate-batches-")
         log.warning("evaluate: batch mode without a batch state folder: state in %s, an interrupted run "
                     "cannot resume", batch_dir)
-    return run_batch(runner, items, losses, state_dir=batch_dir, wait=bool(s.get("wait", True)),
-                     poll_seconds=float(s.get("poll_seconds", 30)), benchmark=benchmark)
+    return run_batch(runner, items, losses, state_dir=batch_dir, wait=bool(s["wait"]),
+                     poll_seconds=float(s["poll_seconds"]), benchmark=benchmark)
 
 
 def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, image_root: str | None,
@@ -123,7 +124,7 @@ def rerank_run(system: Mapping[str, Any], base: pl.DataFrame, bench: Bench, *, i
         from ..providers.ledger import CostLedger
 
         runner.ledger = CostLedger(ledger)
-    mode = runner.settings.get("mode", "sync")
+    mode = runner.settings["mode"]
     t0 = time.perf_counter()
     try:
         answers = _rerank_answers(runner, items, losses, batch_dir=batch_dir, benchmark=benchmark) if items else {}

@@ -78,7 +78,8 @@ log = get_logger("evaluate")
 def has_corpus_scope(system: Mapping[str, Any]) -> bool:
     """Whether a system's run ranks the whole corpus (else it ranks the judged pools only: a reranker or
     a trec_run with ``scope: pool``). Only those get the corpus, condensed and sage views."""
-    return not (system.get("kind") in ("rerank", "trec_run") and (system.get("scope") or "corpus") == "pool")
+    kind = system.get("kind")
+    return not (kind in ("rerank", "trec_run") and (system.get("scope") or DEFAULTS[kind]["scope"]) == "pool")
 
 
 def sees_judge_text(system: Mapping[str, Any], systems: Sequence[Mapping[str, Any]]) -> bool:
@@ -101,8 +102,9 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
     from ..similarity.embed import embed_image_table
     from ..similarity.loads import load_counted
 
-    clip = load_counted(system["model"], system.get("pretrained"), device=system.get("device") or "auto",
-                        precision=system.get("precision") or "auto", purpose=f"evaluate system {system['name']}")
+    system = system_settings(system)          # a library caller may pass a partial system
+    clip = load_counted(system["model"], system.get("pretrained"), device=system["device"],
+                        precision=system["precision"], purpose=f"evaluate system {system['name']}")
     if clip.device == "cpu" and threads:
         import torch
 
@@ -110,13 +112,13 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
     cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
     t0 = time.perf_counter()
     table = embed_image_table(bench.images, clip, image_root=image_root, cache=cache, losses=losses,
-                              batch_size=int(system.get("batch_size") or 128),
-                              num_workers=int(system.get("num_workers") or 0), desc=f"evaluate {system['name']}")
+                              batch_size=int(system["batch_size"]),
+                              num_workers=int(system["num_workers"]), desc=f"evaluate {system['name']}")
     t_index = time.perf_counter() - t0
     encoded = table.height - (cache.hits if cache is not None else 0)
     rate = encoded / t_index if encoded > 0 and t_index > 0 else None
     if rate is None and table.height:  # everything came from the cache: time a small fresh sample
-        rate = _encode_rate(clip, bench.images, image_root, int(system.get("batch_size") or 128))
+        rate = _encode_rate(clip, bench.images, image_root, int(system["batch_size"]))
     t1 = time.perf_counter()
     q_emb, _ = clip.encode_texts(bench.queries["query_text"].to_list())  # fixed-shape passes
     doc_ids = table["image_id"].to_list()
@@ -206,7 +208,7 @@ def hybrid_run(system: Mapping[str, Any], runs: Sequence[str], bench: Bench) -> 
     ids = RanxIds(bench.query_ids, sorted({i for f in frames for i in f["image_id"].to_list()}))
     parts = [to_ranx_run(f, Path(p).stem, bench.query_ids, ids) for f, p in zip(frames, runs)]
     params = {"weights": list(system["weights"])} if system.get("weights") is not None else None
-    kw = {"norm": system.get("norm"), "method": system.get("method") or "rrf", "params": params}
+    kw = {"norm": system.get("norm"), "method": system.get("method") or DEFAULTS["hybrid"]["method"], "params": params}
     # warm-up on a one-query run: ranx's numba compilation is not the system's query cost
     tiny = [Run({ids.query("q"): {ids.image("d"): 1.0, ids.image("e"): 0.5}}, name=f"w{i}")
             for i in range(len(parts))]
@@ -256,7 +258,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     set_numba_cache(numba_cache_dir)
     from ..formats import FacetModel, empty_table, write_table
 
-    s = system_settings(system, int(system.get("depth") or 100))
+    s = system_settings(system, system.get("depth"))
     # the rule passes this system only (so editing another system never reruns it), with its derived
     # sees_judge_text; a library caller may pass every system instead
     sees = sees_judge_text(s, [system_settings(x) for x in systems]) if systems else bool(s.get("sees_judge_text"))

@@ -29,6 +29,7 @@ from ..imaging import export_bytes
 from ..io import atomic_write_text
 from ..logs import get_logger, progress
 from ..losses import Losses
+from ..settings_schema import default
 from ..summary.inputs import Inputs, load_inputs
 from ..summary.outdir import staged_dir
 from .card import render_card
@@ -177,7 +178,7 @@ class _ImageReader:
 
 def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_file: int, image_root: str | Path,
                   columns: Mapping[str, str], image_col: str, threads: int = 1,
-                  image_storage: str = "rows", corpus: Any = None) -> tuple[list[dict], Any]:
+                  image_storage: str = default("export.image_storage"), corpus: Any = None) -> tuple[list[dict], Any]:
     """Write the rows as parquet files with embedded image bytes; returns (file records, features).
 
     Each file is written row group by row group; an image's bytes are read once per file and kept

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from ..formats import FacetModel
+from ..settings_schema import default, filled
 from ..summary.report import md_table
 
 __all__ = ["render_card", "COLUMN_DOCS", "size_category"]
@@ -63,7 +64,7 @@ def _front_matter(meta, features, files, split, n_rows, repo_tags, extra_configs
                                                                              num_examples=n_rows)}),
                        download_size=size, dataset_size=size)
     data = DatasetCardData(
-        license=(meta.get("license") or "other"), language=["en"],
+        license=(meta.get("license") or default("benchmark.license")), language=["en"],
         pretty_name=meta.get("title") or meta.get("name"),
         task_categories=["text-to-image", "image-feature-extraction"],
         tags=repo_tags, size_categories=[size_category(n_rows)],
@@ -225,7 +226,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
            f"negatives ({plan.get('neg_total', '?')}: hard {plan.get('neg_hard', '?')}, near-miss "
            f"{plan.get('neg_nearmiss', '?')}, easy {plan.get('neg_easy', '?')}).\n")
         + f"4. **Judge**: {_llm_or_clip(cfg.get('judge'))} wrote the query text from the seed and labelled "
-        f"every pair ({(cfg.get('judge') or {}).get('labels', 'binary')} labels)"
+        f"every pair ({filled('judge', cfg.get('judge'))['labels']} labels)"
         + _reused_labels(summary) + ".\n"
         f"5. **Similarity**: `{col('clip_score')}` from open_clip model `{similarity.get('model', '?')}` "
         + (f"(pretrained `{similarity.get('pretrained')}`, " if similarity.get("pretrained") else "(")
@@ -299,7 +300,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         out.append("".join(f"- {a.get('name')}" + (f" ({a['affiliation']})" if a.get("affiliation") else "") + "\n"
                            for a in authors))
     out.append("\n## License\n")
-    out.append(f"Benchmark annotations, queries and labels: `{meta.get('license') or 'other'}`. Each image keeps "
+    license = meta.get("license") or default("benchmark.license")
+    out.append(f"Benchmark annotations, queries and labels: `{license}`. Each image keeps "
                f"its own license (column `{col('license')}`).\n")
     out.append("\n## Citation\n")
     if meta.get("citation"):

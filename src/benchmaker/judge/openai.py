@@ -187,7 +187,8 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
         answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted,
                                      state_dir=state_dir, losses=loss,
                                      metadata=batch_metadata(benchmark, "judge", "all"),
-                                     wait=bool(s.get("wait", True)), poll_seconds=float(s.get("poll_seconds", 30)))
+                                     wait=bool(runner.settings["wait"]),
+                                     poll_seconds=float(runner.settings["poll_seconds"]))
     name = f"{adapter}:{runner.llm.model}"
     judged = answers_to_frame(answers, keys_of, name, bool(s.get("rationale")))
     if reused.height:

@@ -30,19 +30,15 @@ import polars as pl
 from ..formats import FacetModel
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import default, filled
 
 __all__ = ["RulesJudge", "DEFAULTS", "compose_text"]
 
 log = get_logger("judge.rules")
 
-DEFAULTS: dict[str, Any] = {
-    "query_tags": 2,
-    "relevant_min_core_match": 1.0,
-    "relevant_min_jaccard": 0.25,
-    "partial_min_jaccard": 0.1,
-    "labels": "binary",
-    "rationale": False,
-}
+# the schema's judge.rules settings, with the judge section's labels and rationale beside them
+DEFAULTS: dict[str, Any] = {**filled("judge.rules", {}), "labels": default("judge.labels"),
+                            "rationale": default("judge.rationale")}
 
 UNINFORMATIVE = {"unknown", "other", "<null>", ""}
 HEAD_FACETS = {"subject", "object", "category", "class", "content", "species", "animal", "main_subject",

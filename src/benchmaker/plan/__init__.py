@@ -19,6 +19,7 @@ import polars as pl
 from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
+from ..settings_schema import filled
 from .duplicates import group_members, one_per_group
 from .index import Index, build_index
 from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
@@ -42,7 +43,7 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
                 columns: Mapping[str, str] | None = None,
                 sample_cap: int = SAMPLE_CAP, pools_file: str | None = None) -> pl.DataFrame:
     """The query plan as a canonical ``query_plan`` frame (see module doc)."""
-    s = {**DEFAULTS, **dict(settings)}
+    s = filled("plan", settings)
     if s["neg_hard"] + s["neg_nearmiss"] + s["neg_easy"] != s["neg_total"]:
         raise ValueError("plan.neg_total must equal neg_hard + neg_nearmiss + neg_easy")
     rng = np.random.default_rng(int(s["random_seed"]))
@@ -98,7 +99,7 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
              cov["every image sharing a seed tag"], cov["sampled"], planner.cap, planner.post_budget,
              cov["neutral per-facet search"])
     frame = _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], PLANNER_POOLS)
-    return one_per_group(frame, groups)[0] if s.get("one_per_duplicate_group", True) else frame
+    return one_per_group(frame, groups)[0] if s["one_per_duplicate_group"] else frame
 
 
 def _report(planned: list[PlannedQuery]) -> None:

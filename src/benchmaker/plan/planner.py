@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from ..settings_schema import filled
 from .index import Index
 from .seeds import SeedQuery
 
@@ -41,12 +42,7 @@ SAMPLE_CAP = 2048  # random images of the core bucket scored per query (the whol
 NEUTRAL_MIN_FACTOR = 8  # fewer one-off core candidates than 8x the neutral quota: search per facet too
 FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
-DEFAULTS: dict[str, Any] = {
-    "num_seeds": 100, "seeds_per_query": 1, "core_facets": [], "off_facets": [], "diversity_facets": [],
-    "diversity_cap": 6, "pos_total": 5, "neutral_total": 5, "neg_total": 30, "neg_hard": 15,
-    "neg_nearmiss": 10, "neg_easy": 5, "easy_max_jaccard": 0.1, "max_image_reuse": 3,
-    "phash_max_distance": 6, "random_seed": 42,
-}
+DEFAULTS: dict[str, Any] = filled("plan", {})   # the schema's (config/schema.yaml), for library callers
 
 
 @dataclass
@@ -113,7 +109,7 @@ class _Lookup:
 class Planner:
     def __init__(self, index: Index, settings: Mapping[str, Any], rng: np.random.Generator,
                  sample_cap: int = SAMPLE_CAP):
-        s = {**DEFAULTS, **dict(settings)}
+        s = filled("plan", settings)
         self.s = s
         self.ix = index
         self.rng = rng

@@ -23,10 +23,13 @@ import math
 import numpy as np
 import polars as pl
 
+from ..settings_schema import default
+
 __all__ = ["duplicate_groups", "group_counts", "phash_codes", "DEFAULT_THRESHOLD"]
 
-DEFAULT_THRESHOLD = 6  # pHash bits, as plan.phash_max_distance; resized or re-encoded copies measured 0-4 bits away,
-#                       distinct photos of the example corpus 18 or more
+# pHash bits, as plan.phash_max_distance; resized or re-encoded copies measured 0-4 bits away, distinct
+# photos of the example corpus 18 or more
+DEFAULT_THRESHOLD = default("preprocess.near_duplicate_threshold")
 _MAX_PAIRS_PER_STEP = 4_000_000  # candidate pairs compared per vectorised step (memory: ~100 MB)
 
 

@@ -21,6 +21,7 @@ from typing import Iterator
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from ..imaging import flatten
+from ..settings_schema import default
 
 __all__ = ["Accepted", "Rejected", "InspectSettings", "inspect_file", "pil_limits", "REASONS"]
 
@@ -48,7 +49,7 @@ PHASH_DRAFT_SIZE = 128  # JPEG: decode at 1/2..1/8 scale, never below this; phas
 class InspectSettings:
     max_bytes: int
     max_pixels: int
-    verify_decode: bool = True
+    verify_decode: bool = default("preprocess.verify_decode")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..settings_schema import default
 from .inspect import Rejected
 
 __all__ = ["Candidate", "ScanStats", "scan", "is_hidden"]
@@ -83,8 +84,8 @@ def scan(
     root: str | os.PathLike,
     *,
     extensions: Iterable[str],
-    follow_symlinks: bool = True,
-    skip_hidden: bool = True,
+    follow_symlinks: bool = default("preprocess.follow_symlinks"),
+    skip_hidden: bool = default("preprocess.skip_hidden"),
     exclude_dirs: Iterable[str | os.PathLike] = (),
     stats: ScanStats | None = None,
     with_stat: bool = False,

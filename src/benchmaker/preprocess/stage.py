@@ -21,6 +21,7 @@ import polars as pl
 
 from ..formats import KINDS, read_table, write_table
 from ..logs import get_logger, progress
+from ..settings_schema import filled
 from ..sharding import shard_of
 from .duplicates import DEFAULT_THRESHOLD, duplicate_groups, group_counts
 from .inspect import (
@@ -40,17 +41,7 @@ __all__ = ["run", "run_shard", "merge", "inspect_corpus", "DEFAULTS"]
 
 log = get_logger("preprocess")
 
-DEFAULTS: dict[str, Any] = {
-    "extensions": [".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"],
-    "image_base_url": None,
-    "follow_symlinks": True,
-    "max_pixels": 178956970,
-    "max_bytes": 209715200,
-    "skip_hidden": True,
-    "verify_decode": True,
-    "workers": 2,
-    "near_duplicate_threshold": DEFAULT_THRESHOLD,
-}
+DEFAULTS: dict[str, Any] = filled("preprocess", {})   # the schema's (config/schema.yaml), for library callers
 
 _ACCEPTED_SCHEMA = {
     "image_id": pl.String, "mime_type": pl.String, "width": pl.Int64, "height": pl.Int64,
@@ -151,7 +142,7 @@ def inspect_corpus(
     exclude_dirs: Iterable[str | os.PathLike] = (),
 ) -> tuple[pl.DataFrame, pl.DataFrame, ScanStats, dict[str, list[str]]]:
     """Scan and inspect; returns (accepted frame, quarantine frame, scan stats, notes)."""
-    s = {**DEFAULTS, **dict(settings)}
+    s = filled("preprocess", settings)
     stats = ScanStats()
     col = _Collector()
     ids: list[str] = []
@@ -208,7 +199,7 @@ def run(
     metadata: str | None = None,
 ) -> dict[str, Any]:
     """Build images.jsonl, quarantine.jsonl and the shard manifests. Returns a small summary dict."""
-    s = {**DEFAULTS, **dict(settings or {})}
+    s = filled("preprocess", settings)
     shard_paths = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
     if len(shard_paths) != int(n_shards):
         raise ValueError(f"preprocess: got {len(shard_paths)} shard output path(s) for n_shards={n_shards}")
@@ -332,7 +323,7 @@ def run_shard(
     (those whose ids hash to this shard), so per-shard warnings add up to the corpus-wide ones.
     An empty shard writes empty files; ``merge`` fails when no shard accepted anything.
     """
-    s = {**DEFAULTS, **dict(settings or {})}
+    s = filled("preprocess", settings)
     index, n = int(shard), int(n_shards)
     root = Path(image_root)
     if not root.is_dir():

@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses
+from ..settings_schema import LLM, default
 from .backend import TERMINAL, BatchBackend, BatchInfo
 from .claims import batch_wire_key
 from .cost import cost_row
@@ -360,7 +361,8 @@ class _Slim:
 
 def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterable[Item]], *, manifest: str,
                     submitted: str, state_dir: str, losses: Losses, metadata: Mapping[str, str],
-                    wait: bool = True, poll_seconds: float = 30.0,
+                    wait: bool = default(f"{LLM}.wait"),
+                    poll_seconds: float = default(f"{LLM}.poll_seconds"),
                     on_answer: Callable[[int, dict], None] | None = None,
                     ids: Sequence[str] | None = None) -> dict[str, dict]:
     """Wait, download, parse, retry failures as new batches; returns item_id -> answer.
@@ -606,8 +608,9 @@ def _record_unreturned(runner: Runner, unreturned: dict[str, tuple[int, str]], p
 
 
 # -- all three in one call (library use, and adapters whose plain rule runs in batch mode) -------------
-def run_batch(runner: Runner, items: Sequence[Item], losses: Losses, *, state_dir: str, wait: bool = True,
-              poll_seconds: float = 30.0, benchmark: str = "benchmaker") -> dict[str, dict]:
+def run_batch(runner: Runner, items: Sequence[Item], losses: Losses, *, state_dir: str,
+              wait: bool = default(f"{LLM}.wait"),
+              poll_seconds: float = default(f"{LLM}.poll_seconds"), benchmark: str = "benchmaker") -> dict[str, dict]:
     """build -> submit -> collect for ``items`` in ``<state_dir>/<digest of their keys>``: the same
     items (a rerun) resume the same batches; returns item_id -> answer."""
     items = runner.keyed(list(items))

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..settings_schema import LLM, default
+
 __all__ = ["PRICES", "PRICES_DATE", "Usage", "Price", "price_for", "cost_usd", "usage_from_body", "cost_row"]
 
 # USD per 1M tokens: (input, cached input, output), Standard tier, short context, as listed on
@@ -91,7 +93,8 @@ def price_for(model: str, overrides: Mapping[str, float] | None = None) -> Price
     return Price(p_in, p_cached, float(ov.get("output", b[2])))
 
 
-def cost_usd(usage: Usage, price: Price, *, batch: bool = False, batch_discount: float = 0.5) -> float:
+def cost_usd(usage: Usage, price: Price, *, batch: bool = False,
+             batch_discount: float = default(f"{LLM}.batch_discount")) -> float:
     cached = min(usage.cached_input_tokens, usage.input_tokens)
     uncached = usage.input_tokens - cached
     usd = (uncached * price.input + cached * price.cached_input + usage.output_tokens * price.output) / 1e6

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..logs import get_logger, progress
 from ..losses import Losses
+from ..settings_schema import LLM, filled
 from .cache import ResponseCache
 from .cost import Price, cost_row, price_for
 from .parse import Outcome, validate_answer
@@ -37,12 +38,12 @@ class Runner:
     def __init__(self, *, stage: str, item_type: str, settings: Mapping[str, Any], cache_dir: str | None,
                  client: Any = None):
         self.stage, self.item_type = stage, item_type
-        self.settings = dict(settings)
+        self.settings = filled(LLM, settings)    # the schema's defaults for what a caller left out
         self.llm = LLMSettings.from_config(self.settings)
         self.cache = ResponseCache(cache_dir)
         self.price: Price = price_for(self.llm.model, self.settings.get("prices") or {})
-        self.batch_discount = float(self.settings.get("batch_discount", 0.5))
-        self.max_attempts = int(self.settings.get("max_attempts", 3))
+        self.batch_discount = float(self.settings["batch_discount"])
+        self.max_attempts = int(self.settings["max_attempts"])
         self._client = client
         self.policy = self.retry_policy()
         self.cost_rows: list[dict] = []
@@ -205,7 +206,7 @@ class Runner:
         if transport is None:
             from .transport import SyncTransport
 
-            transport = SyncTransport(self.client, self.llm.api, concurrency=int(self.settings.get("concurrency", 8)),
+            transport = SyncTransport(self.client, self.llm.api, concurrency=int(self.settings["concurrency"]),
                                       policy=self.policy)
         from .claims import Claims
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..logs import get_logger
+from ..settings_schema import LLM, default, filled
 
 __all__ = [
     "PermanentAPIError",
@@ -151,19 +152,19 @@ def _hint(status: int | None) -> str:
 
 @dataclass
 class RetryPolicy:
-    max_tries: int = 10
-    base_delay: float = 1.0
-    max_delay: float = 60.0
-    budget_seconds: float = 900.0
+    # the defaults are llm_common's retry_* settings (config/schema.yaml)
+    max_tries: int = default(f"{LLM}.retry_max_tries")
+    base_delay: float = float(default(f"{LLM}.retry_base_delay"))
+    max_delay: float = float(default(f"{LLM}.retry_max_delay"))
+    budget_seconds: float = float(default(f"{LLM}.retry_budget_seconds"))
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     waits: list = field(default_factory=list, repr=False)          # every wait, for reports and tests
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any] | None, **kw: Any) -> RetryPolicy:
-        s = s or {}
-        return cls(max_tries=int(s.get("retry_max_tries", 10)), base_delay=float(s.get("retry_base_delay", 1.0)),
-                   max_delay=float(s.get("retry_max_delay", 60.0)),
-                   budget_seconds=float(s.get("retry_budget_seconds", 900.0)), **kw)
+        s = filled(LLM, s)
+        return cls(max_tries=int(s["retry_max_tries"]), base_delay=float(s["retry_base_delay"]),
+                   max_delay=float(s["retry_max_delay"]), budget_seconds=float(s["retry_budget_seconds"]), **kw)
 
     def delay(self, n: int, requested: float | None) -> float:
         if requested is not None:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..settings_schema import LLM, default, filled
 from .cache import content_key
 from .fastjson import dumps as fast_dumps
 
@@ -59,15 +60,16 @@ class RequestSpec:
 class LLMSettings:
     """The subset of ``llm_common`` that shapes a request (and so its cache key)."""
 
-    model: str = "gpt-5-mini"
-    api: str = "responses"
-    base_url: str | None = None
-    max_output_tokens: int = 4000
-    reasoning_effort: str | None = "low"
-    temperature: float | None = None
-    image_detail: str = "low"
-    image_transport: str = "base64"
-    image_max_side: int = 768
+    # the defaults are llm_common's (config/schema.yaml)
+    model: str = default(f"{LLM}.model")
+    api: str = default(f"{LLM}.api")
+    base_url: str | None = default(f"{LLM}.base_url")
+    max_output_tokens: int = default(f"{LLM}.max_output_tokens")
+    reasoning_effort: str | None = default(f"{LLM}.reasoning_effort")
+    temperature: float | None = default(f"{LLM}.temperature")
+    image_detail: str = default(f"{LLM}.image_detail")
+    image_transport: str = default(f"{LLM}.image_transport")
+    image_max_side: int = default(f"{LLM}.image_max_side")
     # send ``prompt_cache_key`` (a digest of the stable prefix: system prompt and schema) so that the
     # requests of a stage land on the same prompt cache; default: on for api.openai.com (no base_url)
     prompt_cache_key: bool = False
@@ -76,12 +78,13 @@ class LLMSettings:
 
     @classmethod
     def from_config(cls, s: Mapping[str, Any]) -> "LLMSettings":
+        s = filled(LLM, s)
         return cls(
-            model=s.get("model", "gpt-5-mini"), api=s.get("api", "responses"), base_url=s.get("base_url"),
-            max_output_tokens=int(s.get("max_output_tokens", 4000)),
-            reasoning_effort=s.get("reasoning_effort", "low"), temperature=s.get("temperature"),
-            image_detail=s.get("image_detail", "low"), image_transport=s.get("image_transport", "base64"),
-            image_max_side=int(s.get("image_max_side", 768)),
+            model=s["model"], api=s["api"], base_url=s.get("base_url"),
+            max_output_tokens=int(s["max_output_tokens"]),
+            reasoning_effort=s["reasoning_effort"], temperature=s.get("temperature"),
+            image_detail=s["image_detail"], image_transport=s["image_transport"],
+            image_max_side=int(s["image_max_side"]),
             prompt_cache_key=(not s.get("base_url")) if s.get("prompt_cache_key") is None
             else bool(s["prompt_cache_key"]),
         )

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..logs import get_logger
+from ..settings_schema import LLM, default
 from .parse import Outcome, parse_body
 from .retry import PermanentAPIError, RetryPolicy, TransientExhausted, retry_after_seconds
 
@@ -30,7 +31,8 @@ class SyncTransport:
 
     name = "openai"
 
-    def __init__(self, client, api: str, *, concurrency: int = 8, max_transport_retries: int = 8,
+    def __init__(self, client, api: str, *, concurrency: int = default(f"{LLM}.concurrency"),
+                 max_transport_retries: int = 8,
                  base_delay: float = 1.0, max_delay: float = 60.0, sleep: Callable[[float], None] = time.sleep,
                  policy: RetryPolicy | None = None):
         self.client, self.api = client, api

@@ -26,6 +26,7 @@ from ..formats import FormatError, read_table, to_canonical_names, to_disk_names
 from ..io import atomic_path
 from ..logs import get_logger, progress
 from ..losses import Losses
+from ..settings_schema import default
 from .cache import EmbeddingCache
 
 __all__ = [
@@ -139,7 +140,7 @@ def fit_loader_to_shm(workers: int, prefetch: int, batch_bytes: int) -> tuple[in
 
 
 def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_BATCH_SIZE,
-                       num_workers: int = 2, draft: bool = True
+                       num_workers: int = default("similarity.num_workers"), draft: bool = True
                        ) -> Iterator[tuple[np.ndarray, np.ndarray, list[tuple[int, str, str]]]]:
     """Encode image files in batches: yields (indices, embeddings float32 [k, d], failures)."""
     import torch
@@ -208,7 +209,7 @@ def image_paths(images: pl.DataFrame, image_root: str | os.PathLike | None) -> l
 
 def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLike | None,
                       cache: EmbeddingCache | None, losses: Losses | None, batch_size: int = DEFAULT_BATCH_SIZE,
-                      num_workers: int = 2, flush_every: int = 4096, draft: bool = True,
+                      num_workers: int = default("similarity.num_workers"), flush_every: int = 4096, draft: bool = True,
                       desc: str = "embed images") -> pl.DataFrame:
     """Embeddings for the rows of an ``images`` table (canonical names).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from ..logs import get_logger
+from ..settings_schema import default
 
 __all__ = ["LOAD_LINE", "load_counted", "loads_in_process"]
 
@@ -21,8 +22,8 @@ def loads_in_process() -> int:
     return len(_seen)
 
 
-def load_counted(model: str, pretrained: str | None, *, device: str | None = "auto",
-                 precision: str | None = "auto", purpose: str):
+def load_counted(model: str, pretrained: str | None, *, device: str | None = default("similarity.device"),
+                 precision: str | None = default("similarity.precision"), purpose: str):
     """``similarity.model.load_clip`` (memoised per process) with a log line per real load."""
     t0 = time.perf_counter()
     from .model import load_clip

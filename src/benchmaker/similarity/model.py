@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 from ..imaging import IMAGING_VERSION
 from ..logs import get_logger
+from ..settings_schema import default
 
 __all__ = [
     "ClipModel", "ModelLoadError", "load_clip", "resolve_device", "resolve_precision", "file_digest",
@@ -167,7 +168,7 @@ def _needs_timm(model: str) -> bool:
     return bool(vision.get("timm_model_name"))
 
 
-def resolve_device(device: str | None = "auto") -> str:
+def resolve_device(device: str | None = default("similarity.device")) -> str:
     """``auto`` → ``cuda`` if available, else ``mps``, else ``cpu``; explicit values are checked."""
     torch = _torch()
     device = (device or "auto").strip().lower()
@@ -425,8 +426,8 @@ _CACHE: dict[tuple, ClipModel] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def load_clip(model: str, pretrained: str | None = None, *, device: str | None = "auto",
-              precision: str | None = "auto", seed: int = 0, reuse: bool = True) -> ClipModel:
+def load_clip(model: str, pretrained: str | None = None, *, device: str | None = default("similarity.device"),
+              precision: str | None = default("similarity.precision"), seed: int = 0, reuse: bool = True) -> ClipModel:
     """Load an open_clip model (see module doc); memoised per process unless ``reuse=False``."""
     device = resolve_device(device)
     key = (model, pretrained, device, precision or "auto", seed)

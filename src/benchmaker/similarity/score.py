@@ -21,6 +21,7 @@ from ..formats import FormatError, _rename_map, read_table, to_disk_names, valid
 from ..io import atomic_path
 from ..logs import get_logger
 from ..losses import Losses, read_losses
+from ..settings_schema import default
 from .embed import read_embeddings
 
 __all__ = ["run", "score_pairs", "cosine_rows", "gather_image_embeddings"]
@@ -71,7 +72,7 @@ def gather_image_embeddings(paths: Sequence[str], image_ids: pl.Series, *, model
     import pyarrow.parquet as pq
 
     disk = _rename_map(columns, to_disk=True)
-    id_col, emb_col = disk.get("image_id", "image_id"), disk.get("embedding", "embedding")
+    id_col, emb_col = (disk.get(c, c) for c in ("image_id", "embedding"))   # renamed on disk, else canonical
     wanted = image_ids.unique().implode()
     frames = []
     for p in paths:
@@ -139,7 +140,7 @@ def _image_loss_reasons(paths: list[str]) -> pl.DataFrame:
 
 def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[str],
         embed_losses: str | Sequence[str] | None = None, scored: str, losses: str,
-        logit_column: str | None = None, rank_column: str | None = "clip_rank",
+        logit_column: str | None = None, rank_column: str | None = default("similarity.rank_column"),
         columns: Mapping[str, str] | None = None, version: str | None = None, threads: int = 1) -> int:
     """Stage ``score``: write qrels_with_score.jsonl and the pair losses (see module doc)."""
     rank_column = rank_column or "clip_rank"

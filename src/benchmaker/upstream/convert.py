@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from ..config import ConfigError, validate_config
 from ..errors import UserError
 from ..logs import get_logger
+from ..settings_schema import default
 
 __all__ = ["convert_config", "read_toml", "ImportReport", "UPSTREAM_KEYS", "COLUMN_KEYS"]
 
@@ -181,8 +182,11 @@ def _llm(sec: Mapping[str, Any], stage: str, rep: ImportReport) -> dict:
     return out
 
 
-def convert_config(up: Mapping[str, Any], *, results: str = "results") -> tuple[dict, ImportReport]:
-    """An upstream config mapping -> (a validated benchmaker config, the report)."""
+def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tuple[dict, ImportReport]:
+    """An upstream config mapping -> (a validated benchmaker config, the report); ``results``: the
+    results folder (paths.results, by default the schema's)."""
+    if results is None:
+        results = default("paths.results")
     rep = ImportReport()
     cfg: dict[str, Any] = {}
     for k in up:

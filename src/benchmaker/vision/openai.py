@@ -200,7 +200,7 @@ class OpenAIAnnotator:
                             client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
-        if self.settings.get("mode", "batch") == "batch":
+        if self.settings["mode"] == "batch":
             log.warning("vision.openai.mode is 'batch' but the plain vision rule runs: sending synchronously")
         return self.runner.run_sync(items, losses)
 
@@ -253,8 +253,8 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
             runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
             pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
                                losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
-                               wait=bool(settings.get("wait", True)),
-                               poll_seconds=float(settings.get("poll_seconds", 30)), on_answer=spill, ids=ids)
+                               wait=bool(runner.settings["wait"]),
+                               poll_seconds=float(runner.settings["poll_seconds"]), on_answer=spill, ids=ids)
         # written part by part in item order: the whole annotations table is never in memory
         n_ann = spill.write(annotations, columns=columns)
         loss.write(losses)

@@ -7,15 +7,16 @@ import re
 from typing import Any, Mapping
 
 from ...logs import get_logger
+from ...settings_schema import LLM, default
 from ..cost import Price
 
 log = get_logger("providers.gemini")
 
 
-DEFAULT_MODEL = "gemini-2.5-flash"
-OPENAI_DEFAULT_MODEL = "gpt-5-mini"           # config/schema.yaml's llm_common default
-KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
-OPENAI_DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_MODEL = default(f"{LLM}.model", under="gemini")
+OPENAI_DEFAULT_MODEL = default(f"{LLM}.model")          # config/schema.yaml's llm_common default
+KEY_ENVS = tuple(default(f"{LLM}.api_key_env", under="gemini"))
+OPENAI_DEFAULT_KEY_ENV = default(f"{LLM}.api_key_env")
 LONG_CONTEXT_TOKENS = 200_000
 
 # USD per 1M tokens (input, cached input, output incl. thinking), paid tier, prompts <= 200k tokens,

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from ...logs import get_logger
 from ...losses import Losses
+from ...settings_schema import LLM, default, filled
 from ..cost import Price, Usage
 from ..engine import Item, Runner
 from ..parse import Outcome
@@ -25,7 +26,8 @@ class GeminiTransport(SyncTransport):
 
     name = "gemini"
 
-    def __init__(self, client: Any = None, *, client_factory: Any = None, concurrency: int = 8, **kw: Any):
+    def __init__(self, client: Any = None, *, client_factory: Any = None,
+                 concurrency: int = default(f"{LLM}.concurrency"), **kw: Any):
         super().__init__(client, "gemini", concurrency=concurrency, **kw)
         self._factory = client_factory
 
@@ -51,7 +53,7 @@ class GeminiRunner(Runner):
 
     def __init__(self, *, stage: str, item_type: str, settings: Mapping[str, Any], cache_dir: str | None,
                  client: Any = None):
-        s = gemini_settings(settings)
+        s = gemini_settings(filled(LLM, settings))
         price = gemini_price(s["model"], s.get("prices") or {})
         # hand the shared runner a known price so that it neither warns nor looks in OpenAI's table
         shared = {**s, "prices": {"input": price.input, "cached_input": price.cached_input,
@@ -99,19 +101,20 @@ class GeminiRunner(Runner):
         if transport is None:
             # the client (and so the key) is only needed when something is actually sent
             transport = GeminiTransport(self._client, client_factory=lambda: self.client,
-                                        concurrency=int(self.settings.get("concurrency", 8)), policy=self.policy)
+                                        concurrency=int(self.settings["concurrency"]), policy=self.policy)
         return super().run_sync(items, losses, transport=transport)
 
     # -- batch mode -------------------------------------------------------------------------------
     def run(self, items: list[Item], losses: Losses) -> dict[str, dict]:
         """``mode: batch`` (default) or ``mode: sync``, as configured."""
-        if self.settings.get("mode", "batch") == "batch":
-            return self.run_batch(items, losses, wait=bool(self.settings.get("wait", True)),
-                                  poll_seconds=float(self.settings.get("poll_seconds", 30)))
+        if self.settings["mode"] == "batch":
+            return self.run_batch(items, losses, wait=bool(self.settings["wait"]),
+                                  poll_seconds=float(self.settings["poll_seconds"]))
         return self.run_sync(items, losses)
 
     def run_batch(self, items: Iterable[Item], losses: Losses, *, state_dir: str | None = None,
-                  wait: bool = True, poll_seconds: float = 30.0) -> dict[str, dict]:
+                  wait: bool = default(f"{LLM}.wait"),
+                  poll_seconds: float = default(f"{LLM}.poll_seconds")) -> dict[str, dict]:
         """The shared build -> submit -> collect (:func:`benchmaker.providers.batch.run_batch`) in one
         call, with state under ``<cache_dir>/gemini-batches``; returns item_id -> answer."""
         from ..batch import run_batch

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator, Mapping
 
+from ...settings_schema import LLM, default
+
 __all__ = ["make_client", "ENDPOINTS", "call", "upload_batch_file", "create_batch", "retrieve_batch",
            "iter_batches", "find_batch", "find_file", "cancel_batch", "download_file", "MissingKey",
            "batch_dict"]
@@ -24,7 +26,7 @@ def make_client(settings: Mapping[str, Any], timeout: float = 120.0):
     """An ``openai.OpenAI`` client; the key is read from the env var named by ``api_key_env`` only."""
     import openai
 
-    env = settings.get("api_key_env") or "OPENAI_API_KEY"
+    env = settings.get("api_key_env") or default(f"{LLM}.api_key_env")
     key = os.environ.get(env)
     if not key:
         raise MissingKey(f"environment variable {env} is not set (it must hold the API key; "

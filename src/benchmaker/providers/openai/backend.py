@@ -68,7 +68,7 @@ class OpenAIBatchBackend(BatchBackend):
 
     def create(self, file_id: str, *, name: str, metadata: Mapping[str, str]) -> str:
         look = {k: metadata[k] for k in _FIND_KEYS if k in metadata}
-        window = str(self.runner.settings.get("completion_window", "24h"))
+        window = str(self.runner.settings["completion_window"])
         # a failed try may have created the batch anyway: look it up by its metadata before trying again
         b = self.call(lambda: create_batch(self.client, file_id=file_id, api=self.runner.llm.api,
                                            completion_window=window, metadata=metadata), "create batch",
