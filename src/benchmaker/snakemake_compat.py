@@ -134,6 +134,8 @@ def keep_job_incomplete_marks() -> bool:
 
     finished._benchmaker_keep_marks = True
     PersistenceBase.finished = finished
+    return True
+
 
 def explain_config_yaml_errors() -> bool:
     """Make Snakemake's "Config file is not valid JSON or YAML" name the file, line and column (see
