@@ -465,10 +465,43 @@ def _image(tmp: Path) -> Path:
     return dest
 
 
-def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path) -> dict:
-    """A config with every feature that reads a file of the user's: each evaluate system kind that
-    runs without an API (with a local model folder and a local run file), the audit with a human
-    label file and a second judge, judge label reuse, a seeds file, metadata, a rights map."""
+def _good_images(corpus: Path) -> list[str]:
+    """The corpus's image ids that preprocess keeps (not the broken/ files)."""
+    return sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*")
+                  if p.is_file() and not p.relative_to(corpus).as_posix().startswith("broken/"))
+
+
+_MILVUS_LITE = """
+import json, sys
+import numpy as np, polars as pl
+from pymilvus import MilvusClient
+from benchmaker.evaluate.milvus import index_embeddings
+images = json.loads(sys.argv[2])
+vecs = np.random.default_rng(0).standard_normal((len(images), 64)).astype("float32")
+client = MilvusClient(sys.argv[1])
+n = index_embeddings(client, "bench_images", pl.DataFrame({"image_id": images, "embedding": vecs.tolist()}))
+client.close()
+assert n == len(images), n
+"""
+
+
+def _milvus_lite(db: Path, images: list[str]) -> None:
+    """A Milvus Lite database holding one 64-d vector (the tiny CLIP's width) per image, made in a
+    process of its own (Milvus Lite holds the database's lock until its process ends)."""
+    r = subprocess.run([sys.executable, "-c", _MILVUS_LITE, str(db), json.dumps(images)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path, *, openai_url: str, search_url: str) -> dict:
+    """A config with every feature that reads a file of the user's: every evaluate system kind (clip
+    with a local model folder, bm25, hybrid, a reranker through the strict fake OpenAI, a local run
+    file, an http service and a Milvus Lite file, both queried from the controller), the audit with a
+    human label file and a second judge, judge label reuse, a seeds file, metadata, a rights map.
+    (The metadata vision adapter and a pools file replace the clip adapter and the seeds file: only
+    dry runs cover them, test_metadata_adapter_has_no_gpu.)"""
+    from test_evaluate_live import _http_system
+
     from benchmaker.ids import trec_id
 
     home.mkdir(parents=True, exist_ok=True)
@@ -495,7 +528,15 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path) -> dict:
         {"name": "bm25", "kind": "bm25"},
         {"name": "fused", "kind": "hybrid", "systems": ["eval-clip", "bm25"]},
         {"name": "prod", "kind": "trec_run", "path": str(home / "prod.trec")},
+        {"name": "vlm", "kind": "rerank", "base": "eval-clip", "k": 3,
+         # mode: sync spelled out: under Snakemake, llm_common's default (batch) reaches the system
+         "llm": {"model": "gpt-5-mini", "mode": "sync", "base_url": openai_url, "image_max_side": 64,
+                 "max_attempts": 2}},
+        _http_system(search_url),  # "live"
+        {"name": "vdb", "kind": "milvus", "db_file": str(home / "vdb.db"), "collection": "bench_images",
+         "model": f"local-dir:{eval_model}", "device": "cpu", "depth": 6, "version": "lite-1"},
     ]}
+    _milvus_lite(home / "vdb.db", _good_images(corpus))
     return cfg
 
 
@@ -508,6 +549,7 @@ def _checkout_but_the_venv(venv_python: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_corpus, tiny_clip, kube):
     """deploy/nrp/controller-job.yaml's own command (the copy of the workflow into /state, which is no
     git repository, then `snakemake --profile profiles/nrp --configfile /config/my.yaml`), with the
@@ -526,7 +568,22 @@ def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_cor
         d.mkdir()
     shutil.copytree(tiny_corpus, data / "images")
     home = tmp_path / "home"  # where the user made the config map's files
-    cfg = _all_features(home, data / "images", tiny_clip, cfg_dir)
+    import fake_openai
+    from test_evaluate_live import TOKEN, Service
+
+    openai = fake_openai.start(steps=2)  # the reranker's provider (sync mode)
+    search = Service(_good_images(data / "images"), depth=8)  # the http system's search service
+    try:
+        _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_dir, data, home, openai,
+                         search, TOKEN)
+    finally:
+        fake_openai.stop(openai)
+        support.shutdown(search.srv)
+
+
+def _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_dir, data, home, openai, search,
+                     token):
+    cfg = _all_features(home, data / "images", tiny_clip, cfg_dir, openai_url=openai.base_url, search_url=search.url)
     support.write_config(cfg_dir / "my.yaml", cfg)
     mounts = {"/opt/benchmaker": str(image), "/state": str(state), "/config": str(cfg_dir), "/data": str(data)}
 
@@ -541,7 +598,10 @@ def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_cor
            "PYTHONPATH": str(image / "src"), "HF_HUB_OFFLINE": "1", "MPLCONFIGDIR": str(tmp_path / "mpl"),
            # envFrom: the benchmaker-s3 Secret (deploy/nrp/s3-secret.example.yaml's keys)
            "SNAKEMAKE_STORAGE_S3_ACCESS_KEY": KEY, "SNAKEMAKE_STORAGE_S3_SECRET_KEY": SECRET,
+           # envFrom: the benchmaker-api Secret (the reranker's key; the http system's auth_env)
+           "OPENAI_API_KEY": "sk-test", "SEARCH_TOKEN": token,
            "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    assert {"secretRef": {"name": "benchmaker-api", "optional": True}} in c["envFrom"]
     for e in c["env"]:
         if "valueFrom" in e:
             assert e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, e
@@ -577,13 +637,19 @@ def test_shipped_controller_job_on_fake_kubernetes(s3_server, tmp_path, tiny_cor
              for b in fk.jobs.values()}
     assert {"preprocess", "vision", "embed_images", "plan", "judge", "score", "summary", "export",
             "evaluate_model", "evaluate_system", "audit_judge2", "audit_report"} <= rules, rules
+    # the reranker and the live systems ran on the controller (evaluate_api, a local rule), with its keys
+    assert "evaluate_api" not in rules and re.search(r"localrule evaluate_api:", out), out[-3000:]
+    assert openai.count("POST", "/v1/responses") > 0 and search.requests
+    for body in fk.jobs.values():
+        assert "OPENAI_API_KEY" not in json.dumps(body) and token not in json.dumps(body)
     s3 = s3_server["client"]
     keys = _keys(s3, PREFIX)
     base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
     staged = {Path(k).name for k in keys if k.startswith(f"{base}/inputs/")}
     assert {"rights_map.json", "metadata.jsonl", "seeds.jsonl", "reuse.jsonl", "erin.csv", "prod.trec"} <= staged
+    assert "vdb.db" not in staged  # the Milvus Lite file is read in place by the controller (x-path-use)
     board = s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/leaderboard.csv")["Body"].read().decode()
-    assert all(name in board for name in ("eval-clip", "bm25", "fused", "prod")), board
+    assert all(name in board for name in ("eval-clip", "bm25", "fused", "prod", "vlm", "live", "vdb")), board
     # no path of a pod's disk (its copies of staged files) in what is published or reported
     for k in keys:
         if k.startswith((f"{base}/hf_dataset/", f"{base}/summary/", f"{base}/evaluate/", f"{base}/audit/")) \
@@ -720,6 +786,50 @@ def test_every_path_like_key_is_marked():
     # prompts and column names mention images.jsonl, the file they are read from
     unmarked = sorted(k for k in set(found) - marked - not_paths if not re.search(r"prompts\.user$|_column$", k))
     assert not unmarked, f"path-like keys without x-path in config/schema.yaml: {unmarked}"
+
+
+def test_fake_cluster_pods_never_see_the_controllers_disk(tmp_path, monkeypatch):
+    """The fake cluster's isolation is the default, not an extra: a pod cannot read a folder of the
+    controller (hide_paths) while it reads the rest of the machine; a fake that runs Jobs without
+    folders to hide, or where it cannot hide them (no root / unshare), refuses to start."""
+    import urllib.request
+
+    ctl = tmp_path / "controller"
+    ctl.mkdir()
+    (ctl / "my.yaml").write_text("secret: controller-only\n")
+    seen = tmp_path / "image"  # not hidden: what the image would hold
+    seen.mkdir()
+    (seen / "ok.txt").write_text("visible\n")
+    with pytest.raises(RuntimeError, match="needs hide_paths"):
+        FakeKube(namespace=NAMESPACE, run_jobs=True)
+    with monkeypatch.context() as m:
+        m.setattr(os, "geteuid", lambda: 1000)
+        with pytest.raises(RuntimeError, match="private mount namespace"):
+            FakeKube(namespace=NAMESPACE, run_jobs=True, hide_paths=[str(ctl)])
+    fk = FakeKube(namespace=NAMESPACE, run_jobs=True, hide_paths=[str(ctl)], base_env={"PATH": "/usr/bin:/bin"})
+    url = fk.start()
+    try:
+        def job(name: str, script: str) -> None:
+            body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                    "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "c", "image": "x", "command": ["/bin/sh", "-c"], "args": [script]}]}}}}
+            req = urllib.request.Request(f"{url}/apis/batch/v1/namespaces/{NAMESPACE}/jobs", method="POST",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Authorization": "Bearer t", "Content-Type": "application/json"})
+            with urllib.request.urlopen(req) as r:
+                assert r.status == 201
+
+        job("reads-the-image", f"cat {seen / 'ok.txt'}")
+        job("reads-the-controller", f"ls -A {ctl}; cat {ctl / 'my.yaml'}")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(st["exit"] is None for st in fk.state.values()):
+            time.sleep(0.1)
+        assert fk.state["reads-the-image"]["exit"] == 0 and "visible" in fk.state["reads-the-image"]["log"]
+        hidden = fk.state["reads-the-controller"]
+        assert hidden["exit"] != 0 and "controller-only" not in hidden["log"], hidden
+        assert (ctl / "my.yaml").read_text() == "secret: controller-only\n"  # hidden in the pod only
+    finally:
+        fk.stop()
 
 
 @pytest.mark.slow

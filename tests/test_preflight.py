@@ -81,6 +81,32 @@ def test_paths_are_checked(tmp_path, tiny_corpus, tiny_clip, capsys):
     assert len(probs) == 1 and probs[0].startswith("similarity.model: folder") and "benchmaker.tinyclip" in probs[0]
 
 
+def test_milvus_lite_database_is_a_file_or_a_folder(tmp_path, tiny_corpus, tiny_clip):
+    """evaluate.systems[].db_file (x-path: any): Milvus Lite 2 writes a file, Milvus Lite 3 a folder;
+    both validate, a missing one is named."""
+    pytest.importorskip("milvus_lite")
+    import polars as pl
+    from pymilvus import MilvusClient
+
+    from benchmaker.evaluate.milvus import index_embeddings
+
+    db = tmp_path / "vdb.db"
+    client = MilvusClient(str(db))  # what `benchmaker.evaluate.milvus.index_embeddings` users make
+    try:
+        index_embeddings(client, "c", pl.DataFrame({"image_id": ["a.jpg"], "embedding": [[0.1, 0.2]]}))
+    finally:
+        client.close()
+    (tmp_path / "lite2.db").write_bytes(b"")
+    system = {"name": "vdb", "kind": "milvus", "collection": "c", "model": "ViT-B-32"}
+    for found in (db, tmp_path / "lite2.db"):
+        cfg = tiny_config(tmp_path, tiny_corpus, tiny_clip, evaluate={"systems": [{**system, "db_file": str(found)}]})
+        path = write_config(tmp_path / "c.yaml", cfg)
+        assert main(["validate-config", str(path)]) == 0, found
+    cfg = tiny_config(tmp_path, tiny_corpus, tiny_clip,
+                      evaluate={"systems": [{**system, "db_file": str(tmp_path / "none.db")}]})
+    assert [p.split(" '")[0] for p in path_problems(cfg)] == ["evaluate.systems[0].db_file: file or folder"]
+
+
 def test_unreadable_path(tmp_path, tiny_corpus, tiny_clip):
     import os
 

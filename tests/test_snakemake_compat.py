@@ -112,6 +112,7 @@ def test_a_cluster_jobs_snakemake_leaves_the_incomplete_mark_to_the_controller(t
     assert compat.keep_job_incomplete_marks() and compat.keep_job_incomplete_marks()  # idempotent
     assert marked_after_finish()
 
+
 BAD_YAML = "a: 1\nb: [x\nc: 2\n"  # the '[' is never closed: yaml stops at line 3, column 2
 
 

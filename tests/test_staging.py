@@ -181,8 +181,13 @@ def test_config_paths_follow_the_schema_marking():
               "type": "object", "properties": {"a": {"$ref": "#/$defs/sec"},
                                                "b": {"type": "object", "x-schema": "#/$defs/sec"}}}
     assert [p.key for p in config_paths({"a": {"f": "x"}, "b": {"f": "y"}}, schema)] == ["a.f", "b.f"]
-    with pytest.raises(ValueError, match="x-path must be file or dir"):
+    with pytest.raises(ValueError, match="x-path must be file, dir or any"):
         path_keys({"type": "object", "properties": {"a": {"type": "string", "x-path": "folder"}}})
+    # a file or a folder is checked in place, never staged (stage_file or stage_folder must be known)
+    with pytest.raises(ValueError, match="x-path: any .* cannot be staged"):
+        path_keys({"type": "object", "properties": {"a": {"type": "string", "x-path": "any"}}})
+    assert [k.kind for k in path_keys({"type": "object", "properties": {"a": {
+        "type": "string", "x-path": "any", "x-path-use": "controller"}}})] == ["any"]
 
 
 def test_job_paths_map_staged_params_to_the_jobs_copies(tmp_path):

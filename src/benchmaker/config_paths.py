@@ -46,7 +46,7 @@ class PathKey:
     """One marked key of the schema; ``pointer`` is dotted, ``[]`` for list items (``evaluate.systems[].path``)."""
 
     pointer: str
-    kind: str            # "file" | "dir"
+    kind: str            # "file" | "dir" | "any" (either: a Milvus Lite database is a file or a folder)
     use: str = "stage"   # "stage" | "volume" | "output" | "controller"
     prefix: str = ""
     if_pathlike: bool = False
@@ -97,11 +97,14 @@ def _key(node: Mapping[str, Any], pointer: str) -> PathKey | None:
     kind = node.get("x-path")
     if kind is None:
         return None
-    if kind not in ("file", "dir"):
-        raise ValueError(f"config schema: {pointer}: x-path must be file or dir, not {kind!r}")
+    if kind not in ("file", "dir", "any"):
+        raise ValueError(f"config schema: {pointer}: x-path must be file, dir or any, not {kind!r}")
     use = node.get("x-path-use", "stage")
     if use not in USES:
         raise ValueError(f"config schema: {pointer}: x-path-use must be one of {USES}, not {use!r}")
+    if kind == "any" and use == "stage":  # staging copies a file (stage_file) or a folder (stage_folder)
+        raise ValueError(f"config schema: {pointer}: x-path: any (a file or a folder) cannot be staged; "
+                         "say which it is, or mark it x-path-use: controller")
     return PathKey(pointer, kind, use, str(node.get("x-path-prefix") or ""), bool(node.get("x-path-if-pathlike")))
 
 

@@ -286,7 +286,7 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
     """The audit's second judge (``audit.second_judge``), when it is an API judge: priced like the
     judge, on the audit sample's pairs (scope ``sample``: the real sample once drawn, else
     ``audit.sample_size`` pairs) or on every query (scope ``all``), with its own response cache."""
-    from ..settings_schema import filled
+    from .settings_schema import filled
 
     audit = filled("audit", cfg.get("audit"))
     sj = audit.get("second_judge") or {}

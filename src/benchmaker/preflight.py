@@ -109,7 +109,7 @@ def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None, *,
         p = _resolve(raw, base)
         shown = f"'{raw}'" + (f" (= {p.resolve()})" if not Path(raw).is_absolute() else "")
         if not p.exists():
-            what = "folder" if kind == "dir" else "file"
+            what = {"dir": "folder", "any": "file or folder"}.get(kind, "file")
             hint = ""
             if kind == "dir" and key.endswith(".model"):
                 hint = (" (a local-dir: folder holds open_clip_config.json and the weights; for a smoke test "
@@ -120,7 +120,7 @@ def path_problems(cfg: Mapping[str, Any], base_dir: str | Path | None = None, *,
             problems.append(f"{key}: {shown} is a file, not a folder")
         elif kind == "file" and not p.is_file():
             problems.append(f"{key}: {shown} is a folder, not a file")
-        elif not os.access(p, os.R_OK | (os.X_OK if kind == "dir" else 0)):
+        elif not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
             problems.append(f"{key}: {shown} is not readable by this user (check its permissions)")
     return problems
 
