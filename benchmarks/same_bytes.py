@@ -3,6 +3,7 @@ the random tiny CLIP) at two git revisions and compare every data file byte for 
 
     python benchmarks/same_bytes.py BASE_REV [NEW_REV]      # NEW_REV default: the working tree
     python benchmarks/same_bytes.py --compare DIR_A DIR_B   # two finished results/<name>/ folders
+    python benchmarks/same_bytes.py --keep DIR BASE_REV     # build in DIR/base, DIR/new and keep them
 
 Each revision is exported with ``git archive`` into a temporary folder (the checkout is not touched)
 and built there with ``snakemake --cores 1`` and ``SOURCE_DATE_EPOCH`` fixed, sharing one tiny CLIP
@@ -86,12 +87,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("revs", nargs="*")
     ap.add_argument("--compare", nargs=2, metavar="DIR")
+    ap.add_argument("--keep", metavar="DIR", help="build in DIR/base, DIR/new and keep them")
     args = ap.parse_args()
     if args.compare:
         return compare(Path(args.compare[0]), Path(args.compare[1]))
     if not 1 <= len(args.revs) <= 2:
         ap.error("give BASE_REV [NEW_REV], or --compare DIR_A DIR_B")
     with tempfile.TemporaryDirectory(prefix="same-bytes-") as tmp:
+        tmp = args.keep or tmp
         base = build(args.revs[0], Path(tmp) / "base", None)
         new = build(args.revs[1] if len(args.revs) > 1 else None, Path(tmp) / "new", base / ".cache" / "tiny-clip")
         name = "example-bench-offline"
