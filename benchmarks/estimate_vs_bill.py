@@ -39,22 +39,9 @@ def example(tmp: Path, adapter: str, settings: dict) -> dict:
 
 
 def firebench(tmp: Path, toml: Path, base_url: str, n_images: int) -> dict:
-    from firebench_cost import make_images
+    from firebench_cost import imported_config
 
-    from benchmaker.upstream import import_upstream
-
-    corpus = tmp / "images"
-    corpus.mkdir()
-    make_images(corpus, n_images)
-    out = tmp / "imported.yaml"
-    cwd = os.getcwd()
-    os.chdir(tmp)
-    try:
-        import_upstream(toml, out=out, results=str(tmp / "results"))
-    finally:
-        os.chdir(cwd)
-    raw = yaml.safe_load(out.read_text())
-    raw["paths"]["image_root"] = str(corpus)
+    raw, _, _ = imported_config(tmp, toml, n_images)
     raw["paths"]["rights_map"] = None
     net = {"base_url": base_url, "mode": "sync", "concurrency": 4, "prompt_cache_key": True}
     for st in ("vision", "judge"):

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 import polars as pl  # noqa: E402
+import yaml  # noqa: E402
 
 UPSTREAM = {"vision": 0.000313, "judge": 0.000960, "per_image": 0.000473}
 QUERIES_PER_IMAGE = (UPSTREAM["per_image"] - UPSTREAM["vision"]) / UPSTREAM["judge"]   # 1/6
@@ -48,6 +49,26 @@ def make_images(root: Path, n: int) -> pl.DataFrame:
                      "caption": None})
     return pl.DataFrame(rows)
 
+
+
+def imported_config(tmp: Path, toml: Path, n_images: int) -> tuple[dict, Path, list]:
+    """FireBench's ``toml`` imported with ``benchmaker import-upstream`` in ``tmp`` (unchanged but for
+    its image folder: ``n_images`` generated ones): (the config mapping, the image folder, the images)."""
+    from benchmaker.upstream import import_upstream
+
+    corpus = tmp / "images"
+    corpus.mkdir()
+    imgs = make_images(corpus, n_images)
+    out = tmp / "imported.yaml"
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        import_upstream(toml, out=out, results=str(tmp / "results"))
+    finally:
+        os.chdir(cwd)
+    raw = yaml.safe_load(out.read_text())
+    raw["paths"]["image_root"] = str(corpus)
+    return raw, corpus, imgs
 
 def annotation(i: int, fm, rnd: random.Random) -> dict:
     words = ["smoke", "plume", "ridge", "forest", "valley", "haze", "camera", "rising", "white", "gray",
@@ -85,7 +106,6 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
     from benchmaker.judge.openai import judge_items, merged_settings
     from benchmaker.losses import Losses
     from benchmaker.providers.runners import provider_runner
-    from benchmaker.upstream import import_upstream
     from benchmaker.vision.openai import vision_items
 
     fake = fake_openai.start()
@@ -94,22 +114,8 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            corpus = tmp / "images"
-            corpus.mkdir()
-            imgs = make_images(corpus, n_images)
+            raw, corpus, imgs = imported_config(tmp, toml, n_images)
             out = tmp / "imported.yaml"
-            cwd = os.getcwd()
-            os.chdir(tmp)
-            try:
-                import_upstream(toml, out=out, results=str(tmp / "results"))
-            finally:
-                os.chdir(cwd)
-            text = out.read_text()
-            # paths only: the image folder of this run
-            import yaml
-
-            raw = yaml.safe_load(text)
-            raw["paths"]["image_root"] = str(corpus)
             out.write_text(yaml.safe_dump(raw))
             cfg = load_config(str(out))
             fm = FacetModel.from_config(cfg["facets"])

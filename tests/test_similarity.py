@@ -630,8 +630,8 @@ assert open_clip.timm_model.timm is None
 assert model._needs_hf_text("xlm-roberta-base-ViT-B-32") and not model._needs_hf_text("ViT-B-32")
 assert model._needs_timm("ViT-B-16-SigLIP") and not model._needs_timm("ViT-B-32")
 assert not model._needs_timm("local-dir:{tiny_clip}") and model._needs_timm("hf-hub:org/repo")
-model._enable_hf_text(open_clip)
-model._enable_timm(open_clip)
+model._enable_tower("hf_text")
+model._enable_tower("timm")
 import open_clip.model
 assert open_clip.hf_model.transformers is not None
 assert open_clip.model.HFTextEncoder is open_clip.hf_model.HFTextEncoder

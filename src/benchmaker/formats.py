@@ -354,32 +354,43 @@ def iter_table_blocks(
     file each (whole lines), so a reader holds one block at a time, never the whole file. ``where``:
     a function of the block (disk names) returning the filter expression applied before validation.
     The first block is yielded even when ``where`` keeps none of its rows (it carries the schema)."""
-    import io
-
     path = Path(path)
     if not path.exists():
         raise FormatError(f"{path}: file not found (expected a {kind} file)")
-    line = 0
     first = True
+    for line, block in _line_blocks(path, block_bytes):
+        df = _parse_block(block, kind, path, line)
+        if where is not None:
+            df = df.filter(where(df))
+        if df.height or first:
+            yield validate_table(to_canonical_names(df, columns), kind, facets=facets, source=str(path))
+        first = False
+
+
+def _line_blocks(path: Path, block_bytes: int):
+    """(lines before the block, the block) of a file read in blocks of about ``block_bytes`` of whole
+    lines; blocks holding only whitespace are skipped."""
+    line = 0
     with open(path, "rb") as fh:
         while True:
             block = fh.read(block_bytes)
             if not block:
                 break
             block += fh.readline()
-            if not block.strip():
-                continue
-            try:
-                df = pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
-            except Exception as exc:
-                raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
-                                  f"{line}): {exc}") from None
+            if block.strip():
+                yield line, block
             line += block.count(b"\n")
-            if where is not None:
-                df = df.filter(where(df))
-            if df.height or first:
-                yield validate_table(to_canonical_names(df, columns), kind, facets=facets, source=str(path))
-            first = False
+
+
+def _parse_block(block: bytes, kind: str, path: Path, line: int) -> pl.DataFrame:
+    """One block of JSON lines as a frame (disk names, inferred types); a parse error names the file."""
+    import io
+
+    try:
+        return pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
+    except Exception as exc:
+        raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
+                          f"{line}): {exc}") from None
 
 
 def _projected_block(block: bytes, kind: str, keep: list[str], optional: tuple[str, ...], rename: Mapping[str, str],
@@ -439,40 +450,17 @@ def iter_table_columns(
         raise FormatError(f"{path}: file not found (expected a {kind} file)")
     rename = _rename_map(columns, to_disk=True)
     has_opt: tuple[str, ...] | None = None
-    with open(path, "rb") as fh:
-        while True:
-            start = fh.tell()
-            block = fh.read(block_bytes)
-            if not block:
-                break
-            block += fh.readline()
-            if not block.strip():
-                continue
-            if has_opt is None:  # optional columns: kept when the first block names them
-                has_opt = tuple(c for c in optional if b'"' + rename.get(c, c).encode() + b'"' in block)
-            df = _projected_block(block, kind, keep, has_opt, rename, facets)
-            if df is None:  # the general way, for this block alone (validates every column)
-                line = 0
-                if start:
-                    fh.seek(0)
-                    line = fh.read(start).count(b"\n")
-                    fh.seek(start + len(block))
-                df = _general_block(block, kind, path, line, columns, facets)
-                opt_types = _spec_for(kind, facets)[2].optional
-                df = df.select(keep + [pl.col(c) if c in df.columns else pl.lit(None, opt_types[c]).alias(c)
-                                       for c in has_opt])
-            yield df
-
-
-def _general_block(block: bytes, kind: str, path: Path, line: int, columns, facets) -> pl.DataFrame:
-    import io
-
-    try:
-        df = pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
-    except Exception as exc:
-        raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
-                          f"{line}): {exc}") from None
-    return validate_table(to_canonical_names(df, columns), kind, facets=facets, source=str(path))
+    for line, block in _line_blocks(path, block_bytes):
+        if has_opt is None:  # optional columns: kept when the first block names them
+            has_opt = tuple(c for c in optional if b'"' + rename.get(c, c).encode() + b'"' in block)
+        df = _projected_block(block, kind, keep, has_opt, rename, facets)
+        if df is None:  # the general way, for this block alone (validates every column)
+            df = validate_table(to_canonical_names(_parse_block(block, kind, path, line), columns), kind,
+                                facets=facets, source=str(path))
+            opt_types = _spec_for(kind, facets)[2].optional
+            df = df.select(keep + [pl.col(c) if c in df.columns else pl.lit(None, opt_types[c]).alias(c)
+                                   for c in has_opt])
+        yield df
 
 
 def read_table_where(

@@ -80,7 +80,7 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True):
     and open_clip not yet imported, its optional ``import transformers`` is skipped: ~0.7 s of CPU
     per model load that only HF text towers use (CoCa and hf-hub models always get it). Likewise
     ``timm_vision=False`` (no timm vision tower) skips its optional ``import timm`` (~0.3 s of CPU).
-    If a model of this process needs either later, :func:`_enable_hf_text` / :func:`_enable_timm`
+    If a model of this process needs either later, :func:`_enable_tower`
     imports it then."""
     import sys
 
@@ -103,28 +103,22 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True):
     return open_clip
 
 
-def _enable_hf_text(oc) -> None:
-    """Give open_clip its HF text tower if it was imported without transformers (see _open_clip)."""
+# the optional towers open_clip can be imported without (see _open_clip): its module, the library
+# that module imports, and the class open_clip.model takes from it
+_TOWERS = {"hf_text": ("open_clip.hf_model", "transformers", "HFTextEncoder"),
+           "timm": ("open_clip.timm_model", "timm", "TimmModel")}
+
+
+def _enable_tower(tower: str) -> None:
+    """Give open_clip the ``tower`` ("hf_text" or "timm") it was imported without (see _open_clip)."""
     import importlib
 
-    hf = importlib.import_module("open_clip.hf_model")
-    if getattr(hf, "transformers", None) is not None:
+    module, library, cls = _TOWERS[tower]
+    mod = importlib.import_module(module)
+    if getattr(mod, library, None) is not None:
         return
-    hf = importlib.reload(hf)
-    oc_model = importlib.import_module("open_clip.model")
-    oc_model.HFTextEncoder = hf.HFTextEncoder
-
-
-def _enable_timm(oc) -> None:
-    """Give open_clip its timm vision tower if it was imported without timm (see _open_clip)."""
-    import importlib
-
-    tm = importlib.import_module("open_clip.timm_model")
-    if getattr(tm, "timm", None) is not None:
-        return
-    tm = importlib.reload(tm)
-    oc_model = importlib.import_module("open_clip.model")
-    oc_model.TimmModel = tm.TimmModel
+    mod = importlib.reload(mod)
+    setattr(importlib.import_module("open_clip.model"), cls, getattr(mod, cls))
 
 
 def _model_config(model: str) -> dict | None:
@@ -450,9 +444,9 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
     hf_text, timm_vision = _needs_hf_text(model), _needs_timm(model)
     oc = _open_clip(hf_text, timm_vision)
     if hf_text:
-        _enable_hf_text(oc)
+        _enable_tower("hf_text")
     if timm_vision:
-        _enable_timm(oc)
+        _enable_tower("timm")
     pretrained = pretrained or None
     random_init = False
     try:
