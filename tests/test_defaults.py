@@ -206,3 +206,58 @@ def test_a_hybrid_fusion_method_is_valid_and_an_http_method_still_checked(tiny_c
     http = {"name": "h", "kind": "http", "url": "http://127.0.0.1:9/search", "method": "PUT"}
     with pytest.raises(ConfigError, match=r"evaluate\.systems\[0\]\.method"):
         validate_config({**tiny_cfg, "evaluate": {"systems": [http]}})
+
+
+RERANK_PROBE = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings, StorageSettings
+from benchmaker.evaluate.rerank import make_rerank_runner
+
+root, workdir, cfg = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+modes = {}
+with SnakemakeApi(OutputSettings(quiet=None)) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1), config_settings=ConfigSettings(configfiles=[cfg]),
+                      storage_settings=StorageSettings(), snakefile=root / "Snakefile", workdir=workdir)
+    wf.dag(DAGSettings(targets={"evaluate"})).execute_workflow(executor="local", pseudo_executor="dryrun")
+    for job in wf._workflow.dag.jobs:
+        system = job.params.get("system")
+        if system and system["kind"] == "rerank":
+            # the settings its job's rerank run uses (scripts/stage.py hands it the `system` param)
+            modes[system["name"]] = make_rerank_runner(system, cache_dir=None).settings["mode"]
+print(json.dumps(modes))
+"""
+
+
+def test_a_rerankers_context_default_wins_under_snakemake(tmp_path, tiny_cfg, monkeypatch):
+    """A reranker's llm.mode defaults to sync (schema x-default-rerank), under Snakemake as in the
+    library: Snakemake's validate(config, schema) used to fill the shared llm default (batch) into a
+    reranker's llm section first. Dry run of the real workflow; the mode its job would run."""
+    import json
+    import subprocess
+    import sys
+
+    import support
+
+    from benchmaker.config import validate_config
+    from benchmaker.evaluate.rerank import make_rerank_runner
+    from benchmaker.evaluate.systems import check_systems
+
+    systems = [{"name": "b", "kind": "bm25"},
+               {"name": "unset", "kind": "rerank", "base": "b", "llm": {"model": "gpt-5-mini"}},
+               {"name": "bare", "kind": "rerank", "base": "b"},
+               {"name": "set", "kind": "rerank", "base": "b", "llm": {"mode": "batch"}}]
+    cfg = {**tiny_cfg, "evaluate": {"systems": systems}}
+    want = {"unset": "sync", "bare": "sync", "set": "batch"}
+    lib = {s["name"]: make_rerank_runner(s, cache_dir=None).settings["mode"]
+           for s in check_systems(validate_config(cfg)["evaluate"]) if s["kind"] == "rerank"}
+    assert lib == want
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")   # preflight asks for the key a reranker uses
+    path = support.write_config(tmp_path / "c.yaml", cfg)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "src"), "PATH": support.no_slurm_path(),
+           "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", RERANK_PROBE, str(ROOT), str(tmp_path), str(path)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == want

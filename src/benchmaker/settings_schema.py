@@ -68,6 +68,29 @@ def _fill_defaults(cfg: dict, schema: dict) -> None:
                     walk(v, addl)
 
     walk(cfg, schema)
+    _fill_context_defaults(cfg, schema, resolve)
+
+
+def _fill_context_defaults(instance: Any, s: dict, resolve, context: str | None = None) -> None:
+    """Within an array item of a ``kind`` (``evaluate.systems``: a reranker), a setting that the item
+    holds without a value gets the schema's ``x-default-<kind>`` (a reranker's ``llm.mode`` is
+    ``x-default-rerank: sync``). Done when the config is loaded, so that the declared context default
+    wins wherever the config goes next: Snakemake's ``validate(config, schema)`` fills the plain
+    ``default`` (batch) only into keys still missing."""
+    s = resolve(s)
+    if isinstance(instance, list) and isinstance(s.get("items"), dict):
+        for item in instance:
+            kind = item.get("kind") if isinstance(item, dict) else None
+            _fill_context_defaults(item, s["items"], resolve, kind if isinstance(kind, str) else context)
+        return
+    if not isinstance(instance, dict):
+        return
+    for prop, sub in s.get("properties", {}).items():
+        sub_r = resolve(sub)
+        if prop not in instance and context is not None and f"x-default-{context}" in sub_r:
+            instance[prop] = copy.deepcopy(sub_r[f"x-default-{context}"])
+        if prop in instance:
+            _fill_context_defaults(instance[prop], sub_r, resolve, context)
 
 
 def _node(path: str) -> tuple[dict, dict]:
