@@ -105,15 +105,6 @@ def similarity_model_params():
     return {k: sim[k] for k in ("model", "pretrained", "precision")}
 
 
-def loss_files(wildcards=None):
-    return {
-        "vision": f"{RESULTS}/losses/vision.jsonl",
-        "plan": f"{RESULTS}/losses/plan.jsonl",
-        "judge": f"{RESULTS}/losses/judge.jsonl",
-        "similarity": f"{RESULTS}/losses/similarity.jsonl",
-    } | deepen_loss_files()
-
-
 def public_config():
     """The config as recorded in the dataset card: keys starting with '_' are private and dropped,
     and so are runtime knobs that change no output (benchmaker.triggers.RECORD_DROPS).
@@ -129,23 +120,35 @@ def public_config():
     return without_runtime(clean(config))
 
 
+# -- the losses and cost files that the summary and the export count --------------------------------
+# Declared with each stage (benchmaker/stages.py: `losses=`, `costs=`); a `{wildcard}` there is one of
+# the sets of items below. The optional ones are counted only when the summary waits for their stage
+# anyway (so this adds no job to its DAG): the evaluate systems when the leaderboard is in the report,
+# the second judge when the audit runs one (rules/audit_common.smk), the deepened systems when the
+# deepening report is in the summary.
+from benchmaker.stages import counted_files
+
+
+def counted_items():
+    return {
+        "shard": SHARDS,
+        "evaluate_system": (
+            [s["name"] for s in EVAL_SYSTEMS] if evaluate_report_inputs() else []
+        ),
+        "judge2": [AUDIT["second_judge"]["name"]] if AUDIT_ON and JUDGE2 else [],
+        "deepen_system": list(DEEPEN_SYSTEMS) if deepen_report_inputs() else [],
+    }
+
+
+def loss_files(wildcards=None):
+    """The losses files the report and the card count (losses by stage)."""
+    return counted_files("losses", RESULTS, counted_items())
+
+
 def cost_files(wildcards=None):
-    """Cost files of the API stages (empty files for the offline adapters), with the evaluate
-    systems' (rerankers pay; the others write empty files) when the leaderboard is in the report.
-    """
-    return (
-        expand(f"{RESULTS}/costs/vision/{{shard}}.jsonl", shard=SHARDS)
-        + [f"{RESULTS}/costs/judge.jsonl"]
-        + evaluate_cost_files()
-        + judge2_cost_files()
-        + deepen_cost_files()
-    )
-
-
-def judge2_cost_files():
-    """The second judge's cost file when the audit runs one (the summary waits for the audit's
-    report then anyway, so this adds no job to its DAG); rules/audit_common.smk."""
-    return [f"{JUDGE2_DIR}/costs.jsonl"] if AUDIT_ON and JUDGE2 else []
+    """The cost files of the paying stages (empty files for the offline adapters and the systems that
+    pay nothing) that the report's and the card's API costs total."""
+    return counted_files("costs", RESULTS, counted_items())
 
 
 def similarity_weight_inputs(wildcards):
@@ -251,14 +254,6 @@ def evaluate_report_inputs(wildcards=None):
     return {}
 
 
-def evaluate_cost_files():
-    """costs/evaluate/<name>.jsonl of every system when evaluate.report is true (summary and export
-    wait for the leaderboard then anyway, so this adds no job to their DAG)."""
-    if not evaluate_report_inputs():
-        return []
-    return [f"{RESULTS}/costs/evaluate/{s['name']}.jsonl" for s in EVAL_SYSTEMS]
-
-
 def _names_regex(names):
     return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
 
@@ -335,16 +330,3 @@ def deepen_report_inputs(wildcards=None):
         return {"deepen": f"{DEEPEN}/report.json"}
     return {}
 
-
-def deepen_loss_files():
-    """losses/deepen/<system>.jsonl when the deepening report is in the summary (its losses counted)."""
-    if not deepen_report_inputs():
-        return {}
-    return {f"deepen_{s}": f"{RESULTS}/losses/deepen/{s}.jsonl" for s in DEEPEN_SYSTEMS}
-
-
-def deepen_cost_files():
-    """costs/deepen/<system>.jsonl when the deepening report is in the summary (its spend in the totals)."""
-    if not deepen_report_inputs():
-        return []
-    return [f"{RESULTS}/costs/deepen/{s}.jsonl" for s in DEEPEN_SYSTEMS]

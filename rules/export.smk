@@ -6,8 +6,8 @@ rule export:
         unpack(evaluate_report_inputs),
         # the deepening report, only when deepen.enabled (rules/deepen.smk)
         unpack(deepen_report_inputs),
-        # a list, not unpack(loss_files): its key "plan" would collide with the query plan input
-        losses=list(loss_files().values()),
+        # the losses and cost files of the stages (benchmaker/stages.py; rules/common.smk)
+        losses=loss_files(),
         costs=cost_files(),
         images=f"{RESULTS}/images.jsonl",
         quarantine=f"{RESULTS}/quarantine.jsonl",

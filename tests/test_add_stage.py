@@ -1,8 +1,10 @@
 """Adding a stage touches four places (docs/architecture.md, "Adding a stage"): its function, its rule
 (a rule file and its ``include:``), one entry in ``benchmaker/stages.py`` and its settings in
-``config/schema.yaml``. A toy stage is added to a copy of the workflow in exactly those places and run
-for real: it gets its stage version, the shared script runs its function, its settings reach it with the
-schema's defaults, a runtime knob reruns nothing and a setting that decides its output reruns it alone.
+``config/schema.yaml``. A toy stage that loses an item and pays for a request is added to a copy of the
+workflow in exactly those places and run for real: it gets its stage version, the shared script runs its
+function, its settings reach it with the schema's defaults, its losses and its cost appear in the
+summary's totals and its losses table (the entry in stages.py names its files), a runtime knob reruns
+nothing and a setting that decides its output reruns it (and the summary that counts it) alone.
 Every other registry is derived: no other stage's version changes by the addition.
 """
 
@@ -19,19 +21,32 @@ import support
 
 ROOT = support.ROOT
 
-TOY_MODULE = '''"""A toy stage: writes its settings."""
+TOY_MODULE = '''"""A toy stage: writes its settings, loses one image and pays for one request."""
 
 import json
 from pathlib import Path
 
+import polars as pl
 
-def run(*, out: str, settings: dict, workers: int = 1) -> None:
+from benchmaker.formats import write_table
+from benchmaker.losses import Losses
+
+
+def run(*, out: str, losses: str, costs: str, settings: dict, workers: int = 1) -> None:
     Path(out).write_text(json.dumps(settings, sort_keys=True) + "\\n")
+    lost = Losses("toy")
+    lost.add("image", "toy-image", "toy_reason", "the toy lost it")
+    lost.write(losses)
+    paid = {"stage": "toy", "item_id": "toy-query", "model": "toy-model", "mode": "sync", "input_tokens": 10,
+            "cached_input_tokens": 0, "output_tokens": 5, "reasoning_tokens": 0, "cost_usd": 0.25}
+    write_table(pl.DataFrame([paid]), "costs", costs)
 '''
 TOY_RULE = '''
 rule toy:
     output:
         out=f"{RESULTS}/toy.json",
+        losses=f"{RESULTS}/losses/toy.jsonl",
+        costs=f"{RESULTS}/costs/toy.jsonl",
     log:
         f"{LOGS}/toy.log",
     params:
@@ -59,9 +74,10 @@ def _add_toy_stage(root: Path) -> list[str]:
         fh.write('\n\ninclude: "rules/toy.smk"\n')
     stages = root / "src/benchmaker/stages.py"                                       # 3. its declaration
     text = stages.read_text()
-    anchor = "STAGES: dict[str, dict[str, str]] = {\n"
+    anchor = "STAGES: dict[str, Stage] = {\n"
     assert anchor in text
-    stages.write_text(text.replace(anchor, anchor + '    "toy": {"toy": "benchmaker.toy:run"},\n'))
+    stages.write_text(text.replace(anchor, anchor + '    "toy": Stage({"toy": "benchmaker.toy:run"}, '
+                                   'losses="losses/toy.jsonl", costs="costs/toy.jsonl"),\n'))
     schema = root / "config/schema.yaml"                                             # 4. its settings
     text = schema.read_text()
     assert "\nproperties:\n" in text
@@ -104,11 +120,18 @@ def test_a_new_stage_takes_four_places(tmp_path, tiny_cfg):
     work = tmp_path / "work"
     work.mkdir()
     cfg = support.write_config(tmp_path / "c.yaml", {**tiny_cfg, "toy": {"workers": 3}})
-    target = str(Path(tiny_cfg["paths"]["results"]) / "tiny" / "toy.json")
-    r = _snakemake(root, work, cfg, target)
+    results = Path(tiny_cfg["paths"]["results"]) / "tiny"
+    r = _snakemake(root, work, cfg, str(results / "summary"))
     assert r.returncode == 0, r.stderr[-3000:]
-    out = next(Path(tiny_cfg["paths"]["results"]).rglob("toy.json"))
+    out = results / "toy.json"
     assert json.loads(out.read_text()) == {"greeting": "hello"}  # the schema's default, no runtime knob
+    # the summary counted the toy's losses and its spend, beside the other stages'
+    numbers = json.loads((results / "summary" / "summary.json").read_text())
+    assert numbers["losses"]["toy"] == {"toy_reason": 1}, numbers["losses"]
+    assert numbers["costs"]["by_stage"]["toy"]["cost_usd"] == 0.25, numbers["costs"]
+    assert numbers["costs"]["cost_usd"] == 0.25 and numbers["costs"]["requests"] == 1   # the offline stages pay 0
+    table = (results / "summary" / "losses_by_stage.csv").read_text()
+    assert "toy,image,toy_reason,1" in table, table
     # a runtime knob plans nothing; the setting that decides the output plans the toy alone
     cfg = support.write_config(tmp_path / "c.yaml", {**tiny_cfg, "toy": {"workers": 7}})
     r = _snakemake(root, work, cfg, str(out), "-n")
@@ -117,3 +140,26 @@ def test_a_new_stage_takes_four_places(tmp_path, tiny_cfg):
     r = _snakemake(root, work, cfg, str(out), "-n")
     assert r.returncode == 0, r.stderr[-3000:]
     assert support.job_stats(r.stdout + r.stderr) == {"toy": 1}, r.stdout[-2000:]
+    r = _snakemake(root, work, cfg, str(results / "summary"), "-n")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert support.job_stats(r.stdout + r.stderr) == {"toy": 1, "summary": 1}, r.stdout[-2000:]
+
+
+def test_counted_files_follow_the_declaration_in_its_order():
+    """loss_files()/cost_files() (rules/common.smk) expand each stage's declared file over the items the
+    report includes, in the order of benchmaker.stages.STAGES; a set of items nobody names is an error."""
+    import pytest
+
+    from benchmaker import stages
+
+    items = {"shard": ["00000", "00001"], "evaluate_system": ["bm25"], "judge2": [], "deepen_system": []}
+    assert stages.counted_files("costs", "R", items) == [
+        "R/costs/vision/00000.jsonl", "R/costs/vision/00001.jsonl", "R/costs/judge.jsonl",
+        "R/costs/evaluate/bm25.jsonl"]
+    assert stages.counted_files("losses", "R", items) == [
+        "R/losses/vision.jsonl", "R/losses/plan.jsonl", "R/losses/judge.jsonl", "R/losses/similarity.jsonl"]
+    toy = {"toy": stages.Stage({"toy": "benchmaker.toy:run"}, costs="costs/toy/{page}.jsonl")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "STAGES", toy)
+        with pytest.raises(KeyError, match=r"stage 'toy': its costs file .* has \{page\}.*counted_items"):
+            stages.counted_files("costs", "R", items)

@@ -108,7 +108,7 @@ def test_stage_entry_points_take_no_catch_all_kwargs():
 
     from benchmaker.stages import STAGES
 
-    for rule, target in ((r, t) for by_rule in STAGES.values() for r, t in by_rule.items()):
+    for rule, target in ((r, t) for stage in STAGES.values() for r, t in stage.rules.items()):
         module, _, name = target.partition(":")
         func = getattr(importlib.import_module(module), name)
         kinds = {p.kind for p in inspect.signature(func).parameters.values()}

@@ -60,7 +60,7 @@ def test_every_rule_is_declared_under_its_stage():
     """benchmaker.stages is the one declaration of the stages: every rule with a script is in it, under
     the stage its version param names, and a rule with its own script runs the declared function."""
     rules = {name: rule for name, rule in _rules().items() if rule["script"]}
-    declared = {rule: (stage, target) for stage, by_rule in STAGES.items() for rule, target in by_rule.items()}
+    declared = {rule: (name, target) for name, stage in STAGES.items() for rule, target in stage.rules.items()}
     assert set(rules) == set(declared)
     for name, rule in rules.items():
         stage, target = declared[name]
@@ -75,8 +75,8 @@ def test_every_rule_is_declared_under_its_stage():
 
 def test_stage_entries_are_the_modules_of_the_declared_functions():
     assert set(STAGE_ENTRIES) == set(STAGES)
-    for stage, by_rule in STAGES.items():
-        assert set(STAGE_ENTRIES[stage]) == {t.partition(":")[0] for t in by_rule.values()}
+    for name, stage in STAGES.items():
+        assert set(STAGE_ENTRIES[name]) == {t.partition(":")[0] for t in stage.rules.values()}
     # the registry and the version check decide no output: in no stage's set (adding a stage reruns nothing)
     assert not [s for s in STAGE_ENTRIES if {"stages.py", "versions.py"} & set(stage_modules(s))]
 

@@ -1,5 +1,5 @@
-"""Every stage of the workflow, declared once: the rules that run it and the library function each
-rule's job calls (``"module:function"``).
+"""Every stage of the workflow, declared once: the rules that run it, the library function each
+rule's job calls (``"module:function"``) and the losses and cost files of it that the totals count.
 
 From this one table come
 
@@ -8,59 +8,107 @@ From this one table come
 * the function that the generic rule script ``scripts/stage.py`` runs for a rule
   (:func:`rule_target`); a rule whose job only hands its inputs, outputs and params to its stage
   function needs no script of its own (``script: "../scripts/stage.py"``);
+* the losses and cost files that the summary and the export read (``loss_files()`` and
+  ``cost_files()`` in rules/common.smk, through :func:`counted_files`): the report's and the card's
+  losses by stage and API costs;
 * the checks of tests/test_versions.py: every rule with a script is declared here, under the stage
   that its ``version=stage_version(...)`` param names, and a rule with its own script calls the
   function declared for it.
 
 Adding a stage (docs/architecture.md, "Adding a stage"): its function, its rule, one entry here and
-its settings in config/schema.yaml. This module imports nothing.
+its settings in config/schema.yaml. This module imports nothing of the project.
 """
 
 from __future__ import annotations
 
-__all__ = ["STAGES", "rule_target", "stage_of"]
+import itertools
+import string
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-# stage -> {rule: "module:function"}; a stage's first rule is the one named like it where there is one
-STAGES: dict[str, dict[str, str]] = {
-    "preprocess": {"preprocess": "benchmaker.preprocess:run_shard", "merge_images": "benchmaker.preprocess:merge"},
-    "vision": {"vision": "benchmaker.vision:run", "vision_build": "benchmaker.vision.openai:build",
-               "vision_submit": "benchmaker.vision.openai:submit",
-               "vision_collect": "benchmaker.vision.openai:collect"},
-    "merge": {"merge_annotations": "benchmaker.merge:merge_annotations"},
-    "plan": {"plan": "benchmaker.plan:run"},
-    "judge": {"judge": "benchmaker.judge:run", "judge_build": "benchmaker.judge.openai:build",
-              "judge_submit": "benchmaker.judge.openai:submit", "judge_collect": "benchmaker.judge.openai:collect"},
-    "embed": {"embed_images": "benchmaker.similarity.embed:run_images",
-              "embed_queries": "benchmaker.similarity.embed:run_queries"},
-    "score": {"score": "benchmaker.similarity.score:run"},
-    "summary": {"summary": "benchmaker.summary:run"},
-    "export": {"export": "benchmaker.export:run"},
-    "upload": {"upload": "benchmaker.export.upload:run"},  # no version param: an upload is never redone
-    "audit_sample": {"audit_sample": "benchmaker.audit.sample:run"},
-    "audit_labelling": {"audit_labelling": "benchmaker.audit.labelling:run"},
-    "audit_report": {"audit_report": "benchmaker.audit.statistics:run"},
-    "audit_judge2": {"audit_judge2": "benchmaker.audit.judge2:run"},
-    "staging": {"stage_file": "benchmaker.staging:copy_input", "stage_folder": "benchmaker.staging:copy_input"},
-    "evaluate_system": {"evaluate_model": "benchmaker.evaluate.systems:run",
-                        "evaluate_system": "benchmaker.evaluate.systems:run",
-                        "evaluate_api": "benchmaker.evaluate.systems:run"},  # use rule evaluate_system as ...
-    "evaluate": {"evaluate": "benchmaker.evaluate.stage:run"},
-    "deepen_system": {"deepen_system": "benchmaker.deepen.label:run"},
-    "deepen": {"deepen": "benchmaker.deepen.merge:run"},
+__all__ = ["STAGES", "Stage", "counted_files", "rule_target", "stage_of"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: ``rules`` (rule -> ``"module:function"``; the first is the one named like the stage
+    where there is one); ``losses`` and ``costs``: the file, under the results folder, of its permanent
+    losses (docs/formats.md ``losses``) and of its paid requests (``costs``) that the summary's and the
+    card's totals count, or None. A ``{wildcard}`` in them is a set of items that ``counted_items()``
+    in rules/common.smk names: every shard, or the evaluate systems, the second judge or the deepened
+    systems that the report includes (none when it does not)."""
+
+    rules: dict[str, str]
+    losses: str | None = None
+    costs: str | None = None
+
+
+# in the order the totals read them (the losses file and the card list them in this order)
+STAGES: dict[str, Stage] = {
+    "preprocess": Stage({"preprocess": "benchmaker.preprocess:run_shard",
+                         "merge_images": "benchmaker.preprocess:merge"}),
+    "vision": Stage({"vision": "benchmaker.vision:run", "vision_build": "benchmaker.vision.openai:build",
+                     "vision_submit": "benchmaker.vision.openai:submit",
+                     "vision_collect": "benchmaker.vision.openai:collect"},
+                    costs="costs/vision/{shard}.jsonl"),   # the merge stage merges its shards' losses
+    "merge": Stage({"merge_annotations": "benchmaker.merge:merge_annotations"}, losses="losses/vision.jsonl"),
+    "plan": Stage({"plan": "benchmaker.plan:run"}, losses="losses/plan.jsonl"),
+    "judge": Stage({"judge": "benchmaker.judge:run", "judge_build": "benchmaker.judge.openai:build",
+                    "judge_submit": "benchmaker.judge.openai:submit",
+                    "judge_collect": "benchmaker.judge.openai:collect"},
+                   losses="losses/judge.jsonl", costs="costs/judge.jsonl"),
+    "embed": Stage({"embed_images": "benchmaker.similarity.embed:run_images",
+                    "embed_queries": "benchmaker.similarity.embed:run_queries"}),  # score merges its losses
+    "score": Stage({"score": "benchmaker.similarity.score:run"}, losses="losses/similarity.jsonl"),
+    "summary": Stage({"summary": "benchmaker.summary:run"}),
+    "export": Stage({"export": "benchmaker.export:run"}),
+    "upload": Stage({"upload": "benchmaker.export.upload:run"}),  # no version param: an upload is never redone
+    "staging": Stage({"stage_file": "benchmaker.staging:copy_input", "stage_folder": "benchmaker.staging:copy_input"}),
+    "evaluate_system": Stage({"evaluate_model": "benchmaker.evaluate.systems:run",
+                              "evaluate_system": "benchmaker.evaluate.systems:run",
+                              "evaluate_api": "benchmaker.evaluate.systems:run"},  # use rule evaluate_system as
+                             costs="costs/evaluate/{evaluate_system}.jsonl"),
+    "evaluate": Stage({"evaluate": "benchmaker.evaluate.stage:run"}),
+    "audit_sample": Stage({"audit_sample": "benchmaker.audit.sample:run"}),
+    "audit_labelling": Stage({"audit_labelling": "benchmaker.audit.labelling:run"}),
+    "audit_report": Stage({"audit_report": "benchmaker.audit.statistics:run"}),
+    "audit_judge2": Stage({"audit_judge2": "benchmaker.audit.judge2:run"}, costs="audit/judge2/{judge2}/costs.jsonl"),
+    "deepen_system": Stage({"deepen_system": "benchmaker.deepen.label:run"},
+                           losses="losses/deepen/{deepen_system}.jsonl", costs="costs/deepen/{deepen_system}.jsonl"),
+    "deepen": Stage({"deepen": "benchmaker.deepen.merge:run"}),
 }
+
+
+def counted_files(kind: str, results: str, items: Mapping[str, Sequence[str]]) -> list[str]:
+    """The ``kind`` (``"losses"`` or ``"costs"``) files of every stage that the totals count, in
+    :data:`STAGES` order, under ``results``: a stage's ``{wildcard}`` runs over ``items[wildcard]``
+    (an empty set: no file)."""
+    out = []
+    for name, stage in STAGES.items():
+        pattern = getattr(stage, kind)
+        if pattern is None:
+            continue
+        wildcards = list(dict.fromkeys(f for _, f, _, _ in string.Formatter().parse(pattern) if f))
+        unknown = [w for w in wildcards if w not in items]
+        if unknown:
+            raise KeyError(f"stage {name!r}: its {kind} file {pattern!r} has {{{unknown[0]}}}, a set of items that "
+                           f"counted_items() in rules/common.smk does not name (it names {', '.join(sorted(items))})")
+        for values in itertools.product(*(items[w] for w in wildcards)):
+            out.append(f"{results}/" + pattern.format(**dict(zip(wildcards, values))))
+    return out
 
 
 def rule_target(rule: str) -> str:
     """The ``"module:function"`` that the job of ``rule`` runs."""
-    for rules in STAGES.values():
-        if rule in rules:
-            return rules[rule]
+    for stage in STAGES.values():
+        if rule in stage.rules:
+            return stage.rules[rule]
     raise KeyError(f"rule {rule!r} is declared under no stage in benchmaker/stages.py (STAGES)")
 
 
 def stage_of(rule: str) -> str:
     """The stage that ``rule`` belongs to."""
-    for stage, rules in STAGES.items():
-        if rule in rules:
-            return stage
+    for name, stage in STAGES.items():
+        if rule in stage.rules:
+            return name
     raise KeyError(f"rule {rule!r} is declared under no stage in benchmaker/stages.py (STAGES)")

@@ -37,8 +37,8 @@ _ROOT = "benchmaker"
 # stage -> the modules of the functions its rules run (benchmaker.stages.STAGES, the one declaration of
 # the stages; tests/test_versions.py checks it against scripts/ and rules/*.smk)
 STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
-    stage: tuple(dict.fromkeys(target.partition(":")[0] for target in rules.values()))
-    for stage, rules in STAGES.items()
+    name: tuple(dict.fromkeys(target.partition(":")[0] for target in stage.rules.values()))
+    for name, stage in STAGES.items()
 }
 # stage -> adapter registries outside its own package that it loads adapters from by name (pool
 # deepening runs whichever judge adapter is configured, through benchmaker.judge.base.get_judge)
