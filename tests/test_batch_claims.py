@@ -51,22 +51,30 @@ def _corpus(root: Path, tiny_corpus: Path, n: int = 6) -> None:
     assert (root / "a" / "0.png").read_bytes() != (root / "b" / "0.png").read_bytes()
 
 
+# fast polling and retries against the fake server
+FAST = {"poll_seconds": 0.05, "retry_base_delay": 0.01, "retry_max_delay": 0.05}
+
+
+def _shard(fake, tmp_path: Path, root: Path, shard: str, images, **settings) -> dict:
+    """The arguments of one shard's build -> submit -> collect: its files under tmp_path/<shard>, the
+    cache shared by every shard, batch mode against the fake server with ``settings``."""
+    d = tmp_path / shard
+    d.mkdir()
+    return {"images": write_images(images, d / "images.jsonl"), "requests": str(d / "requests.jsonl"),
+            "manifest": str(d / "manifest.jsonl"), "submitted": str(d / "submitted.json"),
+            "annotations": str(d / "ann.jsonl"), "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"),
+            "state_dir": str(d / "state"), "shard": shard, "facets": TINY_FACETS, "image_root": str(root),
+            "cache_dir": str(tmp_path / "cache"),
+            "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", **settings}}
+
+
 def _run_two_shards(fake, tmp_path: Path, root: Path, adapter: str = "openai", env: dict | None = None,
                     **settings) -> list[dict]:
     frame = images_frame(root)
     procs, kws = [], []
     for sub in ("a", "b"):
-        d = tmp_path / sub
-        d.mkdir()
         imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
-        kw = {"images": write_images(imgs, d / "images.jsonl"), "requests": str(d / "requests.jsonl"),
-              "manifest": str(d / "manifest.jsonl"), "submitted": str(d / "submitted.json"),
-              "annotations": str(d / "ann.jsonl"), "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"),
-              "state_dir": str(d / "state"), "shard": sub, "facets": TINY_FACETS, "image_root": str(root),
-              "cache_dir": str(tmp_path / "cache"),
-              "adapter": adapter,
-              "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", "poll_seconds": 0.05,
-                           "retry_base_delay": 0.01, "retry_max_delay": 0.05, **settings}}
+        kw = {**_shard(fake, tmp_path, root, sub, imgs, **{**FAST, **settings}), "adapter": adapter}
         kws.append(kw)
         procs.append(subprocess.Popen([sys.executable, "-c", _CHILD.format(src=SRC, kw=kw)],
                                       env={**os.environ, **(env or {"OPENAI_API_KEY": "sk-test"})}))
@@ -151,16 +159,8 @@ def test_claiming_shard_killed_then_resumed_the_other_waits_paid_once(fake, tmp_
     env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
     kws = []
     for sub in ("a", "b"):
-        d = tmp_path / sub
-        d.mkdir()
         imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
-        kws.append({"images": write_images(imgs, d / "images.jsonl"), "requests": str(d / "requests.jsonl"),
-                    "manifest": str(d / "manifest.jsonl"), "submitted": str(d / "submitted.json"),
-                    "annotations": str(d / "ann.jsonl"), "losses": str(d / "loss.jsonl"),
-                    "costs": str(d / "costs.jsonl"), "state_dir": str(d / "state"), "shard": sub,
-                    "facets": TINY_FACETS, "image_root": str(root), "cache_dir": str(tmp_path / "cache"),
-                    "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", "poll_seconds": 0.05,
-                                 "retry_base_delay": 0.01, "retry_max_delay": 0.05}})
+        kws.append(_shard(fake, tmp_path, root, sub, imgs, **FAST))
 
     def child(kw, steps):
         return subprocess.Popen([sys.executable, "-c", _STEPS.format(src=SRC, kw=kw, steps=steps)], env=env,
@@ -184,14 +184,7 @@ def test_same_bytes_in_one_batch_shard_sent_once(fake, tmp_path, tiny_corpus):
     duplicate of the first in the manifest and gets its answer)."""
     root = tmp_path / "corpus"
     _corpus(root, tiny_corpus)
-    d = tmp_path / "all"
-    d.mkdir()
-    kw = {"images": write_images(images_frame(root), d / "images.jsonl"), "requests": str(d / "requests.jsonl"),
-          "manifest": str(d / "manifest.jsonl"), "submitted": str(d / "submitted.json"),
-          "annotations": str(d / "ann.jsonl"), "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"),
-          "state_dir": str(d / "state"), "shard": "all", "facets": TINY_FACETS, "image_root": str(root),
-          "cache_dir": str(tmp_path / "cache"),
-          "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", "poll_seconds": 0.05}}
+    kw = _shard(fake, tmp_path, root, "all", images_frame(root), poll_seconds=0.05)
     p = subprocess.run([sys.executable, "-c", _CHILD.format(src=SRC, kw=kw)], timeout=120,
                        env={**os.environ, "OPENAI_API_KEY": "sk-test"})
     assert p.returncode == 0
@@ -214,18 +207,10 @@ def test_shared_requests_with_wait_false_stop_then_complete(fake, tmp_path, tiny
     frame = images_frame(root)
     kws = []
     for sub in ("a", "b"):
-        d = tmp_path / sub
-        d.mkdir()
         imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
-        kws.append({"images": write_images(imgs, d / "images.jsonl"), "manifest": str(d / "manifest.jsonl"),
-                    "submitted": str(d / "submitted.json"), "annotations": str(d / "ann.jsonl"),
-                    "losses": str(d / "loss.jsonl"), "costs": str(d / "costs.jsonl"), "state_dir": str(d / "state"),
-                    "shard": sub, "facets": TINY_FACETS, "image_root": str(root), "columns": {},
-                    "cache_dir": str(tmp_path / "cache"), "benchmark": "tiny",
-                    "settings": {**SETTINGS, "base_url": fake.base_url, "mode": "batch", "wait": False}})
+        kws.append({**_shard(fake, tmp_path, root, sub, imgs, wait=False), "columns": {}, "benchmark": "tiny"})
     for kw in kws:
-        req = str(Path(kw["manifest"]).with_name("requests.jsonl"))
-        kw["requests"] = req
+        req = kw["requests"]
         vo.build(images=kw["images"], requests=req, manifest=kw["manifest"], settings=kw["settings"],
                  facets=TINY_FACETS, image_root=str(root), columns={}, cache_dir=kw["cache_dir"])
         vo.submit(requests=req, submitted=kw["submitted"], settings=kw["settings"], state_dir=kw["state_dir"],

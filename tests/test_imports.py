@@ -88,27 +88,26 @@ def test_no_import_goes_up_a_layer():
     assert not up, f"imports from a lower layer to a higher one: {sorted(up)}"
 
 
+def _package(tmp_path, monkeypatch, files: dict[str, str]) -> None:
+    """A stand-in benchmaker package of ``files`` (path -> source) that the graph builder reads."""
+    pkg = tmp_path / "benchmaker"
+    for name, text in {"__init__.py": "", **files}.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    monkeypatch.setattr(__import__(__name__), "PKG", pkg)
+
+
 def test_the_check_finds_a_cycle(tmp_path, monkeypatch):
     """The graph builder sees lazy imports: a cycle through a function-level import is found."""
-    pkg = tmp_path / "benchmaker"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from .sub import b\n")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
-    monkeypatch.setattr(__import__(__name__), "PKG", pkg)
+    _package(tmp_path, monkeypatch, {"a.py": "from .sub import b\n", "sub/__init__.py": "",
+                                     "sub/b.py": "def f():\n    from .. import a\n"})
     assert cycles(import_graph()) == [["benchmaker.a", "benchmaker.sub.b"]]
 
 
 def test_the_check_finds_an_upward_import(tmp_path, monkeypatch):
     """A foundation module that imports a stage (even lazily) is an arrow up a layer."""
-    pkg = tmp_path / "benchmaker"
-    (pkg / "judge").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "config.py").write_text("def check():\n    from .judge.rules import x\n")
-    (pkg / "judge" / "__init__.py").write_text("")
-    (pkg / "judge" / "rules.py").write_text("from ..config import check\nx = 1\n")
-    monkeypatch.setattr(__import__(__name__), "PKG", pkg)
+    _package(tmp_path, monkeypatch, {"config.py": "def check():\n    from .judge.rules import x\n",
+                                     "judge/__init__.py": "", "judge/rules.py": "from ..config import check\nx = 1\n"})
     g = import_graph()
     assert {(a, b) for a, t in g.items() for b in t if layer(b) > layer(a)} == {
         ("benchmaker.config", "benchmaker.judge.rules")}
