@@ -329,4 +329,3 @@ def deepen_report_inputs(wildcards=None):
     if DEEPEN_ON and config["deepen"]["report"]:
         return {"deepen": f"{DEEPEN}/report.json"}
     return {}
-
