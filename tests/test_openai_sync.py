@@ -181,7 +181,7 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
         second = len(obj["judgments"]) == 2          # query 2 has two candidates
         obj["query_text"] = "a green circle" if second else "a red circle"
-        for j in obj["judgments"]:
+        for j in obj["judgments"].values():
             j.update(label=0 if second else 2, rationale="because")
         return obj
 
@@ -200,21 +200,25 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     schemas = [b["text"]["format"]["schema"] if api == "responses" else b["response_format"]["json_schema"]["schema"]
                for b in bodies]
     # one schema for every query with a pool of the same size (it leads the cacheable prefix): the keys
-    # are positional, and the schema allows exactly the keys of the request's data
+    # are positional, and the schema requires exactly the keys of the request's data (one label each)
     for b, sch in zip(bodies, schemas):
-        enum = sch["properties"]["judgments"]["items"]["properties"]["key"]["enum"]
-        assert enum == sorted(fake_openai.data_keys(fake_openai.request_text(b))) == [f"c{i:02d}" for i in
-                                                                                      range(1, len(enum) + 1)]
+        js = sch["properties"]["judgments"]
+        assert js["additionalProperties"] is False and js["required"] == list(js["properties"])
+        assert js["required"] == sorted(fake_openai.data_keys(fake_openai.request_text(b))) == \
+            [f"c{i:02d}" for i in range(1, len(js["required"]) + 1)]
     assert judge_spec_schema(4) is judge_spec_schema(4)
     from benchmaker.providers.parse import validate_answer
 
-    ok = {"query_text": "q", "judgments": [{"key": "c04", "label": 1, "rationale": "r"}]}
+    ok = {"query_text": "q", "judgments": {f"c0{i}": {"label": 1, "rationale": "r"} for i in range(1, 5)}}
     assert validate_answer(ok, judge_spec_schema(4)) is None
-    # a key outside the pool breaks the schema itself: a model that follows it cannot write one
-    bad = {"query_text": "q", "judgments": [{"key": "c05", "label": 1, "rationale": "r"}]}
+    # a key outside the pool, or one left out, breaks the schema itself: a model that follows it cannot
+    # answer for a candidate it was not given, nor skip one
+    bad = {"query_text": "q", "judgments": {**ok["judgments"], "c05": {"label": 1, "rationale": "r"}}}
     assert validate_answer(bad, judge_spec_schema(4)) is not None
-    one = schemas[0]["properties"]["judgments"]["items"]
-    assert one["required"] == ["key", "label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    short = {"query_text": "q", "judgments": {k: v for k, v in ok["judgments"].items() if k != "c04"}}
+    assert validate_answer(short, judge_spec_schema(4)) is not None
+    one = schemas[0]["properties"]["judgments"]["properties"]["c01"]
+    assert one["required"] == ["label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
     assert sorted(len(fake_openai.data_keys(fake_openai.request_text(b))) for b in bodies) == [2, 4]
     out = finalize(plan, judged, loss, judge_name=j.name, graded=True)
     validate_table(out, "qrels")
@@ -236,8 +240,8 @@ def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_
 
     def answer(body, schema):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
-        obj["judgments"].pop(0)                               # one planned candidate missing
-        obj["judgments"].append({"key": "c99", "label": 1})
+        obj["judgments"].pop("c01")                           # one planned candidate missing
+        obj["judgments"]["c99"] = 1                           # a key it was not given
         return obj
 
     fake.answer = answer
