@@ -268,3 +268,30 @@ def test_price_table_matches_exact_names_and_dated_snapshots_only():
         assert not price_for(lookalike).known, lookalike
     for name, (p_in, p_cached, p_out) in PRICES.items():    # plausible: cached <= input < output
         assert 0 < p_cached <= p_in < p_out, name
+
+
+def test_vision_confidence_is_percentages_on_the_wire_and_facet_floats_in_annotations():
+    """The answer carries confidences as a list of percentages in facet order (no facet names, no
+    ``0.``); the annotation row has them back as {facet: 0..1}; an answer cached in the object form
+    before still reads the same."""
+    from benchmaker.providers.parse import validate_answer
+    from benchmaker.vision.openai import answer_row
+    from benchmaker.vision.prompts import check_answer, vision_schema
+
+    schema = vision_schema(FM)
+    conf = schema["properties"]["confidence"]
+    assert conf["type"] == "array" and conf["minItems"] == conf["maxItems"] == len(FM.names)
+    assert conf["items"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert ", ".join(FM.names) in conf["description"]
+    base = {"summary": "a red circle", "color": "red", "shape": "circle", "is_bright": True,
+            "tags": ["red", "circle"]}
+    wire = {**base, "confidence": [87, 60, 5]}
+    assert validate_answer(wire, schema, check_answer(FM)) is None
+    assert validate_answer({**base, "confidence": [87, 60]}, schema) is not None          # one per facet
+    assert validate_answer({**base, "confidence": [0.87, 0.6, 0.05]}, schema) is not None  # whole numbers
+    row = answer_row("a.png", wire, FM, "openai:m")
+    assert row["confidence"] == dict(zip(FM.names, [0.87, 0.6, 0.05]))
+    legacy = {**base, "confidence": dict(zip(FM.names, [0.87, 0.6, 0.05]))}
+    assert answer_row("a.png", legacy, FM, "openai:m")["confidence"] == row["confidence"]
+    # fewer characters written than the object form (what output tokens are billed by)
+    assert len(json.dumps(wire)) < len(json.dumps(legacy)) - 30
