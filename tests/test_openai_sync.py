@@ -295,3 +295,26 @@ def test_vision_confidence_is_percentages_on_the_wire_and_facet_floats_in_annota
     assert answer_row("a.png", legacy, FM, "openai:m")["confidence"] == row["confidence"]
     # fewer characters written than the object form (what output tokens are billed by)
     assert len(json.dumps(wire)) < len(json.dumps(legacy)) - 30
+
+
+def test_judge_schema_of_a_huge_pool_stays_within_the_enum_limit():
+    """The object form repeats the label enum per key; past OpenAI's 1,000 enum values per schema the
+    judge falls back to a list of {key, label} with the keys in one enum, read the same way."""
+    from benchmaker.judge.prompts import ENUM_BUDGET, check_answer, judge_schema, judgments_by_key, positional_keys
+    from benchmaker.providers.parse import validate_answer
+
+    def n_enum(s):
+        if isinstance(s, dict):
+            return len(s.get("enum", ())) + sum(n_enum(v) for v in s.values())
+        return sum(n_enum(v) for v in s) if isinstance(s, list) else 0
+
+    small, big = positional_keys(225), positional_keys(226)
+    assert judge_schema(small, graded=True, rationale=False)["properties"]["judgments"]["type"] == "object"
+    sch = judge_schema(big, graded=True, rationale=False)
+    assert sch["properties"]["judgments"]["type"] == "array"
+    assert n_enum(judge_schema(small, graded=True, rationale=True)) == 225 * 4 == ENUM_BUDGET
+    assert n_enum(sch) == 226 + 4 <= 1000
+    ans = {"query_text": "q", "judgments": [{"key": k, "label": 3} for k in big]}
+    assert validate_answer(ans, sch, check_answer(big)) is None
+    assert judgments_by_key(ans)["c226"]["label"] == 3
+    assert validate_answer({**ans, "judgments": ans["judgments"][1:]}, sch, check_answer(big)) is not None

@@ -45,8 +45,16 @@ def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: 
     same size gets the very same schema (it leads the cacheable prefix: OpenAI puts the schema before
     the system message). An object costs about 5 output tokens per candidate fewer than a list of
     ``{"key": …, "label": …}`` entries (no key and label names written per candidate).
-    :func:`check_answer` checks the keys again; :func:`judgments_by_key` reads either form."""
+    :func:`check_answer` checks the keys again; :func:`judgments_by_key` reads either form.
+
+    OpenAI's strict schemas allow at most 1,000 enum values in all
+    (<https://platform.openai.com/docs/guides/structured-outputs#supported-schemas>), and the label's
+    enum counts once per key: a pool whose keys times labels exceed :data:`ENUM_BUDGET` (over 225
+    candidates graded, 450 binary) gets the list form instead, ``[{key, label[, rationale]}]`` with
+    the keys in one enum."""
     label: dict[str, Any] = {"type": "integer", "enum": [0, 1, 2, 3] if graded else [0, 1]}
+    if keys and len(keys) * len(label["enum"]) > ENUM_BUDGET:
+        return _list_schema(sorted(keys), label, rationale)
     one: dict[str, Any] = label
     if rationale:
         one = {"type": "object", "additionalProperties": False,
@@ -60,6 +68,23 @@ def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: 
         "properties": {"query_text": {"type": "string"}, "judgments": judgments},
         "required": ["query_text", "judgments"],
     }
+
+
+ENUM_BUDGET = 900      # enum values the object form may use (OpenAI's limit: 1,000 per schema)
+
+
+def _list_schema(keys: list[str], label: dict, rationale: bool) -> dict:
+    """``judgments`` as a list of ``{key, label[, rationale]}``, the key one of ``keys`` (large pools)."""
+    one: dict[str, Any] = {"type": "object", "additionalProperties": False,
+                           "properties": {"key": {"type": "string", "enum": keys}, "label": label},
+                           "required": ["key", "label"]}
+    if rationale:
+        one["properties"]["rationale"] = {"type": "string", "description": "at most 20 words"}
+        one["required"] = ["key", "label", "rationale"]
+    return {"type": "object", "additionalProperties": False,
+            "properties": {"query_text": {"type": "string"},
+                           "judgments": {"type": "array", "items": one, "description": "one entry per key"}},
+            "required": ["query_text", "judgments"]}
 
 
 def positional_keys(n: int) -> list[str]:

@@ -37,7 +37,8 @@ def vision_schema(fm: FacetModel) -> dict:
         props["confidence"] = {
             "type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 100},
             "minItems": len(fm.names), "maxItems": len(fm.names),
-            "description": "confidence in percent (0-100) per facet, in this order: " + ", ".join(fm.names),
+            "description": f"{len(fm.names)} whole numbers 0-100: your confidence in percent in each facet's "
+                           "value, in this order: " + ", ".join(fm.names),
         }
     return {"type": "object", "additionalProperties": False, "properties": props, "required": list(props)}
 
