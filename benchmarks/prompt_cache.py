@@ -13,7 +13,8 @@ gets its own fresh server (no shared cache). Prices: gpt-5-mini list prices (syn
 
 Facet model: 5 taxonomy facets (7 values each), 150-tag vocabulary, 5-12 tags, 2 booleans.
 Upstream's layout (../shared/reference/upstream-benchmaker.md §5): vision = user-supplied system and
-user prompts (the FireBench examples), the same schema, one image; judge = short system prompt, user
+user prompts (the FireBench examples), the same schema but for ``confidence`` (an object of numbers
+keyed by facet, :func:`upstream_vision_schema`), one image; judge = short system prompt, user
 prompt, then ``DATA (JSON)`` with the full annotation rows (image ids, license, doi, confidence) of
 the seeds and candidates, and a schema of ``{query_text, judgments: [{image_id, relevance_label}]}``.
 """
@@ -113,6 +114,18 @@ def upstream_judge_schema() -> dict:
             "required": ["query_text", "judgments"]}
 
 
+def upstream_vision_schema(fm) -> dict:
+    """Upstream's vision schema: this project's, but ``confidence`` an object of numbers 0..1 keyed by
+    facet (which the model writes out: every facet name again, and ``0.`` before each number)."""
+    from benchmaker.vision.prompts import vision_schema
+
+    schema = vision_schema(fm)
+    schema["properties"]["confidence"] = {
+        "type": "object", "additionalProperties": False,
+        "properties": {n: {"type": "number", "minimum": 0, "maximum": 1} for n in fm.names}, "required": fm.names}
+    return schema
+
+
 def upstream_answer(body: dict, schema: dict):
     """What a model answers to upstream's judge request: every candidate's image id and a label."""
     import fake_openai
@@ -134,7 +147,7 @@ def run_layout(layout: str, imgs: pl.DataFrame, corpus: Path, fm, vocab, n_queri
     from benchmaker.providers.openai.runner import OpenAIRunner as Runner
     from benchmaker.providers.spec import ImageRef, RequestSpec, Text
     from benchmaker.vision.openai import vision_items
-    from benchmaker.vision.prompts import check_answer, vision_schema
+    from benchmaker.vision.prompts import check_answer
 
     fake = fake_openai.start()
     fake.count_tokens = True
@@ -148,7 +161,7 @@ def run_layout(layout: str, imgs: pl.DataFrame, corpus: Path, fm, vocab, n_queri
         if layout == "benchmaker":
             items = list(vision_items(imgs, fm, settings, str(corpus)))
         else:
-            schema = vision_schema(fm)
+            schema = upstream_vision_schema(fm)
             items = [Item(r["image_id"], RequestSpec(system=UP_VISION_SYSTEM, parts=(
                 Text(UP_VISION_USER), ImageRef(sha256=r["sha256"], path=str(corpus / r["image_id"]), width=64,
                                                height=48)), schema=schema, schema_name="imsearch_vision"),

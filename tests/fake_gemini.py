@@ -50,6 +50,8 @@ def instance(schema: dict, path: str = "") -> Any:
         items = schema.get("items", {"type": "string"})
         if "enum" in items:
             return items["enum"][:n]
+        if str(items.get("type", "string")).lower() != "string":
+            return [instance(items, f"{path}/{i}") for i in range(n)]
         return [f"tag{i}" for i in range(n)]
     if t == "boolean":
         return len(path) % 2 == 0
@@ -85,8 +87,8 @@ def data_keys(text: str) -> list[str]:
 
 
 def answer_for(text: str, schema: dict) -> Any:
-    """A valid answer: :func:`instance`, with a judge's ``judgments`` list holding every candidate key
-    of the request once."""
+    """A valid answer: :func:`instance` (a judge's ``judgments`` object names the candidate keys in its
+    schema), or, for a ``judgments`` list, one entry per candidate key of the request's DATA."""
     obj = instance(schema)
     j = (schema.get("properties") or {}).get("judgments")
     if isinstance(obj, dict) and j and str(j.get("type", "")).lower() == "array":

@@ -241,7 +241,8 @@ def typical_answer(schema: dict, seed: str, keys: list[str] | None = None) -> ob
     """A valid answer of the length a model typically writes, varying per request (``seed``): a string
     whose description says "at most N words" has 60-100 % of N words, other strings 6-14 words; an
     array of enum values holds between minItems and maxItems distinct values; numbers are two-decimal
-    confidences; a judge's ``judgments`` holds one entry per candidate key (``keys``)."""
+    confidences (an integer of maximum 100: a percentage of two digits); a judge's ``judgments`` list
+    holds one entry per candidate key (``keys``), an object one per key of its schema."""
     rnd = random.Random(seed)
 
     def words(n: int) -> str:
@@ -263,8 +264,9 @@ def typical_answer(schema: dict, seed: str, keys: list[str] | None = None) -> ob
             return [one(items, name) for _ in range(n)]
         if t == "boolean":
             return rnd.random() < 0.5
-        if t == "integer":
-            return int(s.get("maximum", 1))
+        if t == "integer":       # a percentage (0..100) is a two-digit confidence; else the maximum
+            hi = int(s.get("maximum", 1))
+            return rnd.randint(hi // 2, hi - 1) if hi >= 10 else hi
         if t == "number":
             return round(rnd.uniform(0.5, 1.0), 2)
         m = re.search(r"at most (\d+) words", str(s.get("description", "")))
@@ -272,6 +274,6 @@ def typical_answer(schema: dict, seed: str, keys: list[str] | None = None) -> ob
 
     obj = one(schema, "")
     j = (schema.get("properties") or {}).get("judgments")
-    if isinstance(obj, dict) and j is not None and keys is not None:
+    if isinstance(obj, dict) and j is not None and keys is not None and str(j.get("type", "")).lower() == "array":
         obj["judgments"] = [{**one(j["items"], "judgments"), "key": k} for k in keys]
     return obj

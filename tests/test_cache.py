@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmaker.io import iter_jsonl
 from benchmaker.providers.cache import ResponseCache, content_key
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -121,6 +122,7 @@ def test_backward_compatible_loose_files(tmp_path):
 WRITER = r"""
 import os, signal, sys, time
 sys.path.insert(0, {src!r})
+from benchmaker.io import iter_jsonl
 from benchmaker.providers.cache import ResponseCache, content_key
 d, name, n, every, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 c = ResponseCache(d, segment_entries=every)
@@ -255,9 +257,14 @@ def test_batch_collect_writes_a_segment_and_a_lost_window_is_parsed_again_for_fr
         sh.submit()
         sh.collect()
         cache = Path(sh.cache)
-        # beside the packs only the cross-shard claims (released once collected) and the answers by
-        # the bytes sent (wire/, providers/claims.py): no loose answer file in the cache itself
-        assert len(packs(cache)) == 1 and sorted(p.name for p in cache.iterdir()) == ["claims", "packs", "wire"]
+        # beside the packs only the cross-shard claims (released once collected): no loose answer file,
+        # and the answers by the bytes sent (providers/claims.py) are references in the same segment,
+        # not a folder of copies
+        assert len(packs(cache)) == 1 and sorted(p.name for p in cache.iterdir()) == ["claims", "packs"]
+        c = ResponseCache(cache)
+        assert c.index_size() == 12                       # 6 answers + 6 references by the bytes sent
+        refs = [m["wire"] for m in iter_jsonl(sh.p["manifest"]) if m.get("wire")]
+        assert len(refs) == 6 and all(set(c.get(w)) == {"ref"} and "answer" in c.get(c.get(w)["ref"]) for w in refs)
         assert not [p for p in (cache / "claims").rglob("*") if p.is_file()]
         ann, _, costs = sh.results()
         assert ann.height == 6 and not any(c["cached"] for c in costs)
@@ -269,6 +276,46 @@ def test_batch_collect_writes_a_segment_and_a_lost_window_is_parsed_again_for_fr
         assert ann2.equals(ann)
         assert {p: f.count(m, p) for m, p in (("POST", "/v1/batches"), ("GET", r"/v1/files/[^/]+/content"))} == calls
         c = ResponseCache(cache)
-        assert len(packs(cache)) == 1 and c.index_size() == 6
+        assert len(packs(cache)) == 1 and c.index_size() == 12
     finally:
         fake_openai.stop(f)
+
+
+def test_answers_by_sent_bytes_are_references_not_copies(tmp_path):
+    """An answer is stored once: under the wire key (the bytes sent, providers/claims.py) goes a
+    reference to its content-keyed entry. Sync mode (no bulk block): a small loose file in wire/;
+    batch collect (bulk): an entry of the same pack segment, no file. A full copy written by an
+    earlier version is read as it is; a reference whose entry is gone is a miss (the request is sent)."""
+    from benchmaker.providers.cost import Usage
+    from benchmaker.providers.engine import Item
+    from benchmaker.providers.parse import Outcome
+    from benchmaker.providers.runners import provider_runner
+    from benchmaker.providers.spec import RequestSpec, Text
+
+    schema = {"type": "object", "additionalProperties": False, "properties": {"a": {"type": "string"}},
+              "required": ["a"]}
+    r = provider_runner("openai", stage="vision", item_type="image", cache_dir=str(tmp_path / "c"),
+                        settings={"model": "gpt-5-mini", "mode": "sync"})
+
+    def settle(n: int) -> Item:
+        it = Item(f"i{n}", RequestSpec(system="s", parts=(Text(f"t{n}"),), schema=schema, schema_name="x"),
+                  key=content_key(["k", n]), wire=content_key(["w", n]))
+        assert r.settle(it, Outcome(True, obj={"a": str(n)}, usage=Usage(10, 0, 5, 0), paid=True),
+                        attempt=1, mode="sync") == {"a": str(n)}
+        return it
+
+    sync = settle(1)                                        # sync: a loose reference in wire/
+    ref = tmp_path / "c" / "wire" / sync.wire[:2] / f"{sync.wire}.json"
+    assert json.loads(ref.read_text()) == {"ref": sync.key}
+    assert r.wire_record(sync.wire)["answer"] == {"a": "1"} and r.wire_record(sync.wire)["usage"]["output_tokens"] == 5
+    with r.cache.bulk():                                    # batch collect: in the answer's segment
+        batch = settle(2)
+    assert not (tmp_path / "c" / "wire" / batch.wire[:2]).exists()
+    fresh = ResponseCache(tmp_path / "c")
+    assert fresh.index_size() == 2 and fresh.get(batch.wire) == {"ref": batch.key}
+    assert r.wire_record(batch.wire)["answer"] == {"a": "2"}
+    old = content_key(["w", 3])                             # a full copy, as caches before held
+    r.wire_cache.put(old, {"answer": {"a": "3"}, "model": "gpt-5-mini", "usage": {}})
+    assert r.wire_record(old)["answer"] == {"a": "3"}
+    (tmp_path / "c" / sync.key[:2] / f"{sync.key}.json").unlink()          # the entry itself gone
+    assert r.wire_record(sync.wire) is None

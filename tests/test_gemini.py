@@ -277,15 +277,12 @@ def _judge_answer(req, schema):
     obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
     second = len(obj["judgments"]) == 2
     obj["query_text"] = "a green circle" if second else "a red circle"
-    for j in obj["judgments"]:
-        j["label"] = 0 if second else 2
-        if "rationale" in obj_props(schema):
-            j["rationale"] = "because"
+    for k, j in obj["judgments"].items():
+        if isinstance(j, dict):                       # with a rationale: {label, rationale}
+            j.update(label=0 if second else 2, rationale="because")
+        else:
+            obj["judgments"][k] = 0 if second else 2
     return obj
-
-
-def obj_props(schema):
-    return schema["properties"]["judgments"]["items"]["properties"]
 
 
 def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, caplog):
@@ -322,9 +319,9 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
     assert "CC0" not in blob and "tiny_q000" not in blob
     schemas = [b["generationConfig"]["responseJsonSchema"] for b in bodies]
     for b, sch in zip(bodies, schemas):             # one schema per pool size: a stable prefix
-        key = sch["properties"]["judgments"]["items"]["properties"]["key"]
-        assert key["enum"] == sorted(fake_gemini.data_keys(fake_gemini.request_text(b)))
-    assert schemas[0]["properties"]["judgments"]["items"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
+        js = sch["properties"]["judgments"]
+        assert js["required"] == list(js["properties"]) == sorted(fake_gemini.data_keys(fake_gemini.request_text(b)))
+    assert schemas[0]["properties"]["judgments"]["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
     assert sorted(len(fake_gemini.data_keys(fake_gemini.request_text(b))) for b in bodies) == [2, 4]
     # the rerun is served by the cache
     judge_stage.run(**kw)
@@ -340,8 +337,8 @@ def test_judge_wrong_keys_retried_then_lost(fake, tmp_path, tiny_corpus):
 
     def answer(req, schema):
         obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
-        obj["judgments"].pop(0)                               # one planned candidate missing
-        obj["judgments"].append({"key": "c99", "label": 1})
+        obj["judgments"].pop("c01")                           # one planned candidate missing
+        obj["judgments"]["c99"] = 1                           # a key it was not given
         return obj
 
     fake.answer = answer

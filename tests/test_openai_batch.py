@@ -363,12 +363,9 @@ def test_judge_batch_collect_streams_items_retries_and_records_losses_once(fake,
     def answer(body, schema):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
         obj["query_text"] = f"query with {len(obj['judgments'])} candidates"
-        for j in obj["judgments"]:
-            j["label"] = 1
         calls["n"] += 1
-        if calls["n"] == 2:                      # the second answered request: out of the binary enum
-            for j in obj["judgments"]:
-                j["label"] = 7
+        # the second answered request: out of the binary enum
+        obj["judgments"] = {k: 7 if calls["n"] == 2 else 1 for k in obj["judgments"]}
         return obj
 
     fake.answer = answer

@@ -181,7 +181,7 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
         second = len(obj["judgments"]) == 2          # query 2 has two candidates
         obj["query_text"] = "a green circle" if second else "a red circle"
-        for j in obj["judgments"]:
+        for j in obj["judgments"].values():
             j.update(label=0 if second else 2, rationale="because")
         return obj
 
@@ -200,21 +200,25 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     schemas = [b["text"]["format"]["schema"] if api == "responses" else b["response_format"]["json_schema"]["schema"]
                for b in bodies]
     # one schema for every query with a pool of the same size (it leads the cacheable prefix): the keys
-    # are positional, and the schema allows exactly the keys of the request's data
+    # are positional, and the schema requires exactly the keys of the request's data (one label each)
     for b, sch in zip(bodies, schemas):
-        enum = sch["properties"]["judgments"]["items"]["properties"]["key"]["enum"]
-        assert enum == sorted(fake_openai.data_keys(fake_openai.request_text(b))) == [f"c{i:02d}" for i in
-                                                                                      range(1, len(enum) + 1)]
+        js = sch["properties"]["judgments"]
+        assert js["additionalProperties"] is False and js["required"] == list(js["properties"])
+        assert js["required"] == sorted(fake_openai.data_keys(fake_openai.request_text(b))) == \
+            [f"c{i:02d}" for i in range(1, len(js["required"]) + 1)]
     assert judge_spec_schema(4) is judge_spec_schema(4)
     from benchmaker.providers.parse import validate_answer
 
-    ok = {"query_text": "q", "judgments": [{"key": "c04", "label": 1, "rationale": "r"}]}
+    ok = {"query_text": "q", "judgments": {f"c0{i}": {"label": 1, "rationale": "r"} for i in range(1, 5)}}
     assert validate_answer(ok, judge_spec_schema(4)) is None
-    # a key outside the pool breaks the schema itself: a model that follows it cannot write one
-    bad = {"query_text": "q", "judgments": [{"key": "c05", "label": 1, "rationale": "r"}]}
+    # a key outside the pool, or one left out, breaks the schema itself: a model that follows it cannot
+    # answer for a candidate it was not given, nor skip one
+    bad = {"query_text": "q", "judgments": {**ok["judgments"], "c05": {"label": 1, "rationale": "r"}}}
     assert validate_answer(bad, judge_spec_schema(4)) is not None
-    one = schemas[0]["properties"]["judgments"]["items"]
-    assert one["required"] == ["key", "label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
+    short = {"query_text": "q", "judgments": {k: v for k, v in ok["judgments"].items() if k != "c04"}}
+    assert validate_answer(short, judge_spec_schema(4)) is not None
+    one = schemas[0]["properties"]["judgments"]["properties"]["c01"]
+    assert one["required"] == ["label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
     assert sorted(len(fake_openai.data_keys(fake_openai.request_text(b))) for b in bodies) == [2, 4]
     out = finalize(plan, judged, loss, judge_name=j.name, graded=True)
     validate_table(out, "qrels")
@@ -236,8 +240,8 @@ def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_
 
     def answer(body, schema):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
-        obj["judgments"].pop(0)                               # one planned candidate missing
-        obj["judgments"].append({"key": "c99", "label": 1})
+        obj["judgments"].pop("c01")                           # one planned candidate missing
+        obj["judgments"]["c99"] = 1                           # a key it was not given
         return obj
 
     fake.answer = answer
@@ -264,3 +268,53 @@ def test_price_table_matches_exact_names_and_dated_snapshots_only():
         assert not price_for(lookalike).known, lookalike
     for name, (p_in, p_cached, p_out) in PRICES.items():    # plausible: cached <= input < output
         assert 0 < p_cached <= p_in < p_out, name
+
+
+def test_vision_confidence_is_percentages_on_the_wire_and_facet_floats_in_annotations():
+    """The answer carries confidences as a list of percentages in facet order (no facet names, no
+    ``0.``); the annotation row has them back as {facet: 0..1}; an answer cached in the object form
+    before still reads the same."""
+    from benchmaker.providers.parse import validate_answer
+    from benchmaker.vision.openai import answer_row
+    from benchmaker.vision.prompts import check_answer, vision_schema
+
+    schema = vision_schema(FM)
+    conf = schema["properties"]["confidence"]
+    assert conf["type"] == "array" and conf["minItems"] == conf["maxItems"] == len(FM.names)
+    assert conf["items"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert ", ".join(FM.names) in conf["description"]
+    base = {"summary": "a red circle", "color": "red", "shape": "circle", "is_bright": True,
+            "tags": ["red", "circle"]}
+    wire = {**base, "confidence": [87, 60, 5]}
+    assert validate_answer(wire, schema, check_answer(FM)) is None
+    assert validate_answer({**base, "confidence": [87, 60]}, schema) is not None          # one per facet
+    assert validate_answer({**base, "confidence": [0.87, 0.6, 0.05]}, schema) is not None  # whole numbers
+    row = answer_row("a.png", wire, FM, "openai:m")
+    assert row["confidence"] == dict(zip(FM.names, [0.87, 0.6, 0.05]))
+    legacy = {**base, "confidence": dict(zip(FM.names, [0.87, 0.6, 0.05]))}
+    assert answer_row("a.png", legacy, FM, "openai:m")["confidence"] == row["confidence"]
+    # fewer characters written than the object form (what output tokens are billed by)
+    assert len(json.dumps(wire)) < len(json.dumps(legacy)) - 30
+
+
+def test_judge_schema_of_a_huge_pool_stays_within_the_enum_limit():
+    """The object form repeats the label enum per key; past OpenAI's 1,000 enum values per schema the
+    judge falls back to a list of {key, label} with the keys in one enum, read the same way."""
+    from benchmaker.judge.prompts import ENUM_BUDGET, check_answer, judge_schema, judgments_by_key, positional_keys
+    from benchmaker.providers.parse import validate_answer
+
+    def n_enum(s):
+        if isinstance(s, dict):
+            return len(s.get("enum", ())) + sum(n_enum(v) for v in s.values())
+        return sum(n_enum(v) for v in s) if isinstance(s, list) else 0
+
+    small, big = positional_keys(225), positional_keys(226)
+    assert judge_schema(small, graded=True, rationale=False)["properties"]["judgments"]["type"] == "object"
+    sch = judge_schema(big, graded=True, rationale=False)
+    assert sch["properties"]["judgments"]["type"] == "array"
+    assert n_enum(judge_schema(small, graded=True, rationale=True)) == 225 * 4 == ENUM_BUDGET
+    assert n_enum(sch) == 226 + 4 <= 1000
+    ans = {"query_text": "q", "judgments": [{"key": k, "label": 3} for k in big]}
+    assert validate_answer(ans, sch, check_answer(big)) is None
+    assert judgments_by_key(ans)["c226"]["label"] == 3
+    assert validate_answer({**ans, "judgments": ans["judgments"][1:]}, sch, check_answer(big)) is not None

@@ -6,7 +6,7 @@ a key nor a position reveals which candidate is the seed or which pool it came f
 path, id, license or source reaches the judge (optionally, thumbnails of the candidates do).
 
 Layout for prompt caching: the answer schema (the same for every query with a pool of the same
-size: judgments are a list of ``{key, label}``, the key one of the pool's positional keys), then the
+size: judgments are an object whose required keys are the pool's positional keys), then the
 system prompt (instructions, the facet definitions and tag vocabulary, the judging rules) and the
 user prompt are identical across the queries of a run and lead every request; the per-query data
 (seed and candidate descriptions, one table row each; the columns are defined in the system prompt)
@@ -38,27 +38,53 @@ def candidate_keys(query_id: str, image_ids: Sequence[str]) -> dict[str, str]:
 
 def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: bool) -> dict:
     """The answer schema. ``keys``: the query's candidate keys, which are positional (``c01`` …
-    ``cNN`` for a pool of N, :func:`candidate_keys`): the schema names them in an enum, so a model that
-    follows it cannot answer for a candidate it was not given, and every query with a pool of the same
-    size gets the very same schema (it leads the cacheable prefix: OpenAI puts the schema before the
-    system message). :func:`check_answer` still requires each key exactly once."""
-    label = {"type": "integer", "enum": [0, 1, 2, 3] if graded else [0, 1]}
-    key: dict[str, Any] = {"type": "string"}
-    if keys:
-        key["enum"] = sorted(keys)
+    ``cNN`` for a pool of N, :func:`candidate_keys`). ``judgments`` is an object with exactly these
+    keys as its required properties (``{"c01": 1, "c02": 0, …}``; with a rationale
+    ``{"c01": {"label": 1, "rationale": "…"}, …}``), so a model that follows it labels every candidate
+    it was given exactly once and cannot answer for another one, and every query with a pool of the
+    same size gets the very same schema (it leads the cacheable prefix: OpenAI puts the schema before
+    the system message). An object costs about 5 output tokens per candidate fewer than a list of
+    ``{"key": …, "label": …}`` entries (no key and label names written per candidate).
+    :func:`check_answer` checks the keys again; :func:`judgments_by_key` reads either form.
+
+    OpenAI's strict schemas allow at most 1,000 enum values in all
+    (<https://platform.openai.com/docs/guides/structured-outputs#supported-schemas>), and the label's
+    enum counts once per key: a pool whose keys times labels exceed :data:`ENUM_BUDGET` (over 225
+    candidates graded, 450 binary) gets the list form instead, ``[{key, label[, rationale]}]`` with
+    the keys in one enum."""
+    label: dict[str, Any] = {"type": "integer", "enum": [0, 1, 2, 3] if graded else [0, 1]}
+    if keys and len(keys) * len(label["enum"]) > ENUM_BUDGET:
+        return _list_schema(sorted(keys), label, rationale)
+    one: dict[str, Any] = label
+    if rationale:
+        one = {"type": "object", "additionalProperties": False,
+               "properties": {"label": label, "rationale": {"type": "string", "description": "at most 20 words"}},
+               "required": ["label", "rationale"]}
+    ks = sorted(keys or ())
+    judgments: dict[str, Any] = {"type": "object", "additionalProperties": False,
+                                 "properties": {k: one for k in ks}, "required": ks}
+    return {
+        "type": "object", "additionalProperties": False,
+        "properties": {"query_text": {"type": "string"}, "judgments": judgments},
+        "required": ["query_text", "judgments"],
+    }
+
+
+ENUM_BUDGET = 900      # enum values the object form may use (OpenAI's limit: 1,000 per schema)
+
+
+def _list_schema(keys: list[str], label: dict, rationale: bool) -> dict:
+    """``judgments`` as a list of ``{key, label[, rationale]}``, the key one of ``keys`` (large pools)."""
     one: dict[str, Any] = {"type": "object", "additionalProperties": False,
-                           "properties": {"key": key, "label": label}, "required": ["key", "label"]}
+                           "properties": {"key": {"type": "string", "enum": keys}, "label": label},
+                           "required": ["key", "label"]}
     if rationale:
         one["properties"]["rationale"] = {"type": "string", "description": "at most 20 words"}
         one["required"] = ["key", "label", "rationale"]
-    return {
-        "type": "object", "additionalProperties": False,
-        "properties": {
-            "query_text": {"type": "string"},
-            "judgments": {"type": "array", "items": one},
-        },
-        "required": ["query_text", "judgments"],
-    }
+    return {"type": "object", "additionalProperties": False,
+            "properties": {"query_text": {"type": "string"},
+                           "judgments": {"type": "array", "items": one, "description": "one entry per key"}},
+            "required": ["query_text", "judgments"]}
 
 
 def positional_keys(n: int) -> list[str]:
@@ -97,8 +123,7 @@ JUDGING_RULES = (
     "- Never use the keys, their order, file names, sources, licenses or any identifier as evidence.",
     "- When the descriptions do not allow a decision, choose the lower label.",
     "",
-    "Answer format: query_text, then judgments: one entry per candidate key from DATA, each key exactly "
-    "once, in any order, with its label.",
+    "Answer format: query_text, then judgments: every candidate key from DATA exactly once, with its label.",
 )
 
 
@@ -158,15 +183,24 @@ def row_line(key: str, row: Mapping[str, Any], fm: FacetModel) -> str:
     cells += [_cell(row.get(n)) or "unknown" for n in fm.taxonomy]
     if fm.boolean:
         cells.append(", ".join(n for n in fm.boolean if row.get(n)) or "-")
-    cells.append(", ".join(_cell(t) for t in (row.get("tags") or [])))
+    cells.append(_tag_sep(fm).join(_cell(t) for t in (row.get("tags") or [])))
     return " | ".join(cells)
+
+
+def _tag_sep(fm: FacetModel | None) -> str:
+    """Tags are separated by a space when the vocabulary has no tag with a space in it (``smoke_present
+    rising_plume``: one token fewer per tag than after a comma, whose own token a space does not
+    need), else by a comma."""
+    if fm is not None and fm.vocabulary and not any(any(c.isspace() for c in t) for t in fm.vocabulary):
+        return " "
+    return ", "
 
 
 def table_columns(fm: FacetModel | None) -> str:
     cols = ["key", "summary", *(fm.taxonomy if fm else ())]
     if fm is not None and fm.boolean:
         cols.append("flags (the yes/no facets that are yes, '-' for none)")
-    cols.append("tags")
+    cols.append("tags (separated by spaces)" if _tag_sep(fm) == " " else "tags")
     return " | ".join(cols)
 
 
@@ -218,10 +252,12 @@ def _schema(graded: bool, rationale: bool, n: int) -> dict:
 
 
 def judgments_by_key(answer: Mapping[str, Any]) -> dict[str, dict]:
-    """``judgments`` as key -> {label, rationale} (answers cached in the earlier object form pass)."""
+    """``judgments`` as key -> ``{label[, rationale]}``: the object form of :func:`judge_schema`
+    (a key's value is its label, or ``{label, rationale}``) or a list of ``{key, label[, rationale]}``
+    (answers cached before)."""
     j = answer.get("judgments") or []
     if isinstance(j, Mapping):
-        return dict(j)
+        return {str(k): (dict(v) if isinstance(v, Mapping) else {"label": v}) for k, v in j.items()}
     return {str(x.get("key")): x for x in j if isinstance(x, Mapping)}
 
 

@@ -142,7 +142,7 @@ def build_requests(runner: Runner, items: Iterable[Item], *, requests: str, mani
                 elif runner._wire_answer(it) is None and not claims.claim(w):
                     shared, line = w, None
                     n_shared += 1
-                elif (got := _wire_record(runner, it)) is not None:
+                elif (got := _wire_record(runner, it, fresh=True)) is not None:   # claimed: look again
                     claims.release(w)
                     runner.cache.put(it.key, got)
                     cached, line = True, None
@@ -184,11 +184,11 @@ def _claims(runner: Runner, manifest: str):
                   owner=f"batch:{Path(manifest).resolve().parent}")
 
 
-def _wire_record(runner: Runner, item: Item) -> dict | None:
+def _wire_record(runner: Runner, item: Item, *, fresh: bool = False) -> dict | None:
     """The cache record another job stored for ``item``'s request bytes, when its answer is valid here."""
-    if runner._wire_answer(item) is None:
+    if runner._wire_answer(item, fresh=fresh) is None:
         return None
-    return runner.wire_cache.get(item.wire)
+    return runner.wire_record(item.wire)
 
 
 # -- submit -------------------------------------------------------------------------------------------
@@ -520,7 +520,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                 it.wire = w
                 rec = _wire_record(runner, it)
                 if rec is None and claims.claim(w):
-                    rec = _wire_record(runner, it)         # answered just before the release
+                    rec = _wire_record(runner, it, fresh=True)   # answered just before the release
                     if rec is None:
                         wires[32 * i: 32 * i + 32] = bytes.fromhex(w)
                         retry.append(i)

@@ -104,11 +104,14 @@ class ResponseCache:
     def _file(self, key: str) -> str:
         return os.path.join(self._root, key[:2], key + ".json")
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str, *, fresh: bool = False) -> dict | None:
+        """The entry of ``key`` or None. ``fresh``: on a miss, look for segments published since the
+        last look at once (else at most once every ``refresh_seconds``): for the check that follows
+        winning a claim (providers/claims.py), when another job may have published just before."""
         if self.dir is None:
             self.misses += 1
             return None
-        rec = self._from_packs(key)
+        rec = self._from_packs(key, fresh)
         if rec is None:
             rec = self._from_file(key)
         if rec is None:
@@ -130,7 +133,7 @@ class ResponseCache:
             return None
         return rec if isinstance(rec, dict) else None
 
-    def _locate(self, key: str) -> list[tuple[int, int, int]]:
+    def _locate(self, key: str, fresh: bool = False) -> list[tuple[int, int, int]]:
         """Locations of ``key`` in published segments (segment number, offset, length); -1 as
         segment number: this process's unpublished segment."""
         with self._lock:
@@ -143,13 +146,13 @@ class ResponseCache:
             kb = _key_bytes(key)
             hi, lo = int.from_bytes(kb[:8], "big"), int.from_bytes(kb[8:16], "big")
             found = self._index.find(hi, lo) if len(self._index) else []
-            if not found and not out and time.monotonic() - self._scanned >= self.refresh_seconds:
+            if not found and not out and (fresh or time.monotonic() - self._scanned >= self.refresh_seconds):
                 if self._refresh():
                     found = self._index.find(hi, lo)
             return out + found
 
-    def _from_packs(self, key: str) -> dict | None:
-        locs = self._locate(key)
+    def _from_packs(self, key: str, fresh: bool = False) -> dict | None:
+        locs = self._locate(key, fresh)
         if not locs:
             return None
         kb = key.encode("utf-8") + b"\t"
@@ -329,6 +332,11 @@ class ResponseCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    @property
+    def in_bulk(self) -> bool:
+        """Inside :meth:`bulk`: a put is appended to this process's pack segment."""
+        return self._bulk > 0
 
     @contextlib.contextmanager
     def bulk(self) -> Iterator[None]:

@@ -10,8 +10,10 @@ byte-identical. So, just before a request is sent, its rendered body is hashed (
 
 * if the cache holds an answer under the wire key, that answer is used (nothing is sent);
 * else the job **claims** the wire key: an exclusive create (``O_CREAT | O_EXCL``) of
-  ``<cache>/claims/<k[:2]>/<k>`` holding ``host pid time``. Exactly one job wins; it sends the
-  request, stores the answer under both keys, and removes the claim;
+  ``<cache>/claims/<k[:2]>/<k>`` holding ``host pid time``. Exactly one job wins; it looks for an
+  answer once more (one may have arrived just before the release), sends the request, stores the
+  answer under its content key and a reference to it under the wire key
+  (:meth:`~benchmaker.providers.engine.Runner.put_wire`), and removes the claim;
 * a job that finds the key claimed waits for the answer (polling the cache) while the claim lives.
   A claim whose owner died (same host, no such process) or that is older than ``stale_seconds`` is
   taken over: renamed away (only one taker succeeds), then claimed again. A claim released without

@@ -138,21 +138,49 @@ class Runner:
             "input_tokens": u.input_tokens, "cached_input_tokens": u.cached_input_tokens,
             "output_tokens": u.output_tokens, "reasoning_tokens": u.reasoning_tokens}}
         self.cache.put(item.key, rec)
-        if item.wire:                   # the same bytes sent by another item / job find it too
-            self.wire_cache.put(item.wire, rec)
+        if item.wire and item.wire != item.key:   # the same bytes sent by another item / job find it too
+            self.put_wire(item.wire, item.key)
         return outcome.obj
+
+    def put_wire(self, wire: str, key: str) -> None:
+        """Record that the answer to the request bytes ``wire`` is the cache entry ``key``: a reference
+        (``{"ref": key}``), not a second copy of the answer, written right after the entry itself.
+        Inside the cache's bulk block (batch collect) it is appended to the same pack segment as the
+        answer (published with it: no file per answer); otherwise (sync mode: each answer durable at
+        once) it is a small loose file in ``<cache>/wire/``, beside the answers' own files."""
+        if self.cache.dir is None:
+            return
+        if self.cache.in_bulk:
+            self.cache.put(wire, {"ref": key})
+        else:
+            self.wire_cache.put(wire, {"ref": key})
+
+    def wire_record(self, wire: str, *, fresh: bool = False) -> dict | None:
+        """The cache record of the answer to the request bytes ``wire`` (paid by any job): through a
+        reference in the main cache (pack segments) or in ``<cache>/wire/``; a full copy there (what
+        caches written before references held) is used as it is. None: no answer (or a reference
+        whose entry is gone). ``fresh``: see segments another job published a moment ago (the check
+        after winning a claim, :meth:`ResponseCache.get`)."""
+        if not wire or self.cache.dir is None:
+            return None
+        rec = self.cache.get(wire, fresh=fresh)
+        if rec is None:
+            rec = self.wire_cache.get(wire)
+        if rec is not None and "answer" not in rec and isinstance(rec.get("ref"), str):
+            rec = self.cache.get(rec["ref"], fresh=fresh)
+        return rec if rec is not None and "answer" in rec else None
 
     @property
     def wire_cache(self) -> ResponseCache:
-        """Answers by the bytes actually sent (``<cache>/wire/``, providers/claims.py), beside the
-        content-keyed cache: what another job paid for the same request bytes."""
+        """Sync mode's references by the bytes actually sent (``<cache>/wire/``, providers/claims.py),
+        beside the content-keyed cache (see :meth:`put_wire`)."""
         if getattr(self, "_wire_cache", None) is None:
             self._wire_cache = ResponseCache(self.cache.dir / "wire" if self.cache.dir is not None else None)
         return self._wire_cache
 
-    def _wire_answer(self, item: Item) -> dict | None:
+    def _wire_answer(self, item: Item, *, fresh: bool = False) -> dict | None:
         """A valid cached answer to the very bytes of ``item``'s request (paid by another job)."""
-        rec = self.wire_cache.get(item.wire) if item.wire else None
+        rec = self.wire_record(item.wire, fresh=fresh) if item.wire else None
         obj = rec.get("answer") if rec else None
         if not isinstance(obj, dict) or validate_answer(obj, item.spec.schema, item.check) is not None:
             return None
@@ -169,8 +197,11 @@ class Runner:
             body = self.render(item)
             item.wire = wire_key(body)
             obj = self._wire_answer(item)
-            if obj is None and not claims.claim(item.wire):
-                obj = claims.wait(item.wire, lambda: self._wire_answer(item))
+            if obj is None:
+                if not claims.claim(item.wire):
+                    obj = claims.wait(item.wire, lambda: self._wire_answer(item, fresh=True))
+                elif (obj := self._wire_answer(item, fresh=True)) is not None:
+                    claims.release(item.wire)       # answered (and released) just before our claim
             if obj is not None:
                 return Outcome(True, obj=obj, reason="shared")
             return body

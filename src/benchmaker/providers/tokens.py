@@ -25,7 +25,8 @@ CHARS_PER_WORD = 6          # an English word and its space
 def _sample(schema: dict) -> Any:
     """An answer of the size a model typically writes, from the schema alone: each enum value of mean
     length, an array at the middle of ``minItems``..``maxItems``, a string whose description says "at
-    most N words" at 80 % of N words, another string 10 words, a number two decimals."""
+    most N words" at 80 % of N words, another string 10 words, a number two decimals, an integer 85 %
+    of its maximum (a percentage: two digits)."""
     t = schema.get("type")
     if t == "object":
         return {k: _sample(v) for k, v in schema.get("properties", {}).items()}
@@ -45,6 +46,8 @@ def _sample(schema: dict) -> Any:
         return "x" * (words * CHARS_PER_WORD)
     if t == "boolean":
         return False
+    if t == "integer":         # a percentage: two digits
+        return int(int(schema.get("maximum", 1)) * 0.85)
     return 0.85
 
 

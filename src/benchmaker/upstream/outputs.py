@@ -63,19 +63,18 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
                     encoding="utf-8")
 
 
-def _vision_answer(row: Mapping[str, Any], cfg: Mapping[str, Any], up_cols: Mapping[str, str]) -> dict:
-    fac = cfg["facets"]
+def _vision_answer(row: Mapping[str, Any], fm: Any, up_cols: Mapping[str, str]) -> dict:
+    """An upstream annotation row as this config's vision answer, in its wire form (vision_schema)."""
+    from ..vision.prompts import confidence_wire
+
     ans: dict[str, Any] = {"summary": row.get(up_cols["summary"], row.get("summary"))}
-    for n in fac["taxonomy"]:
-        ans[n] = row.get(n)
-    for n in fac.get("boolean", []):
+    for n in fm.names:
         ans[n] = row.get(n)
     tags = row.get(up_cols["tags"], row.get("tags"))
     ans["tags"] = list(tags) if isinstance(tags, list) else []
-    names = [*fac["taxonomy"], *fac.get("boolean", [])]
-    if names:
+    if fm.names:       # percentages in facet order
         conf = row.get(up_cols["confidence"], row.get("confidence")) or {}
-        ans["confidence"] = {n: conf.get(n) for n in names}
+        ans["confidence"] = confidence_wire(conf if isinstance(conf, dict) else {}, fm)
     return ans
 
 
@@ -112,7 +111,7 @@ def _prefill_vision(cfg: dict, images_rows: list[dict], ann_rows: list[dict], re
                "sha256": sha, "width": 0, "height": 0,
                "image_url": (base.rstrip("/") + "/" + quote(iid, safe="/")) if base else None}
         frame_rows.append(row)
-        answers[iid] = _vision_answer(a, full, up_cols)
+        answers[iid] = _vision_answer(a, fm, up_cols)
     if not frame_rows:
         return
     cols = sorted({k for r in frame_rows for k in r})

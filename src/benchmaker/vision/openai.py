@@ -24,7 +24,7 @@ from ..providers.openai.runner import OpenAIRunner
 from ..providers.records import attach_ledger, batch_metadata, write_costs  # noqa: F401 - also re-exported
 from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
-from .prompts import SCHEMA_NAME, check_answer, default_system_prompt, default_user_prompt, vision_schema
+from .prompts import SCHEMA_NAME, check_answer, confidence_of, default_system_prompt, default_user_prompt, vision_schema
 
 __all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs",
            "attach_ledger"]
@@ -67,8 +67,7 @@ def answers_to_frame(answers: Mapping[str, dict], order: list[str], fm: FacetMod
         cols["summary"].append(str(a["summary"]).strip())
         tags = list(dict.fromkeys(t.strip() for t in a.get("tags", []) if isinstance(t, str) and t.strip()))
         cols["tags"].append(tags[: fm.max_tags])
-        c = a.get("confidence") or {}
-        conf.append({n: float(c.get(n, 0.0)) for n in fm.names})
+        conf.append(confidence_of(a, fm))
         for n in fm.taxonomy:
             facet_cols[n].append(a[n])
         for n in fm.boolean:
@@ -93,9 +92,8 @@ def answers_to_frame(answers: Mapping[str, dict], order: list[str], fm: FacetMod
 
 def answer_row(image_id: str, a: Mapping[str, Any], fm: FacetModel, annotator: str) -> dict:
     tags = list(dict.fromkeys(t.strip() for t in a.get("tags", []) if isinstance(t, str) and t.strip()))
-    c = a.get("confidence") or {}
     row = {"image_id": image_id, "summary": str(a["summary"]).strip(), "tags": tags[: fm.max_tags],
-           "annotator": annotator, "confidence": {n: float(c.get(n, 0.0)) for n in fm.names}}
+           "annotator": annotator, "confidence": confidence_of(a, fm)}
     for n in fm.taxonomy:
         row[n] = a[n]
     for n in fm.boolean:

@@ -1,21 +1,24 @@
 """Vision prompts and the strict JSON schema of a vision answer, built from the facet model.
 
 The schema has ``summary``, one enum per taxonomy facet, one boolean per boolean facet, ``tags``
-(an enum of the vocabulary when one is configured, with min/max items) and ``confidence`` (a number
-in 0..1 per facet). Prompts come from config (``prompts.system`` / ``prompts.user``) with
-``{metadata.<column>}`` placeholders filled from images.jsonl; when unset, the built-in defaults
-below are used. The system prompt and the schema are identical for every image (the cacheable
-prefix); the per-image part (metadata, the image) comes last.
+(an enum of the vocabulary when one is configured, with min/max items) and ``confidence``. On the
+wire ``confidence`` is a list of integer percentages, one per facet in the facet model's order
+(``[87, 60, …]``): the model writes no facet name twice and no ``0.`` before each number, about 25
+output tokens fewer per image than an object ``{"<facet>": 0.87, …}``; :func:`confidence_of` maps it
+back to the annotation's ``{facet: 0.87}`` on receipt. Prompts come from config
+(``prompts.system`` / ``prompts.user``) with ``{metadata.<column>}`` placeholders filled from
+images.jsonl; when unset, the built-in defaults below are used. The system prompt and the schema are
+identical for every image (the cacheable prefix); the per-image part (metadata, the image) comes last.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ..formats import FacetModel
 
 __all__ = ["vision_schema", "default_system_prompt", "default_user_prompt", "check_answer",
-           "SCHEMA_NAME"]
+           "confidence_of", "confidence_wire", "SCHEMA_NAME"]
 
 SCHEMA_NAME = "image_annotation"
 
@@ -32,9 +35,10 @@ def vision_schema(fm: FacetModel) -> dict:
     props["tags"] = {"type": "array", "items": items, "minItems": fm.min_tags, "maxItems": fm.max_tags}
     if fm.names:
         props["confidence"] = {
-            "type": "object", "additionalProperties": False,
-            "properties": {n: {"type": "number", "minimum": 0, "maximum": 1} for n in fm.names},
-            "required": fm.names,
+            "type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 100},
+            "minItems": len(fm.names), "maxItems": len(fm.names),
+            "description": f"{len(fm.names)} whole numbers 0-100: your confidence in percent in each facet's "
+                           "value, in this order: " + ", ".join(fm.names),
         }
     return {"type": "object", "additionalProperties": False, "properties": props, "required": list(props)}
 
@@ -60,7 +64,8 @@ def default_system_prompt(fm: FacetModel) -> str:
                  "choose tags that help someone search for this image and that tell it apart from similar "
                  "images; avoid near-duplicates.")
     if fm.names:
-        lines.append("- confidence: for every facet, your confidence in that value from 0 to 1.")
+        lines.append("- confidence: your confidence in each facet's value, in percent (0 to 100), as a list in "
+                     f"this order: {', '.join(fm.names)}.")
     return "\n".join(lines)
 
 
@@ -70,6 +75,21 @@ def default_user_prompt(metadata_columns: list[str] | None = None) -> str:
         ctx = "; ".join(f"{c}: {{metadata.{c}}}" for c in metadata_columns)
         text += f" Context from the collection (use as a guide, trust the image): {ctx}."
     return text
+
+
+def confidence_of(answer: Mapping[str, Any], fm: FacetModel) -> dict[str, float]:
+    """An answer's ``confidence`` as the annotation's ``{facet: 0..1}``: the wire's list of percentages
+    in facet order (:func:`vision_schema`), or an object ``{facet: 0..1}`` (answers written before)."""
+    c = answer.get("confidence")
+    if isinstance(c, list):
+        return {n: float(v) / 100 for n, v in zip(fm.names, c)} | {n: 0.0 for n in fm.names[len(c):]}
+    c = c or {}
+    return {n: float(c.get(n, 0.0)) for n in fm.names}
+
+
+def confidence_wire(conf: Mapping[str, Any], fm: FacetModel) -> list:
+    """``{facet: 0..1}`` as the wire's list of percentages (a missing or null value stays None)."""
+    return [None if conf.get(n) is None else round(float(conf[n]) * 100) for n in fm.names]
 
 
 def check_answer(fm: FacetModel):
