@@ -26,7 +26,8 @@ rule evaluate_model:
         system=_names_regex(EVAL_MODEL_NAMES),
     conda:
         "../envs/benchmaker.yaml"
-    threads: 3
+    # the main process feeds the model; num_workers DataLoader processes decode images (as embed_images)
+    threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 2)) + 1
     resources:
         **gpu_resources(True),
         mem_mb=evaluate_model_mem_mb,
