@@ -83,6 +83,36 @@ def slurm_probe() -> float | None:
     return time.perf_counter() - t
 
 
+def run_sampled(cmd: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``cmd``; also return the CPU seconds of its own process (Snakemake: parsing, the DAG,
+    scheduling, checking and recording each job; not its jobs), sampled every 0.1 s until it exits."""
+    import threading
+
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
+        own = [0.0]
+
+        def sample() -> None:
+            try:
+                p = psutil.Process(proc.pid)
+                while proc.poll() is None:
+                    t = p.cpu_times()
+                    own[0] = t.user + t.system
+                    time.sleep(0.1)
+            except psutil.Error:
+                pass
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        rc = proc.wait()
+        th.join()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, rc, out.read(), err.read()), own[0]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cores", type=int, default=2)
@@ -119,7 +149,7 @@ def main() -> int:
     cpu0 = os.times()
     epoch0 = time.time()
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    r, own_cpu = run_sampled(cmd, env)
     wall = time.perf_counter() - t0
     cpu1 = os.times()
     cpu_all = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
@@ -132,7 +162,8 @@ def main() -> int:
           f"share_vision_job {not a.no_share}, results {res}")
     print(f"load average before {load0}, after {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} CPUs); CPU seconds of the whole command (Snakemake and every job): "
-          f"{cpu_all:.1f}")
+          f"{cpu_all:.1f}, of which Snakemake's own process {own_cpu:.1f} (sampled; its jobs' "
+          f"processes are the rest)")
     jobs = []
     for tsv in sorted((res / "benchmarks").rglob("*.tsv")):
         with tsv.open() as fh:
