@@ -180,7 +180,10 @@ def main() -> int:
         cpu = [float(x) for x in CPU.findall(text)]
         name = str(log.relative_to(res / "logs"))[:-4]
         split[name] = (start[0] if start else None, loads, cpu[-1] if cpu else 0.0)
-        first, last = stamp(text, 0), stamp(text, -1)
+        # the process started start-up seconds before its start-up line (not before its first line:
+        # the runner logs the rule's name before it imports the stage)
+        at = next((line for line in text.splitlines() if START.search(line)), text)
+        first, last = stamp(at, 0), stamp(text, -1)
         if first is not None and last is not None:
             spans[name] = (first - epoch0 - (start[0] if start else 0.0), last - epoch0)
     print(f"{'job':<28} {'s':>6} {'start-up':>9} {'loads':>6} {'load s':>7} {'work':>6} {'CPU s':>6}")
