@@ -24,6 +24,9 @@ rule evaluate_model:
         f"{BENCH}/evaluate/{{system}}.tsv"
     wildcard_constraints:
         system=_names_regex(EVAL_MODEL_NAMES),
+    # a model load, then the evaluate aggregate: the longest chain after the judge, so it starts
+    # before bm25 and embed_queries when cores are scarce
+    priority: 1
     conda:
         "../envs/benchmaker.yaml"
     # the main process feeds the model; num_workers DataLoader processes decode images (as embed_images)
