@@ -24,9 +24,13 @@ rule evaluate_model:
         f"{BENCH}/evaluate/{{system}}.tsv"
     wildcard_constraints:
         system=_names_regex(EVAL_MODEL_NAMES),
+    # a model load, then the evaluate aggregate: the longest chain after the judge, so it starts
+    # before bm25 and embed_queries when cores are scarce
+    priority: 1
     conda:
         "../envs/benchmaker.yaml"
-    threads: 3
+    # the main process feeds the model; num_workers DataLoader processes decode images (as embed_images)
+    threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 2)) + 1
     resources:
         **gpu_resources(True),
         mem_mb=evaluate_model_mem_mb,

@@ -55,7 +55,9 @@ rule embed_queries:
         f"{BENCH}/embed_queries.tsv"
     conda:
         "../envs/benchmaker.yaml"
-    threads: 2
+    # two torch threads; one where the CLIP jobs run single-process (num_workers: 0, as the offline
+    # example: its CLIP jobs then run side by side on 2 cores)
+    threads: min(2, config["similarity"]["num_workers"] + 1)
     resources:
         mem_mb=RES.mem_mb("embed_queries"),
     params:

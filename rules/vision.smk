@@ -164,6 +164,8 @@ else:
             f"{LOGS}/vision/{{shard}}.log",
         benchmark:
             f"{BENCH}/vision/{{shard}}.tsv"
+        # the longest jobs before the plan: they start before merge_images when cores are scarce
+        priority: 1
         localrule: VISION_ADAPTER in API_ADAPTERS
         conda:
             "../envs/benchmaker.yaml"

@@ -13,6 +13,7 @@ import pytest
 import support
 import yaml
 
+from benchmaker.local_gpus import gpu_slots
 from benchmaker.profiles import ProfileInstallError, install_profiles, user_profile_dir
 
 ROOT = support.ROOT
@@ -162,7 +163,7 @@ def test_default_profile_is_safe_to_combine():
     for forbidden in ("executor", "jobs", "cores", "set-resources", "default-resources",
                       "set-threads", "default-storage-provider"):
         assert forbidden not in default, forbidden
-    assert default["resources"] == {"gpu": 1}
+    assert default["resources"] == {"gpu": gpu_slots()}  # 1 where this host has a GPU
     assert default["set-resource-scopes"] == {"gpu": "local"}
     for name in CLUSTER:
         prof = load(name)
@@ -201,7 +202,7 @@ def test_combined_parse_keeps_cluster_settings(name, monkeypatch):
     assert args.executor == ("slurm" if name == "slurm" else "kubernetes")
     assert not args.set_resources  # GPUs and sizes come from the rules
     assert args.default_resources["mem_mb"].value == 4000
-    assert args.resources["gpu"].value == 1 and args.set_resource_scopes == {"gpu": "local"}
+    assert args.resources["gpu"].value == gpu_slots() and args.set_resource_scopes == {"gpu": "local"}
     alone = _parse(["--workflow-profile", f"profiles/{name}", "-n"], monkeypatch)
 
     def flat(res):
@@ -331,3 +332,20 @@ def test_install_never_replaces_foreign_entries(tmp_path):
     copies = install_profiles(tmp_path / "copies", copy=True, names=["nrp"])
     assert not copies[0].is_symlink()
     assert (copies[0] / "profile.yaml").read_bytes() == (PROFILES / "nrp" / "profile.yaml").read_bytes()
+
+
+def test_local_gpu_slots_one_with_a_gpu_the_cpu_count_without(monkeypatch):
+    """Model jobs take turns on a GPU; without one they run on the CPU, side by side as --cores allows
+    (a cap of 1 made the example's two vision shards wait for each other on an idle core)."""
+    import benchmaker.local_gpus as lg
+
+    monkeypatch.setattr(lg.sys, "platform", "linux")
+    monkeypatch.setattr(lg.os.path, "exists", lambda p: False)
+    monkeypatch.setattr(lg.os, "cpu_count", lambda: 6)
+    assert not lg.has_gpu() and lg.gpu_slots() == 6
+    for dev in ("/dev/nvidia0", "/dev/kfd"):
+        monkeypatch.setattr(lg.os.path, "exists", lambda p, dev=dev: p == dev)
+        assert lg.has_gpu() and lg.gpu_slots() == 1
+    monkeypatch.setattr(lg.sys, "platform", "darwin")
+    monkeypatch.setattr(lg.platform, "machine", lambda: "arm64")
+    assert lg.gpu_slots() == 1

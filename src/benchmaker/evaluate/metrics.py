@@ -11,6 +11,7 @@ system's run is :mod:`.stage`.
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -152,7 +153,13 @@ def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: 
         else:
             from statsmodels.stats.multitest import multipletests
 
-            adj = list(multipletests(pv, alpha=max_p, method=correction)[1])
+            # statsmodels' holm runs gc.collect() on every call: a full collection of everything ranx,
+            # scipy and numba loaded (~0.1 s each, one per metric); frozen objects are not scanned
+            gc.freeze()
+            try:
+                adj = list(multipletests(pv, alpha=max_p, method=correction)[1])
+            finally:
+                gc.unfreeze()
             method = correction
         for (a, b), p, pa in zip(pairs, pv, adj):
             rows.append({"metric": m, "system_a": a, "system_b": b, "mean_a": report.results[a][m],
