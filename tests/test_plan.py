@@ -16,6 +16,17 @@ from benchmaker.losses import Losses, read_losses
 from benchmaker.plan import plan_frames, run
 from benchmaker.plan.seeds import _allocate
 
+
+@pytest.fixture(autouse=True, params=["numpy", "compiled"])
+def search(request, monkeypatch):
+    """Every test runs with the numpy search and with the compiled one (plan.compiled), which a run
+    uses from ``COMPILE_MIN_QUERIES`` queries on: both must pass the same hand-worked expectations."""
+    if request.param == "compiled":
+        pytest.importorskip("numba")
+        monkeypatch.setattr("benchmaker.plan.planner.COMPILE_MIN_QUERIES", 0)
+    return request.param
+
+
 FACETS = {
     "taxonomy": {"color": ["red", "blue", "green"], "shape": ["circle", "square"]},
     "boolean": ["bright"],

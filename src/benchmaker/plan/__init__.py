@@ -22,7 +22,7 @@ from ..losses import Losses
 from ..settings_schema import filled
 from .duplicates import group_members, one_per_group
 from .index import Index, build_index
-from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
+from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner, use_compiled
 from .pools import IMPORTED, read_pools_file
 from .seeds import query_ids, read_seeds_file, sample_seeds
 
@@ -41,8 +41,11 @@ def _strata(index: Index, s: Mapping[str, Any]) -> list[int]:
 def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, settings: Mapping[str, Any],
                 benchmark_name: str, losses: Losses, seeds_file: str | None = None,
                 columns: Mapping[str, str] | None = None,
-                sample_cap: int = SAMPLE_CAP, pools_file: str | None = None) -> pl.DataFrame:
-    """The query plan as a canonical ``query_plan`` frame (see module doc)."""
+                sample_cap: int = SAMPLE_CAP, pools_file: str | None = None,
+                compiled: bool | None = None) -> pl.DataFrame:
+    """The query plan as a canonical ``query_plan`` frame (see module doc). ``compiled``: run the
+    per-query search compiled with numba (the same plan); None: when there are enough queries to
+    repay numba's import (``planner.use_compiled``)."""
     s = filled("plan", settings)
     if s["neg_hard"] + s["neg_nearmiss"] + s["neg_easy"] != s["neg_total"]:
         raise ValueError("plan.neg_total must equal neg_hard + neg_nearmiss + neg_easy")
@@ -84,7 +87,9 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
         strata = Counter(q.stratum for q in queries)
         log.info("sampled %d queries over %d strata (%s)", len(queries), len(strata),
                  ", ".join(f"{k}: {v}" for k, v in sorted(strata.items())[:10]) + (" ..." if len(strata) > 10 else ""))
-    planner = Planner(index, s, rng, sample_cap=sample_cap)
+    if compiled is None:
+        compiled = use_compiled(len(queries))
+    planner = Planner(index, s, rng, sample_cap=sample_cap, compiled=compiled)
     planner.reserve_seeds(queries)
     planned: list[PlannedQuery] = []
     with progress(total=len(queries), desc="plan", unit="query", logger=log) as bar:
