@@ -33,7 +33,8 @@ class Buckets:
     def key_of(self, profile_codes: np.ndarray) -> int:
         if self.radix is None:
             return self.row_keys.get(tuple(int(c) for c in profile_codes[list(self.facets)]), -1)
-        return int((profile_codes[list(self.facets)].astype(np.int64) * self.radix).sum())
+        codes = profile_codes.tolist()  # Python ints: the same sum, without numpy's per-call overhead
+        return sum(codes[f] * r for f, r in zip(self.facets, self.radix.tolist()))
 
     def get(self, profile_codes: np.ndarray) -> np.ndarray:
         span = self.spans.get(self.key_of(profile_codes))

@@ -222,6 +222,9 @@ class Planner:
         """Eligible: not in the query, not at the reuse cap, not a duplicate of a seed."""
         if idx.size == 0:
             return np.zeros(0, dtype=bool)
+        if self.compiled:
+            return self._c.eligible_mask(idx, seeds, self.in_query, self.usage, self._reuse_cap, self._rec, self._nw,
+                                         self._phash_max)
         bad = self.in_query[idx] | (self.usage[idx] >= self.s["max_image_reuse"])
         return ~(bad | self._dup(idx, seeds))
 
@@ -351,9 +354,12 @@ class Planner:
         seeds = np.asarray(sq.seeds, dtype=np.int64)
         q = PlannedQuery(sq.query_id, list(sq.seeds))
         nf = len(ix.facet_names)
-        prof = np.zeros(nf, dtype=np.int64)
-        for f in range(nf):
-            prof[f] = int(np.argmax(np.bincount(ix.codes[seeds, f], minlength=len(ix.values[f]))))
+        if seeds.size == 1:  # the majority of one
+            prof = ix.codes[seeds[0]].astype(np.int64)
+        else:
+            prof = np.zeros(nf, dtype=np.int64)
+            for f in range(nf):
+                prof[f] = int(np.argmax(np.bincount(ix.codes[seeds, f], minlength=len(ix.values[f]))))
         q.profile = {self._fname(f): ix.typed[f][self._fval(f, prof[f])] for f in self.core}
         seed_set = ix.seed_set(seeds)
         self.in_query[seeds] = True
@@ -371,7 +377,14 @@ class Planner:
         # positive, neutral, hard: the core bucket
         st_core = _Stats()
         cand, sampled = self._core_candidates(prof, seed_set)
-        look, j = self._lookup(cand, seeds, seed_set, st_core)
+        nc = self.noncore
+        nd_core = None
+        if self.compiled and nc and ix.tag_bits is not None:  # one pass over the candidates' records
+            j, nd_core = self._c.jaccard_differ(self._rec, self._nw, self._small, self._coff, cand, *seed_set,
+                                                np.asarray(nc, dtype=np.int64), prof)
+            look = self._new_lookup(cand, j, seeds, st_core)
+        else:
+            look, j = self._lookup(cand, seeds, seed_set, st_core)
         ncore = len(self.core)
         core_txt = f"core match ({ncore}/{ncore})" if ncore else "no core facets"
         why_core = lambda: self._explain(st_core, seeds)  # noqa: E731
@@ -382,11 +395,10 @@ class Planner:
         self._short(q, "positive", s["pos_total"], got, lambda: "too few core-matching images: " + why_core())
 
         dc = self._divcount()
-        nc = self.noncore
         if nc:
             # the core candidates one non-core facet away; when the core bucket was too large to score
             # whole and those are few, also windows of the buckets "every facet but f equal" (f non-core)
-            one = self._differ(cand, nc, prof) == 1
+            one = (nd_core if nd_core is not None else self._differ(cand, nc, prof)) == 1
             cn, jn = cand[one], j[one]
             if sampled and cn.size < NEUTRAL_MIN_FACTOR * s["neutral_total"]:
                 self.coverage["neutral per-facet search"] += 1
