@@ -53,10 +53,12 @@ def _prefetch(typingctx, arr, i):
         stride = cgutils.unpack_tuple(builder, ary.strides)[0]
         base = builder.bitcast(ary.data, ir.IntType(8).as_pointer())
         ptr = builder.gep(base, [builder.mul(args[1], stride)])
+        last = builder.gep(ptr, [builder.sub(stride, context.get_constant(types.intp, 1))])
         i32 = ir.IntType(32)
         fn = builder.module.declare_intrinsic(
             "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]))
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        for p in (ptr, last):  # the row's first and last byte: both lines when a row spans two
+            builder.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
@@ -81,13 +83,17 @@ _PHASH_OK = np.uint64(1 << 33)
 def records(index) -> tuple[np.ndarray, np.ndarray, int, int]:
     """What the search reads of each image, in one row of uint64 words (one cache line with 150 tags
     and 6 facets), so that a candidate costs one memory access instead of one per array:
-    ``[tag bitset words (W)] [sha256 code] [pHash] [tag count | sha ok << 32 | pHash ok << 33] [facet codes]``.
+    ``[tag bitset words (W)] [sha256 code] [pHash] [tag count | sha ok << 32 | pHash ok << 33] [facet codes]``,
+    each row starting a cache line.
     Returns (records, the same memory as small ints (the facet codes), W, where the codes start)."""
     n, nf = index.n, len(index.facet_names)
     nw = index.tag_bits.shape[1] if index.tag_bits is not None else 0
     cdt = np.dtype(np.int16 if max((len(v) for v in index.values), default=0) < 2**15 else np.int32)
     per = 8 // cdt.itemsize
-    rec = np.zeros((n, nw + 3 + -(-nf // per)), dtype=np.uint64)
+    width = nw + 3 + -(-nf // per)
+    buf = np.zeros(n * width + 8, dtype=np.uint64)  # rows aligned to 64 bytes: 8 words = one cache line
+    start = (-buf.ctypes.data % 64) // 8
+    rec = buf[start:start + n * width].reshape(n, width)
     if nw:
         rec[:, :nw] = index.tag_bits
     rec[:, nw] = index.sha_code
