@@ -551,3 +551,12 @@ def test_pool_names_by_position():
     s = {"neg_hard": 2, "neg_nearmiss": 1, "neg_easy": 1}
     assert pool_names(4, s) == ["hard", "hard", "nearmiss", "easy"]
     assert pool_names(3, s) == ["imported"] * 3 and pool_names(0, s) == []
+
+
+def test_warm_compiles_the_search(search):
+    """``python -m benchmaker.plan.warm`` (run by make) plans a tiny collection with the compiled search."""
+    if search == "numpy":
+        pytest.skip("the warm-up is the compiled search's")
+    from benchmaker.plan.warm import warm
+
+    assert warm() > 0

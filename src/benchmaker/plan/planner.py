@@ -42,14 +42,16 @@ SAMPLE_CAP = 2048  # random images of the core bucket scored per query (the whol
 NEUTRAL_MIN_FACTOR = 8  # fewer one-off core candidates than 8x the neutral quota: search per facet too
 FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
-COMPILE_MIN_QUERIES = 1000  # from this many queries on, the search runs compiled (plan.compiled)
+# from this many queries on, the search runs compiled (plan.compiled): importing numba and loading the
+# compiled functions from its cache costs ~1.6 s per process (2 cores), the search saves ~0.5-0.7 ms a query
+COMPILE_MIN_QUERIES = 3000
 
 DEFAULTS: dict[str, Any] = filled("plan", {})   # the schema's (config/schema.yaml), for library callers
 
 
 def use_compiled(n_queries: int) -> bool:
     """Whether to run the search compiled: numba is importable and there are enough queries to repay
-    its import (~0.3 s, and loading the compiled functions from numba's cache)."""
+    its fixed cost (``COMPILE_MIN_QUERIES``)."""
     if n_queries < COMPILE_MIN_QUERIES:
         return False
     import importlib.util
