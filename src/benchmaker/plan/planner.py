@@ -160,7 +160,7 @@ class Planner:
         self.coverage = {"whole bucket": 0, "every image sharing a seed tag": 0, "sampled": 0,
                          "neutral per-facet search": 0}
         if self.div:
-            self.div_codes = index.buckets(self.div).image_keys
+            self.div_codes = index.image_keys(self.div)
         else:
             self.div_codes = None
         self.compiled = compiled
