@@ -43,7 +43,7 @@ NEUTRAL_MIN_FACTOR = 8  # fewer one-off core candidates than 8x the neutral quot
 FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
 # from this many queries on, the search runs compiled (plan.compiled): importing numba and loading the
-# compiled functions from its cache costs ~1.6 s per process (2 cores), the search saves ~0.5-0.7 ms a query
+# compiled functions from its cache costs 0.7-1.6 s per process (2 cores), the search saves ~0.5-0.9 ms a query
 COMPILE_MIN_QUERIES = 3000
 
 DEFAULTS: dict[str, Any] = filled("plan", {})   # the schema's (config/schema.yaml), for library callers
