@@ -65,6 +65,7 @@ COPY envs ./envs
 RUN pip install --no-deps . \
     && python -c "from benchmaker import _tvshim; _tvshim.install(); import torch, open_clip, snakemake; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
     && python -m benchmaker.evaluate.warm \
+    && python -m benchmaker.plan.warm \
     && mkdir -p /cache/huggingface && chmod 1777 /cache /cache/huggingface && chmod -R a+rwX /cache/numba
 
 # the kubernetes executor mounts an emptyDir at /workdir and runs the job there

@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[test,slurm,k8s,mteb]'
 	$(PY) -m pip install --no-deps 'beir>=2.2,<3'  # tests/test_export_ir.py; see pyproject's test extra
 	$(PY) -m benchmaker.evaluate.warm  # compile ranx's numba functions once per user (docs/evaluate.md)
+	$(PY) -m benchmaker.plan.warm  # compile the planner's search once per installation (docs/planner.md)
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 ## Build the example benchmark end to end (no API key; downloads CLIP weights on first use).

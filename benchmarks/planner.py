@@ -135,6 +135,7 @@ def bench(n: int, q: int, workdir: Path) -> dict:
     code = CHILD.format(src=str(ROOT / "src"), a=str(a), i=str(i), p=str(p), l=str(losses),
                         s=json.dumps(settings), f=json.dumps(FACETS))
     env = dict(os.environ, POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"))
+    load = os.getloadavg()[0]
     t1 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t1
@@ -152,7 +153,7 @@ def bench(n: int, q: int, workdir: Path) -> dict:
     return {
         "N": n, "Q": q, "queries": plan.height, "gen_s": round(gen_s, 1),
         "stage_wall_s": round(inner["wall_s"], 1), "process_cpu_s": round(inner["cpu_s"], 1),
-        "process_wall_s": round(wall, 1),
+        "process_wall_s": round(wall, 1), "load_1min_at_start": round(load, 1),
         "peak_rss_mb": round(inner["maxrss_mb"]), "candidates": diff,
         "queries_with_shortfall": n_short,
         "annotations_mb": round(a.stat().st_size / 2**20),

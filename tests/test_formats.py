@@ -155,3 +155,13 @@ def test_read_table_where_reads_blocks_and_keeps_only_the_asked_rows(tmp_path):
     path.write_text(path.read_text().replace('"width":7,', '"width":"seven",'))
     with pytest.raises(FormatError, match="width"):
         read_table_where("images", path, key="image_id", values=["d/img 006.jpg"], columns=cols)
+
+
+def test_line_blocks_skip_whitespace_only_blocks(tmp_path):
+    """Blocks are whole lines; a block holding only whitespace (blank lines at the end) is not yielded,
+    and the line count before each block is kept."""
+    from benchmaker.formats import _line_blocks
+
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2}\n\n  \n\t\n{"a": 3}\n\n \n')
+    assert list(_line_blocks(p, 4)) == [(0, b'{"a": 1}\n'), (1, b'{"a": 2}\n'), (5, b'{"a": 3}\n')]

@@ -16,6 +16,17 @@ from benchmaker.losses import Losses, read_losses
 from benchmaker.plan import plan_frames, run
 from benchmaker.plan.seeds import _allocate
 
+
+@pytest.fixture(autouse=True, params=["numpy", "compiled"])
+def search(request, monkeypatch):
+    """Every test runs with the numpy search and with the compiled one (plan.compiled), which a run
+    uses from ``COMPILE_MIN_QUERIES`` queries on: both must pass the same hand-worked expectations."""
+    if request.param == "compiled":
+        pytest.importorskip("numba")
+        monkeypatch.setattr("benchmaker.plan.planner.COMPILE_MIN_QUERIES", 0)
+    return request.param
+
+
 FACETS = {
     "taxonomy": {"color": ["red", "blue", "green"], "shape": ["circle", "square"]},
     "boolean": ["bright"],
@@ -540,3 +551,12 @@ def test_pool_names_by_position():
     s = {"neg_hard": 2, "neg_nearmiss": 1, "neg_easy": 1}
     assert pool_names(4, s) == ["hard", "hard", "nearmiss", "easy"]
     assert pool_names(3, s) == ["imported"] * 3 and pool_names(0, s) == []
+
+
+def test_warm_compiles_the_search(search):
+    """``python -m benchmaker.plan.warm`` (run by make) plans a tiny collection with the compiled search."""
+    if search == "numpy":
+        pytest.skip("the warm-up is the compiled search's")
+    from benchmaker.plan.warm import warm
+
+    assert warm() > 0

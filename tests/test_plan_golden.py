@@ -44,7 +44,7 @@ def _bench():
     return mod
 
 
-def plan_digest(case: str, work: Path) -> str:
+def plan_digest(case: str, work: Path, compiled: bool = False) -> str:
     bench = _bench()
     n, q, cap, over = CASES[case]
     a, i = bench.generate(n, work)
@@ -52,7 +52,7 @@ def plan_digest(case: str, work: Path) -> str:
     fm = FacetModel.from_config(bench.FACETS)
     ann, images = read_plan_inputs(str(a), str(i), fm, {})
     kw = {} if cap is None else {"sample_cap": cap}
-    df = plan_frames(ann, images, fm, settings, "synth", Losses("plan"), **kw)
+    df = plan_frames(ann, images, fm, settings, "synth", Losses("plan"), compiled=compiled, **kw)
     out = work / "query_plan.jsonl"
     write_table(df, "query_plan", out, columns={})
     return hashlib.sha256(out.read_bytes()).hexdigest()
@@ -61,6 +61,24 @@ def plan_digest(case: str, work: Path) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_same_plans_byte_for_byte(case, tmp_path):
     assert plan_digest(case, tmp_path) == DIGESTS[case]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_search_same_plans(case, tmp_path):
+    """The search compiled with numba (plan.compiled, used from COMPILE_MIN_QUERIES queries on) plans
+    the same bytes as the numpy search."""
+    pytest.importorskip("numba")
+    assert plan_digest(case, tmp_path, compiled=True) == DIGESTS[case]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_tag_lists_same_plans(compiled, tmp_path, monkeypatch):
+    """A vocabulary too large for bitsets (tag lists instead, Index.tag_flat): the same plans, numpy or compiled."""
+    if compiled:
+        pytest.importorskip("numba")
+    monkeypatch.setattr("benchmaker.plan.index.MAX_BITSET_TAGS", 64)  # the generator's 150 tags: lists
+    case = "n3000-q150-cap256"
+    assert plan_digest(case, tmp_path, compiled=compiled) == DIGESTS[case]
 
 
 if __name__ == "__main__":

@@ -377,7 +377,7 @@ def _line_blocks(path: Path, block_bytes: int):
             if not block:
                 break
             block += fh.readline()
-            if block.strip():
+            if not block.isspace():  # stops at the first other byte (strip() copied the whole block)
                 yield line, block
             line += block.count(b"\n")
 

@@ -22,7 +22,7 @@ from ..losses import Losses
 from ..settings_schema import filled
 from .duplicates import group_members, one_per_group
 from .index import Index, build_index
-from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner
+from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner, use_compiled
 from .pools import IMPORTED, read_pools_file
 from .seeds import query_ids, read_seeds_file, sample_seeds
 
@@ -41,8 +41,11 @@ def _strata(index: Index, s: Mapping[str, Any]) -> list[int]:
 def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, settings: Mapping[str, Any],
                 benchmark_name: str, losses: Losses, seeds_file: str | None = None,
                 columns: Mapping[str, str] | None = None,
-                sample_cap: int = SAMPLE_CAP, pools_file: str | None = None) -> pl.DataFrame:
-    """The query plan as a canonical ``query_plan`` frame (see module doc)."""
+                sample_cap: int = SAMPLE_CAP, pools_file: str | None = None,
+                compiled: bool | None = None) -> pl.DataFrame:
+    """The query plan as a canonical ``query_plan`` frame (see module doc). ``compiled``: run the
+    per-query search compiled with numba (the same plan); None: when there are enough queries to
+    repay numba's import (``planner.use_compiled``)."""
     s = filled("plan", settings)
     if s["neg_hard"] + s["neg_nearmiss"] + s["neg_easy"] != s["neg_total"]:
         raise ValueError("plan.neg_total must equal neg_hard + neg_nearmiss + neg_easy")
@@ -67,7 +70,8 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
         log.info("pools file %s: %d queries with fixed pools (the planner draws nothing; seeds_file and the "
                  "pool quotas are not used)", pools_file, len(planned))
         _report(planned)
-        return _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], POOLS)
+        return _to_frame(planned, index.ids, index.facet_names, index.typed, [index.col(f) for f in s["core_facets"]],
+                         POOLS)
     if seeds_file:
         queries = read_seeds_file(seeds_file, index, benchmark_name, losses, columns)
         log.info("seeds file %s: %d queries", seeds_file, len(queries))
@@ -84,7 +88,9 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
         strata = Counter(q.stratum for q in queries)
         log.info("sampled %d queries over %d strata (%s)", len(queries), len(strata),
                  ", ".join(f"{k}: {v}" for k, v in sorted(strata.items())[:10]) + (" ..." if len(strata) > 10 else ""))
-    planner = Planner(index, s, rng, sample_cap=sample_cap)
+    if compiled is None:
+        compiled = use_compiled(len(queries))
+    planner = Planner(index, s, rng, sample_cap=sample_cap, compiled=compiled)
     planner.reserve_seeds(queries)
     planned: list[PlannedQuery] = []
     with progress(total=len(queries), desc="plan", unit="query", logger=log) as bar:
@@ -98,7 +104,10 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
              "inverted-index budget %d); %d neutral pools also searched facet by facet", cov["whole bucket"],
              cov["every image sharing a seed tag"], cov["sampled"], planner.cap, planner.post_budget,
              cov["neutral per-facet search"])
-    frame = _to_frame(planned, index, [index.col(f) for f in s["core_facets"]], PLANNER_POOLS)
+    core = [index.col(f) for f in s["core_facets"]]
+    ids, names, typed = index.ids, index.facet_names, index.typed
+    del planner, index  # the search's arrays (~0.5 GB at 1M images) go before the plan frame is built
+    frame = _to_frame(planned, ids, names, typed, core, PLANNER_POOLS)
     return one_per_group(frame, groups)[0] if s["one_per_duplicate_group"] else frame
 
 
@@ -120,7 +129,8 @@ def _report(planned: list[PlannedQuery]) -> None:
              ", ".join(f"{p}={totals.get(p, 0)}" for p in POOLS[1:] if p != IMPORTED or totals.get(p)))
 
 
-def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools: tuple[str, ...]) -> pl.DataFrame:
+def _to_frame(planned: list[PlannedQuery], image_ids: list[str], facet_names: list[str], typed: list[dict[str, Any]],
+              core: list[int], pools: tuple[str, ...]) -> pl.DataFrame:
     """The planned queries as a ``query_plan`` frame, built column by column: one (image position,
     pool, reason) row per candidate, image ids gathered in one pass (no Python dict per candidate)."""
     import pyarrow as pa  # only here: the stage's imports stay light until the plan is written
@@ -152,13 +162,13 @@ def _to_frame(planned: list[PlannedQuery], index: Index, core: list[int], pools:
     }
     if core:
         schema["profile"] = pl.Struct({
-            index.facet_names[f]: (pl.Boolean if set(index.typed[f].values()) <= {True, False, None}
-                                   and any(isinstance(v, bool) for v in index.typed[f].values()) else pl.String)
+            facet_names[f]: (pl.Boolean if set(typed[f].values()) <= {True, False, None}
+                             and any(isinstance(v, bool) for v in typed[f].values()) else pl.String)
             for f in core
         })
     if not planned:
         return pl.DataFrame(schema=schema)
-    ids = pl.Series(index.ids, dtype=pl.String)
+    ids = pl.Series(image_ids, dtype=pl.String)
     cand_ids = ids.gather(np.asarray(pos, dtype=np.int64)).to_arrow()
     seed_ids = ids.gather(np.asarray(seed_pos, dtype=np.int64)).to_arrow()
     del ids

@@ -26,14 +26,14 @@ class Buckets:
     facets: tuple[int, ...]           # facet column numbers in Index.codes
     radix: np.ndarray | None          # multipliers for the mixed-radix key (None: too many combinations)
     members: np.ndarray               # image positions, grouped by key, random order within a key
-    spans: dict[int, tuple[int, int]]  # key -> (start, end) in members
-    image_keys: np.ndarray            # (N,) the key of every image
+    spans: dict[int, tuple[int, int]]  # key -> (start, end) in members (every image's key: Index.image_keys)
     row_keys: dict[tuple[int, ...], int] | None = None  # facet codes -> key when radix is None
 
     def key_of(self, profile_codes: np.ndarray) -> int:
         if self.radix is None:
             return self.row_keys.get(tuple(int(c) for c in profile_codes[list(self.facets)]), -1)
-        return int((profile_codes[list(self.facets)].astype(np.int64) * self.radix).sum())
+        codes = profile_codes.tolist()  # Python ints: the same sum, without numpy's per-call overhead
+        return sum(codes[f] * r for f, r in zip(self.facets, self.radix.tolist()))
 
     def get(self, profile_codes: np.ndarray) -> np.ndarray:
         span = self.spans.get(self.key_of(profile_codes))
@@ -102,7 +102,14 @@ class Index:
             self._buckets[key] = self._make_buckets(key)
         return self._buckets[key]
 
-    def _make_buckets(self, facets: tuple[int, ...]) -> Buckets:
+    def image_keys(self, facets: Sequence[int]) -> np.ndarray:
+        """(N,) the bucket key of every image for ``facets`` (computed when asked: not kept per bucket,
+        as only the inverted index and the diversity cap need them)."""
+        return self._bucket_keys(tuple(facets))[1]
+
+    def _bucket_keys(self, facets: tuple[int, ...]) -> tuple[np.ndarray | None, np.ndarray,
+                                                              dict[tuple[int, ...], int] | None]:
+        """(radix, every image's key, the numbered combinations when radix is None)."""
         n = self.n
         radix: np.ndarray | None = np.ones(len(facets), dtype=np.int64)
         row_keys = None
@@ -118,17 +125,28 @@ class Index:
             key = key.reshape(-1).astype(np.int64)
             row_keys = {tuple(int(c) for c in r): k for k, r in enumerate(rows)}
         elif facets:
-            key = (self.codes[:, list(facets)].astype(np.int64) * radix).sum(axis=1)
+            key = np.zeros(n, dtype=np.int64)
+            for f, r in zip(facets, radix.tolist()):  # one contiguous facet column at a time (column-major codes)
+                key += self.codes[:, f].astype(np.int64) * r
         else:
             key = np.zeros(n, dtype=np.int64)
+        return radix, key, row_keys
+
+    def _make_buckets(self, facets: tuple[int, ...]) -> Buckets:
+        n = self.n
+        radix, key, row_keys = self._bucket_keys(facets)
         perm = self.global_order
-        order = perm[np.argsort(key[perm], kind="stable")]  # by key, the fixed random order within a key
+        kp = key[perm]
+        if kp.size and 0 <= kp.min() and kp.max() < 2**16:
+            kp = kp.astype(np.uint16)  # numpy's stable sort of 16-bit ints is a radix sort: the same order, O(N)
+        order = perm[np.argsort(kp, kind="stable")]  # by key, the fixed random order within a key
+        del kp
         skey = key[order]
-        uniq, starts = np.unique(skey, return_index=True)
+        starts = np.flatnonzero(np.append(True, skey[1:] != skey[:-1])) if n else np.zeros(0, np.int64)
+        uniq = skey[starts]
         ends = np.append(starts[1:], n)
         spans = {int(k): (int(s), int(e)) for k, s, e in zip(uniq, starts, ends)}
-        return Buckets(facets=facets, radix=radix, members=order.astype(np.int64), spans=spans, image_keys=key,
-                       row_keys=row_keys)
+        return Buckets(facets=facets, radix=radix, members=order, spans=spans, row_keys=row_keys)
 
     def seed_set(self, seeds: np.ndarray) -> tuple[np.ndarray, int]:
         """The union of the seeds' tags: (bitset row or boolean vocabulary mask, number of tags)."""
@@ -197,7 +215,7 @@ class Index:
         owner, tag = pairs if pairs is not None else self.tag_pairs()
         n, v = max(1, self.n), max(1, len(self.tag_vocab))
         n_keys = (max(b.spans) + 1) if b.spans else 1
-        bkey = b.image_keys
+        bkey = self.image_keys(facets)
         if n_keys * v * n < 2**62:  # one packed int64 sort: (bucket key, tag, random rank)
             step = 1 << 20  # in slices, in place: no N-sized temporaries besides the packed keys
             packed = np.empty(owner.size, dtype=np.int64)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -35,14 +35,28 @@ from ..settings_schema import filled
 from .index import Index
 from .seeds import SeedQuery
 
-__all__ = ["Planner", "PlannedQuery", "SAMPLE_CAP", "DEFAULTS"]
+__all__ = ["Planner", "PlannedQuery", "SAMPLE_CAP", "DEFAULTS", "COMPILE_MIN_QUERIES", "use_compiled"]
 
 SAMPLE_CAP = 2048  # random images of the core bucket scored per query (the whole bucket when smaller);
 #                   as many again come from the inverted index, and 2x as many are shared by the near-miss lookups
 NEUTRAL_MIN_FACTOR = 8  # fewer one-off core candidates than 8x the neutral quota: search per facet too
 FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
+# from this many queries on, the search runs compiled (plan.compiled): importing numba and loading the
+# compiled functions from its cache costs 0.7-1.6 s per process (2 cores), the search saves ~0.5-0.9 ms a query
+COMPILE_MIN_QUERIES = 3000
+
 DEFAULTS: dict[str, Any] = filled("plan", {})   # the schema's (config/schema.yaml), for library callers
+
+
+def use_compiled(n_queries: int) -> bool:
+    """Whether to run the search compiled: numba is importable and there are enough queries to repay
+    its fixed cost (``COMPILE_MIN_QUERIES``)."""
+    if n_queries < COMPILE_MIN_QUERIES:
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
 
 
 @dataclass
@@ -95,20 +109,29 @@ class _Lookup:
         self.chunks.append(take[self.p._ok(self.idx[take], self.seeds)])
         return True
 
-    def order(self, pred: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[int]:
-        """Positions into ``idx`` of eligible candidates, best first; ``pred`` filters (vectorized)."""
+    def order(self) -> Iterator[int]:
+        """Positions into ``idx`` of eligible candidates, best first."""
         i = 0
         while i < len(self.chunks) or self._more():
             c = self.chunks[i]
             i += 1
-            if pred is not None and c.size:
-                c = c[pred(c)]
             yield from c.tolist()
+
+
+class _CompiledLookup:
+    """A :class:`_Lookup` whose ordering, eligibility and picking run compiled (``plan.compiled``)."""
+
+    def __init__(self, idx: np.ndarray, j: np.ndarray, seeds: np.ndarray, st: _Stats):
+        from .compiled import new_lookup
+
+        self.state = new_lookup(idx, j)
+        self.seeds = seeds
+        st.searched.append(idx)
 
 
 class Planner:
     def __init__(self, index: Index, settings: Mapping[str, Any], rng: np.random.Generator,
-                 sample_cap: int = SAMPLE_CAP):
+                 sample_cap: int = SAMPLE_CAP, compiled: bool = False):
         s = filled("plan", settings)
         self.s = s
         self.ix = index
@@ -137,17 +160,36 @@ class Planner:
         self.coverage = {"whole bucket": 0, "every image sharing a seed tag": 0, "sampled": 0,
                          "neutral per-facet search": 0}
         if self.div:
-            self.div_codes = index.buckets(self.div).image_keys
+            self.div_codes = index.image_keys(self.div)
         else:
             self.div_codes = None
+        self.compiled = compiled
+        if compiled:  # the inner loops in numba (plan.compiled): the same picks, in the same order
+            from . import compiled as c
+
+            self._c = c
+            self._rec, self._small, self._nw, self._coff = c.records(index)
+            self._reuse_cap = int(s["max_image_reuse"])
+            self._phash_max = int(s["phash_max_distance"])
+            self._div_or_none = self.div_codes if self.div_codes is not None else np.zeros(0, dtype=np.int64)
+            # at most one diversity key per pick of a pool
+            self._dc_size = 1 + int(s["pos_total"]) + int(s["neutral_total"]) + int(s["neg_total"])
 
     # ---- helpers -----------------------------------------------------------------------------
     def _differ(self, idx: np.ndarray, cols: list[int], prof: np.ndarray) -> np.ndarray:
         """Per image of ``idx``, in how many facets of ``cols`` it differs from the profile."""
+        if self.compiled:
+            return self._c.n_differ(self._small, self._coff, idx, np.asarray(cols, dtype=np.int64), prof)
         out = np.zeros(idx.size, dtype=np.int64)
         for f in cols:  # one contiguous facet column at a time (Index.codes is column-major)
             out += self.fcol[f].take(idx) != prof[f]
         return out
+
+    def _differ_in(self, idx: np.ndarray, f: int, prof: np.ndarray) -> np.ndarray:
+        """The images of ``idx`` whose facet ``f`` differs from the profile."""
+        if self.compiled:
+            return self._c.differ_in(self._small, self._coff, idx, f, prof[f])
+        return idx[self.fcol[f].take(idx) != prof[f]]
 
     def reserve_seeds(self, queries: list[SeedQuery]) -> None:
         """Seeds count toward the reuse cap of their images before any candidate is drawn."""
@@ -182,6 +224,9 @@ class Planner:
         """Eligible: not in the query, not at the reuse cap, not a duplicate of a seed."""
         if idx.size == 0:
             return np.zeros(0, dtype=bool)
+        if self.compiled:
+            return self._c.eligible_mask(idx, seeds, self.in_query, self.usage, self._reuse_cap, self._rec, self._nw,
+                                         self._phash_max)
         bad = self.in_query[idx] | (self.usage[idx] >= self.s["max_image_reuse"])
         return ~(bad | self._dup(idx, seeds))
 
@@ -195,17 +240,43 @@ class Planner:
                 f"query, {int(reused.sum())} at the reuse cap, {int(dups.sum())} duplicates of a seed, "
                 f"{st.divcap} over the diversity cap")
 
-    def _lookup(self, idx: np.ndarray, seeds: np.ndarray, seed_set, st: _Stats) -> tuple[_Lookup, np.ndarray]:
-        j = self.ix.jaccard(idx, seed_set)
-        return _Lookup(self, idx, j, seeds, st), j
+    def _jaccard(self, idx: np.ndarray, seed_set) -> np.ndarray:
+        """``Index.jaccard`` (compiled when the planner is)."""
+        if not self.compiled:
+            return self.ix.jaccard(idx, seed_set)
+        ix, (ref, n_ref) = self.ix, seed_set
+        if ix.tag_bits is not None:
+            return self._c.jaccard_bits(self._rec, self._nw, idx, ref, n_ref)
+        return self._c.jaccard_csr(self._rec, ix.tag_flat, ix.tag_start, idx, ref, n_ref)
 
-    def _pick(self, q: PlannedQuery, idx: np.ndarray, order: Iterable[int], quota: int, pool: str,
-              reason: Callable[[int], str], st: _Stats, divcount: dict[int, int]) -> int:
-        got = 0
+    def _new_lookup(self, idx: np.ndarray, j: np.ndarray, seeds: np.ndarray, st: _Stats) -> _Lookup | _CompiledLookup:
+        if self.compiled:
+            return _CompiledLookup(idx, j, seeds, st)
+        return _Lookup(self, idx, j, seeds, st)
+
+    def _lookup(self, idx: np.ndarray, seeds: np.ndarray, seed_set, st: _Stats) -> tuple[_Lookup | _CompiledLookup,
+                                                                                         np.ndarray]:
+        j = self._jaccard(idx, seed_set)
+        return self._new_lookup(idx, j, seeds, st), j
+
+    def _divcount(self) -> Any:
+        """A pool's picks per diversity key: a dict, or (keys, counts, n) arrays when compiled."""
+        if self.compiled:
+            return (np.empty(self._dc_size, dtype=np.int64), np.empty(self._dc_size, dtype=np.int64),
+                    np.zeros(1, dtype=np.int64))
+        return {}
+
+    def _pick(self, q: PlannedQuery, idx: np.ndarray, order: _Lookup | _CompiledLookup | np.ndarray, quota: int,
+              pool: str, reason: Callable[[int], str], st: _Stats, divcount: Any) -> int:
+        """Take up to ``quota`` candidates of ``idx`` in ``order`` (a lookup's best-first order, or
+        positions into ``idx``) that are not in the query and within the diversity cap."""
         if quota <= 0:
             return 0
+        if self.compiled:
+            return self._pick_compiled(q, idx, order, quota, pool, reason, st, divcount)
+        got = 0
         cap = self.s["diversity_cap"]
-        for k in order:
+        for k in (order.order() if isinstance(order, _Lookup) else order.tolist()):
             i = int(idx[k])
             if self.in_query[i]:
                 continue
@@ -221,6 +292,24 @@ class Planner:
             got += 1
             if got >= quota:
                 break
+        return got
+
+    def _pick_compiled(self, q: PlannedQuery, idx: np.ndarray, order: _CompiledLookup | np.ndarray, quota: int,
+                       pool: str, reason: Callable[[int], str], st: _Stats, divcount: Any) -> int:
+        c = self._c
+        out = np.empty(quota, dtype=np.int64)
+        dkeys, dcounts, dn = divcount
+        cap = int(self.s["diversity_cap"])
+        if isinstance(order, _CompiledLookup):
+            got, capped = c.pick_lookup(*order.state, quota, out, order.seeds, self.in_query, self.usage,
+                                        self._reuse_cap, self._rec, self._nw, self._phash_max, self._div_or_none,
+                                        cap, dkeys, dcounts, dn)
+        else:
+            got, capped = c.pick_order(idx, np.asarray(order, dtype=np.int64), quota, out, self.in_query, self.usage,
+                                       self._div_or_none, cap, dkeys, dcounts, dn)
+        st.divcap += capped
+        for k in out[:got].tolist():
+            q.picks.append((int(idx[k]), pool, reason(k)))
         return got
 
     def _short(self, q: PlannedQuery, pool: str, wanted: int, got: int, why: Callable[[], str] | str) -> None:
@@ -267,9 +356,12 @@ class Planner:
         seeds = np.asarray(sq.seeds, dtype=np.int64)
         q = PlannedQuery(sq.query_id, list(sq.seeds))
         nf = len(ix.facet_names)
-        prof = np.zeros(nf, dtype=np.int64)
-        for f in range(nf):
-            prof[f] = int(np.argmax(np.bincount(ix.codes[seeds, f], minlength=len(ix.values[f]))))
+        if seeds.size == 1:  # the majority of one
+            prof = ix.codes[seeds[0]].astype(np.int64)
+        else:
+            prof = np.zeros(nf, dtype=np.int64)
+            for f in range(nf):
+                prof[f] = int(np.argmax(np.bincount(ix.codes[seeds, f], minlength=len(ix.values[f]))))
         q.profile = {self._fname(f): ix.typed[f][self._fval(f, prof[f])] for f in self.core}
         seed_set = ix.seed_set(seeds)
         self.in_query[seeds] = True
@@ -287,22 +379,28 @@ class Planner:
         # positive, neutral, hard: the core bucket
         st_core = _Stats()
         cand, sampled = self._core_candidates(prof, seed_set)
-        look, j = self._lookup(cand, seeds, seed_set, st_core)
+        nc = self.noncore
+        nd_core = None
+        if self.compiled and nc and ix.tag_bits is not None:  # one pass over the candidates' records
+            j, nd_core = self._c.jaccard_differ(self._rec, self._nw, self._small, self._coff, cand, *seed_set,
+                                                np.asarray(nc, dtype=np.int64), prof)
+            look = self._new_lookup(cand, j, seeds, st_core)
+        else:
+            look, j = self._lookup(cand, seeds, seed_set, st_core)
         ncore = len(self.core)
         core_txt = f"core match ({ncore}/{ncore})" if ncore else "no core facets"
         why_core = lambda: self._explain(st_core, seeds)  # noqa: E731
 
-        dc: dict[int, int] = {}
-        got = self._pick(q, cand, look.order(), s["pos_total"], "positive",
+        dc = self._divcount()
+        got = self._pick(q, cand, look, s["pos_total"], "positive",
                          lambda k: f"{core_txt}; jaccard={j[k]:.2f}", st_core, dc)
         self._short(q, "positive", s["pos_total"], got, lambda: "too few core-matching images: " + why_core())
 
-        dc = {}
-        nc = self.noncore
+        dc = self._divcount()
         if nc:
             # the core candidates one non-core facet away; when the core bucket was too large to score
             # whole and those are few, also windows of the buckets "every facet but f equal" (f non-core)
-            one = self._differ(cand, nc, prof) == 1
+            one = (nd_core if nd_core is not None else self._differ(cand, nc, prof)) == 1
             cn, jn = cand[one], j[one]
             if sampled and cn.size < NEUTRAL_MIN_FACTOR * s["neutral_total"]:
                 self.coverage["neutral per-facet search"] += 1
@@ -310,26 +408,26 @@ class Planner:
                 allf = range(len(ix.facet_names))
                 for f in nc:
                     w = self._window(ix.buckets([c for c in allf if c != f]).get(prof), self.cap_neutral)
-                    parts.append(w[self.fcol[f].take(w) != prof[f]])
+                    parts.append(self._differ_in(w, f, prof))
                 cn = np.sort(np.concatenate(parts))
                 cn = cn[np.append(True, cn[1:] != cn[:-1])] if cn.size else cn
-                jn = ix.jaccard(cn, seed_set)
+                jn = self._jaccard(cn, seed_set)
             st_neutral = _Stats()
-            ln = _Lookup(self, cn, jn, seeds, st_neutral)
+            ln = self._new_lookup(cn, jn, seeds, st_neutral)
 
             def why_neutral(k: int) -> str:
                 f = next(f for f in nc if ix.codes[cn[k], f] != prof[f])
                 return f"{core_txt}, {self._fname(f)}={self._fval(f, ix.codes[cn[k], f])} differs; jaccard={jn[k]:.2f}"
 
-            got = self._pick(q, cn, ln.order(), s["neutral_total"], "neutral", why_neutral, st_neutral, dc)
+            got = self._pick(q, cn, ln, s["neutral_total"], "neutral", why_neutral, st_neutral, dc)
             why = lambda: ("too few core-matching images with exactly one other facet different: "  # noqa: E731
                            + self._explain(st_neutral, seeds))
         else:
             got, why = 0, "no non-core facets to differ"
         self._short(q, "neutral", s["neutral_total"], got, why)
 
-        dc = {}
-        got_hard = self._pick(q, cand, look.order(), s["neg_hard"], "hard",
+        dc = self._divcount()
+        got_hard = self._pick(q, cand, look, s["neg_hard"], "hard",
                               lambda k: f"{core_txt}; jaccard={j[k]:.2f}", st_core, dc)
         level = ncore
         for k_core in range(ncore - 1, 0, -1):
@@ -339,7 +437,7 @@ class Planner:
             c2 = self._window(ix.buckets(self.core[:k_core]).get(prof))
             l2, j2 = self._lookup(c2, seeds, seed_set, st_core)
             names = ",".join(self._fname(f) for f in self.core[:k_core])
-            got_hard += self._pick(q, c2, l2.order(), s["neg_hard"] - got_hard, "hard",
+            got_hard += self._pick(q, c2, l2, s["neg_hard"] - got_hard, "hard",
                                    lambda k, j2=j2, kc=k_core, nm=names:
                                    f"relaxed to {kc}/{ncore} core facets ({nm}); jaccard={j2[k]:.2f}",
                                    st_core, dc)
@@ -349,20 +447,20 @@ class Planner:
 
         # near-miss: exactly one off facet differs (every facet when neither off nor core facets are set)
         st_near = _Stats()
-        dc = {}
+        dc = self._divcount()
         got_near = 0
         if self.off:
             parts, facet_of = [], []
             for f in self.off:
                 others = [c for c in self.both if c != f]
                 w = self._window(ix.buckets(others).get(prof), self.cap_near)
-                w = w[self.fcol[f].take(w) != prof[f]]
+                w = self._differ_in(w, f, prof)
                 parts.append(w)
                 facet_of.append(np.full(w.size, f, dtype=np.int64))
             c3, f3 = np.concatenate(parts), np.concatenate(facet_of)
             l3, j3 = self._lookup(c3, seeds, seed_set, st_near)
             got_near = self._pick(
-                q, c3, l3.order(), s["neg_nearmiss"], "nearmiss",
+                q, c3, l3, s["neg_nearmiss"], "nearmiss",
                 lambda k: (f"{self._fname(f3[k])} differs ({self._fval(f3[k], ix.codes[c3[k], f3[k]])} vs "
                            f"{self._fval(f3[k], prof[f3[k]])}); jaccard={j3[k]:.2f}"),
                 st_near, dc)
@@ -371,7 +469,7 @@ class Planner:
                 c4 = self._window(ix.buckets([f0]).get(prof), self.cap_near)
                 c4 = c4[self._differ(c4, self.both, prof) > 0]
                 l4, j4 = self._lookup(c4, seeds, seed_set, st_near)
-                got_near += self._pick(q, c4, l4.order(), s["neg_nearmiss"] - got_near, "nearmiss",
+                got_near += self._pick(q, c4, l4, s["neg_nearmiss"] - got_near, "nearmiss",
                                        lambda k: f"relaxed: matches {self._fname(f0)} only; jaccard={j4[k]:.2f}",
                                        st_near, dc)
             scope = "facet" if self.off_default_all else "off facet"
@@ -384,11 +482,11 @@ class Planner:
         # easy (+ padding of the negatives the other pools could not supply)
         quota = s["neg_easy"] + (s["neg_hard"] - got_hard) + (s["neg_nearmiss"] - got_near)
         st_easy = _Stats()
-        dc = {}
+        dc = self._divcount()
         c5 = self._window(ix.global_order, self.cap_easy)
         st_easy.searched.append(c5)
         c5 = c5[self._ok(c5, seeds)]
-        j5 = ix.jaccard(c5, seed_set)
+        j5 = self._jaccard(c5, seed_set)
         if self.easy_cols:
             nd = self._differ(c5, self.easy_cols, prof)
         else:
@@ -403,15 +501,15 @@ class Planner:
             n_easy[0] += 1
             return f"{pad}{tier}: {nd[k]}/{ne} facets differ; jaccard={j5[k]:.2f}"
 
-        tiers = [
-            ("many facets differ, low tag overlap", np.flatnonzero(low & (nd >= self.easy_min))),
-            ("low tag overlap", np.flatnonzero(low)),
-            ("fill, lowest tag overlap left", np.lexsort((c5, j5))),
+        tiers = [  # each order computed only when the tiers before it did not fill the pool
+            ("many facets differ, low tag overlap", lambda: np.flatnonzero(low & (nd >= self.easy_min))),
+            ("low tag overlap", lambda: np.flatnonzero(low)),
+            ("fill, lowest tag overlap left", lambda: np.lexsort((c5, j5))),
         ]
         for tier, order5 in tiers:
             if got_easy >= quota:
                 break
-            got_easy += self._pick(q, c5, order5.tolist(), quota - got_easy, "easy",
+            got_easy += self._pick(q, c5, order5(), quota - got_easy, "easy",
                                    lambda kk, t=tier: why_easy(kk, t), st_easy, dc)
         easy_for_easy = min(got_easy, s["neg_easy"])
         self._short(q, "easy", s["neg_easy"], easy_for_easy,
