@@ -29,8 +29,9 @@ rule evaluate_model:
     priority: 1
     conda:
         "../envs/benchmaker.yaml"
-    # the main process feeds the model; num_workers DataLoader processes decode images (as embed_images)
-    threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 2)) + 1
+    # the main process feeds the model; a clip system's num_workers DataLoader processes decode images
+    # (as embed_images); a milvus system embeds its queries only (no such setting: no workers)
+    threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 0)) + 1
     resources:
         **gpu_resources(True),
         mem_mb=evaluate_model_mem_mb,
