@@ -7,6 +7,7 @@ from benchmaker.config_paths import config_paths
 from benchmaker.staging import (
     StagingError,
     check_s3_prefix,
+    controller_configfile,
     is_storage_url,
     model_source_files,
     relocate_configfiles,
@@ -194,6 +195,21 @@ if STAGING and not SPAWNED:
         workflow.configfiles[:] = [
             _moved.get(str(f), str(f)) for f in workflow.configfiles
         ]
+    # What the controller decided from its own disk while validating the config (the smoke-test
+    # verdict reads the local-dir: model folders, benchmaker.smoke) goes to the jobs as a last config
+    # file: a pod re-validates the config without those folders and would otherwise record another
+    # verdict in the report and the card than a local run of the same inputs.
+    from benchmaker.smoke import verdict as _smoke_verdict
+
+    _verdict = controller_configfile(_smoke_verdict(config), os.getcwd())
+    if not workflow.config_settings.configfiles:
+        # no --configfile: the Snakefile's own configfile: (config/config.yaml) stays first for the
+        # jobs (a job given --configfiles skips it)
+        workflow.config_settings.configfiles[:] = [
+            Path(f).absolute() for f in workflow.configfiles
+        ]
+    workflow.config_settings.configfiles.append(Path(_verdict))
+    workflow.configfiles.append(_verdict)
 
 
 # adapters that run a model on the GPU, per stage (API adapters never do; `rules` judges on CPU)
