@@ -323,11 +323,17 @@ def controller_checks():
 # Outputs a job finished while no controller watched are remade, not trusted: the controller marks a
 # job's outputs incomplete when it submits it, and only a controller, recording their metadata,
 # removes the mark. On a shared file system (SLURM) the job's own Snakemake would remove it; the
-# patch (benchmaker/snakemake_compat.py) leaves that to the controller, as on Kubernetes.
+# patch (benchmaker/snakemake_compat.py) leaves that to the controller, as on Kubernetes. The mark is
+# made before a job is submitted, not once the submission returned (a controller that dies in between
+# leaves a job in the cluster whose outputs nothing marks).
 try:
-    from benchmaker.snakemake_compat import keep_job_incomplete_marks
+    from benchmaker.snakemake_compat import (
+        keep_job_incomplete_marks,
+        mark_before_submission,
+    )
 
     keep_job_incomplete_marks()
+    mark_before_submission()
 except CompatError as exc:
     raise WorkflowError(str(exc))
 
