@@ -410,13 +410,18 @@ def kube(tmp_path):
 @pytest.mark.slow
 def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
     """The whole pipeline: every non-local job is a Kubernetes Job whose pod, with an empty workdir
-    and without the controller's files, finds all it reads in the bucket (or on the image PVC)."""
+    and without the controller's files, finds all it reads in the bucket (or on the image PVC). The
+    clip vision adapter with a local-dir: model and a seeds file (the shipped-Job test runs the
+    metadata adapter and a pools file instead)."""
     s3 = s3_server["client"]
     _clear(s3, PREFIX)
     home = tmp_path / "home"
     corpus = tmp_path / "pvc" / "images"  # what the PVC holds
     shutil.copytree(tiny_corpus, corpus)
-    config, cfg = _user_files(home, corpus, tiny_clip)
+    home.mkdir()
+    seeds = ["red/circle_0.jpg", "blue/square_0.jpg"]
+    (home / "seeds.jsonl").write_text("".join(json.dumps({"seed_image_ids": [i]}) + "\n" for i in seeds))
+    config, cfg = _user_files(home, corpus, tiny_clip, paths={"seeds_file": str(home / "seeds.jsonl")})
     hide = [str(home), str(checkout["dir"])]  # FakeKube fails where it cannot hide them
     pip_log = tmp_path / "pip.log"
     pod_home = tmp_path / "podhome"
@@ -491,6 +496,9 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     # the rights map was applied in the preprocess pod: the prefix rule licenses red/ images
     images = s3.get_object(Bucket=BUCKET, Key=f"{base}/images.jsonl")["Body"].read().decode()
     assert "CC-BY-4.0" in images
+    # the plan pod read the staged seeds file: its seeds, in its order
+    plan = s3.get_object(Bucket=BUCKET, Key=f"{base}/query_plan.jsonl")["Body"].read().decode().splitlines()
+    assert [json.loads(q)["seed_image_ids"] for q in plan] == [[i] for i in seeds], plan[:2]
     # the export pod, which cannot see the tiny CLIP's folder, records the controller's (and a local
     # run's) smoke-test verdict
     meta = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{base}/hf_dataset/dataset_metadata.json")["Body"].read())
@@ -556,9 +564,10 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path, *, openai
     """A config with every feature that reads a file of the user's: every evaluate system kind (clip
     with a local model folder, bm25, hybrid, a reranker through the strict fake OpenAI, a local run
     file, an http service and a Milvus Lite file, both queried from the controller), the audit with a
-    human label file and a second judge, judge label reuse, a seeds file, metadata, a rights map.
-    (The metadata vision adapter and a pools file replace the clip adapter and the seeds file: only
-    dry runs cover them, test_metadata_adapter_has_no_gpu.)"""
+    human label file and a second judge, judge label reuse, a rights map, and the collection's own
+    labels: the metadata vision adapter reads them from a metadata file, and the plan is a pools file
+    (the clip vision adapter and a seeds file, which these replace, run in
+    test_readme_run_on_fake_kubernetes)."""
     from test_evaluate_live import _http_system
 
     from benchmaker.ids import trec_id
@@ -569,16 +578,29 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path, *, openai
     eval_model = home / "models" / "eval-clip"
     shutil.copytree(clip, eval_model)
     images = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.jpg"))
-    (home / "metadata.jsonl").write_text("".join(json.dumps({"image_id": i, "site": "W0"}) + "\n" for i in images))
-    (home / "seeds.jsonl").write_text(json.dumps({"seed_image_ids": [images[0]]}) + "\n")
+    good = _good_images(corpus)
+    # the collection's labels (<color>/<shape>_<i>.<ext>) for the metadata vision adapter
+    labels = {i: {"color": i.split("/")[0], "shape": i.split("/")[1].split("_")[0],
+                  "is_bright": i.split("/")[0] in ("yellow", "red")} for i in good}
+    (home / "metadata.jsonl").write_text("".join(json.dumps({"image_id": i, "site": "W0", **labels[i]}) + "\n"
+                                                 for i in good))
+    # fixed pools: a seed, another image of its colour and one of each other colour
+    pools = []
+    for n, colour in enumerate(("red", "blue")):
+        mine = [i for i in good if labels[i]["color"] == colour]
+        others = [next(i for i in good if labels[i]["color"] == c) for c in ("green", "yellow", "gray")]
+        pools.append({"query_id": f"tiny_q{n + 1:04d}", "seed_image_ids": [mine[0]],
+                      "candidate_image_ids": [mine[0], mine[1], *others]})
+    (home / "pools.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pools))
     (home / "reuse.jsonl").write_text("")
     (home / "erin.csv").write_text("item_id,label\nnot-labelled-yet,\n")
     (home / "prod.trec").write_text("".join(f"{trec_id('tiny_q0001')} Q0 {trec_id(i)} {n + 1} {10 - n} prod\n"
                                             for n, i in enumerate(images[:5])))
     cfg = support.tiny_config(home, corpus, models, n_shards=1)
     cfg["paths"].update(results="results", rights_map=str(support.rights_map(cfg_dir / "rights_map.json")),
-                        metadata_jsonl=str(home / "metadata.jsonl"), seeds_file=str(home / "seeds.jsonl"),
+                        metadata_jsonl=str(home / "metadata.jsonl"), pools_file=str(home / "pools.jsonl"),
                         judge_reuse_file=str(home / "reuse.jsonl"))
+    cfg["vision"] = {"adapter": "metadata"}
     cfg["audit"] = {"sample_size": 8, "bootstrap": 10, "require_complete": False,
                     "human_labels": [{"path": str(home / "erin.csv"), "rater": "erin"}],
                     "second_judge": {"name": "loose", "judge": {"rules": {"relevant_min_jaccard": 0.0}}}}
@@ -705,7 +727,17 @@ def _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_
     keys = _keys(s3, PREFIX)
     base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
     staged = {Path(k).name for k in keys if k.startswith(f"{base}/inputs/")}
-    assert {"rights_map.json", "metadata.jsonl", "seeds.jsonl", "reuse.jsonl", "erin.csv", "prod.trec"} <= staged
+    assert {"rights_map.json", "metadata.jsonl", "pools.jsonl", "reuse.jsonl", "erin.csv", "prod.trec"} <= staged
+    # the vision pods labelled the images from the staged metadata (no GPU), the plan pod read the pools
+    for b in fk.jobs.values():
+        if re.search(r"--target-jobs 'vision:", b["spec"]["template"]["spec"]["containers"][0]["args"][1]):
+            assert "nvidia.com/gpu" not in json.dumps(b["spec"]["template"]["spec"]["containers"][0]["resources"])
+    ann = [json.loads(line) for line in s3.get_object(Bucket=BUCKET, Key=f"{base}/annotations.jsonl")["Body"]
+           .read().decode().splitlines()]
+    assert ann and all(a["color"] == a["image_id"].split("/")[0] for a in ann), ann[:2]
+    plan = [json.loads(line) for line in s3.get_object(Bucket=BUCKET, Key=f"{base}/query_plan.jsonl")["Body"]
+            .read().decode().splitlines()]
+    assert [q["query_id"] for q in plan] == ["tiny_q0001", "tiny_q0002"], [q["query_id"] for q in plan]
     assert "vdb.db" not in staged  # the Milvus Lite file is read in place by the controller (x-path-use)
     board = s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/leaderboard.csv")["Body"].read().decode()
     assert all(name in board for name in ("eval-clip", "bm25", "fused", "prod", "vlm", "live", "vdb")), board
