@@ -7,6 +7,7 @@ from benchmaker.config_paths import config_paths
 from benchmaker.staging import (
     StagingError,
     check_s3_prefix,
+    controller_configfile,
     is_storage_url,
     model_source_files,
     relocate_configfiles,
@@ -194,6 +195,21 @@ if STAGING and not SPAWNED:
         workflow.configfiles[:] = [
             _moved.get(str(f), str(f)) for f in workflow.configfiles
         ]
+    # What the controller decided from its own disk while validating the config (the smoke-test
+    # verdict reads the local-dir: model folders, benchmaker.smoke) goes to the jobs as a last config
+    # file: a pod re-validates the config without those folders and would otherwise record another
+    # verdict in the report and the card than a local run of the same inputs.
+    from benchmaker.smoke import verdict as _smoke_verdict
+
+    _verdict = controller_configfile(_smoke_verdict(config), os.getcwd())
+    if not workflow.config_settings.configfiles:
+        # no --configfile: the Snakefile's own configfile: (config/config.yaml) stays first for the
+        # jobs (a job given --configfiles skips it)
+        workflow.config_settings.configfiles[:] = [
+            Path(f).absolute() for f in workflow.configfiles
+        ]
+    workflow.config_settings.configfiles.append(Path(_verdict))
+    workflow.configfiles.append(_verdict)
 
 
 # adapters that run a model on the GPU, per stage (API adapters never do; `rules` judges on CPU)
@@ -307,11 +323,17 @@ def controller_checks():
 # Outputs a job finished while no controller watched are remade, not trusted: the controller marks a
 # job's outputs incomplete when it submits it, and only a controller, recording their metadata,
 # removes the mark. On a shared file system (SLURM) the job's own Snakemake would remove it; the
-# patch (benchmaker/snakemake_compat.py) leaves that to the controller, as on Kubernetes.
+# patch (benchmaker/snakemake_compat.py) leaves that to the controller, as on Kubernetes. The mark is
+# made before a job is submitted, not once the submission returned (a controller that dies in between
+# leaves a job in the cluster whose outputs nothing marks).
 try:
-    from benchmaker.snakemake_compat import keep_job_incomplete_marks
+    from benchmaker.snakemake_compat import (
+        keep_job_incomplete_marks,
+        mark_before_submission,
+    )
 
     keep_job_incomplete_marks()
+    mark_before_submission()
 except CompatError as exc:
     raise WorkflowError(str(exc))
 

@@ -27,6 +27,11 @@ private mount namespace cannot be made (root + ``unshare``), so a test fails rat
 pods that see the controller's disk. A PVC mount
 ``<claim>:<path>`` is honoured only if the claim is in ``pvcs`` and ``path`` exists on this machine
 (the folder the claim would hold). The pod's status follows the process's exit code.
+
+``pod_quota=N`` models a namespace ResourceQuota on pods (NRP namespaces have one): at most N pods
+exist at once; a Job created beyond that is accepted but has no pod yet and an empty status (no
+``active`` count, as the API server reports it until its job controller can create the pod), and
+gets its pod when another one ends or is deleted.
 """
 
 from __future__ import annotations
@@ -51,13 +56,15 @@ QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 class FakeKube:
     def __init__(self, *, namespace: str, run_jobs: bool = False, base_env: dict | None = None,
                  pvcs: set[str] | None = None, job_timeout: float = 600,
-                 hide_paths: list[str] | None = None):
+                 hide_paths: list[str] | None = None, pod_quota: int | None = None):
         self.namespace = namespace
         self.run_jobs = run_jobs
         self.base_env = dict(base_env or {})
         self.pvcs = set(pvcs or ())
         self.job_timeout = job_timeout
         self.hide_paths = list(hide_paths or ())
+        self.pod_quota = pod_quota
+        self.waiting: list[str] = []         # Jobs accepted but without a pod (over pod_quota), in order
         self.secrets: dict[str, dict] = {}
         self.deleted_secrets: list[str] = []
         self.jobs: dict[str, dict] = {}      # name -> Job body as posted
@@ -183,6 +190,9 @@ class FakeKube:
                 proc = None
                 if found is not None:
                     self.state[m.group(1)]["deleted"] = True
+                    if m.group(1) in self.waiting:  # never gets a pod
+                        self.waiting.remove(m.group(1))
+                        self.state[m.group(1)].update(exit=137, ended=time.monotonic())
                     self.deleted_jobs.append(m.group(1))
                     proc = self.state[m.group(1)].get("proc")
             if proc is not None and proc.poll() is None:  # deleting a Job kills its pod
@@ -276,7 +286,9 @@ class FakeKube:
             self.jobs[name] = body
             self.state[name] = {"exit": None, "log": "", "created": time.monotonic()}
         if self.run_jobs:
-            threading.Thread(target=self._run, args=(name, body), daemon=True).start()
+            with self.lock:  # over the pod quota the Job waits for its pod
+                self.waiting.append(name)
+                self._start_waiting()
         else:  # not run: the pod never starts (Pending)
             pass
         out = json.loads(json.dumps(body))
@@ -296,7 +308,10 @@ class FakeKube:
         workdir = tempfile.mkdtemp(prefix=f"pod-{name[:20]}-")  # the emptyDir at /workdir
         for m in c.get("volumeMounts") or []:
             if m["mountPath"] != c.get("workingDir") and not Path(m["mountPath"]).exists():
-                self.state[name].update(exit=1, log=f"mount path {m['mountPath']} not on this machine")
+                with self.lock:
+                    self.state[name].update(exit=1, log=f"mount path {m['mountPath']} not on this machine",
+                                            ended=time.monotonic())
+                    self._start_waiting()
                 return
         cmd = [*c["command"], *c.get("args", [])]
         if self.hide_paths:  # a private mount namespace: the controller's folders are empty here (always)
@@ -308,6 +323,9 @@ class FakeKube:
                                 start_new_session=True)
         with self.lock:
             self.state[name]["proc"] = proc
+            deleted = self.state[name].get("deleted")
+        if deleted:  # the Job was deleted while its pod started
+            self._kill(proc)
         try:
             code = proc.wait(timeout=self.job_timeout)
         except subprocess.TimeoutExpired:
@@ -320,6 +338,7 @@ class FakeKube:
             if self.state[name].get("deleted"):
                 code = 137  # the pod was deleted (killed) with its Job
             self.state[name].update(exit=code, log=log, workdir=workdir, ended=time.monotonic())
+            self._start_waiting()  # its quota slot is free
 
     @staticmethod
     def _kill(proc) -> None:
@@ -331,6 +350,23 @@ class FakeKube:
         except ProcessLookupError:
             pass
         proc.wait()
+
+    def _status_of(self, name: str) -> dict:
+        st = self.state[name]
+        if name in self.waiting:  # accepted, no pod yet: the API server reports no counts at all
+            return {}
+        return {"active": 1} if st["exit"] is None else ({"succeeded": 1} if st["exit"] == 0 else {"failed": 1})
+
+    def _start_waiting(self) -> None:
+        """Give the oldest waiting Jobs their pods while the quota allows (call with the lock held)."""
+        while self.waiting and (self.pod_quota is None or self._pods_alive() < self.pod_quota):
+            name = self.waiting.pop(0)
+            threading.Thread(target=self._run, args=(name, self.jobs[name]), daemon=True).start()
+            self.state[name]["started"] = True
+
+    def _pods_alive(self) -> int:
+        return sum(1 for n, st in self.state.items()
+                   if st.get("started") and st["exit"] is None and not st.get("deleted"))
 
     def _job_list(self, q) -> dict:
         """``list_namespaced_job`` (``labelSelector`` k=v[,k=v] and ``limit`` honoured)."""
@@ -347,19 +383,18 @@ class FakeKube:
                     continue
                 out = json.loads(json.dumps(body))
                 out["metadata"]["namespace"] = self.namespace
-                out["status"] = {"active": 1} if st["exit"] is None else (
-                    {"succeeded": 1} if st["exit"] == 0 else {"failed": 1})
+                out["status"] = self._status_of(name)
                 items.append(out)
         limit = int((q.get("limit") or ["0"])[0] or 0)
         return {"kind": "JobList", "apiVersion": "batch/v1", "metadata": {},
                 "items": items[:limit] if limit else items}
 
     def _job_status(self, h, name):
-        body, st = self.jobs.get(name), self.state.get(name)
+        body = self.jobs.get(name)
         if body is None:
             return h._send(404, self._status(404, "NotFound", f"job {name} not found"))
-        status = {"active": 1} if st["exit"] is None else (
-            {"succeeded": 1} if st["exit"] == 0 else {"failed": 1})
+        with self.lock:
+            status = self._status_of(name)
         out = json.loads(json.dumps(body))
         out["metadata"]["namespace"] = self.namespace
         out["status"] = status
@@ -368,7 +403,7 @@ class FakeKube:
     def _pods(self, job: str) -> dict:
         st = self.state.get(job)
         items = []
-        if st is not None and not st.get("deleted"):
+        if st is not None and not st.get("deleted") and job not in self.waiting:
             state = ({"running": {"startedAt": "2026-01-01T00:00:00Z"}} if st["exit"] is None else
                      {"terminated": {"exitCode": st["exit"], "reason": "Completed" if st["exit"] == 0 else "Error"}})
             items.append({"metadata": {"name": f"{job}-p0d", "labels": {"job-name": job}},

@@ -206,6 +206,61 @@ def test_readme_dry_run_stages_local_inputs(s3_server, checkout, tmp_path, tiny_
             assert not re.search(r"\bgpu=", r), (rule, r)
 
 
+_POD_CONFIG_HOOK = """
+import json, os, snakemake.api, snakemake.workflow as W
+orig = W.Workflow.check_localrules
+def check(self):
+    from snakemake.spawn_jobs import SpawnedJobArgsFactory
+    # what every pod is given (--configfiles ...) and the config the controller validated
+    json.dump({"configfiles": SpawnedJobArgsFactory(self).get_configfiles_arg(), "config": self.config},
+              open(os.environ['POD_CONFIG_DUMP'], 'w'))
+    return orig(self)
+W.Workflow.check_localrules = check
+import sys; from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()
+"""
+
+
+def test_pods_validate_to_the_controllers_config(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip):
+    """Same inputs, same bytes, whatever the executor: the config a pod ends with (Snakemake parsing
+    the config files it is given where the user's folders do not exist) is the config the controller
+    and a local run of the same config validated. The smoke-test verdict reads the local-dir: model
+    folder (benchmaker.smoke): without the controller's verdict a pod records "not a smoke test", and
+    the report, the card, config_values.csv and dataset_metadata.json differ from a local run's."""
+    import shlex
+
+    from benchmaker.export import flatten_config
+
+    home = tmp_path / "home"
+    config, cfg = _user_files(home, tiny_corpus, tiny_clip)
+
+    def parsed(*args: str, nrp: bool) -> dict:
+        dump = tmp_path / f"dump-{len(list(tmp_path.glob('dump-*')))}.json"
+        env = _env(checkout, s3_server["url"], POD_CONFIG_DUMP=str(dump))
+        where = [] if nrp else ["-s", str(checkout["dir"] / "Snakefile"), "-d", str(tmp_path / "local"), "-c1"]
+        res = subprocess.run([sys.executable, "-c", _POD_CONFIG_HOOK, *where, *args, "-n"], cwd=checkout["dir"],
+                             capture_output=True, text=True, timeout=600, env=env)
+        assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+        return json.loads(dump.read_text())
+
+    controller = parsed("--profile", "nrp", "--configfile", str(config), nrp=True)
+    assert controller["config"]["benchmark"]["smoke_test"] is True, controller["config"]["benchmark"]
+    local = parsed("--configfile", str(config), nrp=False)["config"]
+    assert local == controller["config"]
+    args = shlex.split(controller["configfiles"])
+    assert args[0] == "--configfiles" and len(args) > 1, args
+    files = [(checkout["dir"] / f).resolve() for f in args[1:]]
+    for f in files:  # below the working directory: in the pods' source archive
+        assert f.is_relative_to(checkout["dir"].resolve()), f
+    # a pod: the same config files, parsed where the user's model folder does not exist
+    (home / "models").rename(home / "hidden-models")
+    try:
+        pod = parsed("--configfiles", *map(str, files), nrp=False)["config"]
+    finally:
+        (home / "hidden-models").rename(home / "models")
+    assert flatten_config(pod) == flatten_config(local)  # config_values.csv, row by row
+    assert pod == local
+
+
 def test_metadata_adapter_has_no_gpu(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip):
     """(Also: a pools file and a judge reuse file are staged like the seeds file; the seeds file, unused
     beside a pools file, is not.)"""
@@ -355,13 +410,18 @@ def kube(tmp_path):
 @pytest.mark.slow
 def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
     """The whole pipeline: every non-local job is a Kubernetes Job whose pod, with an empty workdir
-    and without the controller's files, finds all it reads in the bucket (or on the image PVC)."""
+    and without the controller's files, finds all it reads in the bucket (or on the image PVC). The
+    clip vision adapter with a local-dir: model and a seeds file (the shipped-Job test runs the
+    metadata adapter and a pools file instead)."""
     s3 = s3_server["client"]
     _clear(s3, PREFIX)
     home = tmp_path / "home"
     corpus = tmp_path / "pvc" / "images"  # what the PVC holds
     shutil.copytree(tiny_corpus, corpus)
-    config, cfg = _user_files(home, corpus, tiny_clip)
+    home.mkdir()
+    seeds = ["red/circle_0.jpg", "blue/square_0.jpg"]
+    (home / "seeds.jsonl").write_text("".join(json.dumps({"seed_image_ids": [i]}) + "\n" for i in seeds))
+    config, cfg = _user_files(home, corpus, tiny_clip, paths={"seeds_file": str(home / "seeds.jsonl")})
     hide = [str(home), str(checkout["dir"])]  # FakeKube fails where it cannot hide them
     pip_log = tmp_path / "pip.log"
     pod_home = tmp_path / "podhome"
@@ -436,6 +496,13 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     # the rights map was applied in the preprocess pod: the prefix rule licenses red/ images
     images = s3.get_object(Bucket=BUCKET, Key=f"{base}/images.jsonl")["Body"].read().decode()
     assert "CC-BY-4.0" in images
+    # the plan pod read the staged seeds file: its seeds, in its order
+    plan = s3.get_object(Bucket=BUCKET, Key=f"{base}/query_plan.jsonl")["Body"].read().decode().splitlines()
+    assert [json.loads(q)["seed_image_ids"] for q in plan] == [[i] for i in seeds], plan[:2]
+    # the export pod, which cannot see the tiny CLIP's folder, records the controller's (and a local
+    # run's) smoke-test verdict
+    meta = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{base}/hf_dataset/dataset_metadata.json")["Body"].read())
+    assert meta["smoke_test"] is True and "tinyclip" in meta["smoke_reason"], meta["smoke_reason"]
     assert pip_log.read_text().count("snakemake-storage-plugin-s3") == len(fk.jobs)
 
     # nothing to do the second time, and nothing is staged again
@@ -497,9 +564,10 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path, *, openai
     """A config with every feature that reads a file of the user's: every evaluate system kind (clip
     with a local model folder, bm25, hybrid, a reranker through the strict fake OpenAI, a local run
     file, an http service and a Milvus Lite file, both queried from the controller), the audit with a
-    human label file and a second judge, judge label reuse, a seeds file, metadata, a rights map.
-    (The metadata vision adapter and a pools file replace the clip adapter and the seeds file: only
-    dry runs cover them, test_metadata_adapter_has_no_gpu.)"""
+    human label file and a second judge, judge label reuse, a rights map, and the collection's own
+    labels: the metadata vision adapter reads them from a metadata file, and the plan is a pools file
+    (the clip vision adapter and a seeds file, which these replace, run in
+    test_readme_run_on_fake_kubernetes)."""
     from test_evaluate_live import _http_system
 
     from benchmaker.ids import trec_id
@@ -510,16 +578,29 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path, *, openai
     eval_model = home / "models" / "eval-clip"
     shutil.copytree(clip, eval_model)
     images = sorted(p.relative_to(corpus).as_posix() for p in corpus.rglob("*.jpg"))
-    (home / "metadata.jsonl").write_text("".join(json.dumps({"image_id": i, "site": "W0"}) + "\n" for i in images))
-    (home / "seeds.jsonl").write_text(json.dumps({"seed_image_ids": [images[0]]}) + "\n")
+    good = _good_images(corpus)
+    # the collection's labels (<color>/<shape>_<i>.<ext>) for the metadata vision adapter
+    labels = {i: {"color": i.split("/")[0], "shape": i.split("/")[1].split("_")[0],
+                  "is_bright": i.split("/")[0] in ("yellow", "red")} for i in good}
+    (home / "metadata.jsonl").write_text("".join(json.dumps({"image_id": i, "site": "W0", **labels[i]}) + "\n"
+                                                 for i in good))
+    # fixed pools: a seed, another image of its colour and one of each other colour
+    pools = []
+    for n, colour in enumerate(("red", "blue")):
+        mine = [i for i in good if labels[i]["color"] == colour]
+        others = [next(i for i in good if labels[i]["color"] == c) for c in ("green", "yellow", "gray")]
+        pools.append({"query_id": f"tiny_q{n + 1:04d}", "seed_image_ids": [mine[0]],
+                      "candidate_image_ids": [mine[0], mine[1], *others]})
+    (home / "pools.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pools))
     (home / "reuse.jsonl").write_text("")
     (home / "erin.csv").write_text("item_id,label\nnot-labelled-yet,\n")
     (home / "prod.trec").write_text("".join(f"{trec_id('tiny_q0001')} Q0 {trec_id(i)} {n + 1} {10 - n} prod\n"
                                             for n, i in enumerate(images[:5])))
     cfg = support.tiny_config(home, corpus, models, n_shards=1)
     cfg["paths"].update(results="results", rights_map=str(support.rights_map(cfg_dir / "rights_map.json")),
-                        metadata_jsonl=str(home / "metadata.jsonl"), seeds_file=str(home / "seeds.jsonl"),
+                        metadata_jsonl=str(home / "metadata.jsonl"), pools_file=str(home / "pools.jsonl"),
                         judge_reuse_file=str(home / "reuse.jsonl"))
+    cfg["vision"] = {"adapter": "metadata"}
     cfg["audit"] = {"sample_size": 8, "bootstrap": 10, "require_complete": False,
                     "human_labels": [{"path": str(home / "erin.csv"), "rater": "erin"}],
                     "second_judge": {"name": "loose", "judge": {"rules": {"relevant_min_jaccard": 0.0}}}}
@@ -646,7 +727,17 @@ def _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_
     keys = _keys(s3, PREFIX)
     base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
     staged = {Path(k).name for k in keys if k.startswith(f"{base}/inputs/")}
-    assert {"rights_map.json", "metadata.jsonl", "seeds.jsonl", "reuse.jsonl", "erin.csv", "prod.trec"} <= staged
+    assert {"rights_map.json", "metadata.jsonl", "pools.jsonl", "reuse.jsonl", "erin.csv", "prod.trec"} <= staged
+    # the vision pods labelled the images from the staged metadata (no GPU), the plan pod read the pools
+    for b in fk.jobs.values():
+        if re.search(r"--target-jobs 'vision:", b["spec"]["template"]["spec"]["containers"][0]["args"][1]):
+            assert "nvidia.com/gpu" not in json.dumps(b["spec"]["template"]["spec"]["containers"][0]["resources"])
+    ann = [json.loads(line) for line in s3.get_object(Bucket=BUCKET, Key=f"{base}/annotations.jsonl")["Body"]
+           .read().decode().splitlines()]
+    assert ann and all(a["color"] == a["image_id"].split("/")[0] for a in ann), ann[:2]
+    plan = [json.loads(line) for line in s3.get_object(Bucket=BUCKET, Key=f"{base}/query_plan.jsonl")["Body"]
+            .read().decode().splitlines()]
+    assert [q["query_id"] for q in plan] == ["tiny_q0001", "tiny_q0002"], [q["query_id"] for q in plan]
     assert "vdb.db" not in staged  # the Milvus Lite file is read in place by the controller (x-path-use)
     board = s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/leaderboard.csv")["Body"].read().decode()
     assert all(name in board for name in ("eval-clip", "bm25", "fused", "prod", "vlm", "live", "vdb")), board
@@ -885,11 +976,16 @@ def _target(body: dict) -> str:
 @pytest.mark.slow
 @pytest.mark.heavy
 def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
-    """kill -9 of the controller while a GPU job's pod runs, then the README's resume line: the new
-    controller cancels the dead one's Jobs of this build before it submits anything (and says so),
-    never runs two Jobs for one output at a time, finishes, and a later params change replans every
-    shard it touches (nothing finished unwatched is trusted)."""
+    """kill -9 of the controller while a GPU job's pod runs and other Jobs wait for a pod (the
+    namespace's pod quota is used up), then the README's resume line: the new controller cancels every
+    Job the dead one left of this build, running or waiting, before it submits anything (and says
+    so), never runs two Jobs for one output at a time, finishes with the same bytes as an
+    uninterrupted run of the same config, and a later params change replans the same jobs as after
+    the uninterrupted run (nothing finished unwatched is trusted)."""
     import signal
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from same_bytes import digests
 
     s3 = s3_server["client"]
     _clear(s3, PREFIX)
@@ -899,7 +995,8 @@ def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp
     config, cfg = _user_files(home, corpus, tiny_clip)
     pod_home = tmp_path / "podhome"
     pod_home.mkdir()
-    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
+    # room for 2 pods at once: of the 4 Jobs the controller submits at once, 2 wait for a pod
+    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, pod_quota=2, base_env={
         "PATH": f"{_pod_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_home), "HF_HUB_OFFLINE": "1",
         "POD_PIP_LOG": str(tmp_path / "pip.log"), "MPLCONFIGDIR": str(pod_home / "mpl"),
     }, hide_paths=[str(home), str(checkout["dir"])])
@@ -916,15 +1013,37 @@ def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp
         time.sleep(0.5)
         with fk.lock:
             gpu = next((n for n, b in fk.jobs.items() if _target(b).split(":")[0] in ("vision", "embed_images")
-                        and fk.state[n]["exit"] is None), None)
+                        and fk.state[n].get("proc") and fk.state[n]["exit"] is None), None)
+            gpu = gpu if fk.waiting else None
     assert gpu is not None, (tmp_path / "first.log").read_text()[-3000:]
     os.killpg(first.pid, signal.SIGKILL)  # the controller dies; its pods do not
     first.wait()
     log.close()
-    with fk.lock:
-        orphans = {n for n, st in fk.state.items() if st["exit"] is None}
-        before = set(fk.jobs)
-    assert gpu in orphans
+    time.sleep(1)  # a Job the controller was creating when it died is in the cluster now
+    # long GPU jobs, whatever the machine's load: the orphans' pods are still running (paused) when
+    # the new controller looks, and their places in the quota stay taken
+    def pause_orphans() -> tuple[set, set, set] | None:
+        """(orphans, waiting, all Jobs) with every orphan's pod paused; None while a pod is starting."""
+        with fk.lock:
+            if any(st.get("started") and st["exit"] is None and st.get("proc") is None for st in fk.state.values()):
+                return None
+            waiting = set(fk.waiting)
+            orphans = set(waiting)
+            for n, st in fk.state.items():
+                if st["exit"] is None and st.get("proc") is not None:
+                    try:
+                        os.killpg(st["proc"].pid, signal.SIGSTOP)
+                        orphans.add(n)
+                    except ProcessLookupError:
+                        pass  # it has just ended
+            return orphans, waiting, set(fk.jobs)
+
+    while (paused := pause_orphans()) is None:
+        time.sleep(0.1)
+    orphans, waiting, before = paused
+    gpu_rules = ("vision", "embed_images")
+    assert waiting and orphans - waiting and any(_target(fk.jobs[n]).split(":")[0] in gpu_rules for n in orphans), \
+        (orphans, waiting)
 
     # the README's resume line
     unlock = _snakemake(checkout, config, env, "--unlock")
@@ -937,8 +1056,9 @@ def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp
     assert m, out[-5000:]
     with fk.lock:
         cancelled = set(fk.deleted_jobs) & orphans
-        assert int(m.group(1)) == len(cancelled) >= 1 and gpu in cancelled
+        assert cancelled == orphans and int(m.group(1)) == len(orphans), (m.group(0), orphans, fk.deleted_jobs)
         assert all(fk.state[n]["exit"] == 137 for n in cancelled)
+        assert not any(fk.state[n].get("started") for n in waiting)  # cancelled before they got a pod
         resumed = {n: b for n, b in fk.jobs.items() if n not in before}
         first_new = min(fk.state[n]["created"] for n in resumed)
         assert all(fk.state[n]["ended"] <= first_new for n in orphans), "a new Job started beside an orphan"
@@ -949,8 +1069,36 @@ def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp
     base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
     assert s3.head_object(Bucket=BUCKET, Key=f"{base}/qrels_with_score.jsonl")["ContentLength"] > 0
 
-    # a params change after the resume replans every shard's vision job, as after an uninterrupted run
+    # the same bytes as an uninterrupted run of the same config (a local one: same inputs, same bytes
+    # whatever the executor): every file but the run's records (logs, timings, run_facts.json:
+    # benchmarks/same_bytes.py) and the staged copies of the user's files (inputs/, cluster only)
+    cluster = tmp_path / "cluster-results"
+    for k in _keys(s3, f"{base}/"):
+        if not k[len(base) + 1:].startswith("inputs/"):
+            (cluster / k[len(base) + 1:]).parent.mkdir(parents=True, exist_ok=True)
+            (cluster / k[len(base) + 1:]).write_bytes(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read())
+    local = tmp_path / "uninterrupted"
+    shutil.copytree(checkout["dir"], local, ignore=shutil.ignore_patterns(".snakemake", "results"))
+    lenv = {k: v for k, v in env.items() if not k.startswith(("BENCHMAKER_", "SNAKEMAKE_", "KUBECONFIG"))}
+    lenv["PYTHONPATH"] = str(local / "src")
+
+    def local_snakemake(cfg_file: Path, *args: str):
+        return subprocess.run([sys.executable, "-m", "snakemake", "--configfile", str(cfg_file), *args], cwd=local,
+                              env=lenv, capture_output=True, text=True, timeout=1500)
+
+    run = local_snakemake(config, "--cores", "2")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    mine, theirs = digests(cluster), digests(local / "results" / cfg["benchmark"]["name"])
+    assert sorted(mine) == sorted(theirs), sorted(set(mine) ^ set(theirs))
+    assert not [f for f in mine if mine[f] != theirs[f]], [f for f in mine if mine[f] != theirs[f]]
+
+    # a params change after the resume replans the same jobs as after the uninterrupted run (every
+    # shard's vision job and what follows; the controller-side staging jobs are the cluster's own)
     config2, _ = _user_files(home, corpus, tiny_clip, vision={"clip": {"prompt_template": "a picture of {}."}})
     dry = _snakemake(checkout, config2, env, "-n")
     stats = _job_stats(dry.stdout + dry.stderr)
     assert stats.get("vision") == cfg["n_shards"] and stats.get("plan") == 1, stats
+    plain = local_snakemake(config2, "--cores", "2", "-n")
+    assert plain.returncode == 0, (plain.stdout + plain.stderr)[-3000:]
+    without_staging = {k: v for k, v in stats.items() if not k.startswith("stage_") and k != "total"}
+    assert without_staging == {k: v for k, v in _job_stats(plain.stdout + plain.stderr).items() if k != "total"}

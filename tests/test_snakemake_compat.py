@@ -164,3 +164,30 @@ def test_config_yaml_errors_leave_another_snakemake_alone(monkeypatch):
     monkeypatch.setattr(snakemake, "__version__", "10.0.0")
     assert compat.explain_config_yaml_errors() is False
     assert configfile._load_configfile is before
+
+
+def test_cluster_jobs_are_marked_incomplete_before_they_are_submitted(monkeypatch):
+    """A controller that dies while a submission is on its way (a Kubernetes Job created, the answer
+    not yet back; sbatch run in the SLURM executor's thread) must already have marked the job's
+    outputs incomplete: Snakemake marks them only once the executor reports the submission."""
+    from types import SimpleNamespace
+
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    monkeypatch.setattr(RemoteExecutor, "run_job_pre", RemoteExecutor.run_job_pre)  # undone after the test
+    events: list = []
+
+    def job(local: bool):
+        return SimpleNamespace(is_local=local, log_info=lambda: events.append("printed"),
+                               register=lambda external_jobid=None: events.append(("marked", external_jobid)))
+
+    executor = SimpleNamespace(printjob=lambda j: j.log_info())
+    RemoteExecutor.run_job_pre(executor, job(False))  # what the executors call right before submitting
+    assert events == ["printed"]  # unpatched: not marked yet (the check can fail)
+    assert compat.mark_before_submission() and compat.mark_before_submission()  # idempotent
+    events.clear()
+    RemoteExecutor.run_job_pre(executor, job(False))
+    assert events == ["printed", ("marked", None)]
+    events.clear()
+    RemoteExecutor.run_job_pre(executor, job(True))  # a localrule runs (and is marked) on the controller
+    assert events == ["printed"]

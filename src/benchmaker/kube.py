@@ -5,8 +5,9 @@ run will use (the kubernetes executor creates, reads and deletes Jobs and Secret
 namespace, a namespace without rights or unusable credentials give one :class:`KubeError` naming
 the setting that fixes it, instead of an ``ApiException`` traceback from the first submission.
 
-:func:`previous_jobs` finds the Jobs of an earlier controller of the same build that are still
-active (a controller killed, evicted or restarted by its Job's ``backoffLimit``): the kubernetes
+:func:`previous_jobs` finds the Jobs of an earlier controller of the same build that have not
+finished (a controller killed, evicted or restarted by its Job's ``backoffLimit``), whether their
+pod runs, waits to be scheduled or does not exist yet (:func:`finished`): the kubernetes
 executor labels its Jobs only ``app=snakemake``, so a Job belongs to this build when its command
 names the build's default storage prefix (``--default-storage-prefix s3://BUCKET/PREFIX``, one
 prefix per build). The workflow cancels them before submitting anything (:func:`cancel_jobs`), so
@@ -21,7 +22,7 @@ import re
 import time
 from dataclasses import dataclass
 
-__all__ = ["KubeError", "PreviousJob", "cancel_jobs", "check_namespace", "load_config", "previous_jobs"]
+__all__ = ["KubeError", "PreviousJob", "cancel_jobs", "check_namespace", "finished", "load_config", "previous_jobs"]
 
 
 class KubeError(RuntimeError):
@@ -76,6 +77,7 @@ def check_namespace(namespace: str, *, timeout: float = 20) -> None:
 class PreviousJob:
     name: str
     rule: str
+    active: int = 0  # pods pending or running (0: none yet, e.g. over the namespace's pod quota)
 
 
 def _rule(args: str) -> str:
@@ -83,8 +85,26 @@ def _rule(args: str) -> str:
     return m.group(1) if m else "?"
 
 
+def finished(job) -> bool:
+    """Whether a Job (a ``V1Job``) has ended: a ``Complete`` or ``Failed`` condition, or a succeeded or
+    failed pod and none active (the executor's Jobs run one pod, ``backoffLimit: 0``).
+
+    Not ``status.active``: that counts only pods that exist. A Job whose pod is not created yet (the
+    namespace's pod quota is used up, or its job controller has not synced it: its status is still
+    empty) or whose pod is being replaced has no active pod but will run; it belongs to the previous
+    controller as much as a running one does, and would write the same outputs as the new Jobs."""
+    status = job.status
+    if status is None:
+        return False
+    for c in status.conditions or []:
+        if c.type in ("Complete", "Failed") and str(c.status) == "True":
+            return True
+    return bool((status.succeeded or status.failed) and not status.active)
+
+
 def previous_jobs(namespace: str, storage_prefix: str) -> list[PreviousJob]:
-    """Active Jobs in ``namespace`` whose command names ``storage_prefix`` (this build's Jobs)."""
+    """Jobs in ``namespace`` that have not finished (running, pending, or still without a pod: see
+    :func:`finished`) and whose command names ``storage_prefix`` (this build's Jobs)."""
     import kubernetes.client
 
     load_config()
@@ -92,12 +112,12 @@ def previous_jobs(namespace: str, storage_prefix: str) -> list[PreviousJob]:
     want = re.compile(rf"--default-storage-prefix '?{re.escape(storage_prefix.rstrip('/'))}/?'?(\s|$)")
     out = []
     for job in api.list_namespaced_job(namespace, label_selector="app=snakemake").items:
-        if not (job.status and job.status.active):
+        if finished(job):
             continue
         containers = job.spec.template.spec.containers or []
         text = " ".join(" ".join([*(c.command or []), *(c.args or [])]) for c in containers)
         if want.search(text):
-            out.append(PreviousJob(job.metadata.name, _rule(text)))
+            out.append(PreviousJob(job.metadata.name, _rule(text), int(job.status.active or 0) if job.status else 0))
     return sorted(out, key=lambda j: (j.rule, j.name))
 
 
@@ -108,11 +128,14 @@ def cancel_jobs(namespace: str, jobs: list[PreviousJob], *, timeout: float = 300
 
     load_config()
     batch, core = kubernetes.client.BatchV1Api(), kubernetes.client.CoreV1Api()
-    for job in jobs:
+    # Jobs without a pod first: a pod deleted before them frees its place in the namespace's pod
+    # quota, and a waiting Job of the same dead controller would get it and start
+    for job in sorted(jobs, key=lambda j: (j.active > 0, j.rule, j.name)):
         try:
+            batch.delete_namespaced_job(job.name, namespace, propagation_policy="Foreground")
+            # and its pod, should the cluster not delete it with its Job
             for pod in core.list_namespaced_pod(namespace, label_selector=f"job-name={job.name}").items:
                 core.delete_namespaced_pod(pod.metadata.name, namespace)
-            batch.delete_namespaced_job(job.name, namespace, propagation_policy="Foreground")
         except ApiException as exc:
             if exc.status != 404:
                 raise KubeError(f"cannot cancel Job {job.name} of a previous controller in namespace "
@@ -121,7 +144,7 @@ def cancel_jobs(namespace: str, jobs: list[PreviousJob], *, timeout: float = 300
     names = {j.name for j in jobs}
     while time.monotonic() < deadline:
         alive = [j for j in batch.list_namespaced_job(namespace, label_selector="app=snakemake").items
-                 if j.metadata.name in names and j.status and j.status.active]
+                 if j.metadata.name in names and not finished(j)]
         if not alive:
             return
         time.sleep(2)

@@ -3,6 +3,12 @@ random tiny model of ``python -m benchmaker.tinyclip`` (``make example-offline``
 ``benchmark.smoke_test: true``, produces labels and scores that mean nothing. ``validate_config``
 records the verdict in ``benchmark.smoke_test`` / ``benchmark.smoke_reason``; the report, the dataset
 card and the dataset metadata then say so in their first lines (docs/summary.md, docs/export.md).
+
+The verdict reads the ``local-dir:`` model folders of the machine that validates the config. A job
+without that disk (a pod under ``--profile nrp``) re-validates the same config and would find no
+folder, so it records a different verdict than the controller (the published card would lose its
+smoke-test banner): the controller hands its verdict to the jobs as a config file of its own
+(:func:`verdict`, rules/cluster.smk), and a job keeps the reasons it is given (``validate_config``).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["smoke_reasons", "is_tiny_clip_dir", "TINYCLIP_MARKER", "BANNER"]
+__all__ = ["smoke_reasons", "is_tiny_clip_dir", "verdict", "TINYCLIP_MARKER", "BANNER"]
 
 # the architecture of benchmaker.tinyclip's random checkpoints (here so that recognising one imports no torch)
 TINY_CLIP_CFG = {
@@ -62,3 +68,10 @@ def smoke_reasons(cfg: Mapping[str, Any]) -> list[str]:
         if r:
             reasons.append(r)
     return reasons
+
+
+def verdict(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The smoke-test verdict of a validated config, as a config overlay that a job without the
+    controller's disk merges over its config files: ``{"benchmark": {"smoke_test", "smoke_reason"}}``."""
+    bench = cfg.get("benchmark", {})
+    return {"benchmark": {"smoke_test": bool(bench.get("smoke_test")), "smoke_reason": bench.get("smoke_reason")}}

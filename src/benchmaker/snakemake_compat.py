@@ -13,6 +13,10 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
 * :func:`keep_job_incomplete_marks` -- a cluster job's own Snakemake leaves its outputs'
   "incomplete" marks to the controller (``PersistenceBase.finished``), so that what a job finishes
   after its controller died is remade, not trusted without metadata (docs/clusters.md).
+* :func:`mark_before_submission` -- a cluster executor marks a job's outputs incomplete only once the
+  submission returned (``RealExecutor.report_job_submission`` -> ``job.register``); the patch marks
+  them before (``RemoteExecutor.run_job_pre``), so that a job submitted by a controller that died
+  before it recorded the submission is not trusted either.
 * :func:`explain_config_yaml_errors` -- Snakemake reads config files (``--configfile``, a profile's
   ``configfile:``, the Snakefile's ``configfile:``) in ``snakemake.common.configfile._load_configfile``
   and answers a YAML syntax error with "Config file is not valid JSON or YAML", naming neither the
@@ -36,7 +40,7 @@ import os
 from typing import Any, Callable
 
 __all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
-           "keep_job_incomplete_marks", "not_a_trigger", "patch_s3_fresh_dir"]
+           "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir"]
 
 SUPPORTED = ">=9.27,<10"
 SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
@@ -134,6 +138,37 @@ def keep_job_incomplete_marks() -> bool:
 
     finished._benchmaker_keep_marks = True
     PersistenceBase.finished = finished
+    return True
+
+
+def mark_before_submission() -> bool:
+    """A cluster job's outputs are marked incomplete before it is submitted, not after.
+
+    Snakemake marks them when the executor reports the submission (``report_job_submission`` calls
+    ``job.register(external_jobid)``), after the cluster accepted the job. A controller that dies in
+    between (a Kubernetes Job created, the answer still on its way) leaves a job that may finish
+    while no controller watches, with outputs neither marked nor recorded: trusted by the next run.
+    Patched, ``RemoteExecutor.run_job_pre`` (the cluster executors call it right before ``run_job``
+    submits) marks them first; the executor's own mark follows, with the job id. Local runs are not
+    touched. Idempotent; returns True when in place."""
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    original = RemoteExecutor.run_job_pre
+    if getattr(original, "_benchmaker_mark_first", False):
+        return True
+    import inspect
+
+    if list(inspect.signature(original).parameters) != ["self", "job"]:
+        raise CompatError("snakemake_interface_executor_plugins' RemoteExecutor.run_job_pre changed its shape: check "
+                          "that a cluster job's outputs are still marked incomplete before it is submitted")
+
+    def run_job_pre(self, job):
+        original(self, job)
+        if not job.is_local:  # a job submitted to the cluster (local jobs are marked when they run)
+            job.register()
+
+    run_job_pre._benchmaker_mark_first = True
+    RemoteExecutor.run_job_pre = run_job_pre
     return True
 
 

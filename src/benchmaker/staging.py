@@ -36,6 +36,7 @@ __all__ = [
     "LOCAL_DIR",
     "StagingError",
     "check_s3_prefix",
+    "controller_configfile",
     "copy_input",
     "is_storage_url",
     "job_paths",
@@ -205,6 +206,26 @@ def relocate_configfiles(configfiles: Iterable[os.PathLike | str], workdir: os.P
             os.replace(tmp, target)
         moved[str(f)] = str(target)
     return moved
+
+
+def controller_configfile(overlay: Mapping[str, Any], workdir: os.PathLike | str,
+                          dest: str = ".snakemake/benchmaker/configfiles") -> str:
+    """Write ``overlay`` (config keys the controller decided from its own disk, e.g. the smoke-test
+    verdict, benchmaker.smoke) as ``workdir/dest/controller-<sha256[:12]>.yaml`` and return its path.
+
+    The workflow appends it to the config files the jobs get (rules/cluster.smk), so that a job that
+    re-validates the config without the controller's disk (a pod) ends with the controller's config,
+    not one of its own. Named by its content, written only when missing."""
+    import yaml
+
+    data = yaml.safe_dump(dict(overlay), sort_keys=True).encode()
+    target = Path(workdir).resolve() / dest / f"controller-{hashlib.sha256(data).hexdigest()[:12]}.yaml"
+    if not target.is_file() or target.read_bytes() != data:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    return str(target)
 
 
 # ------------------------------------------------------------------------------------ S3 preflight
