@@ -106,6 +106,27 @@ def records(index) -> tuple[np.ndarray, np.ndarray, int, int]:
     return rec, small, nw, off
 
 
+@njit(cache=True, inline="always")
+def _jaccard_one(rec, nw, i, ref, n_ref):
+    """Jaccard of image ``i``'s tag bitset (``rec`` from :func:`records`) with ``ref`` (W,)."""
+    inter = 0
+    for w in range(nw):
+        inter += _popcount(rec[i, w] & ref[w])
+    union = np.int64(rec[i, nw + 2] & _LEN) + n_ref - inter
+    return inter / union if union > 0 else 0.0
+
+
+@njit(cache=True, inline="always")
+def _differ_one(small, off, i, cols, prof):
+    """In how many facets of ``cols`` image ``i``'s code differs from ``prof``."""
+    d = 0
+    for c in range(cols.size):
+        f = cols[c]
+        if small[i, off + f] != prof[f]:
+            d += 1
+    return d
+
+
 @njit(cache=True, nogil=True)
 def jaccard_bits(rec, nw, idx, ref, n_ref):
     """``Index.jaccard`` with bitsets: ``rec`` from :func:`records`, ``ref`` (W,) the seeds' tag set."""
@@ -113,12 +134,7 @@ def jaccard_bits(rec, nw, idx, ref, n_ref):
     for k in range(idx.size):
         if k + _AHEAD < idx.size:
             _prefetch(rec, idx[k + _AHEAD])
-        i = idx[k]
-        inter = 0
-        for w in range(nw):
-            inter += _popcount(rec[i, w] & ref[w])
-        union = np.int64(rec[i, nw + 2] & _LEN) + n_ref - inter
-        out[k] = inter / union if union > 0 else 0.0
+        out[k] = _jaccard_one(rec, nw, idx[k], ref, n_ref)
     return out
 
 
@@ -130,18 +146,8 @@ def jaccard_differ(rec, nw, small, off, idx, ref, n_ref, cols, prof):
     for k in range(idx.size):
         if k + _AHEAD < idx.size:
             _prefetch(rec, idx[k + _AHEAD])
-        i = idx[k]
-        inter = 0
-        for w in range(nw):
-            inter += _popcount(rec[i, w] & ref[w])
-        union = np.int64(rec[i, nw + 2] & _LEN) + n_ref - inter
-        out[k] = inter / union if union > 0 else 0.0
-        d = 0
-        for c in range(cols.size):
-            f = cols[c]
-            if small[i, off + f] != prof[f]:
-                d += 1
-        nd[k] = d
+        out[k] = _jaccard_one(rec, nw, idx[k], ref, n_ref)
+        nd[k] = _differ_one(small, off, idx[k], cols, prof)
     return out, nd
 
 
@@ -171,13 +177,7 @@ def n_differ(small, off, idx, cols, prof):
     for k in range(idx.size):
         if k + _AHEAD < idx.size:
             _prefetch(small, idx[k + _AHEAD])
-        i = idx[k]
-        d = 0
-        for c in range(cols.size):
-            f = cols[c]
-            if small[i, off + f] != prof[f]:
-                d += 1
-        out[k] = d
+        out[k] = _differ_one(small, off, idx[k], cols, prof)
     return out
 
 
