@@ -9,7 +9,7 @@ import stat
 import polars as pl
 import pytest
 
-from benchmaker.formats import FacetModel, FormatError, empty_table, read_table, write_table
+from benchmaker.formats import FacetModel, FormatError, empty_table, iter_table_blocks, read_table, write_table
 from benchmaker.io import atomic_path, iter_jsonl, write_jsonl
 from benchmaker.losses import Losses, merge_losses, read_losses
 from benchmaker.sharding import shard_names, shard_of
@@ -159,9 +159,24 @@ def test_read_table_where_reads_blocks_and_keeps_only_the_asked_rows(tmp_path):
 
 def test_line_blocks_skip_whitespace_only_blocks(tmp_path):
     """Blocks are whole lines; a block holding only whitespace (blank lines at the end) is not yielded,
-    and the line count before each block is kept."""
-    from benchmaker.formats import _line_blocks
+    and each block's byte offset is kept (its line number is counted for an error message)."""
+    from benchmaker.formats import _line_blocks, _lines_before
 
     p = tmp_path / "t.jsonl"
     p.write_bytes(b'{"a": 1}\n{"a": 2}\n\n  \n\t\n{"a": 3}\n\n \n')
-    assert list(_line_blocks(p, 4)) == [(0, b'{"a": 1}\n'), (1, b'{"a": 2}\n'), (5, b'{"a": 3}\n')]
+    assert list(_line_blocks(p, 4)) == [(0, b'{"a": 1}\n'), (9, b'{"a": 2}\n'), (24, b'{"a": 3}\n')]
+    assert [_lines_before(p, o) for o in (0, 9, 24)] == [0, 1, 5]
+    assert list(_line_blocks(p, 1 << 20)) == [(0, p.read_bytes())]
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert list(_line_blocks(tmp_path / "empty.jsonl", 4)) == []
+
+
+def test_block_parse_error_names_the_line(tmp_path):
+    """A line that is not JSON, in a later block: the error names the file and the line its block starts after."""
+    p = tmp_path / "q.jsonl"
+    rows = [json.dumps({"stage": "s", "item_type": "image", "item_id": str(k), "reason": "r", "detail": None,
+                        "attempts": 1}) for k in range(40)]
+    rows[30] = rows[30][:-3]
+    p.write_text("\n".join(rows) + "\n")
+    with pytest.raises(FormatError, match=r"q\.jsonl: not valid JSON lines .* \(in the block after line 30\)"):
+        list(iter_table_blocks("losses", p, block_bytes=1))

@@ -358,8 +358,8 @@ def iter_table_blocks(
     if not path.exists():
         raise FormatError(f"{path}: file not found (expected a {kind} file)")
     first = True
-    for line, block in _line_blocks(path, block_bytes):
-        df = _parse_block(block, kind, path, line)
+    for offset, block in _line_blocks(path, block_bytes):
+        df = _parse_block(block, kind, path, offset)
         if where is not None:
             df = df.filter(where(df))
         if df.height or first:
@@ -368,29 +368,54 @@ def iter_table_blocks(
 
 
 def _line_blocks(path: Path, block_bytes: int):
-    """(lines before the block, the block) of a file read in blocks of about ``block_bytes`` of whole
-    lines; blocks holding only whitespace are skipped."""
-    line = 0
+    """(byte offset, block) of a file read in blocks of about ``block_bytes`` of whole lines; blocks
+    holding only whitespace are skipped. The file is memory-mapped: each block is one copy out of the
+    page cache (no read-then-concatenate), and the pages of blocks already handed out are released
+    from the process (``MADV_DONTNEED``), so the resident size stays about one block. Line numbers are
+    counted only for an error message (``_lines_before``)."""
+    import mmap
+
     with open(path, "rb") as fh:
-        while True:
-            block = fh.read(block_bytes)
-            if not block:
+        size = os.fstat(fh.fileno()).st_size
+        if not size:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            start = 0
+            while start < size:
+                end = mm.find(b"\n", start + block_bytes) if start + block_bytes < size else -1
+                end = size if end < 0 else end + 1  # block_bytes, then the rest of the line
+                block = mm[start:end]
+                if not block.isspace():  # stops at the first other byte
+                    yield start, block
+                del block
+                if hasattr(mmap, "MADV_DONTNEED") and end >= mmap.PAGESIZE:
+                    mm.madvise(mmap.MADV_DONTNEED, 0, end - end % mmap.PAGESIZE)
+                start = end
+
+
+def _lines_before(path: Path, offset: int) -> int:
+    """The number of lines before byte ``offset`` of a file (for error messages)."""
+    n, done = 0, 0
+    with open(path, "rb") as fh:
+        while done < offset:
+            chunk = fh.read(min(64 << 20, offset - done))
+            if not chunk:
                 break
-            block += fh.readline()
-            if not block.isspace():  # stops at the first other byte (strip() copied the whole block)
-                yield line, block
-            line += block.count(b"\n")
+            n += chunk.count(b"\n")
+            done += len(chunk)
+    return n
 
 
-def _parse_block(block: bytes, kind: str, path: Path, line: int) -> pl.DataFrame:
-    """One block of JSON lines as a frame (disk names, inferred types); a parse error names the file."""
+def _parse_block(block: bytes, kind: str, path: Path, offset: int) -> pl.DataFrame:
+    """One block of JSON lines (at byte ``offset``) as a frame (disk names, inferred types); a parse
+    error names the file and the line the block starts after."""
     import io
 
     try:
         return pl.read_ndjson(io.BytesIO(block), infer_schema_length=None)
     except Exception as exc:
         raise FormatError(f"{path}: not valid JSON lines for a {kind} file (in the block after line "
-                          f"{line}): {exc}") from None
+                          f"{_lines_before(path, offset)}): {exc}") from None
 
 
 def _projected_block(block: bytes, kind: str, keep: list[str], optional: tuple[str, ...], rename: Mapping[str, str],
@@ -450,12 +475,12 @@ def iter_table_columns(
         raise FormatError(f"{path}: file not found (expected a {kind} file)")
     rename = _rename_map(columns, to_disk=True)
     has_opt: tuple[str, ...] | None = None
-    for line, block in _line_blocks(path, block_bytes):
+    for offset, block in _line_blocks(path, block_bytes):
         if has_opt is None:  # optional columns: kept when the first block names them
             has_opt = tuple(c for c in optional if b'"' + rename.get(c, c).encode() + b'"' in block)
         df = _projected_block(block, kind, keep, has_opt, rename, facets)
         if df is None:  # the general way, for this block alone (validates every column)
-            df = validate_table(to_canonical_names(_parse_block(block, kind, path, line), columns), kind,
+            df = validate_table(to_canonical_names(_parse_block(block, kind, path, offset), columns), kind,
                                 facets=facets, source=str(path))
             opt_types = _spec_for(kind, facets)[2].optional
             df = df.select(keep + [pl.col(c) if c in df.columns else pl.lit(None, opt_types[c]).alias(c)
