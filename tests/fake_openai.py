@@ -30,6 +30,9 @@ from typing import Any, Callable
 
 import support
 
+# a model's structured output is compact JSON, no space after ':' or ',' (as api.openai.com writes
+# output_text, e.g. '{"name":"Science Fair","participants":["Alice","Bob"]}'): output tokens are counted on that
+COMPACT = (",", ":")
 USAGE = {"input_tokens": 1000, "cached_tokens": 200, "output_tokens": 150, "reasoning_tokens": 50}
 # the provider's list prices, USD per 1M tokens (input, cached input, output); batch rows cost half
 PRICES = {"gpt-5-mini": (0.25, 0.025, 2.00), "gpt-4.1-mini": (0.40, 0.10, 1.60)}
@@ -304,9 +307,9 @@ class Fake:
             # a model's typical answer length (support.typical_answer), varying per request
             obj = support.typical_answer(schema, hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest(),
                                          data_keys(request_text(body)))
-            text = json.dumps(obj)
+            text = json.dumps(obj, separators=COMPACT)
         else:
-            text = json.dumps(self.answer(body, schema))
+            text = json.dumps(self.answer(body, schema), separators=COMPACT)
         if self.count_tokens:
             n_in, n_cached, _ = self.tokens_of(body)
             r = self.reasoning_tokens
@@ -320,7 +323,7 @@ class Fake:
         elif kind == "schema":
             obj = json.loads(text)
             obj.pop(next(iter(obj)))
-            text = json.dumps(obj)
+            text = json.dumps(obj, separators=COMPACT)
         elif kind == "incomplete":
             text, status = text[:10], "incomplete"
         if api == "chat":

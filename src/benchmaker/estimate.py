@@ -25,7 +25,6 @@ as ``reused`` (:mod:`benchmaker.judge.reuse`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from .providers.cost import Usage, cost_usd
 from .providers.tokens import (  # noqa: F401 - re-exported
     REASONING_OUTPUT,
     _typical_row,
+    answer_text,
     answer_tokens,
     out_tokens,
     reasoning_allowance,
@@ -107,7 +107,7 @@ class _Stage:
         obj = rec.get("answer")
         if not n_out or not isinstance(obj, dict):
             return
-        shown = text_tokens(json.dumps(obj))
+        shown = text_tokens(answer_text(obj))
         n_j = len(obj["judgments"]) if isinstance(obj.get("judgments"), list) else n_judgments
         reasoning = int(u.get("reasoning_tokens") or 0) or max(0, n_out - shown)
         self._billed.append((shown, answer_tokens(spec.schema, n_j), reasoning))

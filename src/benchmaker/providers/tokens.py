@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["REASONING_OUTPUT", "answer_tokens", "out_tokens", "reasoning_allowance", "text_tokens"]
+__all__ = ["REASONING_OUTPUT", "answer_tokens", "out_tokens", "reasoning_allowance", "text_tokens",
+           "answer_text"]
 
 # Reasoning (thinking) tokens an answer costs beyond its visible JSON, by ``reasoning_effort``: the main
 # uncertainty of every estimate before answers are cached (then estimate.py measures them).
@@ -51,6 +52,12 @@ def _sample(schema: dict) -> Any:
     return 0.85
 
 
+def answer_text(obj: Any) -> str:
+    """An answer as a model writes it under structured outputs: compact JSON, no space after ``:`` or
+    ``,`` (``{"name":"Science Fair","participants":["Alice","Bob"]}``); its size is what is billed."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
 def text_tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN)
 
@@ -63,7 +70,7 @@ def answer_tokens(schema: dict, n_judgments: int = 0) -> int:
         one = dict(sample["judgments"][0])
         one["key"] = "c00"
         sample["judgments"] = [one] * n_judgments
-    return text_tokens(json.dumps(sample))
+    return text_tokens(answer_text(sample))
 
 
 def reasoning_allowance(s: Mapping[str, Any]) -> int:
