@@ -9,7 +9,8 @@ the image's facets (so tag overlap means something), a 1% sprinkling of exact du
 and of near duplicates (pHash within a few bits). Each query asks for 40 candidates (5 positive,
 5 neutral, 15 hard, 10 near-miss, 5 easy). The plan stage (``benchmaker.plan.run``: read + validate
 JSONL, index, plan, write) runs in a child process, so the numbers are the stage's own: wall time of
-the child and its peak resident set size (``ru_maxrss``). ``same_plan_as_before`` compares the plan's
+the child and its own peak resident set size (``VmHWM``: Linux carries ``ru_maxrss`` over ``execve``,
+so it would report this generator's peak when that is larger). ``same_plan_as_before`` compares the plan's
 sha256 with the one recorded before the planner's speed work (``KNOWN_PLANS``).
 """
 
@@ -117,12 +118,13 @@ import json, logging, sys, time, resource
 logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(message)s")
 sys.path.insert(0, {src!r})
 from benchmaker.plan import run
+from benchmaker.runner import own_peak_kib  # VmHWM: ru_maxrss would carry the parent's peak
 t0 = time.perf_counter()
 run(annotations={a!r}, images={i!r}, plan={p!r}, losses={l!r}, settings=json.loads({s!r}),
     facets=json.loads({f!r}), benchmark_name="synth", columns={{}})
 ru = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"wall_s": time.perf_counter() - t0, "cpu_s": ru.ru_utime + ru.ru_stime,
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+                  "maxrss_mb": own_peak_kib() / 1024}}))
 """
 
 

@@ -42,11 +42,12 @@ import json, logging, resource, sys, time
 logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(name)s %(message)s")
 sys.path.insert(0, {src!r})
 import importlib
+from benchmaker.runner import own_peak_kib  # VmHWM: ru_maxrss would carry the parent's peak
 mod, fn = {target!r}.split(":")
 t0 = time.perf_counter()
 getattr(importlib.import_module(mod), fn)(**json.loads({kwargs!r}))
 print(json.dumps({{"stage_s": time.perf_counter() - t0,
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+                  "maxrss_mb": own_peak_kib() / 1024}}))
 """
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 from .logs import get_logger, stage_logging
 
 __all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ONLY", "STARTUP_LINE", "CPU_LINE",
-           "process_age"]
+           "process_age", "own_peak_kib"]
 
 # names a rule may pass only so that Snakemake reruns it when they change; dropped unless the stage
 # function accepts them. version (param): stage_version(stage), the digest of the stage's code
@@ -196,6 +196,20 @@ def process_age() -> float | None:
     return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
+def own_peak_kib() -> int | None:
+    """This process's own peak resident set (Linux ``VmHWM``, KiB), or None elsewhere. Not
+    ``ru_maxrss``: Linux carries that over ``execve`` from the process that forked, so a job started
+    by a large process (Snakemake, a benchmark holding its data) would report that process's peak."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def _log_peak_memory(logger) -> None:
     """One line with the job's peak resident memory (this process; the largest finished child, e.g.
     a DataLoader worker): exact even for sub-second jobs, unlike sampled benchmark files."""
@@ -203,7 +217,8 @@ def _log_peak_memory(logger) -> None:
     import sys
 
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e6
+    own = own_peak_kib()
+    own = (own * 1024 if own is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale) / 1e6
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale / 1e6
     logger.info("peak memory: %.0f MB (this process), %.0f MB (largest child process)", own, child)
     ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
