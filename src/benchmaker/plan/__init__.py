@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
+from ..columnar import read_copy
 from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
@@ -203,17 +204,27 @@ def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def read_plan_inputs(annotations: str, images: str, fm: FacetModel,
-                     columns: Mapping[str, str] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def read_plan_inputs(annotations: str, images: str, fm: FacetModel, columns: Mapping[str, str] | None,
+                     annotations_columns: str | None = None,
+                     images_columns: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(annotations, images) with only the columns the planner's index needs, validated; tags as lists
-    of Categorical (the index only needs their codes: a quarter of the memory of string views)."""
+    of Categorical (the index only needs their codes: a quarter of the memory of string views). From
+    the merges' columnar copies (``*_columns``, ``benchmaker.columnar``) when they belong to the JSONL
+    files as they are now, else (one log line says why) from the JSONL files."""
     t0 = time.perf_counter()
-    ann = _read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm,
-                        categorical=("tags",))
+    ann = read_copy(annotations_columns, kind="annotations", source=annotations, facets=fm, columns=columns)
+    how_a = "columnar copy" if ann is not None else "JSONL"
+    if ann is None:
+        ann = _read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm,
+                            categorical=("tags",))
     t1 = time.perf_counter()
-    img = _read_columns("images", images, ["image_id", "sha256", "phash"], columns, optional=("duplicate_group",))
-    log.info("read %d annotations (%.1f s) and %d images (%.1f s)", ann.height, t1 - t0, img.height,
-             time.perf_counter() - t1)
+    img = read_copy(images_columns, kind="images", source=images, columns=columns)
+    how_i = "columnar copy" if img is not None else "JSONL"
+    if img is None:
+        img = _read_columns("images", images, ["image_id", "sha256", "phash"], columns,
+                            optional=("duplicate_group",))
+    log.info("read %d annotations (%s, %.1f s) and %d images (%s, %.1f s)", ann.height, how_a, t1 - t0,
+             img.height, how_i, time.perf_counter() - t1)
     return ann, img
 
 
@@ -231,11 +242,13 @@ def run(
     threads: int = 1,
     seeds_file: str | None = None,
     pools_file: str | None = None,
+    annotations_columns: str | None = None,
+    images_columns: str | None = None,
 ) -> None:
     fm = FacetModel.from_config(facets)
     loss = Losses("plan")
     # read inside the call so that plan_frames holds the only references and can free the tables early
-    df = plan_frames(*read_plan_inputs(annotations, images, fm, columns),
+    df = plan_frames(*read_plan_inputs(annotations, images, fm, columns, annotations_columns, images_columns),
                      fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns, pools_file=pools_file)
     n = write_table(df, "query_plan", plan, columns=columns)
     loss.write(losses)
