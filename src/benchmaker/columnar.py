@@ -55,16 +55,23 @@ def copy_columns(kind: str, facets: FacetModel | None = None) -> dict[str, Any]:
     return {c: pl.String for c in (*keep, *opt)}
 
 
-def file_digest(path: str | os.PathLike) -> dict[str, Any]:
-    """Byte size and xxh3-128 digest of a file (memory-mapped: ~0.1 s for 0.5 GB in the page cache)."""
+def file_digest(path: str | os.PathLike, step: int = 64 << 20) -> dict[str, Any]:
+    """Byte size and xxh3-128 digest of a file: memory-mapped (no copy; ~0.1 s for 0.5 GB in the page
+    cache), the pages of each ``step`` bytes hashed released from the process (``MADV_DONTNEED``), so
+    hashing a large file does not raise the resident size of the job."""
     import xxhash
 
+    h = xxhash.xxh3_128()
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        if not size:
-            return {"bytes": 0, "xxh3_128": xxhash.xxh3_128(b"").hexdigest()}
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return {"bytes": size, "xxh3_128": xxhash.xxh3_128(mm).hexdigest()}
+        if size:
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as view:
+                for a in range(0, size, step):
+                    with view[a:a + step] as chunk:
+                        h.update(chunk)
+                    if hasattr(mmap, "MADV_DONTNEED"):
+                        mm.madvise(mmap.MADV_DONTNEED, a, min(step, size - a))
+    return {"bytes": size, "xxh3_128": h.hexdigest()}
 
 
 def _arrow_schema(names: Mapping[str, Any]):
@@ -103,6 +110,7 @@ def write_copy(row_groups: Iterable[Any], path: str | os.PathLike, *, kind: str,
                names: Mapping[str, Any], columns: Mapping[str, str] | None = None) -> None:
     """Write the copy of JSONL file ``source`` (already written) from its rows sorted by image id, given
     as arrow tables or polars frames of ``ROW_GROUP`` rows (the last one shorter) holding ``names``."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rename = _rename_map(columns, to_disk=True)
@@ -116,6 +124,8 @@ def write_copy(row_groups: Iterable[Any], path: str | os.PathLike, *, kind: str,
                 t = rg.to_arrow() if isinstance(rg, pl.DataFrame) else rg
                 if t.num_rows:
                     w.write_table(_row_group(t, schema), row_group_size=ROW_GROUP)
+                del t, rg
+                pa.default_memory_pool().release_unused()  # arrow's allocator keeps freed pages otherwise
 
 
 def write_copy_of_jsonl(kind: str, jsonl: str | os.PathLike, path: str | os.PathLike, *,

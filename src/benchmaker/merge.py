@@ -10,7 +10,7 @@ before it is spilled, and polars writes a JSON line from the row's values and dt
 With ``annotations_columns`` the merge also writes the planner's columnar copy of the result
 (``benchmaker.columnar``): each part's copy columns are spilled as Arrow IPC next to its rows, the
 line merge records which part each output row came from, and the copy is then assembled in row groups
-from memory-mapped slices of the spilled parts (one row group in memory at a time): the bytes of
+from the spilled parts read a small record batch at a time (one row group in memory): the bytes of
 ``columnar.write_copy_of_jsonl`` on the merged file, without parsing it again.
 """
 
@@ -54,10 +54,38 @@ def _spill(df: pl.DataFrame, stem: Path, columns: Mapping[str, str], copy: list[
     ids_p, rows_p = stem.with_suffix(".ids"), stem.with_suffix(".jsonl")
     df.select("image_id").write_ndjson(ids_p)
     to_disk_names(df, columns).write_ndjson(rows_p)
-    if copy:  # the columnar copy's columns, memory-mapped when the copy is assembled
-        df.select(copy).write_ipc(stem.with_suffix(".arrow"), compression="uncompressed",
-                                  compat_level=pl.CompatLevel.oldest())  # large_string: arrow can take() it
+    if copy:  # the columnar copy's columns, in small record batches read one at a time when the copy is assembled
+        import pyarrow as pa
+
+        tbl = df.select(copy).to_arrow(compat_level=pl.CompatLevel.oldest())  # large_string: arrow can take() it
+        with pa.ipc.new_file(str(stem.with_suffix(".arrow")), tbl.schema) as w:
+            w.write_table(tbl, max_chunksize=_SPILL_BATCH)
     return ids_p, rows_p
+
+
+_SPILL_BATCH = 1024
+
+
+class _PartRows:
+    """The rows of one spilled part in order, read a record batch at a time (no part is held whole)."""
+
+    def __init__(self, path: Path):
+        import pyarrow as pa
+
+        self.reader = pa.ipc.open_file(pa.OSFile(str(path)))
+        self.next_batch, self.batch, self.pos = 0, None, 0
+
+    def take(self, count: int) -> list:
+        out = []
+        while count:
+            if self.batch is None or self.pos == self.batch.num_rows:
+                self.batch, self.pos = self.reader.get_batch(self.next_batch), 0
+                self.next_batch += 1
+            k = min(count, self.batch.num_rows - self.pos)
+            out.append(self.batch.slice(self.pos, k))
+            self.pos += k
+            count -= k
+        return out
 
 
 def _copy_row_groups(stems: list[Path], source: "array[int]") -> Iterator[object]:
@@ -65,19 +93,16 @@ def _copy_row_groups(stems: list[Path], source: "array[int]") -> Iterator[object
     unread row of part ``source[r]`` (each part was merged in its own order)."""
     import pyarrow as pa
 
-    parts = [pa.ipc.open_file(pa.memory_map(str(s.with_suffix(".arrow")))).read_all() for s in stems]
-    taken = np.zeros(len(parts), dtype=np.int64)
+    parts = [_PartRows(s.with_suffix(".arrow")) for s in stems]
     src = np.frombuffer(source, dtype=np.uint32) if len(source) else np.zeros(0, np.uint32)
     for a in range(0, src.size, ROW_GROUP):
         s = src[a:a + ROW_GROUP]
         counts = np.bincount(s, minlength=len(parts))
-        ks = np.flatnonzero(counts)
-        pieces = [parts[k].slice(int(taken[k]), int(counts[k])) for k in ks]
-        taken[ks] += counts[ks]
+        pieces = [b for k in np.flatnonzero(counts).tolist() for b in parts[k].take(int(counts[k]))]
         order = np.argsort(s, kind="stable")  # row i of the part-grouped pieces is merged row order[i]
         inv = np.empty_like(order)
         inv[order] = np.arange(order.size)
-        yield pa.concat_tables(pieces).take(pa.array(inv))
+        yield pa.Table.from_batches(pieces).take(pa.array(inv))
 
 
 def merge_annotations(*, parts: Sequence[str], loss_parts: Sequence[str], annotations: str, losses: str,
