@@ -186,3 +186,12 @@ def test_a_copy_that_does_not_belong_is_not_used(tmp_path, caplog, stale):
     assert after == _plan(tmp_path, a, i, "jsonl", columns)
     if stale == "edited":  # and the edit changed the plan: the stale copy would have planned the old one
         assert after != before
+
+
+def test_without_the_jsonl_the_copy_is_not_used_and_the_read_fails_as_before(tmp_path):
+    a, i = BENCH.generate(100, tmp_path)
+    copies = _copies(tmp_path, a, i)
+    a.unlink()
+    assert read_copy(copies["annotations_columns"], kind="annotations", source=a, facets=FM) is None
+    with pytest.raises(FormatError, match="file not found"):
+        _plan(tmp_path, a, i, "gone", **copies)

@@ -155,8 +155,12 @@ def read_copy(path: str | os.PathLike | None, *, kind: str, source: str | os.Pat
     if path is None or not Path(path).exists():
         stale("it does not exist", 20)
         return None
+    if not Path(source).exists():  # the JSONL read raises its "file not found"
+        stale(f"{source} does not exist")
+        return None
     try:
         meta = json.loads((pq.read_schema(path).metadata or {})[META_KEY])
+        meta["source"]["bytes"], meta["source"]["xxh3_128"], dict(meta["disk_names"])  # the fields used below
     except Exception as exc:
         stale(f"not a columnar copy: {type(exc).__name__}: {exc}")
         return None
