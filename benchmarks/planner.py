@@ -7,8 +7,10 @@ The synthetic collection looks like a FireBench run: five skewed taxonomy facets
 frequencies) and one boolean, a 150-tag vocabulary with 14-25 tags per image whose choice depends on
 the image's facets (so tag overlap means something), a 1% sprinkling of exact duplicates (same sha256)
 and of near duplicates (pHash within a few bits). Each query asks for 40 candidates (5 positive,
-5 neutral, 15 hard, 10 near-miss, 5 easy). The plan stage (``benchmaker.plan.run``: read + validate
-JSONL, index, plan, write) runs in a child process, so the numbers are the stage's own: wall time of
+5 neutral, 15 hard, 10 near-miss, 5 easy). The columnar copies of the two files that the merges write
+in a run (``benchmaker.columnar``) are written next to them (``copies_s``; ``--jsonl``: none, the
+planner reads the JSONL as without them). The plan stage (``benchmaker.plan.run``: read + validate
+the copies or the JSONL, index, plan, write) runs in a child process, so the numbers are the stage's own: wall time of
 the child and its own peak resident set size (``VmHWM``: Linux carries ``ru_maxrss`` over ``execve``,
 so it would report this generator's peak when that is larger). ``same_plan_as_before`` compares the plan's
 sha256 with the one recorded before the planner's speed work (``KNOWN_PLANS``).
@@ -121,21 +123,37 @@ from benchmaker.plan import run
 from benchmaker.runner import own_peak_kib  # VmHWM: ru_maxrss would carry the parent's peak
 t0 = time.perf_counter()
 run(annotations={a!r}, images={i!r}, plan={p!r}, losses={l!r}, settings=json.loads({s!r}),
-    facets=json.loads({f!r}), benchmark_name="synth", columns={{}})
+    facets=json.loads({f!r}), benchmark_name="synth", columns={{}}, **json.loads({c!r}))
 ru = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"wall_s": time.perf_counter() - t0, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "maxrss_mb": own_peak_kib() / 1024}}))
 """
 
 
-def bench(n: int, q: int, workdir: Path) -> dict:
+def write_copies(a: Path, i: Path) -> dict[str, str]:
+    """The columnar copies merge_annotations and merge_images write in a run (benchmaker.columnar)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from benchmaker.columnar import write_copy_of_jsonl
+    from benchmaker.formats import FacetModel
+
+    copies = {"annotations_columns": str(a.with_suffix(".columns.parquet")),
+              "images_columns": str(i.with_suffix(".columns.parquet"))}
+    write_copy_of_jsonl("annotations", a, copies["annotations_columns"], facets=FacetModel.from_config(FACETS))
+    write_copy_of_jsonl("images", i, copies["images_columns"])
+    return copies
+
+
+def bench(n: int, q: int, workdir: Path, jsonl: bool = False) -> dict:
     t0 = time.perf_counter()
     a, i = generate(n, workdir)
     gen_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    copies = {} if jsonl else write_copies(a, i)
+    copies_s = time.perf_counter() - t0
     settings = {**SETTINGS, "num_seeds": q}
     p, losses = workdir / "query_plan.jsonl", workdir / "losses.jsonl"
     code = CHILD.format(src=str(ROOT / "src"), a=str(a), i=str(i), p=str(p), l=str(losses),
-                        s=json.dumps(settings), f=json.dumps(FACETS))
+                        s=json.dumps(settings), f=json.dumps(FACETS), c=json.dumps(copies))
     env = dict(os.environ, POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2"))
     load = os.getloadavg()[0]
     t1 = time.perf_counter()
@@ -154,6 +172,7 @@ def bench(n: int, q: int, workdir: Path) -> dict:
     n_short = plan.filter(pl.col("shortfall").list.len() > 0).height
     return {
         "N": n, "Q": q, "queries": plan.height, "gen_s": round(gen_s, 1),
+        "read": "JSONL" if jsonl else "columnar copies", "copies_s": round(copies_s, 1),
         "stage_wall_s": round(inner["wall_s"], 1), "process_cpu_s": round(inner["cpu_s"], 1),
         "process_wall_s": round(wall, 1), "load_1min_at_start": round(load, 1),
         "peak_rss_mb": round(inner["maxrss_mb"]), "candidates": diff,
@@ -168,11 +187,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="*", default=["10000:100", "1000000:10000"], help="N:Q pairs")
     ap.add_argument("--workdir", default=None, help="where to write the synthetic files (default: a temp dir)")
+    ap.add_argument("--jsonl", action="store_true", help="no columnar copies: the planner reads the JSONL files")
     args = ap.parse_args(argv)
     for spec in args.sizes:
         n, q = (int(x) for x in spec.split(":"))
         with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-            r = bench(n, q, Path(tmp))
+            r = bench(n, q, Path(tmp), jsonl=args.jsonl)
         print(json.dumps(r), flush=True)
 
 

@@ -83,6 +83,9 @@ def plan_inputs(wildcards):
     out = {
         "annotations": f"{RESULTS}/annotations.jsonl",
         "images": f"{RESULTS}/images.jsonl",
+        # columnar copies of their index columns, written by the merges (benchmaker.columnar)
+        "annotations_columns": f"{RESULTS}/annotations.columns.parquet",
+        "images_columns": f"{RESULTS}/images.columns.parquet",
     }
     if config["paths"]["pools_file"]:
         # fixed pools (benchmaker.plan.pools): the seeds file is not read then

@@ -45,6 +45,8 @@ rule merge_images:
         ),
     output:
         images=f"{RESULTS}/images.jsonl",
+        # the planner's columnar copy of images.jsonl (benchmaker.columnar, docs/formats.md)
+        images_columns=f"{RESULTS}/images.columns.parquet",
         quarantine=f"{RESULTS}/quarantine.jsonl",
     log:
         f"{LOGS}/merge_images.log",

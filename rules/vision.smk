@@ -201,6 +201,8 @@ rule merge_annotations:
         loss_parts=expand(f"{RESULTS}/losses/vision/{{shard}}.jsonl", shard=SHARDS),
     output:
         annotations=f"{RESULTS}/annotations.jsonl",
+        # the planner's columnar copy of annotations.jsonl (benchmaker.columnar, docs/formats.md)
+        annotations_columns=f"{RESULTS}/annotations.columns.parquet",
         losses=f"{RESULTS}/losses/vision.jsonl",
     log:
         f"{LOGS}/merge_annotations.log",

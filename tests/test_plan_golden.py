@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmaker.columnar import read_copy, write_copy_of_jsonl
 from benchmaker.formats import FacetModel, write_table
 from benchmaker.losses import Losses
 from benchmaker.plan import plan_frames, read_plan_inputs
@@ -44,13 +45,21 @@ def _bench():
     return mod
 
 
-def plan_digest(case: str, work: Path, compiled: bool = False) -> str:
+def plan_digest(case: str, work: Path, compiled: bool = False, copies: bool = False) -> str:
+    """``copies``: read the planner's columnar copies of the two files (benchmaker.columnar) instead."""
     bench = _bench()
     n, q, cap, over = CASES[case]
     a, i = bench.generate(n, work)
     settings = {**bench.SETTINGS, "num_seeds": q, **over}
     fm = FacetModel.from_config(bench.FACETS)
-    ann, images = read_plan_inputs(str(a), str(i), fm, {})
+    paths = {}
+    if copies:
+        paths = {"annotations_columns": str(work / "a.parquet"), "images_columns": str(work / "i.parquet")}
+        write_copy_of_jsonl("annotations", a, paths["annotations_columns"], facets=fm)
+        write_copy_of_jsonl("images", i, paths["images_columns"])
+        assert read_copy(paths["annotations_columns"], kind="annotations", source=a, facets=fm) is not None
+        assert read_copy(paths["images_columns"], kind="images", source=i) is not None
+    ann, images = read_plan_inputs(str(a), str(i), fm, {}, **paths)
     kw = {} if cap is None else {"sample_cap": cap}
     df = plan_frames(ann, images, fm, settings, "synth", Losses("plan"), compiled=compiled, **kw)
     out = work / "query_plan.jsonl"
@@ -69,6 +78,12 @@ def test_compiled_search_same_plans(case, tmp_path):
     the same bytes as the numpy search."""
     pytest.importorskip("numba")
     assert plan_digest(case, tmp_path, compiled=True) == DIGESTS[case]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_columnar_copies_same_plans(case, tmp_path):
+    """Read from the merges' columnar copies instead of the JSONL files: the same plans."""
+    assert plan_digest(case, tmp_path, copies=True) == DIGESTS[case]
 
 
 @pytest.mark.parametrize("compiled", [False, True])

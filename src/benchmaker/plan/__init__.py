@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import polars as pl
 
+from ..columnar import read_copy
 from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
@@ -168,25 +169,36 @@ def _to_frame(planned: list[PlannedQuery], image_ids: list[str], facet_names: li
         })
     if not planned:
         return pl.DataFrame(schema=schema)
+    # arrow arrays from polars series, never from Python lists (pa.array imports pandas: ~0.3 s)
+    def arrow(values: list, dtype: Any) -> Any:
+        return pl.Series(values, dtype=dtype).to_arrow()
+
     ids = pl.Series(image_ids, dtype=pl.String)
     cand_ids = ids.gather(np.asarray(pos, dtype=np.int64)).to_arrow()
     seed_ids = ids.gather(np.asarray(seed_pos, dtype=np.int64)).to_arrow()
     del ids
-    cand_struct = pa.StructArray.from_arrays(
-        [cand_ids, pa.array(pool_of, pa.large_string()), pa.array(reason, pa.large_string())],
-        names=["image_id", "pool", "reason"])
-    offs = pa.array(cand_off, pa.int64())
+    cand_struct = pa.StructArray.from_arrays([cand_ids, arrow(pool_of, pl.String), arrow(reason, pl.String)],
+                                             names=["image_id", "pool", "reason"])
+    offs = arrow(cand_off, pl.Int64)
+    # shortfall column by column (a Series of lists of dicts is built dict by dict: ~1 s at 10k queries)
+    short = [sf for q in planned for sf in q.shortfall]
+    short_off = np.cumsum([0] + [len(q.shortfall) for q in planned], dtype=np.int64)
+    short_struct = pa.StructArray.from_arrays(
+        [arrow([sf[f] for sf in short], t) for f, t in SHORTFALL.to_schema().items()],
+        names=list(SHORTFALL.to_schema()))
     cols = {
         "query_id": pl.Series([q.query_id for q in planned], dtype=pl.String),
-        "seed_image_ids": pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(seed_off, pa.int64()), seed_ids)),
+        "seed_image_ids": pl.from_arrow(pa.LargeListArray.from_arrays(arrow(seed_off, pl.Int64), seed_ids)),
         "candidate_image_ids": pl.from_arrow(pa.LargeListArray.from_arrays(offs, cand_ids)),
         "candidates": pl.from_arrow(pa.LargeListArray.from_arrays(offs, cand_struct)),
-        "difficulty": pl.DataFrame(difficulty, schema=schema["difficulty"].to_schema(), orient="row").to_struct(),
-        "shortfall": pl.Series([q.shortfall for q in planned], dtype=schema["shortfall"]),
+        "difficulty": pl.DataFrame({p: [d[p] for d in difficulty] for p in pools},
+                                   schema=schema["difficulty"].to_schema()).to_struct(),
+        "shortfall": pl.from_arrow(pa.LargeListArray.from_arrays(arrow(short_off, pl.Int64), short_struct)),
     }
     if core:
-        cols["profile"] = pl.DataFrame([q.profile for q in planned], schema=schema["profile"].to_schema(),
-                                       orient="row").to_struct()
+        prof = schema["profile"].to_schema()
+        cols["profile"] = pl.DataFrame({k: [q.profile.get(k) for q in planned] for k in prof},
+                                       schema=prof).to_struct()
     return pl.DataFrame([s.alias(k) for k, s in cols.items()]).cast(schema)  # type: ignore[arg-type]
 
 
@@ -203,17 +215,27 @@ def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def read_plan_inputs(annotations: str, images: str, fm: FacetModel,
-                     columns: Mapping[str, str] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def read_plan_inputs(annotations: str, images: str, fm: FacetModel, columns: Mapping[str, str] | None,
+                     annotations_columns: str | None = None,
+                     images_columns: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(annotations, images) with only the columns the planner's index needs, validated; tags as lists
-    of Categorical (the index only needs their codes: a quarter of the memory of string views)."""
+    of Categorical (the index only needs their codes: a quarter of the memory of string views). From
+    the merges' columnar copies (``*_columns``, ``benchmaker.columnar``) when they belong to the JSONL
+    files as they are now, else (one log line says why) from the JSONL files."""
     t0 = time.perf_counter()
-    ann = _read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm,
-                        categorical=("tags",))
+    ann = read_copy(annotations_columns, kind="annotations", source=annotations, facets=fm, columns=columns)
+    how_a = "columnar copy" if ann is not None else "JSONL"
+    if ann is None:
+        ann = _read_columns("annotations", annotations, ["image_id", "tags", *fm.names], columns, fm,
+                            categorical=("tags",))
     t1 = time.perf_counter()
-    img = _read_columns("images", images, ["image_id", "sha256", "phash"], columns, optional=("duplicate_group",))
-    log.info("read %d annotations (%.1f s) and %d images (%.1f s)", ann.height, t1 - t0, img.height,
-             time.perf_counter() - t1)
+    img = read_copy(images_columns, kind="images", source=images, columns=columns)
+    how_i = "columnar copy" if img is not None else "JSONL"
+    if img is None:
+        img = _read_columns("images", images, ["image_id", "sha256", "phash"], columns,
+                            optional=("duplicate_group",))
+    log.info("read %d annotations (%s, %.1f s) and %d images (%s, %.1f s)", ann.height, how_a, t1 - t0,
+             img.height, how_i, time.perf_counter() - t1)
     return ann, img
 
 
@@ -231,11 +253,13 @@ def run(
     threads: int = 1,
     seeds_file: str | None = None,
     pools_file: str | None = None,
+    annotations_columns: str | None = None,
+    images_columns: str | None = None,
 ) -> None:
     fm = FacetModel.from_config(facets)
     loss = Losses("plan")
     # read inside the call so that plan_frames holds the only references and can free the tables early
-    df = plan_frames(*read_plan_inputs(annotations, images, fm, columns),
+    df = plan_frames(*read_plan_inputs(annotations, images, fm, columns, annotations_columns, images_columns),
                      fm, settings, benchmark_name, loss, seeds_file=seeds_file, columns=columns, pools_file=pools_file)
     n = write_table(df, "query_plan", plan, columns=columns)
     loss.write(losses)

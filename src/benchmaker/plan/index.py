@@ -258,6 +258,26 @@ class Index:
 MAX_BITSET_TAGS = 1024
 
 
+def _tag_codes(tags: pl.Series) -> tuple[list[str], np.ndarray]:
+    """(the distinct tags sorted, each tag's code in that vocabulary as int32) from a Categorical
+    series without nulls: the categorical codes present are counted and remapped, instead of a unique
+    and an Enum cast over every tag (~0.35 s at 20M tags)."""
+    phys = tags.to_physical().to_numpy()
+    if not phys.size:
+        return [], np.zeros(0, dtype=np.int32)
+    first = np.full(int(phys.max()) + 1, -1, dtype=np.int64)
+    first[phys[::-1]] = np.arange(phys.size - 1, -1, -1)  # the first row holding each code
+    present = np.flatnonzero(first >= 0)
+    names = tags.gather(first[present]).cast(pl.String).to_list()
+    if len(set(names)) != len(names):  # two codes for one string (never with one categorical pool): by value
+        vocab = sorted(set(names))
+        return vocab, tags.cast(pl.String).cast(pl.Enum(vocab)).to_physical().to_numpy().astype(np.int32)
+    order = sorted(range(len(names)), key=names.__getitem__)
+    remap = np.zeros(first.size, dtype=np.int32)
+    remap[present[order]] = np.arange(len(order), dtype=np.int32)
+    return [names[k] for k in order], remap[phys]
+
+
 def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng: np.random.Generator,
                 postings_for: Sequence[str] | None = None, postings_min_bucket: int = 0) -> Index:
     """Index the annotated images; ``images`` supplies sha256/phash (missing ones disable the dup check).
@@ -295,15 +315,13 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary);
     # (image, tag) pairs as int32 codes (the strings are only looked at once, for the vocabulary)
     # (the distinct tags via categorical codes: 4 bytes per tag, not an exploded copy of the strings)
-    vocab = sorted(ann["tags"].cast(pl.List(pl.Categorical)).explode().drop_nulls().unique()
-                   .cast(pl.String).to_list())
     long = (
         pl.DataFrame({"i": pl.int_range(n, dtype=pl.Int64 if pos_t is np.int64 else pl.Int32, eager=True),
-                      "t": ann["tags"].cast(pl.List(pl.Enum(vocab)))})
+                      "t": ann["tags"].cast(pl.List(pl.Categorical))})
         .explode("t").drop_nulls("t")
     )
     owner = rank[long["i"].to_numpy()]
-    tcode = long["t"].to_physical().to_numpy().astype(np.int32)
+    vocab, tcode = _tag_codes(long["t"])
     del long, rank
     n_words = (len(vocab) + 63) // 64
     bits = None
@@ -325,14 +343,16 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
         starts = (np.cumsum(lens) - lens).astype(np.int64)
 
     # duplicate fingerprints from images.jsonl
-    fp = pl.DataFrame({"image_id": sorted_ids}).join(
-        images.select(
-            "image_id",
-            pl.col("sha256").cast(pl.String).alias("sha"),
-            pl.col("phash").cast(pl.String).str.to_integer(base=16, dtype=pl.UInt64, strict=False).alias("ph"),
-        ).unique("image_id", keep="first"),
-        on="image_id", how="left", maintain_order="left",
+    fp = images.select(
+        "image_id",
+        pl.col("sha256").cast(pl.String).alias("sha"),
+        pl.col("phash").cast(pl.String).str.to_integer(base=16, dtype=pl.UInt64, strict=False).alias("ph"),
     )
+    if not (fp.height == n and fp["image_id"].cast(pl.String).equals(sorted_ids)):
+        # images.jsonl does not list exactly the annotated images in id order: look them up (when it
+        # does, as a run's sorted files do, its rows are already the annotations' sorted rows)
+        fp = pl.DataFrame({"image_id": sorted_ids}).join(fp.unique("image_id", keep="first"), on="image_id",
+                                                         how="left", maintain_order="left")
     sha_ok = fp["sha"].is_not_null().to_numpy()
     sha_code = fp["sha"].hash(seed=0).to_numpy().astype(np.uint64)
     ph = fp["ph"]

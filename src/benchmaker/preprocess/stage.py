@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import polars as pl
 
+from ..columnar import ROW_GROUP, copy_columns, write_copy
 from ..formats import KINDS, read_table, write_table
 from ..logs import get_logger, progress
 from ..settings_schema import filled
@@ -379,9 +380,11 @@ def merge(
     version: str | None = None,
     threads: int = 1,
     near_duplicate_threshold: int | None = DEFAULT_THRESHOLD,
+    images_columns: str | None = None,
 ) -> dict[str, Any]:
     """Shard manifests and quarantines -> images.jsonl (sorted by image_id, with ``duplicate_group``,
-    decided here over the whole corpus: a group can span shards) and quarantine.jsonl.
+    decided here over the whole corpus: a group can span shards) and quarantine.jsonl; with
+    ``images_columns``, also the planner's columnar copy of images.jsonl there (``benchmaker.columnar``).
 
     Fails when no image at all was accepted (naming the quarantine file to look at).
     """
@@ -398,7 +401,12 @@ def merge(
             f"preprocess: no usable image under {image_root or 'paths.image_root'} ({quar.height} quarantined, "
             f"see {quarantine}; check paths.image_root and preprocess.extensions)"
         )
-    n_written = write_table(_with_groups(df, near_duplicate_threshold), "images", images, columns=columns)
+    df = _with_groups(df, near_duplicate_threshold)
+    n_written = write_table(df, "images", images, columns=columns)
+    if images_columns:  # the planner's columnar copy of images.jsonl (benchmaker.columnar)
+        names = {c: t for c, t in copy_columns("images").items() if c in df.columns}
+        write_copy((df.slice(a, ROW_GROUP).select(list(names)) for a in range(0, df.height, ROW_GROUP)),
+                   images_columns, kind="images", source=images, names=names, columns=columns)
     write_table(quar, "quarantine", quarantine)
     by_reason = _log_quarantine(quar, n_written)
     sizes = [f.height for f in frames]
