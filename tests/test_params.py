@@ -244,3 +244,25 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
     assert pre and all('"workers": 13' not in v and '"verify_decode"' in v for v in pre), pre[:1]
     for name in ("batch:vision_collect", "batch:judge_collect", "sync:vision", "sync:judge"):
         assert "gpt-5-mini-unique-model" in api_jobs[name], name  # the model still is a trigger
+
+
+def test_a_jobs_own_temporaries_left_by_a_killed_attempt_are_removed(tmp_path):
+    """A SIGKILL skips every cleanup: what atomic_path, the merge's spill folder and summary.outdir
+    left next to an output is removed before the job runs again; nothing else is touched."""
+    out = tmp_path / "annotations.jsonl"
+    stale = [".annotations.jsonl.k2j_9x0a.tmp", ".annotations.jsonl.parts.ad8jrp5f", ".annotations.jsonl.old.4242",
+             ".annotations.jsonl.ab12cd34.parquet.tmp"]
+    kept = ["annotations.jsonl.bak", ".annotations.jsonl.notes", ".other.jsonl.k2j_9x0a.tmp", "x.annotations.jsonl",
+            ".annotations.jsonl.parts.too-long-name"]
+    for name in stale + kept:
+        if "parts" in name:
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "00000.arrow").write_text("x")
+        else:
+            (tmp_path / name).write_text("x")
+    log = tmp_path / "merge.log"
+    got = run_stage(smk(input={"images": "a"}, output={"out": str(out)}, log=log), stage_without_threads)
+    assert got == {"images": "a", "out": str(out)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + ["merge.log"])
+    text = log.read_text()
+    assert all(f"removed {name}, left by an interrupted earlier attempt" in text for name in stale), text

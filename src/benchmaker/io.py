@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 __all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent",
-           "JsonlAppender"]
+           "JsonlAppender", "remove_stale_temporaries"]
 
 
 def ensure_parent(path: str | os.PathLike) -> Path:
@@ -47,6 +49,35 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+# what a stage writes next to an output before it is complete, all named after the output: atomic_path's
+# ".<name>.<8 random>[.suffix]", summary.outdir's folder ".<name>.<8 random>" and ".<name>.old.<pid>",
+# the merge's spill folder ".<name>.parts.<8 random>" (tempfile's random part: 8 of [a-z0-9_])
+_TEMPORARY = r"\.{name}\.(?:(?:parts\.)?[a-z0-9_]{{8}}(?:\.[a-z]+)*|old\.\d+)"
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove what an interrupted earlier attempt at writing ``path`` left next to it (a SIGKILL skips
+    every cleanup), so that a resumed run leaves the same files as an uninterrupted one. Only for a
+    path that one job owns (a Snakemake output): a concurrent writer's temporary would go too.
+    Returns the names removed."""
+    target = Path(path)
+    pattern = re.compile(_TEMPORARY.format(name=re.escape(target.name)))
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return []
+    removed = []
+    for e in entries:
+        if pattern.fullmatch(e.name):
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(e.path)
+            removed.append(e.name)
+    return sorted(removed)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

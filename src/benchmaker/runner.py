@@ -157,6 +157,12 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
         kwargs.update(extra)
         logger.info("rule %s%s", smk.rule, f" ({dict(smk.wildcards)})" if len(smk.wildcards) else "")
         func = _resolve(target)
+        from .io import remove_stale_temporaries
+
+        outs = list(smk.output) if isinstance(smk.output, list) else list(named_items(smk.output).values())
+        for out in {str(o) for v in outs for o in (v if isinstance(v, (list, tuple)) else [v])}:
+            for name in remove_stale_temporaries(out):
+                logger.info("removed %s, left by an interrupted earlier attempt of this job", name)
         started = process_age()
         if started is not None:  # benchmarks/example_wall.py splits a job's time with this line
             logger.info("%s %.2f s (process start to the stage's first line)", STARTUP_LINE, started)
