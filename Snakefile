@@ -55,9 +55,18 @@ import time as _time
 RUN_STARTED = _time.time()
 
 
+onsuccess:
+    # the scheduler's last re-evaluation timer would keep the process up to 1 s longer
+    from benchmaker.snakemake_compat import release_scheduler_timers
+
+    release_scheduler_timers()
+
+
 onerror:
+    from benchmaker.snakemake_compat import release_scheduler_timers
     from benchmaker.logs import failure_summary
 
+    release_scheduler_timers()
     _summary = failure_summary(LOGS, RUN_STARTED)
     if _summary:
         print(_summary, file=sys.stderr)

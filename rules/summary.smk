@@ -22,6 +22,8 @@ rule summary:
         f"{BENCH}/summary.tsv"
     conda:
         "../envs/benchmaker.yaml"
+    # the stage and its chart-rendering helper process (benchmaker.chart_png) work side by side
+    threads: 2
     resources:
         mem_mb=RES.mem_mb("summary"),
         runtime=RES.runtime("summary"),

@@ -191,3 +191,30 @@ def test_cluster_jobs_are_marked_incomplete_before_they_are_submitted(monkeypatc
     events.clear()
     RemoteExecutor.run_job_pre(executor, job(True))  # a localrule runs (and is marked) on the controller
     assert events == ["printed"]
+
+
+def test_the_schedulers_reevaluation_timer_is_released_and_no_other_timer():
+    """Snakemake's scheduler arms a non-daemon threading.Timer after each round (the process would
+    wait for it at exit); release_scheduler_timers cancels those, and only those."""
+    import threading
+    from types import SimpleNamespace
+
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    from benchmaker.snakemake_compat import release_scheduler_timers
+
+    released = []
+    scheduler = SimpleNamespace(_open_jobs=SimpleNamespace(release=lambda: released.append(1)))
+    other = threading.Timer(30, lambda: None)
+    other.start()
+    try:
+        before = set(threading.enumerate())
+        JobScheduler._schedule_reevalutation(scheduler, 30)  # what the scheduler does after a round
+        (timer,) = [t for t in threading.enumerate() if t not in before]
+        assert isinstance(timer, threading.Timer) and not timer.daemon
+        assert release_scheduler_timers() == 1
+        timer.join(timeout=5)
+        assert not timer.is_alive() and not released
+        assert other.is_alive() and not other.finished.is_set()
+    finally:
+        other.cancel()

@@ -447,3 +447,40 @@ def test_corpus_counts_read_in_blocks_equal_the_whole_table(tmp_path, block_byte
         pl.col("image_id").is_in(keep.implode())))
     assert kept_ann.equals(read_table("annotations", tmp_path / "a.jsonl", columns=cols, facets=fm).filter(
         pl.col("image_id").is_in(keep.implode())))
+
+
+def test_charts_render_in_the_helper_process_as_altair_saves_them(tmp_path):
+    """benchmaker.chart_png renders the summary's charts beside the stage: the same PNG bytes as
+    altair's Chart.save (same vl-convert call), in the helper process and in this one."""
+    import altair as alt
+
+    from benchmaker.chart_png import PngProcess
+    from benchmaker.summary import charts
+
+    overview = pl.DataFrame({"relevance_label": [0, 1], "pairs": [3, 5], "share": [0.375, 0.625]})
+    pools = pl.DataFrame({"pool": ["seed", "easy"], "judged_pairs": [2, 4], "positives": [2, 1],
+                          "relevance_rate": [1.0, 0.25]})
+    chart = charts.relevance_overview(overview, pools)
+    altair_png = tmp_path / "altair.png"
+    chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).save(
+        str(altair_png), format="png", scale_factor=1.5)
+    assert alt.SCHEMA_VERSION.startswith("v" + charts.VL_VERSION[1:].replace("_", ".") + ".")
+    charts.save(chart, tmp_path / "here.png", 1.5)
+    with PngProcess() as png:
+        charts.save(chart, tmp_path / "helper.png", 1.5, png)
+        charts.save(chart, tmp_path / "helper_small.png", 0.5, png)
+    assert (tmp_path / "here.png").read_bytes() == altair_png.read_bytes()
+    assert (tmp_path / "helper.png").read_bytes() == altair_png.read_bytes()
+    assert (tmp_path / "helper_small.png").read_bytes() != altair_png.read_bytes()  # scale reaches the helper
+
+
+def test_a_chart_the_helper_cannot_render_fails_the_stage_naming_it(tmp_path):
+    from benchmaker.chart_png import PngProcess
+
+    with pytest.raises(RuntimeError, match=r"broken\.png: .*") as err:
+        with PngProcess() as png:
+            png.submit({"mark": "bar", "data": {"values": [{"a": 1}]}}, "v6_4", 1.0, tmp_path / "fine.png")
+            png.submit({"mark": {"type": "no-such-mark"}}, "v6_4", 1.0, tmp_path / "broken.png")
+    assert "fine.png" not in str(err.value)
+    assert (tmp_path / "fine.png").is_file() and not (tmp_path / "broken.png").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left

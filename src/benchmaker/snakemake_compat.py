@@ -25,6 +25,12 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
   (``profiles/default``, loaded first on every run from the checkout) installs this wrapper: the
   message becomes ``<file>:<line>:<column>: not valid YAML: ...``, worded as ``benchmaker
   validate-config`` words it.
+* :func:`release_scheduler_timers` -- after each round of scheduling, Snakemake's job scheduler arms a
+  ``threading.Timer`` of ``--max-jobs-per-timespan``'s timespan (1 s by default) to look again
+  (``JobScheduler._schedule_reevalutation``); the thread is not a daemon, so when the last job is done
+  Python waits for it before the process exits: up to a second at the end of every run, after the
+  results are complete. The Snakefile's ``onsuccess``/``onerror`` cancel those timers (the scheduler
+  has returned by then).
 
 :data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range;
 tests/test_snakemake_compat.py checks both, and each use against the installed Snakemake). The
@@ -40,7 +46,8 @@ import os
 from typing import Any, Callable
 
 __all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
-           "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir"]
+           "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir",
+           "release_scheduler_timers"]
 
 SUPPORTED = ">=9.27,<10"
 SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
@@ -170,6 +177,23 @@ def mark_before_submission() -> bool:
     run_job_pre._benchmaker_mark_first = True
     RemoteExecutor.run_job_pre = run_job_pre
     return True
+
+
+def release_scheduler_timers() -> int:
+    """Cancel the job scheduler's pending re-evaluation timers (see the module doc), so that the
+    process exits when the run is over instead of up to ``--max-jobs-per-timespan``'s timespan later.
+    Only timers armed by ``snakemake.scheduling.job_scheduler`` are touched; call it once the
+    scheduler has returned (``onsuccess``/``onerror``). Returns how many were cancelled."""
+    import threading
+
+    n = 0
+    for thread in threading.enumerate():
+        function = getattr(thread, "function", None)
+        if isinstance(thread, threading.Timer) and getattr(function, "__module__", None) == (
+                "snakemake.scheduling.job_scheduler"):
+            thread.cancel()
+            n += 1
+    return n
 
 
 def explain_config_yaml_errors() -> bool:

@@ -86,8 +86,9 @@ def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
 
 
 def write_charts(board: pl.DataFrame, out_dir: Path,
-                 scale_factor: float = default("summary.scale_factor")) -> list[str]:
-    """``leaderboard.png`` (main metric per system and scope) and ``quality_vs_latency.png``."""
+                 scale_factor: float = default("summary.scale_factor"), png=None) -> list[str]:
+    """``leaderboard.png`` (main metric per system and scope) and ``quality_vs_latency.png`` (rendered in
+    ``png``, a :class:`benchmaker.chart_png.PngProcess`, when given: complete once it is closed)."""
     import altair as alt
 
     from ..summary.charts import save
@@ -101,10 +102,10 @@ def write_charts(board: pl.DataFrame, out_dir: Path,
         y=alt.Y("system:N", sort="-x", title=None), x=alt.X("value:Q", title=metric),
         color=alt.Color("sees_judge_text:N", title="sees what the judge saw"),
         row=alt.Row("scope:N", title=None)).properties(width=360, title=f"{metric} by system and scope")
-    save(bars, out_dir / CHARTS[0], scale_factor)
+    save(bars, out_dir / CHARTS[0], scale_factor, png)
     chart = quality_vs_compute_chart(board)
     if chart is not None:
-        save(chart, out_dir / CHARTS[1], scale_factor)
+        save(chart, out_dir / CHARTS[1], scale_factor, png)
         return list(CHARTS)
     return [CHARTS[0]]
 
@@ -135,13 +136,14 @@ def quality_vs_compute_chart(board: pl.DataFrame):
     return scatter + text
 
 
-def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = default("summary.scale_factor")):
+def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = default("summary.scale_factor"),
+                    png=None):
     """A :class:`benchmaker.summary.report.Section` with the leaderboard, its charts and files."""
     from ..summary.report import Section
 
     board = pl.read_csv(leaderboard_csv) if Path(leaderboard_csv).stat().st_size else pl.DataFrame()
     copy_results(leaderboard_csv, out_dir / "evaluate")  # with the sage view's per-system files
-    charts = write_charts(board, out_dir / "evaluate", scale_factor) if board.height else []
+    charts = write_charts(board, out_dir / "evaluate", scale_factor, png) if board.height else []
     text = ("Retrieval systems scored on this benchmark (docs/evaluate.md). Scope pool ranks each query's judged "
             "pool (only judged images, like the Sage evaluator, whose own statistics follow in the next section); "
             "corpus ranks the whole benchmark corpus (unjudged images count as not relevant; judged@k says how "
@@ -164,11 +166,11 @@ def sage_section(leaderboard_csv: str | Path):
 
 
 def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
-                     scale_factor: float = default("summary.scale_factor")) -> list:
+                     scale_factor: float = default("summary.scale_factor"), png=None) -> list:
     """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
     from .compare import compare_section
 
-    sections = [summary_section(leaderboard_csv, out_dir, scale_factor)]
+    sections = [summary_section(leaderboard_csv, out_dir, scale_factor, png)]
     sage = sage_section(leaderboard_csv)
     changes = compare_section(leaderboard_csv, out_dir)  # with evaluate.compare.baseline: regressions flagged
     return sections + ([sage] if sage is not None else []) + ([changes] if changes is not None else [])

@@ -162,74 +162,80 @@ def run(
     evaluation: str | None = None,
     deepen: str | None = None,
 ) -> dict[str, Any]:
+    from ..chart_png import PngProcess
     from ..settings_schema import filled
 
-    settings = filled("summary", settings)
-    scale = float(settings["scale_factor"])
-    grid = int(settings["sample_grid"])
-    meta = dict(benchmark_meta or {})
-    t0 = time.perf_counter()
-    # the scored images' rows, and counts over the whole corpus read block by block: memory is bounded
-    # by the pairs, not by the number of images (docs/performance.md)
-    inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                      losses=losses, costs=costs, columns=columns, facets=facets, corpus=True)
-    corpus = inp.corpus
-    log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
-             inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
-             time.perf_counter() - t0)
-    tables, info = summarize(inp, corpus)
-    numbers = key_numbers(tables, inp, info, corpus)
-    numbers = {"benchmark": meta.get("name"), "version": meta.get("version"), "stage_version": version,
-               "benchmaker_version": __version__, **numbers}
-    if numbers["queries_without_positives"]:
-        log.warning("summary: %d queries have no positive pair (see queries_without_positives.csv)",
-                    numbers["queries_without_positives"])
-    fm = inp.facets
-    with staged_dir(summary, SUMMARY_JSON) as out:
-        for name, df in tables.items():
-            _csv(df, out / f"{name}.csv")
-        t1 = time.perf_counter()
-        from . import charts  # altair (~0.5 s of imports): only the stage that draws pays for it
+    # the charts render in a helper process (vl-convert holds the GIL while it renders): its engine
+    # starts now, on another core, while this process reads the inputs and builds the charts
+    with PngProcess() as png:
+        settings = filled("summary", settings)
+        scale = float(settings["scale_factor"])
+        grid = int(settings["sample_grid"])
+        meta = dict(benchmark_meta or {})
+        t0 = time.perf_counter()
+        # the scored images' rows, and counts over the whole corpus read block by block: memory is bounded
+        # by the pairs, not by the number of images (docs/performance.md)
+        inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
+                          losses=losses, costs=costs, columns=columns, facets=facets, corpus=True)
+        corpus = inp.corpus
+        log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
+                 inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
+                 time.perf_counter() - t0)
+        tables, info = summarize(inp, corpus)
+        numbers = key_numbers(tables, inp, info, corpus)
+        numbers = {"benchmark": meta.get("name"), "version": meta.get("version"), "stage_version": version,
+                   "benchmaker_version": __version__, **numbers}
+        if numbers["queries_without_positives"]:
+            log.warning("summary: %d queries have no positive pair (see queries_without_positives.csv)",
+                        numbers["queries_without_positives"])
+        fm = inp.facets
+        with staged_dir(summary, SUMMARY_JSON) as out:
+            for name, df in tables.items():
+                _csv(df, out / f"{name}.csv")
+            t1 = time.perf_counter()
+            from . import charts  # altair (~0.5 s of imports): only the stage that draws pays for it
 
-        pngs = {
-            "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
-            "positives_per_query.png": charts.positives_per_query(tables["query_relevancy_stats"]),
-            "facet_distributions.png": charts.facet_distributions(tables["facet_distribution"]),
-            "clip_score_analysis.png": charts.clip_analysis(tables["clip_score_histogram"],
-                                                            tables["clip_score_stats_by_relevance"]),
-            "clip_ranking_by_query.png": charts.clip_ranking_by_query(tables["clip_ranking_by_query"],
-                                                                      tables["clip_ranking_metrics"]),
-            "pool_mix.png": charts.pool_mix(tables["pool_mix"]),
-            "plan_shortfalls.png": charts.shortfalls(tables["plan_shortfalls"]),
-            "difficulty_distribution.png": charts.difficulty(tables["difficulty_distribution"]),
-            "losses.png": charts.losses(tables["losses_by_stage"], tables["quarantine_by_reason"]),
-            "query_text_length_distribution.png": charts.query_length(tables["query_text_length"]),
-        }
-        for name in fm.names:
-            pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
-        for name, chart in pngs.items():
-            charts.save(chart, out / name, scale)
-        sample = sample_images(inp.images, inp.scored["image_id"].unique(), grid)
-        drawn = contact_sheet(sample, image_root, out / "random_image_sample.png", scale_factor=min(scale, 2.0))
-        if drawn < sample.height:
-            log.warning("summary: %d of %d sample images could not be read from %s",
-                        sample.height - drawn, sample.height, image_root)
-        numbers["sample_images"] = sample["image_id"].to_list()
-        log.info("summary: %d charts and the contact sheet in %.1f s", len(pngs), time.perf_counter() - t1)
-        atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
-        extra = []
-        if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
-            from ..evaluate.report import summary_sections
+            pngs = {
+                "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
+                "positives_per_query.png": charts.positives_per_query(tables["query_relevancy_stats"]),
+                "facet_distributions.png": charts.facet_distributions(tables["facet_distribution"]),
+                "clip_score_analysis.png": charts.clip_analysis(tables["clip_score_histogram"],
+                                                                tables["clip_score_stats_by_relevance"]),
+                "clip_ranking_by_query.png": charts.clip_ranking_by_query(tables["clip_ranking_by_query"],
+                                                                          tables["clip_ranking_metrics"]),
+                "pool_mix.png": charts.pool_mix(tables["pool_mix"]),
+                "plan_shortfalls.png": charts.shortfalls(tables["plan_shortfalls"]),
+                "difficulty_distribution.png": charts.difficulty(tables["difficulty_distribution"]),
+                "losses.png": charts.losses(tables["losses_by_stage"], tables["quarantine_by_reason"]),
+                "query_text_length_distribution.png": charts.query_length(tables["query_text_length"]),
+            }
+            for name in fm.names:
+                pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
+            for name, chart in pngs.items():
+                charts.save(chart, out / name, scale, png)
+            extra = []
+            if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
+                from ..evaluate.report import summary_sections
 
-            extra.extend(summary_sections(evaluation, out, scale))
-        if deepen:  # pool deepening (docs/deepen.md)
-            from ..deepen.report import summary_sections as deepen_sections
+                extra.extend(summary_sections(evaluation, out, scale, png))
+            # drawn here while the helper renders the charts
+            sample = sample_images(inp.images, inp.scored["image_id"].unique(), grid)
+            drawn = contact_sheet(sample, image_root, out / "random_image_sample.png", scale_factor=min(scale, 2.0))
+            if drawn < sample.height:
+                log.warning("summary: %d of %d sample images could not be read from %s",
+                            sample.height - drawn, sample.height, image_root)
+            numbers["sample_images"] = sample["image_id"].to_list()
+            png.close()
+            log.info("summary: %d charts and the contact sheet in %.1f s", len(pngs), time.perf_counter() - t1)
+            atomic_write_text(out / SUMMARY_JSON, json.dumps(numbers, indent=2, ensure_ascii=False) + "\n")
+            if deepen:  # pool deepening (docs/deepen.md)
+                from ..deepen.report import summary_sections as deepen_sections
 
-            extra.extend(deepen_sections(deepen, out))
-        _report(out, meta, numbers, tables, fm, extra, audit=audit)
-    log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
-             numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
-    return numbers
+                extra.extend(deepen_sections(deepen, out))
+            _report(out, meta, numbers, tables, fm, extra, audit=audit)
+        log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
+                 numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
+        return numbers
 
 
 def _num(v: Any) -> str:

@@ -8,14 +8,16 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
+from ..chart_png import PngProcess, write
 from ..formats import POOLS as POOL_ORDER
-from ..io import atomic_path
 
-__all__ = ["save", "relevance_overview", "positives_per_query", "facet_distributions", "relevance_by_facet",
-           "clip_analysis", "clip_ranking_by_query", "pool_mix", "shortfalls", "losses", "difficulty",
-           "query_length"]
+__all__ = ["VL_VERSION", "save", "spec", "relevance_overview", "positives_per_query", "facet_distributions",
+           "relevance_by_facet", "clip_analysis", "clip_ranking_by_query", "pool_mix", "shortfalls", "losses",
+           "difficulty", "query_length"]
 
 alt.data_transformers.disable_max_rows()  # every chart gets pre-aggregated data
+# the Vega-Lite version vl-convert renders with: altair's (altair.utils._importers.vl_version_for_vl_convert)
+VL_VERSION = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
 NOTE = "#888888"
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # counts: no 0.5-query ticks
 FLAT = alt.Axis(labelAngle=0, labelLimit=160)  # category labels written horizontally
@@ -31,10 +33,21 @@ def _rel_color(labels, title: str = "relevance label") -> alt.Color:
     return alt.Color("relevance_label:O", title=title, scale=alt.Scale(domain=present, range=rng))
 
 
-def save(chart: alt.TopLevelMixin, path: Path, scale_factor: float) -> Path:
+def spec(chart: alt.TopLevelMixin) -> dict:
+    """The chart's Vega-Lite spec in the house style, validated, data inlined: what ``Chart.save``
+    hands vl-convert."""
     chart = chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14)
-    with atomic_path(path, suffix=".png") as tmp:
-        chart.save(str(tmp), format="png", scale_factor=scale_factor)
+    with alt.data_transformers.enable("default"), alt.data_transformers.disable_max_rows():
+        return chart.to_dict(context={"pre_transform": False})
+
+
+def save(chart: alt.TopLevelMixin, path: Path, scale_factor: float, png: PngProcess | None = None) -> Path:
+    """Write the chart as PNG, in ``png``'s helper process when given (the file is complete once
+    ``png.close()`` returns), else here; the same bytes as ``Chart.save`` either way."""
+    if png is not None:
+        png.submit(spec(chart), VL_VERSION, scale_factor, path)
+    else:
+        write(spec(chart), VL_VERSION, scale_factor, path)
     return path
 
 
