@@ -106,12 +106,17 @@ def _row_group(tbl: Any, schema: Any) -> Any:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def write_copy(row_groups: Iterable[Any], path: str | os.PathLike, *, kind: str, source: str | os.PathLike,
-               names: Mapping[str, Any], columns: Mapping[str, str] | None = None) -> None:
+def write_copy(row_groups: Iterable[Any] | pl.DataFrame, path: str | os.PathLike, *, kind: str,
+               source: str | os.PathLike, names: Mapping[str, Any], columns: Mapping[str, str] | None = None) -> None:
     """Write the copy of JSONL file ``source`` (already written) from its rows sorted by image id, given
-    as arrow tables or polars frames of ``ROW_GROUP`` rows (the last one shorter) holding ``names``."""
+    as one polars frame, or as arrow tables or polars frames of ``ROW_GROUP`` rows (the last one
+    shorter), holding ``names``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    if isinstance(row_groups, pl.DataFrame):
+        df = row_groups.select(list(names))
+        row_groups = (df.slice(a, ROW_GROUP) for a in range(0, df.height, ROW_GROUP))
 
     rename = _rename_map(columns, to_disk=True)
     meta = {"format_version": FORMAT_VERSION, "kind": kind, "source": file_digest(source),
@@ -138,8 +143,7 @@ def write_copy_of_jsonl(kind: str, jsonl: str | os.PathLike, path: str | os.Path
     df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=names)
     have = {c: t for c, t in names.items() if c in df.columns}
     df = df.select(list(have)).sort("image_id")
-    write_copy((df.slice(a, ROW_GROUP) for a in range(0, df.height, ROW_GROUP)), path, kind=kind, source=jsonl,
-               names=have, columns=columns)
+    write_copy(df, path, kind=kind, source=jsonl, names=have, columns=columns)
     return df.height
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 __all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent",
-           "JsonlAppender", "remove_stale_temporaries"]
+           "JsonlAppender", "remove_stale_temporaries", "temporary_prefix"]
 
 
 def ensure_parent(path: str | os.PathLike) -> Path:
@@ -37,7 +37,7 @@ def publish_mode(path: str | os.PathLike, directory: bool = False) -> None:
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it over ``path`` only if the block succeeds."""
     target = ensure_parent(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or ".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(target), suffix=suffix or ".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -51,10 +51,18 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
         raise
 
 
-# what a stage writes next to an output before it is complete, all named after the output: atomic_path's
-# ".<name>.<8 random>[.suffix]", summary.outdir's folder ".<name>.<8 random>" and ".<name>.old.<pid>",
-# the merge's spill folder ".<name>.parts.<8 random>" (tempfile's random part: 8 of [a-z0-9_])
-_TEMPORARY = r"\.{name}\.(?:(?:parts\.)?[a-z0-9_]{{8}}(?:\.[a-z]+)*|old\.\d+)"
+# What a stage writes next to an output before it is complete is named after the output,
+# ".<name>.<kind>" (temporary_prefix) + what tempfile or the writer adds, by kind: atomic_path's file
+# (tempfile's 8 random [a-z0-9_], then its suffix), the merge's spill folder (parts.), the folder
+# summary.outdir moves aside (old.<pid>). remove_stale_temporaries matches exactly these.
+_TEMPORARY_KINDS = {"": r"[a-z0-9_]{8}(?:\.[a-z]+)*", "parts.": r"[a-z0-9_]{8}", "old.": r"\d+"}
+
+
+def temporary_prefix(path: str | os.PathLike, kind: str = "") -> str:
+    """The name prefix of a temporary written next to ``path`` (``kind``: one of ``_TEMPORARY_KINDS``)."""
+    if kind not in _TEMPORARY_KINDS:
+        raise ValueError(f"temporary kind {kind!r}: not one of {sorted(_TEMPORARY_KINDS)}")
+    return f".{Path(path).name}.{kind}"
 
 
 def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
@@ -63,7 +71,8 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
     path that one job owns (a Snakemake output): a concurrent writer's temporary would go too.
     Returns the names removed."""
     target = Path(path)
-    pattern = re.compile(_TEMPORARY.format(name=re.escape(target.name)))
+    pattern = re.compile("|".join(re.escape(temporary_prefix(target, k)) + rest
+                                  for k, rest in _TEMPORARY_KINDS.items()))
     try:
         entries = list(os.scandir(target.parent))
     except OSError:

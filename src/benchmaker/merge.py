@@ -30,7 +30,7 @@ import polars as pl
 
 from .columnar import ROW_GROUP, copy_columns, write_copy
 from .formats import FacetModel, FormatError, read_table, to_disk_names
-from .io import atomic_path
+from .io import atomic_path, temporary_prefix
 from .logs import get_logger
 from .losses import merge_losses
 
@@ -114,7 +114,7 @@ def merge_annotations(*, parts: Sequence[str], loss_parts: Sequence[str], annota
     copy = list(names) if annotations_columns else []
     out = Path(annotations)
     out.parent.mkdir(parents=True, exist_ok=True)
-    spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.parts.", dir=out.parent))
+    spill = Path(tempfile.mkdtemp(prefix=temporary_prefix(out, "parts."), dir=out.parent))
     try:
         # one part in memory at a time: validated, sorted, spilled (rows + their ids) with its schema
         spilled, schemas, kept = [], [], []

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import polars as pl
 
-from ..columnar import ROW_GROUP, copy_columns, write_copy
+from ..columnar import copy_columns, write_copy
 from ..formats import KINDS, read_table, write_table
 from ..logs import get_logger, progress
 from ..settings_schema import filled
@@ -405,8 +405,7 @@ def merge(
     n_written = write_table(df, "images", images, columns=columns)
     if images_columns:  # the planner's columnar copy of images.jsonl (benchmaker.columnar)
         names = {c: t for c, t in copy_columns("images").items() if c in df.columns}
-        write_copy((df.slice(a, ROW_GROUP).select(list(names)) for a in range(0, df.height, ROW_GROUP)),
-                   images_columns, kind="images", source=images, names=names, columns=columns)
+        write_copy(df, images_columns, kind="images", source=images, names=names, columns=columns)
     write_table(quar, "quarantine", quarantine)
     by_reason = _log_quarantine(quar, n_written)
     sizes = [f.height for f in frames]

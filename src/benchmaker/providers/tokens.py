@@ -4,10 +4,11 @@ allowance) and an annotation row of typical length. Used by ``benchmaker estimat
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from ..io import dumps
 
 __all__ = ["REASONING_OUTPUT", "answer_tokens", "out_tokens", "reasoning_allowance", "text_tokens",
            "answer_text"]
@@ -55,7 +56,7 @@ def _sample(schema: dict) -> Any:
 def answer_text(obj: Any) -> str:
     """An answer as a model writes it under structured outputs: compact JSON, no space after ``:`` or
     ``,`` (``{"name":"Science Fair","participants":["Alice","Bob"]}``); its size is what is billed."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return dumps(obj)
 
 
 def text_tokens(text: str) -> int:

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from ..io import publish_mode
+from ..io import publish_mode, temporary_prefix
 
 __all__ = ["staged_dir"]
 
@@ -26,12 +26,12 @@ def staged_dir(target: str | os.PathLike, marker: str) -> Iterator[Path]:
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
         raise FileExistsError(f"{target} exists and was not written by this stage (no {marker}); "
                               "move it away or choose another results folder")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(target), dir=target.parent))
     try:
         yield tmp
         publish_mode(tmp, directory=True)
         if target.exists():
-            old = target.with_name(f".{target.name}.old.{os.getpid()}")
+            old = target.with_name(f"{temporary_prefix(target, 'old.')}{os.getpid()}")
             os.replace(target, old)
             os.replace(tmp, target)
             shutil.rmtree(old, ignore_errors=True)
