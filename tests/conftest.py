@@ -47,6 +47,15 @@ def fake(monkeypatch):
     fake_openai.stop(f)
 
 
+@pytest.fixture(scope="session")
+def numba_cache(request, tmp_path_factory) -> Path:
+    """ranx's numba JIT cache (compiling costs ~40 s here): kept across test sessions in the pytest
+    cache (.pytest_cache/d/numba), as real runs keep it per user (~/.cache/benchmaker/numba,
+    docs/evaluate.md); a fresh folder per session under ``-p no:cacheprovider``."""
+    cache = getattr(request.config, "cache", None)
+    return cache.mkdir("numba") if cache is not None else tmp_path_factory.mktemp("numba")
+
+
 @pytest.fixture()
 def tiny_cfg(tmp_path, tiny_corpus, tiny_clip) -> dict:
     return support.tiny_config(tmp_path, tiny_corpus, tiny_clip)

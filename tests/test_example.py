@@ -44,7 +44,7 @@ def test_example_rights_map_covers_every_photo():
 
 
 @pytest.mark.slow
-def test_example_end_to_end_offline(tmp_path, tiny_clip, request):
+def test_example_end_to_end_offline(tmp_path, tiny_clip, numba_cache):
     """The example config with only the CLIP weights swapped for a local random checkpoint, plus the
     retrieval systems of `make example-offline` (config/offline.yaml), so the report shows a leaderboard."""
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -59,10 +59,7 @@ def test_example_end_to_end_offline(tmp_path, tiny_clip, request):
         "similarity": {"model": f"local-dir:{tiny_clip}", "pretrained": None, "num_workers": 0},
     })
     path = support.write_config(tmp_path / "config.yaml", cfg)
-    # ranx's numba compilation (~40 s here) is cached across test sessions (.pytest_cache), as real
-    # runs cache it per user (~/.cache/benchmaker/numba, docs/evaluate.md)
-    numba = request.config.cache.mkdir("numba")
-    r = support.snakemake(["-c2"], tmp_path, path, timeout=1500, env={"NUMBA_CACHE_DIR": str(numba)})
+    r = support.snakemake(["-c2"], tmp_path, path, timeout=1500, env={"NUMBA_CACHE_DIR": str(numba_cache)})
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     full = load_config(path)
     res = tmp_path / "results" / full["benchmark"]["name"]

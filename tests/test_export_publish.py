@@ -193,10 +193,9 @@ def _build(base: Path, numba: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory, request):
+def builds(tmp_path_factory, numba_cache):
     tmp = tmp_path_factory.mktemp("builds")
-    numba = request.config.cache.mkdir("numba") if request.config.cache else tmp / "numba"
-    return _build(tmp / "first", numba), _build(tmp / "elsewhere" / "second", numba)
+    return _build(tmp / "first", numba_cache), _build(tmp / "elsewhere" / "second", numba_cache)
 
 
 @pytest.mark.slow
