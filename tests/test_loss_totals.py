@@ -11,8 +11,6 @@ import fake_openai
 import pytest
 import support
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture()
 def fake():
@@ -21,6 +19,7 @@ def fake():
     fake_openai.stop(f)
 
 
+@pytest.mark.slow
 def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_corpus, tiny_clip):
     ext = tmp_path / "ext.trec"
     # a run that names a query and an image the benchmark does not have: the system's losses
@@ -78,3 +77,20 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
     # nothing left to do
     r = support.snakemake(["-n", "-c1"], tmp_path, path, env=env)
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+
+
+def test_a_file_is_counted_under_its_declared_stage_and_a_short_list_is_an_error(tmp_path):
+    from benchmaker.losses import Losses
+    from benchmaker.summary.inputs import read_all_losses
+
+    ev, judge = tmp_path / "ev.jsonl", tmp_path / "judge.jsonl"
+    e = Losses("evaluate")
+    e.add("query", "q1", "unknown_query")
+    e.write(ev)
+    j = Losses("judge")
+    j.add("query", "q2", "api_error", attempts=3)
+    j.write(judge)
+    df = read_all_losses([str(judge), str(ev)], [None, "evaluate: ext"])
+    assert sorted(df.select("stage", "item_id").iter_rows()) == [("evaluate: ext", "q1"), ("judge", "q2")]
+    with pytest.raises(ValueError, match="2 losses file.*1 loss stage.*loss_stages"):
+        read_all_losses([str(judge), str(ev)], [None])
