@@ -129,7 +129,7 @@ def public_config():
 # anyway (so this adds no job to its DAG): the evaluate systems when the leaderboard is in the report,
 # the second judge when the audit runs one (rules/audit_common.smk), the deepened systems when the
 # deepening report is in the summary.
-from benchmaker.stages import counted_files
+from benchmaker.stages import counted_files, counted_loss_stages
 
 
 def counted_items():
@@ -146,6 +146,12 @@ def counted_items():
 def loss_files(wildcards=None):
     """The losses files the report and the card count (losses by stage)."""
     return counted_files("losses", RESULTS, counted_items())
+
+
+def loss_stages():
+    """The stage each of loss_files() is counted under (None: its rows' own): `evaluate: <system>`,
+    `audit_judge2` (benchmaker/stages.py `loss_stage`)."""
+    return counted_loss_stages(counted_items())
 
 
 def cost_files(wildcards=None):

@@ -28,6 +28,8 @@ rule export:
         runtime=RES.runtime("export"),
         disk_mb=RES.disk_mb("export"),
     params:
+        # the stage each losses file is counted under (rules/common.smk)
+        loss_stages=loss_stages(),
         settings=config["export"],
         benchmark_meta=config["benchmark"],
         facets=FACETS,

@@ -28,6 +28,8 @@ rule summary:
         mem_mb=RES.mem_mb("summary"),
         runtime=RES.runtime("summary"),
     params:
+        # the stage each losses file is counted under (rules/common.smk)
+        loss_stages=loss_stages(),
         settings=config["summary"],
         facets=FACETS,
         columns=COLUMNS,

@@ -157,7 +157,15 @@ def test_counted_files_follow_the_declaration_in_its_order():
         "R/costs/vision/00000.jsonl", "R/costs/vision/00001.jsonl", "R/costs/judge.jsonl",
         "R/costs/evaluate/bm25.jsonl"]
     assert stages.counted_files("losses", "R", items) == [
-        "R/losses/vision.jsonl", "R/losses/plan.jsonl", "R/losses/judge.jsonl", "R/losses/similarity.jsonl"]
+        "R/losses/vision.jsonl", "R/losses/plan.jsonl", "R/losses/judge.jsonl", "R/losses/similarity.jsonl",
+        "R/losses/evaluate/bm25.jsonl"]
+    # every permanent loss is counted: the evaluated systems' and the second judge's too, each under a
+    # stage name of its own (the rows of a system say "evaluate", the second judge's "judge")
+    items = {**items, "evaluate_system": ["bm25", "clip"], "judge2": ["loose"]}
+    files = stages.counted_files("losses", "R", items)
+    assert files[-3:] == ["R/losses/evaluate/bm25.jsonl", "R/losses/evaluate/clip.jsonl",
+                          "R/audit/judge2/loose/losses.jsonl"]
+    assert stages.counted_loss_stages(items) == [None] * 4 + ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
     toy = {"toy": stages.Stage({"toy": "benchmaker.toy:run"}, costs="costs/toy/{page}.jsonl")}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stages, "STAGES", toy)

@@ -10,7 +10,8 @@ From this one table come
   function needs no script of its own (``script: "../scripts/stage.py"``);
 * the losses and cost files that the summary and the export read (``loss_files()`` and
   ``cost_files()`` in rules/common.smk, through :func:`counted_files`): the report's and the card's
-  losses by stage and API costs;
+  losses by stage and API costs (each losses file under the name :func:`counted_loss_stages` gives it:
+  ``loss_stages()`` in rules/common.smk);
 * the checks of tests/test_versions.py: every rule with a script is declared here, under the stage
   that its ``version=stage_version(...)`` param names, and a rule with its own script calls the
   function declared for it.
@@ -24,9 +25,9 @@ from __future__ import annotations
 import itertools
 import string
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
-__all__ = ["STAGES", "Stage", "counted_files", "rule_target", "stage_of"]
+__all__ = ["STAGES", "Stage", "counted_files", "counted_loss_stages", "rule_target", "stage_of"]
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,15 @@ class Stage:
     losses (docs/formats.md ``losses``) and of its paid requests (``costs``) that the summary's and the
     card's totals count, or None. A ``{wildcard}`` in them is a set of items that ``counted_items()``
     in rules/common.smk names: every shard, or the evaluate systems, the second judge or the deepened
-    systems that the report includes (none when it does not)."""
+    systems that the report includes (none when it does not). ``loss_stage``: the name the totals count
+    its losses under, where its rows' own ``stage`` would mislead (a ``{wildcard}`` in it is the item's
+    name): the losses of a system under evaluation (``evaluate: <system>``; not the benchmark's) and of
+    the audit's second judge (it runs the judge stage, whose rows say ``judge``); None: the rows' own."""
 
     rules: dict[str, str]
     losses: str | None = None
     costs: str | None = None
+    loss_stage: str | None = None
 
 
 # in the order the totals read them (the losses file and the card list them in this order)
@@ -67,23 +72,22 @@ STAGES: dict[str, Stage] = {
     "evaluate_system": Stage({"evaluate_model": "benchmaker.evaluate.systems:run",
                               "evaluate_system": "benchmaker.evaluate.systems:run",
                               "evaluate_api": "benchmaker.evaluate.systems:run"},  # use rule evaluate_system as
-                             costs="costs/evaluate/{evaluate_system}.jsonl"),
+                             losses="losses/evaluate/{evaluate_system}.jsonl",
+                             costs="costs/evaluate/{evaluate_system}.jsonl", loss_stage="evaluate: {evaluate_system}"),
     "evaluate": Stage({"evaluate": "benchmaker.evaluate.stage:run"}),
     "audit_sample": Stage({"audit_sample": "benchmaker.audit.sample:run"}),
     "audit_labelling": Stage({"audit_labelling": "benchmaker.audit.labelling:run"}),
     "audit_report": Stage({"audit_report": "benchmaker.audit.statistics:run"}),
-    "audit_judge2": Stage({"audit_judge2": "benchmaker.audit.judge2:run"}, costs="audit/judge2/{judge2}/costs.jsonl"),
+    "audit_judge2": Stage({"audit_judge2": "benchmaker.audit.judge2:run"}, losses="audit/judge2/{judge2}/losses.jsonl",
+                          costs="audit/judge2/{judge2}/costs.jsonl", loss_stage="audit_judge2"),
     "deepen_system": Stage({"deepen_system": "benchmaker.deepen.label:run"},
                            losses="losses/deepen/{deepen_system}.jsonl", costs="costs/deepen/{deepen_system}.jsonl"),
     "deepen": Stage({"deepen": "benchmaker.deepen.merge:run"}),
 }
 
 
-def counted_files(kind: str, results: str, items: Mapping[str, Sequence[str]]) -> list[str]:
-    """The ``kind`` (``"losses"`` or ``"costs"``) files of every stage that the totals count, in
-    :data:`STAGES` order, under ``results``: a stage's ``{wildcard}`` runs over ``items[wildcard]``
-    (an empty set: no file)."""
-    out = []
+def _counted(kind: str, items: Mapping[str, Sequence[str]]) -> Iterator[tuple[Stage, dict[str, str]]]:
+    """Each counted ``kind`` file of each stage, in :data:`STAGES` order: (stage, its wildcards' values)."""
     for name, stage in STAGES.items():
         pattern = getattr(stage, kind)
         if pattern is None:
@@ -94,8 +98,21 @@ def counted_files(kind: str, results: str, items: Mapping[str, Sequence[str]]) -
             raise KeyError(f"stage {name!r}: its {kind} file {pattern!r} has {{{unknown[0]}}}, a set of items that "
                            f"counted_items() in rules/common.smk does not name (it names {', '.join(sorted(items))})")
         for values in itertools.product(*(items[w] for w in wildcards)):
-            out.append(f"{results}/" + pattern.format(**dict(zip(wildcards, values))))
-    return out
+            yield stage, dict(zip(wildcards, values))
+
+
+def counted_files(kind: str, results: str, items: Mapping[str, Sequence[str]]) -> list[str]:
+    """The ``kind`` (``"losses"`` or ``"costs"``) files of every stage that the totals count, in
+    :data:`STAGES` order, under ``results``: a stage's ``{wildcard}`` runs over ``items[wildcard]``
+    (an empty set: no file)."""
+    return [f"{results}/" + getattr(stage, kind).format(**values) for stage, values in _counted(kind, items)]
+
+
+def counted_loss_stages(items: Mapping[str, Sequence[str]]) -> list[str | None]:
+    """The stage name the totals count each of ``counted_files("losses", ...)`` under, in the same
+    order: its stage's ``loss_stage`` with the item's name, or None (the rows' own ``stage``)."""
+    return [None if stage.loss_stage is None else stage.loss_stage.format(**values)
+            for stage, values in _counted("losses", items)]
 
 
 def rule_target(rule: str) -> str:

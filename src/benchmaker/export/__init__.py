@@ -409,6 +409,7 @@ def run(
     plan: str | None = None,
     summary: str | None = None,
     losses: str | Sequence[str] | None = None,
+    loss_stages: Sequence[str | None] | None = None,
     costs: str | Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
     benchmark_meta: Mapping[str, Any] | None = None,
@@ -434,7 +435,8 @@ def run(
     image_col = columns["image"]
     # only the images of the scored pairs: memory bounded by the pairs, not by the corpus
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                      losses=losses, costs=costs, columns=columns, facets=facets)
+                      losses=losses, costs=costs, columns=columns, facets=facets,
+                      loss_stages=loss_stages)
     rows, export_losses, checks = build_rows(inp, image_root)
     if rows.height == 0:
         # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)
@@ -527,7 +529,8 @@ def run(
                            image_col=image_col, facets=inp.facets, repo_id=settings.get("repo_id"),
                            config_digest=metadata["digests"]["config"], version=version,
                            sources=sources, examples=examples, audit=audit,
-                           extra_configs=mteb_configs(split), evaluation_md=evaluation_md)
+                           extra_configs=mteb_configs(split), evaluation_md=evaluation_md,
+                           outside_stages=inp.outside_stages)
         from ..audit.render import export_files
 
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)

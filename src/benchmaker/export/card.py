@@ -10,6 +10,7 @@ import polars as pl
 from ..formats import FacetModel
 from ..settings_schema import default, filled
 from ..summary.report import md_table
+from ..summary.stats import outside_note
 
 __all__ = ["render_card", "COLUMN_DOCS", "size_category"]
 
@@ -135,9 +136,10 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 config_digest: str, version: str | None,
                 sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
                 audit: str | None = None, extra_configs: Sequence[Mapping[str, Any]] = (),
-                evaluation_md: str = "") -> str:
+                evaluation_md: str = "", outside_stages: Sequence[str] = ()) -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
-    queries with their pool size and positives) come from the exported rows (see export.card_tables)."""
+    queries with their pool size and positives) come from the exported rows (see export.card_tables).
+    ``outside_stages``: the stages of ``losses`` that are not the benchmark's own (Inputs.outside_stages)."""
     name = meta.get("name") or "benchmark"
     title = meta.get("title") or name
     if meta.get("smoke_test") and "smoke" not in title.lower():
@@ -237,6 +239,9 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     lt = _losses_table(losses)
     if lt.height:
         out.append("Items lost on the way (details in `losses.jsonl`):\n\n" + md_table(lt, max_rows=100))
+        note = outside_note(lt, outside_stages)
+        if note:
+            out.append("\n" + note + "\n")
     else:
         out.append("No stage lost an item.\n")
     if quarantine.height:

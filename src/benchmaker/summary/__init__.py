@@ -93,6 +93,9 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
             pl.col("query_id").n_unique(), pl.len()).sort("judge").iter_rows()} if "judge" in scored.columns else {},
         "losses": losses,
         "losses_total": int(t["losses_by_stage"]["count"].sum() or 0),
+        # of them, those of evaluated systems and of the audit's second judge: not the benchmark's own
+        "losses_outside_benchmark": int(t["losses_by_stage"].filter(pl.col("stage").is_in(list(inp.outside_stages)))
+                                        ["count"].sum() or 0),
         "quarantine": {r: int(n) for r, n in t["quarantine_by_reason"].iter_rows()},
         "quarantine_total": inp.quarantine.height,
         "costs": None if inp.costs is None else {
@@ -150,6 +153,7 @@ def run(
     quarantine: str | None = None,
     plan: str | None = None,
     losses: str | Sequence[str] | None = None,
+    loss_stages: Sequence[str | None] | None = None,
     costs: str | Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
     facets: Mapping[str, Any],
@@ -176,7 +180,8 @@ def run(
         # the scored images' rows, and counts over the whole corpus read block by block: memory is bounded
         # by the pairs, not by the number of images (docs/performance.md)
         inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
-                          losses=losses, costs=costs, columns=columns, facets=facets, corpus=True)
+                          losses=losses, costs=costs, columns=columns, facets=facets, corpus=True,
+                          loss_stages=loss_stages)
         corpus = inp.corpus
         log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
                  inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
@@ -232,7 +237,8 @@ def run(
                 from ..deepen.report import summary_sections as deepen_sections
 
                 extra.extend(deepen_sections(deepen, out))
-            _report(out, meta, numbers, tables, fm, extra, audit=audit)
+            _report(out, meta, numbers, tables, fm, extra, audit=audit,
+                    outside=stats.outside_note(tables["losses_by_stage"], inp.outside_stages))
         log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
                  numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
         return numbers
@@ -240,6 +246,13 @@ def run(
 
 def _num(v: Any) -> str:
     return "n/a" if v is None else f"{v:g}"
+
+
+def _losses_total(n: dict[str, Any]) -> str:
+    """The key numbers' losses: the total, and how many of them are not the benchmark's own."""
+    out = n.get("losses_outside_benchmark") or 0
+    return str(n["losses_total"]) + (f" ({out} of a system under evaluation or the audit's second judge)"
+                                      if out else "")
 
 
 def _reused(n: dict[str, Any]) -> str:
@@ -250,7 +263,8 @@ def _reused(n: dict[str, Any]) -> str:
 
 
 def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
-            extra: Sequence[Section] = (), audit: str | None = None) -> None:
+            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "") -> None:
+    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note)."""
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
     overview = pl.DataFrame({
@@ -261,7 +275,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
                    "duplicate groups in corpus (images beyond the first of each)"],
         "value": [str(n["queries"]), str(n["pairs"]), str(n["images_in_pairs"]), str(n["images_in_corpus"]),
                   str(n["positive_pairs"]), f"{ppq['mean'] or 0:.2f}", str(n["queries_without_positives"]),
-                  str(n["seed_not_relevant_queries"]), str(n["losses_total"]), str(n["quarantine_total"]),
+                  str(n["seed_not_relevant_queries"]), _losses_total(n), str(n["quarantine_total"]),
                   str(n["clip_score"]["missing"]), _reused(n),
                   f"{n['duplicate_groups']['groups']} ({n['duplicate_groups']['copies']})"],
     })
@@ -303,7 +317,8 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
         Section("Losses and quarantine",
                 text=(f"{n['quarantine_total']} file(s) quarantined by preprocess: "
                       + ", ".join(f"{r} {c}" for r, c in n["quarantine"].items()) + " (details in quarantine.jsonl)."
-                      if n["quarantine_total"] else "No file was quarantined by preprocess."),
+                      if n["quarantine_total"] else "No file was quarantined by preprocess.")
+                + (" " + outside if outside else ""),
                 images=["losses.png"], table=t["losses_by_stage"],
                 files=["losses_by_stage.csv", "quarantine_by_reason.csv"],
                 empty="No stage lost an image, query or pair."),

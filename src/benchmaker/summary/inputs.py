@@ -40,6 +40,9 @@ class Inputs:
     costs: pl.DataFrame | None
     facets: FacetModel
     corpus: Corpus | None = None  # counts over the whole corpus (load_inputs(corpus=True))
+    # the stages of `losses` that are not the benchmark's own losses: those counted under a name of their
+    # own (loss_stages: a system under evaluation, the audit's second judge; stats.outside_note)
+    outside_stages: tuple[str, ...] = ()
 
 
 @dataclass
@@ -139,8 +142,17 @@ def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
     return pl.concat(frames, how="vertical_relaxed")
 
 
-def read_all_losses(paths: Sequence[str]) -> pl.DataFrame:
-    frames = [read_losses(p) for p in paths]
+def read_all_losses(paths: Sequence[str], stages: Sequence[str | None] | None = None) -> pl.DataFrame:
+    """Every losses file's rows; ``stages`` (one per file; the rule's ``loss_stages``,
+    :func:`benchmaker.stages.counted_loss_stages`): the stage a file's rows are counted under, None
+    for the rows' own (``evaluate: <system>`` for a system under evaluation, whose rows say ``evaluate``)."""
+    if stages is None:
+        stages = [None] * len(paths)
+    if len(stages) != len(paths):
+        raise ValueError(f"{len(paths)} losses file(s) but {len(stages)} loss stage(s): the rule's params "
+                         "loss_stages must name one per file of its input losses (rules/common.smk loss_stages())")
+    frames = [read_losses(p) if s is None else read_losses(p).with_columns(pl.lit(s, pl.String).alias("stage"))
+              for p, s in zip(paths, stages)]
     frames = [f for f in frames if f.height]
     return pl.concat(frames, how="vertical_relaxed") if frames else Losses("none").to_frame()
 
@@ -157,6 +169,7 @@ def load_inputs(
     columns: Mapping[str, str] | None,
     facets: Mapping[str, Any],
     corpus: bool = False,
+    loss_stages: Sequence[str | None] | None = None,
 ) -> Inputs:
     """The stage inputs, validated. The images and annotations tables hold only the images of the
     scored pairs, read block by block, so memory is bounded by the pairs, not by the corpus
@@ -179,8 +192,9 @@ def load_inputs(
         annotations=ann,
         plan=read_table("query_plan", plan, columns=columns) if plan else empty_table("query_plan"),
         scored=scored_df,
-        losses=read_all_losses(as_paths(losses)),
+        losses=read_all_losses(as_paths(losses), loss_stages),
         costs=read_costs(as_paths(costs)),
         facets=fm,
         corpus=counts,
+        outside_stages=tuple(dict.fromkeys(s for s in loss_stages or () if s)),
     )

@@ -7,7 +7,7 @@ A pair is *positive* when ``relevance_label > 0`` (binary labels: 1; graded labe
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 
@@ -245,6 +245,19 @@ def loss_counts(losses: pl.DataFrame) -> pl.DataFrame:
     """Losses per stage, item type and reason."""
     return (losses.group_by("stage", "item_type", "reason").len("count")
             .with_columns(pl.col("count").cast(pl.Int64)).sort("stage", "item_type", "reason"))
+
+
+def outside_note(counts: pl.DataFrame, outside: Sequence[str]) -> str:
+    """The sentence under the losses by stage (``counts``: :func:`loss_counts`) that tells apart the rows
+    that are not the benchmark's own losses (``outside``: Inputs.outside_stages), or "" without any."""
+    rows = counts.filter(pl.col("stage").is_in(list(outside)))
+    if not rows.height:
+        return ""
+    names = ", ".join(f'"{s}"' for s in sorted(set(rows["stage"].to_list())))
+    return (f"{int(rows['count'].sum())} of the {int(counts['count'].sum())} losses are not the benchmark's "
+            f"(stages {names}): they are what a retrieval system under evaluation (\"evaluate: <system>\") or "
+            "the judge audit's second judge (\"audit_judge2\") could not rank, answer or label, and remove "
+            "nothing from the benchmark, whose own losses are the other stages' rows.")
 
 
 def quarantine_counts(quarantine: pl.DataFrame) -> pl.DataFrame:
