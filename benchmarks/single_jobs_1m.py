@@ -203,7 +203,7 @@ def main(argv=None) -> int:
                     write_jpegs(images_dir, used, f["images.jsonl"])
                     print(f"write {len(used):,} JPEG files: {time.perf_counter() - t:.1f} s", flush=True)
                 kw.update(summary=str(work / "summary"), settings=cfg["summary"])
-                results[stage] = child("benchmaker.summary:run", kw, env)
+                results[stage] = child("benchmaker.summary.stage:run", kw, env)
             else:
                 kw.update(dataset=str(work / "hf_dataset"), summary=str(work / "summary"),
                           settings=cfg["export"], similarity=cfg["similarity"], public_config={})

@@ -4,7 +4,7 @@
 
 Writes synthetic images.jsonl, annotations.jsonl, query_plan.jsonl, qrels_with_score.jsonl and
 losses files (no image files: the contact sheet draws grey tiles), then runs
-benchmaker.summary.run once and prints wall time and peak RSS of the run (this process).
+benchmaker.summary.stage.run once and prints wall time and peak RSS of the run (this process).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def make(d: Path, pairs: int, pool: int, seed: int = 0) -> dict:
 
 
 def run_summary(d: Path) -> None:
-    from benchmaker.summary import run
+    from benchmaker.summary.stage import run
 
     t = time.perf_counter()
     n = run(images=str(d / "images.jsonl"), annotations=str(d / "annotations.jsonl"),

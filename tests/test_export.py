@@ -37,7 +37,7 @@ def _public_config(corpus: Path) -> dict:
 
 def _export(tmp: Path, corpus: Path, **over):
     from benchmaker.export import run as export_run
-    from benchmaker.summary import run as summary_run
+    from benchmaker.summary.stage import run as summary_run
 
     kw = build_inputs(tmp, corpus, columns=COLS)
     truth = kw.pop("_truth")

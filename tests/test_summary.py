@@ -155,7 +155,7 @@ EXPECTED_FILES = [
 
 @pytest.fixture(scope="module")
 def summary_run(tmp_path_factory, tiny_corpus):
-    from benchmaker.summary import run
+    from benchmaker.summary.stage import run
 
     tmp = tmp_path_factory.mktemp("summary")
     kw = build_inputs(tmp, tiny_corpus)
@@ -275,7 +275,7 @@ def test_csv_contents(summary_run):
 
 
 def test_rerun_replaces_output_and_refuses_foreign_folder(summary_run, tmp_path):
-    from benchmaker.summary import run
+    from benchmaker.summary.stage import run
 
     out, n, _, kw = summary_run
     again = run(summary=str(out), settings={"sample_grid": 4, "scale_factor": 0.5}, **{**kw, "costs": None})
@@ -290,7 +290,7 @@ def test_rerun_replaces_output_and_refuses_foreign_folder(summary_run, tmp_path)
 
 
 def test_configured_column_names(tmp_path, tiny_corpus):
-    from benchmaker.summary import run
+    from benchmaker.summary.stage import run
 
     cols = {"query_id": "qid", "relevance_label": "rel", "image_id": "img_id", "clip_score": "score"}
     kw = build_inputs(tmp_path, tiny_corpus, columns=cols, with_costs=False)
@@ -376,7 +376,7 @@ def _md_tables(md: str) -> list[list[str]]:
 def test_report_has_no_header_only_tables_and_says_why(tmp_path, tiny_corpus):
     """Empty tables (no queries without positives, no losses, no API costs) become a sentence."""
     from benchmaker.losses import Losses
-    from benchmaker.summary import run
+    from benchmaker.summary.stage import run
 
     kw = build_inputs(tmp_path, tiny_corpus, with_costs=False)
     kw.pop("_truth")

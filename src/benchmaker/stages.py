@@ -65,7 +65,7 @@ STAGES: dict[str, Stage] = {
     "embed": Stage({"embed_images": "benchmaker.similarity.embed:run_images",
                     "embed_queries": "benchmaker.similarity.embed:run_queries"}),  # score merges its losses
     "score": Stage({"score": "benchmaker.similarity.score:run"}, losses="losses/similarity.jsonl"),
-    "summary": Stage({"summary": "benchmaker.summary:run"}),
+    "summary": Stage({"summary": "benchmaker.summary.stage:run"}),
     "export": Stage({"export": "benchmaker.export:run"}),
     "upload": Stage({"upload": "benchmaker.export.upload:run"}),  # no version param: an upload is never redone
     "staging": Stage({"stage_file": "benchmaker.staging:copy_input", "stage_folder": "benchmaker.staging:copy_input"}),
