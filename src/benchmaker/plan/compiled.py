@@ -15,8 +15,9 @@ runs both):
   cap, reuse counts, images in the query);
 * ``pick_order``: ``Planner._pick`` over an explicit order (the easy pool's tiers).
 
-Compiled once per installation into numba's on-disk cache (``cache=True``; where it lives:
-:func:`benchmaker.plan.compiled.load`); this module is imported only when a run is large enough to
+Compiled once per installation into numba's on-disk cache (``cache=True``: beside this file, or
+with ``$NUMBA_CACHE_DIR`` set in a folder named by this file's content, :mod:`benchmaker.jit_cache`,
+so that any copy of the same file finds it); this module is imported only when a run is large enough to
 repay numba's import (:data:`benchmaker.plan.planner.COMPILE_MIN_QUERIES`).
 """
 
@@ -27,6 +28,12 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from ..jit_cache import install as _content_keyed_cache
+
+# before the decorators below choose where numba files them: by content, so that a pod's shipped copy
+# of this file finds what the image compiled (benchmaker.jit_cache)
+_content_keyed_cache()
 
 __all__ = ["records", "jaccard_bits", "jaccard_differ", "jaccard_csr", "n_differ", "differ_in", "eligible_mask",
            "new_lookup", "pick_lookup", "pick_order", "FIRST_CHUNK"]
