@@ -1,6 +1,7 @@
 """Never lose silently: the losses of a system under evaluation and of the judge audit's second judge
 are in the summary's and the card's totals, each under a stage name of its own (benchmaker.stages
-`loss_stage`), and told apart from the benchmark's own losses. The real workflow on the tiny corpus;
+`counted_as`), and told apart from the benchmark's own losses; so are their costs, and the totals name
+every stage they count. The real workflow on the tiny corpus;
 the second judge is the openai adapter against the fake server, which refuses one query for good."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 
 import fake_openai
+import polars as pl
 import pytest
 import support
 
@@ -94,3 +96,73 @@ def test_a_file_is_counted_under_its_declared_stage_and_a_short_list_is_an_error
     assert sorted(df.select("stage", "item_id").iter_rows()) == [("evaluate: ext", "q1"), ("judge", "q2")]
     with pytest.raises(ValueError, match="2 losses file.*1 loss stage.*loss_stages"):
         read_all_losses([str(judge), str(ev)], [None])
+
+
+def _costs(path, stage: str, items: list[str], usd: float, model: str = "gpt-5-mini") -> str:
+    from benchmaker.formats import write_table
+
+    n = len(items)
+    write_table(pl.DataFrame({
+        "stage": [stage] * n, "item_id": items, "model": [model] * n, "mode": ["sync"] * n,
+        "input_tokens": [100] * n, "cached_input_tokens": [0] * n, "output_tokens": [10] * n,
+        "reasoning_tokens": [0] * n, "cost_usd": [usd] * n, "cached": [False] * n}), "costs", path)
+    return str(path)
+
+
+def test_cost_rows_count_under_their_system_and_the_totals_name_every_stage(tmp_path, tiny_corpus):
+    """Two rerankers on one model are two rows of the cost table (their rows say `evaluate`: relabelled
+    at read, by the rules' cost_stages); the report's and the card's totals name every stage they count,
+    the ones without a request too; summary.json lists them."""
+    from test_export import _public_config
+    from test_summary import build_inputs
+
+    from benchmaker.export import run as export_run
+    from benchmaker.summary.stage import run as summary_run
+
+    kw = build_inputs(tmp_path, tiny_corpus, with_costs=False)
+    kw.pop("_truth")
+    d = tmp_path / "results"
+    (d / "costs").mkdir()
+    empty = d / "costs/bm25.jsonl"
+    empty.write_text("")
+    costs = [_costs(d / "costs/judge.jsonl", "judge", ["q1"], 0.004), str(d / "costs/vision.jsonl"),
+             _costs(d / "costs/rr-a.jsonl", "evaluate", ["q1", "q2"], 0.001),
+             _costs(d / "costs/rr-b.jsonl", "evaluate", ["q1"], 0.002), str(empty)]
+    (d / "costs/vision.jsonl").write_text("")
+    stages = ["judge", "vision", "evaluate: rr-a", "evaluate: rr-b", "evaluate: bm25"]
+    kw.update(costs=costs, cost_stages=stages, outside_stages=[])
+    summary_run(summary=str(d / "summary"), settings={"sample_grid": 2, "scale_factor": 0.5}, **kw)
+    out = d / "hf_dataset"
+    export_run(**kw, summary=str(d / "summary"), dataset=str(out), settings={"split": "test"},
+               public_config=_public_config(tiny_corpus))
+
+    table = pl.read_csv(out / "summary/cost_summary.csv")
+    assert table.select("stage", "requests", "cost_usd").rows() == [
+        ("evaluate: rr-a", 2, 0.002), ("evaluate: rr-b", 1, 0.002), ("judge", 1, 0.004)]
+    n = json.loads((out / "summary/summary.json").read_text())
+    assert n["costs"]["stages"] == stages and set(n["costs"]["by_stage"]) == {"judge", "evaluate: rr-a",
+                                                                                "evaluate: rr-b"}
+    over = ('over the stages "judge", "evaluate: rr-a", "evaluate: rr-b" (no request recorded: "vision", '
+            '"evaluate: bm25")')
+    md = (out / "summary/report.md").read_text()
+    assert f"Total spend to date USD 0.0080 (all runs, interrupted ones included) {over}; the last run" in md, md
+    html = (out / "summary/report.html").read_text()
+    assert "included) over the stages &quot;judge&quot;, &quot;evaluate: rr-a&quot;" in html
+    card = (out / "README.md").read_text()
+    assert f"Total: USD 0.0080 {over}, 4 requests (spend to date, all runs)" in card
+    assert "| evaluate: rr-a | gpt-5-mini | sync | 2 |" in card and "| evaluate: rr-b | gpt-5-mini | sync | 1 |" in card
+
+
+def test_no_request_anywhere_still_names_the_stages_counted(tmp_path):
+    from benchmaker.summary.inputs import read_costs
+    from benchmaker.summary.stats import cost_coverage, cost_summary
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("")
+    b.write_text("")
+    t = cost_summary(read_costs([str(a), str(b)], ["vision", "evaluate: bm25"]))
+    assert t.height == 0
+    assert cost_coverage(t, ["vision", "evaluate: bm25"]) == 'over the stages "vision", "evaluate: bm25"'
+    assert cost_coverage(t, []) == ""
+    with pytest.raises(ValueError, match="2 costs file.*1 cost stage.*cost_stages"):
+        read_costs([str(a), str(b)], ["vision"])
