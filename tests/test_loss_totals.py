@@ -23,26 +23,42 @@ def fake():
 
 @pytest.mark.slow
 def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_corpus, tiny_clip):
+    """With the leaderboard left out of the report (evaluate.report: false) the systems still run (rule
+    `all`), so their losses and spend are in the totals all the same: two rerankers on one model are two
+    rows of the cost table, and the totals name every stage they count."""
     ext = tmp_path / "ext.trec"
     # a run that names a query and an image the benchmark does not have: the system's losses
     ext.write_text("nope Q0 nope.png 1 1.0 ext\n")
     llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync",
            "concurrency": 1, "max_attempts": 2}
+    rerankers = ("rr-a", "rr-b")      # the same model: their cost rows (stage "evaluate") would merge
     cfg = support.tiny_config(
         tmp_path, tiny_corpus, tiny_clip,
-        evaluate={"systems": [{"name": "bm25", "kind": "bm25"},
-                              {"name": "ext", "kind": "trec_run", "path": str(ext), "scope": "pool"}]},
+        evaluate={"report": False,
+                  "systems": [{"name": "bm25", "kind": "bm25"},
+                              {"name": "ext", "kind": "trec_run", "path": str(ext), "scope": "pool"},
+                              *({"name": n, "kind": "rerank", "base": "bm25", "k": 2, "llm": llm} for n in rerankers)]},
         audit={"sample_size": 12, "bootstrap": 20,
                "second_judge": {"name": "j2", "judge": {"adapter": "openai", "openai": llm}}})
     refused: list[str] = []
 
+    def ranking(schema):
+        return (schema.get("properties") or {}).get("ranking")
+
     def fail(custom_id, body):    # the first query the second judge asks about fails every time
+        if ranking(fake_openai.request_schema(body)[0]):
+            return None
         text = fake_openai.request_text(body)
         if not refused:
             refused.append(text)
         return "http_400" if text == refused[0] else None
 
+    def answer(body, schema):     # a reranker's answer: a valid permutation
+        r = ranking(schema)
+        return {"ranking": list(reversed(r["items"]["enum"]))} if r else fake._default_answer(body, schema)
+
     fake.fail = fail
+    fake.answer = answer
     path = support.write_config(tmp_path / "config.yaml", cfg)
     env = {"OPENAI_API_KEY": "sk-test"}
     r = support.snakemake(["-c2", "--show-failed-logs"], tmp_path, path, env=env, timeout=1500)
@@ -76,9 +92,29 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
     assert sum(x["stage"] == "evaluate: ext" for x in published) == 2
     assert sum(x["stage"] == "audit_judge2" for x in published) == 1
 
+    # the rerankers' spend, each under its own name (their files' rows say "evaluate"), and every stage
+    # counted named, the ones without a request too; no leaderboard in the report
+    assert {json.loads(x)["stage"] for x in (res / "costs/evaluate/rr-a.jsonl").read_text().splitlines()} == {
+        "evaluate"}
+    by = n["costs"]["by_stage"]
+    assert set(by) == {"evaluate: rr-a", "evaluate: rr-b", "audit_judge2"} and by["evaluate: rr-a"]["requests"] > 0
+    assert by["evaluate: rr-b"]["requests"] > 0 and by["evaluate: rr-a"]["cost_usd"] > 0
+    assert n["costs"]["stages"] == ["vision", "judge", "evaluate: bm25", "evaluate: ext", "evaluate: rr-a",
+                                    "evaluate: rr-b", "audit_judge2"]
+    over = ('over the stages "evaluate: rr-a", "evaluate: rr-b", "audit_judge2" (no request recorded: "vision", '
+            '"judge", "evaluate: bm25", "evaluate: ext")')
+    assert over in md and "Retrieval leaderboard" not in md
+    assert over in card and "| evaluate: rr-b | gpt-5-mini | sync |" in card
+
     # nothing left to do
     r = support.snakemake(["-n", "-c1"], tmp_path, path, env=env)
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    # the leaderboard into the report: summary and export only (the systems and the aggregate are done)
+    cfg["evaluate"]["report"] = True
+    path = support.write_config(tmp_path / "config.yaml", cfg)
+    r = support.snakemake(["-n", "-c1"], tmp_path, path, env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert support.job_stats(r.stdout + r.stderr) == {"summary": 1, "export": 1, "all": 1}, r.stdout[-3000:]
 
 
 def test_a_file_is_counted_under_its_declared_stage_and_a_short_list_is_an_error(tmp_path):
