@@ -125,21 +125,20 @@ def public_config():
 
 # -- the losses and cost files that the summary and the export count --------------------------------
 # Declared with each stage (benchmaker/stages.py: `losses=`, `costs=`); a `{wildcard}` there is one of
-# the sets of items below. The optional ones are counted only when the summary waits for their stage
-# anyway (so this adds no job to its DAG): the evaluate systems when the leaderboard is in the report,
-# the second judge when the audit runs one (rules/audit_common.smk), the deepened systems when the
-# deepening report is in the summary.
-from benchmaker.stages import counted_files, counted_loss_stages
+# the sets of items below. The optional ones are counted whenever their stage is part of the run (its
+# jobs are in the DAG of `all`), whether or not its report is shown, so that no spend or loss is left
+# out of the totals: the evaluate systems when systems are configured, the second judge when the audit
+# runs one (rules/audit_common.smk), the deepened systems when deepening is on. The summary and the
+# export then wait for those jobs (the evaluate aggregate only when the leaderboard is in the report).
+from benchmaker.stages import counted_files, counted_stages, outside_stages
 
 
 def counted_items():
     return {
         "shard": SHARDS,
-        "evaluate_system": (
-            [s["name"] for s in EVAL_SYSTEMS] if evaluate_report_inputs() else []
-        ),
+        "evaluate_system": [s["name"] for s in EVAL_SYSTEMS],
         "judge2": [AUDIT["second_judge"]["name"]] if AUDIT_ON and JUDGE2 else [],
-        "deepen_system": list(DEEPEN_SYSTEMS) if deepen_report_inputs() else [],
+        "deepen_system": list(DEEPEN_SYSTEMS) if DEEPEN_ON else [],
     }
 
 
@@ -150,14 +149,26 @@ def loss_files(wildcards=None):
 
 def loss_stages():
     """The stage each of loss_files() is counted under (None: its rows' own): `evaluate: <system>`,
-    `audit_judge2` (benchmaker/stages.py `loss_stage`)."""
-    return counted_loss_stages(counted_items())
+    `deepen: <system>`, `audit_judge2` (benchmaker/stages.py `counted_as`)."""
+    return counted_stages("losses", counted_items())
+
+
+def outside_loss_stages():
+    """The stages of loss_stages() that are not the benchmark's own losses (`outside_benchmark`)."""
+    return outside_stages(counted_items())
 
 
 def cost_files(wildcards=None):
     """The cost files of the paying stages (empty files for the offline adapters and the systems that
     pay nothing) that the report's and the card's API costs total."""
     return counted_files("costs", RESULTS, counted_items())
+
+
+def cost_stages():
+    """The stage each of cost_files() is counted under (its rows are relabelled at read): the stage's
+    name, or `evaluate: <system>`, `deepen: <system>` (benchmaker/stages.py `counted_as`); the totals
+    name them all, the ones that paid nothing too."""
+    return counted_stages("costs", counted_items())
 
 
 def similarity_weight_inputs(wildcards):

@@ -28,8 +28,11 @@ rule export:
         runtime=RES.runtime("export"),
         disk_mb=RES.disk_mb("export"),
     params:
-        # the stage each losses file is counted under (rules/common.smk)
+        # the stage each losses and cost file is counted under, and the losses not the benchmark's
+        # own (rules/common.smk)
         loss_stages=loss_stages(),
+        cost_stages=cost_stages(),
+        outside_stages=outside_loss_stages(),
         settings=config["export"],
         benchmark_meta=config["benchmark"],
         facets=FACETS,

@@ -28,8 +28,11 @@ rule summary:
         mem_mb=RES.mem_mb("summary"),
         runtime=RES.runtime("summary"),
     params:
-        # the stage each losses file is counted under (rules/common.smk)
+        # the stage each losses and cost file is counted under, and the losses not the benchmark's
+        # own (rules/common.smk)
         loss_stages=loss_stages(),
+        cost_stages=cost_stages(),
+        outside_stages=outside_loss_stages(),
         settings=config["summary"],
         facets=FACETS,
         columns=COLUMNS,

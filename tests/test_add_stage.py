@@ -165,7 +165,17 @@ def test_counted_files_follow_the_declaration_in_its_order():
     files = stages.counted_files("losses", "R", items)
     assert files[-3:] == ["R/losses/evaluate/bm25.jsonl", "R/losses/evaluate/clip.jsonl",
                           "R/audit/judge2/loose/losses.jsonl"]
-    assert stages.counted_loss_stages(items) == [None] * 4 + ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
+    assert stages.counted_stages("losses", items) == [None] * 4 + ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
+    assert stages.outside_stages(items) == ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
+    # costs: every file under a name (its stage's, or the system's: two rerankers are two rows), a deepened
+    # system's under its own name too, but its losses are the benchmark's (not outside)
+    items = {**items, "deepen_system": ["bm25"]}
+    assert stages.counted_stages("costs", items) == ["vision", "vision", "judge", "evaluate: bm25", "evaluate: clip",
+                                                     "audit_judge2", "deepen: bm25"]
+    assert stages.counted_stages("losses", items)[-1] == "deepen: bm25"
+    assert "deepen: bm25" not in stages.outside_stages(items)
+    # a stage whose losses are not the benchmark's names them (else its rows would count as the benchmark's)
+    assert all(s.counted_as for s in stages.STAGES.values() if s.outside_benchmark)
     toy = {"toy": stages.Stage({"toy": "benchmaker.toy:run"}, costs="costs/toy/{page}.jsonl")}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stages, "STAGES", toy)

@@ -10,8 +10,9 @@ From this one table come
   function needs no script of its own (``script: "../scripts/stage.py"``);
 * the losses and cost files that the summary and the export read (``loss_files()`` and
   ``cost_files()`` in rules/common.smk, through :func:`counted_files`): the report's and the card's
-  losses by stage and API costs (each losses file under the name :func:`counted_loss_stages` gives it:
-  ``loss_stages()`` in rules/common.smk);
+  losses by stage and API costs (each file under the name :func:`counted_stages` gives it:
+  ``loss_stages()`` and ``cost_stages()`` in rules/common.smk; :func:`outside_stages`: the losses
+  that are not the benchmark's own);
 * the checks of tests/test_versions.py: every rule with a script is declared here, under the stage
   that its ``version=stage_version(...)`` param names, and a rule with its own script calls the
   function declared for it.
@@ -27,7 +28,7 @@ import string
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
-__all__ = ["STAGES", "Stage", "counted_files", "counted_loss_stages", "rule_target", "stage_of"]
+__all__ = ["STAGES", "Stage", "counted_files", "counted_stages", "outside_stages", "rule_target", "stage_of"]
 
 
 @dataclass(frozen=True)
@@ -37,15 +38,20 @@ class Stage:
     losses (docs/formats.md ``losses``) and of its paid requests (``costs``) that the summary's and the
     card's totals count, or None. A ``{wildcard}`` in them is a set of items that ``counted_items()``
     in rules/common.smk names: every shard, or the evaluate systems, the second judge or the deepened
-    systems that the report includes (none when it does not). ``loss_stage``: the name the totals count
-    its losses under, where its rows' own ``stage`` would mislead (a ``{wildcard}`` in it is the item's
-    name): the losses of a system under evaluation (``evaluate: <system>``; not the benchmark's) and of
-    the audit's second judge (it runs the judge stage, whose rows say ``judge``); None: the rows' own."""
+    systems when the run has them (none when it does not). ``counted_as``: the name the totals count
+    its losses and its costs under, where its rows' own ``stage`` would mislead or merge what differs
+    (a ``{wildcard}`` in it is the item's name): a system under evaluation (``evaluate: <system>``: two
+    rerankers on one model are two rows of the cost table), a deepened system (``deepen: <system>``)
+    and the audit's second judge (it runs the judge stage, whose loss rows say ``judge``); None: the
+    loss rows' own stage, and for costs the stage's name (its cost rows say it). ``outside_benchmark``:
+    its losses are not the benchmark's own (what a system under evaluation or the second judge could
+    not rank or label; the report and the card say so)."""
 
     rules: dict[str, str]
     losses: str | None = None
     costs: str | None = None
-    loss_stage: str | None = None
+    counted_as: str | None = None
+    outside_benchmark: bool = False
 
 
 # in the order the totals read them (the losses file and the card list them in this order)
@@ -73,21 +79,25 @@ STAGES: dict[str, Stage] = {
                               "evaluate_system": "benchmaker.evaluate.systems:run",
                               "evaluate_api": "benchmaker.evaluate.systems:run"},  # use rule evaluate_system as
                              losses="losses/evaluate/{evaluate_system}.jsonl",
-                             costs="costs/evaluate/{evaluate_system}.jsonl", loss_stage="evaluate: {evaluate_system}"),
+                             costs="costs/evaluate/{evaluate_system}.jsonl", counted_as="evaluate: {evaluate_system}",
+                             outside_benchmark=True),
     "evaluate": Stage({"evaluate": "benchmaker.evaluate.stage:run"}),
     "audit_sample": Stage({"audit_sample": "benchmaker.audit.sample:run"}),
     "audit_labelling": Stage({"audit_labelling": "benchmaker.audit.labelling:run"}),
     "audit_report": Stage({"audit_report": "benchmaker.audit.statistics:run"}),
     "audit_judge2": Stage({"audit_judge2": "benchmaker.audit.judge2:run"}, losses="audit/judge2/{judge2}/losses.jsonl",
-                          costs="audit/judge2/{judge2}/costs.jsonl", loss_stage="audit_judge2"),
+                          costs="audit/judge2/{judge2}/costs.jsonl", counted_as="audit_judge2",
+                          outside_benchmark=True),
     "deepen_system": Stage({"deepen_system": "benchmaker.deepen.label:run"},
-                           losses="losses/deepen/{deepen_system}.jsonl", costs="costs/deepen/{deepen_system}.jsonl"),
+                           losses="losses/deepen/{deepen_system}.jsonl", costs="costs/deepen/{deepen_system}.jsonl",
+                           counted_as="deepen: {deepen_system}"),
     "deepen": Stage({"deepen": "benchmaker.deepen.merge:run"}),
 }
 
 
-def _counted(kind: str, items: Mapping[str, Sequence[str]]) -> Iterator[tuple[Stage, dict[str, str]]]:
-    """Each counted ``kind`` file of each stage, in :data:`STAGES` order: (stage, its wildcards' values)."""
+def _counted(kind: str, items: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, Stage, dict[str, str]]]:
+    """Each counted ``kind`` file of each stage, in :data:`STAGES` order: (its name, the stage, its
+    wildcards' values)."""
     for name, stage in STAGES.items():
         pattern = getattr(stage, kind)
         if pattern is None:
@@ -98,21 +108,31 @@ def _counted(kind: str, items: Mapping[str, Sequence[str]]) -> Iterator[tuple[St
             raise KeyError(f"stage {name!r}: its {kind} file {pattern!r} has {{{unknown[0]}}}, a set of items that "
                            f"counted_items() in rules/common.smk does not name (it names {', '.join(sorted(items))})")
         for values in itertools.product(*(items[w] for w in wildcards)):
-            yield stage, dict(zip(wildcards, values))
+            yield name, stage, dict(zip(wildcards, values))
 
 
 def counted_files(kind: str, results: str, items: Mapping[str, Sequence[str]]) -> list[str]:
     """The ``kind`` (``"losses"`` or ``"costs"``) files of every stage that the totals count, in
     :data:`STAGES` order, under ``results``: a stage's ``{wildcard}`` runs over ``items[wildcard]``
     (an empty set: no file)."""
-    return [f"{results}/" + getattr(stage, kind).format(**values) for stage, values in _counted(kind, items)]
+    return [f"{results}/" + getattr(stage, kind).format(**values) for _, stage, values in _counted(kind, items)]
 
 
-def counted_loss_stages(items: Mapping[str, Sequence[str]]) -> list[str | None]:
-    """The stage name the totals count each of ``counted_files("losses", ...)`` under, in the same
-    order: its stage's ``loss_stage`` with the item's name, or None (the rows' own ``stage``)."""
-    return [None if stage.loss_stage is None else stage.loss_stage.format(**values)
-            for stage, values in _counted("losses", items)]
+def counted_stages(kind: str, items: Mapping[str, Sequence[str]]) -> list[str | None]:
+    """The stage name the totals count each of ``counted_files(kind, ...)`` under, in the same order:
+    its stage's ``counted_as`` with the item's name; else, for ``"losses"``, None (the rows' own
+    ``stage``), for ``"costs"`` the stage's name (a cost file's name is known even when it is empty,
+    so the totals can name every stage they cover, the ones that paid nothing too)."""
+    return [stage.counted_as.format(**values) if stage.counted_as is not None
+            else (None if kind == "losses" else name)
+            for name, stage, values in _counted(kind, items)]
+
+
+def outside_stages(items: Mapping[str, Sequence[str]]) -> list[str]:
+    """The names (:func:`counted_stages`) of the counted losses that are not the benchmark's own
+    (``outside_benchmark``), in :data:`STAGES` order."""
+    return list(dict.fromkeys(stage.counted_as.format(**values) if stage.counted_as is not None else name
+                              for name, stage, values in _counted("losses", items) if stage.outside_benchmark))
 
 
 def rule_target(rule: str) -> str:

@@ -411,6 +411,8 @@ def run(
     losses: str | Sequence[str] | None = None,
     loss_stages: Sequence[str | None] | None = None,
     costs: str | Sequence[str] | None = None,
+    cost_stages: Sequence[str | None] | None = None,
+    outside_stages: Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
     benchmark_meta: Mapping[str, Any] | None = None,
     facets: Mapping[str, Any],
@@ -436,7 +438,7 @@ def run(
     # only the images of the scored pairs: memory bounded by the pairs, not by the corpus
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
                       losses=losses, costs=costs, columns=columns, facets=facets,
-                      loss_stages=loss_stages)
+                      loss_stages=loss_stages, cost_stages=cost_stages, outside_stages=outside_stages)
     rows, export_losses, checks = build_rows(inp, image_root)
     if rows.height == 0:
         # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)
@@ -530,7 +532,7 @@ def run(
                            config_digest=metadata["digests"]["config"], version=version,
                            sources=sources, examples=examples, audit=audit,
                            extra_configs=mteb_configs(split), evaluation_md=evaluation_md,
-                           outside_stages=inp.outside_stages)
+                           outside_stages=inp.outside_stages, cost_stages=inp.cost_stages)
         from ..audit.render import export_files
 
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)

@@ -10,7 +10,7 @@ import polars as pl
 from ..formats import FacetModel
 from ..settings_schema import default, filled
 from ..summary.report import md_table
-from ..summary.stats import outside_note
+from ..summary.stats import cost_coverage, outside_note
 
 __all__ = ["render_card", "COLUMN_DOCS", "size_category"]
 
@@ -136,10 +136,11 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 config_digest: str, version: str | None,
                 sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
                 audit: str | None = None, extra_configs: Sequence[Mapping[str, Any]] = (),
-                evaluation_md: str = "", outside_stages: Sequence[str] = ()) -> str:
+                evaluation_md: str = "", outside_stages: Sequence[str] = (), cost_stages: Sequence[str] = ()) -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables).
-    ``outside_stages``: the stages of ``losses`` that are not the benchmark's own (Inputs.outside_stages)."""
+    ``outside_stages``: the stages of ``losses`` that are not the benchmark's own (Inputs.outside_stages);
+    ``cost_stages``: every stage whose cost files ``costs`` totals (Inputs.cost_stages), named under it."""
     name = meta.get("name") or "benchmark"
     title = meta.get("title") or name
     if meta.get("smoke_test") and "smoke" not in title.lower():
@@ -262,13 +263,14 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             out.append(f"\n{unknown} image(s) have no recorded license: check the rights map before publishing.\n")
     if costs is not None:
         out.append("## API costs\n")
+        over = cost_coverage(costs, cost_stages)
         if costs.height:
             last = (f"; the last run USD {costs['cost_usd_last_run'].sum():.4f}"
                     if "cost_usd_last_run" in costs.columns else "")
-            out.append(md_table(costs) + f"\nTotal: USD {costs['cost_usd'].sum():.4f} over "
+            out.append(md_table(costs) + f"\nTotal: USD {costs['cost_usd'].sum():.4f} {over + ',' if over else 'over'} "
                        f"{int(costs['requests'].sum())} requests (spend to date, all runs){last}.\n")
         else:
-            out.append("No paid request was made.\n")
+            out.append(f"No paid request was made{' ' + over if over else ''}.\n")
     out.append("## Columns\n")
     docs = []
     for f_name, feat in features.items():

@@ -40,9 +40,12 @@ class Inputs:
     costs: pl.DataFrame | None
     facets: FacetModel
     corpus: Corpus | None = None  # counts over the whole corpus (load_inputs(corpus=True))
-    # the stages of `losses` that are not the benchmark's own losses: those counted under a name of their
-    # own (loss_stages: a system under evaluation, the audit's second judge; stats.outside_note)
+    # the stages of `losses` that are not the benchmark's own losses (the rules' outside_stages: a system
+    # under evaluation, the audit's second judge; stats.outside_note)
     outside_stages: tuple[str, ...] = ()
+    # every stage whose cost files the totals count, in declared order, the ones without a row too (the
+    # rules' cost_stages; stats.cost_coverage); empty when the caller did not name them
+    cost_stages: tuple[str, ...] = ()
 
 
 @dataclass
@@ -124,17 +127,23 @@ def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: M
             concat_blocks(ann_rows, "annotations", facets=facets, source=annotations))
 
 
-def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
-    """All cost files concatenated (``cached`` filled with false, ``attempt`` dropped); None if none given."""
+def read_costs(paths: Sequence[str], stages: Sequence[str | None] | None = None) -> pl.DataFrame | None:
+    """All cost files concatenated (``cached`` filled with false, ``attempt`` dropped); None if none given.
+    ``stages`` (one per file; the rule's ``cost_stages``, :func:`benchmaker.stages.counted_stages`): the
+    stage a file's rows are counted under (``evaluate: <system>``: a reranker's rows say ``evaluate``),
+    None for the rows' own."""
     if not paths:
         return None
+    stages = _per_file(paths, stages, "cost")
     frames = []
-    for p in paths:
+    for p, stage in zip(paths, stages):
         df = read_table("costs", p)
         if "cached" not in df.columns:
             df = df.with_columns(pl.lit(False).alias("cached"))
         if "last_run" not in df.columns:    # cost files without the ledger describe one run
             df = df.with_columns(pl.lit(True).alias("last_run"))
+        if stage is not None:
+            df = df.with_columns(pl.lit(stage, pl.String).alias("stage"))
         frames.append(df.select(
             "stage", "item_id", "model", "mode", "input_tokens", "cached_input_tokens", "output_tokens",
             "reasoning_tokens", "cost_usd", pl.col("cached").fill_null(False).cast(pl.Boolean),
@@ -142,15 +151,23 @@ def read_costs(paths: Sequence[str]) -> pl.DataFrame | None:
     return pl.concat(frames, how="vertical_relaxed")
 
 
+def _per_file(paths: Sequence[str], stages: Sequence[str | None] | None, kind: str) -> Sequence[str | None]:
+    """``stages``, one per file of ``paths`` (None: [None] * len(paths)), or the error naming the param."""
+    if stages is None:
+        return [None] * len(paths)
+    if len(stages) != len(paths):
+        files = "losses" if kind == "loss" else "costs"
+        raise ValueError(f"{len(paths)} {files} file(s) but {len(stages)} {kind} stage(s): the rule's params "
+                         f"{kind}_stages must name one per file of its input {files} (rules/common.smk "
+                         f"{kind}_stages())")
+    return stages
+
+
 def read_all_losses(paths: Sequence[str], stages: Sequence[str | None] | None = None) -> pl.DataFrame:
     """Every losses file's rows; ``stages`` (one per file; the rule's ``loss_stages``,
-    :func:`benchmaker.stages.counted_loss_stages`): the stage a file's rows are counted under, None
+    :func:`benchmaker.stages.counted_stages`): the stage a file's rows are counted under, None
     for the rows' own (``evaluate: <system>`` for a system under evaluation, whose rows say ``evaluate``)."""
-    if stages is None:
-        stages = [None] * len(paths)
-    if len(stages) != len(paths):
-        raise ValueError(f"{len(paths)} losses file(s) but {len(stages)} loss stage(s): the rule's params "
-                         "loss_stages must name one per file of its input losses (rules/common.smk loss_stages())")
+    stages = _per_file(paths, stages, "loss")
     frames = [read_losses(p) if s is None else read_losses(p).with_columns(pl.lit(s, pl.String).alias("stage"))
               for p, s in zip(paths, stages)]
     frames = [f for f in frames if f.height]
@@ -170,6 +187,8 @@ def load_inputs(
     facets: Mapping[str, Any],
     corpus: bool = False,
     loss_stages: Sequence[str | None] | None = None,
+    cost_stages: Sequence[str | None] | None = None,
+    outside_stages: Sequence[str] | None = None,
 ) -> Inputs:
     """The stage inputs, validated. The images and annotations tables hold only the images of the
     scored pairs, read block by block, so memory is bounded by the pairs, not by the corpus
@@ -193,8 +212,9 @@ def load_inputs(
         plan=read_table("query_plan", plan, columns=columns) if plan else empty_table("query_plan"),
         scored=scored_df,
         losses=read_all_losses(as_paths(losses), loss_stages),
-        costs=read_costs(as_paths(costs)),
+        costs=read_costs(as_paths(costs), cost_stages),
         facets=fm,
         corpus=counts,
-        outside_stages=tuple(dict.fromkeys(s for s in loss_stages or () if s)),
+        outside_stages=tuple(outside_stages or ()),
+        cost_stages=tuple(dict.fromkeys(s for s in cost_stages or () if s)),
     )

@@ -103,6 +103,8 @@ def key_numbers(t: dict[str, pl.DataFrame], inp: Inputs, ranking_info: dict[str,
             "cached_requests": int(cost["cached_requests"].sum() or 0),
             "cost_usd": float(cost["cost_usd"].sum() or 0.0),
             "cost_usd_last_run": float(cost["cost_usd_last_run"].sum() or 0.0),
+            # every stage whose cost files the totals count, the ones that paid nothing too
+            "stages": list(inp.cost_stages),
             "by_stage": {s: {"requests": int(r), "input_tokens": int(i), "cached_input_tokens": int(c),
                              "output_tokens": int(o), "reasoning_tokens": int(rt), "cost_usd": float(u)}
                          for s, r, i, c, o, rt, u in cost.group_by("stage").agg(
@@ -155,6 +157,8 @@ def run(
     losses: str | Sequence[str] | None = None,
     loss_stages: Sequence[str | None] | None = None,
     costs: str | Sequence[str] | None = None,
+    cost_stages: Sequence[str | None] | None = None,
+    outside_stages: Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
     facets: Mapping[str, Any],
     columns: Mapping[str, str] | None = None,
@@ -181,7 +185,7 @@ def run(
         # by the pairs, not by the number of images (docs/performance.md)
         inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
                           losses=losses, costs=costs, columns=columns, facets=facets, corpus=True,
-                          loss_stages=loss_stages)
+                          loss_stages=loss_stages, cost_stages=cost_stages, outside_stages=outside_stages)
         corpus = inp.corpus
         log.info("summary: %d pairs, %d images, %d annotations, %d planned queries, %d losses (read in %.1f s)",
                  inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
@@ -326,14 +330,18 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
     ]
     if n["costs"] is not None:
         c = n["costs"]
+        over = stats.cost_coverage(t["cost_summary"], c.get("stages") or [])
         sections.append(Section(
             "API costs",
-            text=(f"Total spend to date USD {c['cost_usd']:.4f} (all runs, interrupted ones included); the "
-                  f"last run USD {c['cost_usd_last_run']:.4f}. {c['requests']} request row(s), "
+            text=(f"Total spend to date USD {c['cost_usd']:.4f} (all runs, interrupted ones included)"
+                  f"{' ' + over if over else ''}; the last run USD {c['cost_usd_last_run']:.4f}. {c['requests']} "
+                  "request row(s), "
                   f"{c['cached_requests']} of them answered from the response cache (no cost in that run)."
                   if c["requests"] else ""),
             table=t["cost_summary"], files=["cost_summary.csv"],
-            empty="No API request was recorded: the vision and judge adapters of this run are offline."))
+            empty=(f"No API request was recorded {over}: their adapters and systems in this run are offline "
+                   "or pay nothing." if over else
+                   "No API request was recorded: the vision and judge adapters of this run are offline.")))
     sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))

@@ -17,7 +17,7 @@ __all__ = [
     "relevance_overview", "query_stats", "facet_distribution", "relevance_by_facet", "clip_stats_by_relevance",
     "clip_overall_stats", "clip_histogram", "clip_by_query", "pool_mix", "shortfalls", "difficulty_distribution",
     "loss_counts", "quarantine_counts", "top_tags", "top_tags_counts", "facet_distribution_counts", "cost_summary",
-    "clip_ranking", "dataset_summary_stats",
+    "clip_ranking", "dataset_summary_stats", "cost_coverage",
     "query_length_stats", "shortfall_cause",
 ]
 
@@ -258,6 +258,28 @@ def outside_note(counts: pl.DataFrame, outside: Sequence[str]) -> str:
             f"(stages {names}): they are what a retrieval system under evaluation (\"evaluate: <system>\") or "
             "the judge audit's second judge (\"audit_judge2\") could not rank, answer or label, and remove "
             "nothing from the benchmark, whose own losses are the other stages' rows.")
+
+
+def cost_coverage(costs: pl.DataFrame, stages: Sequence[str]) -> str:
+    """Which stages a cost total covers (``costs``: :func:`cost_summary`; ``stages``: every stage whose
+    cost files were counted, Inputs.cost_stages): 'over the stages "vision", "judge" (no request recorded:
+    "evaluate: bm25")'; without any row just 'over the stages ...'; "" when the caller named none. A
+    stage that paid nothing is named too, so a total that leaves a stage out can be told from one that
+    counted it."""
+    if not stages:
+        return ""
+    paid = set(costs["stage"].to_list()) if costs.height else set()
+    # rows under a stage not among the named ones (a caller that relabels nothing): named too
+    named = list(stages) + sorted(paid - set(stages))
+    some = [s for s in named if s in paid]
+    none = [s for s in named if s not in paid]
+
+    def q(xs: Sequence[str]) -> str:
+        return ", ".join(f'"{s}"' for s in xs)
+
+    if not some:      # the caller says that no request was recorded
+        return f"over the stages {q(none)}"
+    return f"over the stages {q(some)}" + (f" (no request recorded: {q(none)})" if none else "")
 
 
 def quarantine_counts(quarantine: pl.DataFrame) -> pl.DataFrame:
