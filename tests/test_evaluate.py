@@ -467,7 +467,6 @@ def test_clip_system_with_the_similarity_model_ranks_its_embeddings_without_a_mo
     r = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"torch": False, "open_clip": False}
-    assert "model load" not in r.stderr
     run_a, run_b = Path(loaded["run_file"]).read_bytes(), Path(reused["run_file"]).read_bytes()
     assert run_a and run_a == run_b
     assert Path(loaded["losses"]).read_bytes() == Path(reused["losses"]).read_bytes()

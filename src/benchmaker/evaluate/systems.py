@@ -209,8 +209,8 @@ def reused_clip_run(system: Mapping[str, Any], bench: Bench, *, image_embeddings
               "embeddings": "similarity stage", "device": None, "model_id": model_id,
               # how the embeddings were computed (device kind, precision, pass size, torch)
               "numerics": {"queries": qmeta.get("numerics") or None, "images": _numerics(image_embeddings)}}
-    log.info("evaluate %s: the similarity stage's embeddings of %d images and %d queries (%s); no model "
-             "loaded, nothing encoded", system["name"], table.height, len(q_emb), model_id)
+    log.info("evaluate %s: ranked the similarity stage's embeddings of %d images and %d queries (%s): "
+             "no model in this job, nothing encoded", system["name"], table.height, len(q_emb), model_id)
     return run, timing
 
 
