@@ -19,7 +19,8 @@ embedding cache, i.e. what ``make example-offline`` does after installation, and
   sampled ``cpu_time`` misses most of a short job), which on a loaded machine say about what the
   job would cost on an idle core. Minimal = one load per vision
   shard (annotation and embedding share it with ``similarity.share_vision_job``) + one for the
-  query texts + one per clip retrieval system.
+  query texts + one per clip retrieval system whose model is not the similarity stage's (one that is
+  ranks that stage's embeddings files: no load, docs/evaluate.md).
 
 It also prints where the wall time goes between the jobs: Snakemake's own start-up (the command's
 start to the first job's process start, from the rule logs' timestamps), the seconds in which no job

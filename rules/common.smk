@@ -215,9 +215,10 @@ import re as _re
 
 from benchmaker.evaluate.systems import (
     LIVE_KINDS,
-    MODEL_KINDS,
     check_systems,
     has_corpus_scope,
+    reuses_similarity_embeddings,
+    runs_model,
     sees_judge_text,
 )
 
@@ -261,8 +262,10 @@ NUMBA_CACHE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
 
 
 def evaluate_uses_gpu(system):
-    """Whether a system's job runs a model itself (it then gets GPU resources: rule evaluate_model)."""
-    return system["kind"] in MODEL_KINDS
+    """Whether a system's job runs a model itself (it then gets GPU resources: rule evaluate_model);
+    a clip system with the similarity stage's model reuses its embeddings instead (CPU job).
+    """
+    return runs_model(system, config["similarity"])
 
 
 def evaluate_report_inputs(wildcards=None):
@@ -304,8 +307,17 @@ def evaluate_system_inputs(wildcards):
         out["component_runs"] = [f"{EVAL}/runs/{s['base']}.trec"]
     if s["kind"] == "trec_run":
         out["external"] = workflow_input(s["path"])
-    # local weights (staged under --profile nrp: rules/cluster.smk)
-    if s["kind"] == "clip":
+    # the similarity stage's embeddings when the system's model is its model (no model in the job);
+    # else local weights (staged under --profile nrp: rules/cluster.smk)
+    if reuses_similarity_embeddings(s, config["similarity"]):
+        out["image_embeddings"] = expand(
+            f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
+        )
+        out["query_embeddings"] = f"{RESULTS}/embeddings/queries.parquet"
+        out["embed_losses"] = expand(
+            f"{RESULTS}/losses/embed/{{shard}}.jsonl", shard=SHARDS
+        )
+    elif s["kind"] == "clip":
         out.update(model_weight_inputs(s))
     return out
 

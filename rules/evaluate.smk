@@ -6,8 +6,10 @@
 # empty leaderboard).
 # Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/common.smk.
 # Resources: a GPU (gpu_resources, rules/cluster.smk) only for the systems that run a model
-# (evaluate_model: clip); mem_mb from the input sizes (benchmaker/resources.py, rules/resources.smk,
-# where evaluate_model_mem_mb lives: Snakemake's lint wants no functions beside rules).
+# (evaluate_model: clip, unless its model is the similarity stage's: then evaluate_system ranks that
+# stage's embeddings files, evaluate_settings.reuses_similarity_embeddings); mem_mb from the input
+# sizes (benchmaker/resources.py, rules/resources.smk, where evaluate_model_mem_mb lives: Snakemake's
+# lint wants no functions beside rules).
 
 
 rule evaluate_model:

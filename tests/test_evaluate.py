@@ -412,3 +412,77 @@ def test_ranx_codes_change_no_number_ties_included():
     backwards._d = {x: f"d{i:010d}" for i, x in enumerate(sorted(imgs, reverse=True))}
     for codes in (backwards, RanxIds()):
         assert evaluate_scope(qrels, run, metrics, "s", sorted(qids), ids=codes).equals(ours)
+
+
+def test_clip_system_with_the_similarity_model_ranks_its_embeddings_without_a_model(bench, tiny_clip):
+    """A clip system whose model is the similarity stage's reads embed_images' and embed_queries' files:
+    the same run file, byte for byte, as loading the model and encoding; no torch in the process."""
+    import subprocess
+    import sys
+
+    from benchmaker.evaluate_settings import reuses_similarity_embeddings, runs_model
+    from benchmaker.similarity import embed
+
+    model = {"model": f"local-dir:{tiny_clip}", "pretrained": None, "precision": "auto"}
+    similarity = {**model, "device": "cpu", "batch_size": 8, "num_workers": 0}
+    system = {"name": "clip", "kind": "clip", "model": model["model"], "device": "cpu", "num_workers": 0,
+              "batch_size": 4}
+    # the decision: the embeddings' settings as written (defaults filled), never the speed knobs
+    assert reuses_similarity_embeddings(system, similarity) and not runs_model(system, similarity)
+    assert not reuses_similarity_embeddings({**system, "precision": "fp32"}, similarity)
+    assert not reuses_similarity_embeddings({**system, "device": "auto"}, similarity)
+    assert runs_model({**system, "model": "ViT-B-32"}, similarity)
+    assert reuses_similarity_embeddings({"kind": "clip", "model": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"}, {})
+    assert not reuses_similarity_embeddings({"kind": "bm25"}, similarity)
+    # an image that cannot be decoded: lost in embed_images, and so in both runs, with the same reason
+    broken = min((bench / "images" / "blue").glob("*.jpg"))
+    broken.write_bytes(b"not an image")
+    imgs = pl.read_ndjson(bench / "images.jsonl")
+    shards, emb, lost = [], [], []
+    for n, part in enumerate((imgs.head(7), imgs.slice(7))):
+        shards.append(bench / "shards" / f"{n}.jsonl")
+        shards[-1].parent.mkdir(exist_ok=True)
+        write_table(part, "images", shards[-1])
+        emb.append(str(bench / "embeddings" / f"{n}.parquet"))
+        lost.append(str(bench / "losses" / "embed" / f"{n}.jsonl"))
+        embed.run_images(images=str(shards[-1]), embeddings=emb[-1], losses=lost[-1], model=model, device="cpu",
+                         runtime=similarity, image_root=str(bench / "images"))
+    queries = str(bench / "embeddings" / "queries.parquet")
+    embed.run_queries(qrels=str(bench / "qrels.jsonl"), embeddings=queries, model=model, device="cpu")
+
+    def paths(tag: str) -> dict:
+        d = bench / tag
+        d.mkdir(exist_ok=True)
+        return {"qrels": str(bench / "qrels.jsonl"), "images": str(bench / "images.jsonl"),
+                "run_file": str(d / "clip.trec"), "meta": str(d / "clip.json"), "losses": str(d / "losses.jsonl"),
+                "costs": str(d / "costs.jsonl"), "image_root": str(bench / "images")}
+
+    loaded = paths("loaded")
+    systems.run(system=system, **loaded)
+    reused = paths("reused")
+    probe = ("import json, sys\nfrom benchmaker.evaluate import systems\n"
+             "a = json.loads(sys.argv[1])\nsystems.run(**a)\n"
+             "print(json.dumps({'torch': 'torch' in sys.modules, 'open_clip': 'open_clip' in sys.modules}))\n")
+    args = {"system": system, **reused, "image_embeddings": emb, "query_embeddings": queries, "embed_losses": lost}
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"torch": False, "open_clip": False}
+    run_a, run_b = Path(loaded["run_file"]).read_bytes(), Path(reused["run_file"]).read_bytes()
+    assert run_a and run_a == run_b
+    assert Path(loaded["losses"]).read_bytes() == Path(reused["losses"]).read_bytes()
+    assert pl.read_ndjson(reused["losses"])["item_id"].to_list() == [str(broken.relative_to(bench / "images"))]
+    a, b = (json.loads(Path(p["meta"]).read_text()) for p in (loaded, reused))
+    assert a["timing"]["images_encoded"] == a["timing"]["images_indexed"] == imgs.height - 1
+    assert a["timing"]["images_per_s"] and "embeddings" not in a["timing"]
+    assert b["timing"]["embeddings"] == "similarity stage" and b["timing"]["images_encoded"] == 0
+    assert b["timing"]["images_per_s"] is None and b["timing"]["images_indexed"] == imgs.height - 1
+    assert b["timing"]["model_id"] == a["timing"]["model_id"] and b["timing"]["numerics"]["images"]
+    # (a null images_per_s in the leaderboard: as a hybrid's, test_systems_metrics_equal_ranx_and_drilldowns)
+    # stale files are refused, naming the file and the rule that rewrites it
+    import pyarrow.parquet as pq
+
+    stale = pl.read_parquet(queries).with_columns(pl.col("query_text") + "!").to_arrow()
+    pq.write_table(stale.replace_schema_metadata(pq.read_metadata(queries).metadata), bench / "stale.parquet")
+    with pytest.raises(Exception, match="another text(.|\n)*rerun embed_queries"):
+        systems.run(system=system, **reused, image_embeddings=emb, query_embeddings=str(bench / "stale.parquet"),
+                    embed_losses=lost)

@@ -35,12 +35,15 @@ def test_dry_run_one_job_per_system_and_all_only_with_systems(tmp_path, tiny_cfg
     # cluster time limit), no GPU; its cost file an input of the summary
     rerank = {"name": "vlm", "kind": "rerank", "base": "bm25", "k": 3,
               "llm": {"model": "gpt-5-mini", "mode": "batch", "poll_seconds": 5}}
-    tiny_cfg["evaluate"] = {"systems": [*_systems(tiny_clip), rerank]}
+    # tiny-clip has the similarity stage's model: it ranks that stage's embeddings (a CPU job, no
+    # weights); the same model in fp32 (similarity.precision is auto) loads it (evaluate_model)
+    other = {**_systems(tiny_clip)[0], "name": "tiny-clip-fp32", "precision": "fp32"}
+    tiny_cfg["evaluate"] = {"systems": [*_systems(tiny_clip), rerank, other]}
     cfg = support.write_config(tmp_path / "with.yaml", tiny_cfg)
     r = support.snakemake(["-n", "-c1", "-p"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 2 and stats["evaluate"] == 1
+    assert stats["evaluate_model"] == 1 and stats["evaluate_system"] == 3 and stats["evaluate"] == 1
     assert stats["evaluate_api"] == 1
     out = r.stdout + r.stderr
     # the reranker is a local rule (on the controller, like the API vision/judge rules), the others not
@@ -66,6 +69,14 @@ def test_dry_run_one_job_per_system_and_all_only_with_systems(tmp_path, tiny_cfg
     # GPU resources only on the model job
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
     assert any(b.startswith("rule evaluate_model:") and "gpu=1" in b for b in blocks)
+    model_job = next(b for b in blocks if b.startswith("rule evaluate_model:"))
+    assert "system=tiny-clip-fp32" in model_job and "open_clip_config.json" in model_job
+    reused = next(b for b in blocks if b.startswith("rule evaluate_system:") and "system=tiny-clip\n" in b)
+    inputs = reused.split("input: ")[1].split("\n")[0].split(", ")
+    shards = [f"{s:05d}" for s in range(tiny_cfg["n_shards"])]
+    assert {Path(p).relative_to(Path(inputs[0]).parent).as_posix() for p in inputs} == {
+        "qrels.jsonl", "images.jsonl", "embeddings/queries.parquet",
+        *(f"embeddings/images/{s}.parquet" for s in shards), *(f"losses/embed/{s}.jsonl" for s in shards)}
     assert [b for b in blocks if b.startswith("rule evaluate_system:")]
     assert not any(b.startswith(("rule evaluate_system:", "localrule evaluate_api:")) and "gpu=" in b
                    for b in blocks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,4 +76,8 @@ def test_example_end_to_end_offline(tmp_path, tiny_clip, numba_cache):
     assert set(board["system"]) == {s["name"] for s in offline["systems"]}
     assert set(board["scope"]) == {"pool", "corpus", "condensed"}
     assert "Retrieval leaderboard" in (res / "summary" / "report.html").read_text()
+    # the clip system has the similarity stage's model: it ranked that stage's embeddings, loaded nothing
+    timing = json.loads((res / "evaluate" / "runs" / "tiny-clip.json").read_text())["timing"]
+    assert timing["embeddings"] == "similarity stage" and timing["images_per_s"] is None, timing
+    assert not re.search(r"model load \d+ in this job", (res / "logs" / "evaluate" / "tiny-clip.log").read_text())
     assert "## Leaderboard" in card

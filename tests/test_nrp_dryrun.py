@@ -174,8 +174,13 @@ def test_readme_dry_run_stages_local_inputs(s3_server, checkout, tmp_path, tiny_
     home.mkdir()
     meta.write_text("")
     seeds.write_text(json.dumps({"seed_image_ids": ["red/circle_0.jpg"]}) + "\n")
+    # two clip systems of the similarity stage's local model: in fp32 it loads the model (a GPU job
+    # reading the staged folder); as configured for similarity it ranks that stage's embeddings
+    model = f"local-dir:{home / 'models' / 'tiny-clip'}"
     config, cfg = _user_files(home, tiny_corpus, tiny_clip, paths={
-        "metadata_jsonl": str(meta), "seeds_file": str(seeds)})
+        "metadata_jsonl": str(meta), "seeds_file": str(seeds)}, evaluate={"systems": [
+            {"name": "same", "kind": "clip", "model": model, "device": "cpu", "num_workers": 0},
+            {"name": "fp32", "kind": "clip", "model": model, "device": "cpu", "precision": "fp32"}]})
     _clear(s3_server["client"], PREFIX)
     res = _snakemake(checkout, config, _env(checkout, s3_server["url"]), "-n")
     out = res.stdout + res.stderr
@@ -201,9 +206,17 @@ def test_readme_dry_run_stages_local_inputs(s3_server, checkout, tmp_path, tiny_
         rs = _resources(out, rule)
         assert len(rs) == cfg["n_shards"] and all("gpu=1" in r and "gpu_manufacturer=nvidia" in r
                                                   and "scale=0" in r for r in rs), rs
-    for rule in ("preprocess", "plan", "judge", "embed_queries", "score", "summary", "export"):
+    for rule in ("preprocess", "plan", "judge", "embed_queries", "score", "summary", "export", "evaluate_system"):
         for r in _resources(out, rule):
             assert not re.search(r"\bgpu=", r), (rule, r)
+    jobs = {m.group(2): m.group(1) for m in re.finditer(r"rule (\w+):\n(?:    .*\n)*?    wildcards: system=(\S+)", out)}
+    assert jobs == {"same": "evaluate_system", "fp32": "evaluate_model"}, jobs
+    assert all("gpu=1" in r for r in _resources(out, "evaluate_model"))
+    inputs = dict(re.findall(r"    input: (.*)\n(?:    .*\n)*?    wildcards: system=(\S+)", out))
+    inputs = {v: [p.split(" (")[0] for p in k.split(", ")] for k, v in inputs.items()}  # " (retrieve from storage)"
+    assert f"{base}/embeddings/queries.parquet" in inputs["same"] and f"{base}/embeddings/images/00000.parquet" \
+        in inputs["same"] and not any("/inputs/" in p for p in inputs["same"]), inputs["same"]
+    assert any(re.search(r"/inputs/dir/[0-9a-f]{12}/tiny-clip$", p) for p in inputs["fp32"]), inputs["fp32"]
 
 
 _POD_CONFIG_HOOK = """

@@ -25,6 +25,12 @@ def test_requests_grow_with_inputs_and_retries(tmp_path):
     missing = SimpleNamespace(qrels=str(tmp_path / "none"), query_embeddings=str(tmp_path / "none2"),
                               image_embeddings=[])
     assert score(None, missing, 1) == R.MIN_MB  # dry run before inputs exist: the minimum
+    # a clip system ranking the similarity stage's embeddings holds every image's vector (x3)
+    system = R.mem_mb("evaluate_system")
+    ranked = SimpleNamespace(qrels=small.qrels, images=small.qrels, query_embeddings=small.query_embeddings,
+                             image_embeddings=[_write(tmp_path / "s3", 400)])
+    bm25 = SimpleNamespace(qrels=small.qrels, images=small.qrels, annotations=small.qrels)
+    assert system(None, ranked, 1) - system(None, bm25, 1) >= 3 * 400 - 100
 
 
 def test_clip_requests_count_weights_and_loader(tmp_path):

@@ -2,9 +2,9 @@
 changing it plans exactly those stages and what follows them) or is a runtime knob (``x-runtime:
 true``: changing it plans nothing). Generated from the schema: each output-deciding key of a complete
 configuration (clip vision sharing its job with the embeddings, the rules judge, a second judge,
-three evaluate systems, the audit) is changed on its own, and ``snakemake -n`` (Snakemake's own
-change detection, through its API: tests/dryrun_probe.py) must plan exactly the expected rules; all
-runtime knobs at once must plan nothing.
+four evaluate systems, one with the similarity stage's model, the audit) is changed on its own, and
+``snakemake -n`` (Snakemake's own change detection, through its API: tests/dryrun_probe.py) must
+plan exactly the expected rules; all runtime knobs at once must plan nothing.
 
 The outputs are made once (empty files, recorded by ``snakemake --touch`` with the params of the base
 config): what Snakemake compares is what a real run records, and no stage has to run.
@@ -67,12 +67,16 @@ DIRECT: dict[str, set[str] | str] = {
     "judge.rules": {"judge", "audit_judge2"},
     # embeddings and what uses them; never vision, merge_annotations, plan or judge
     "similarity": {"embed_images", "embed_queries", "evaluate"},
+    # device auto: the clip system (device auto) gets the similarity stage's model and ranks its
+    # embeddings (evaluate_system), clip-same (device cpu) loses it and loads the model (evaluate_model)
+    "similarity.device": {"embed_images", "embed_queries", "evaluate", "evaluate_model"},
     "similarity.model": {"embed_images", "embed_queries", "evaluate"},
     "similarity.pretrained": {"embed_images", "embed_queries", "evaluate"},
     "similarity.logit_column": {"score"},
     "similarity.rank_column": {"score"},
-    # embed_images becomes the producer of the embeddings the vision job wrote (the same bytes)
-    "similarity.share_vision_job": {"embed_images", "score", "evaluate"},
+    # embed_images becomes the producer of the embeddings the vision job wrote (the same bytes), and
+    # so of clip-same's inputs
+    "similarity.share_vision_job": {"embed_images", "score", "evaluate", "evaluate_system"},
     "summary": {"summary"},
     "export": set(),
     "audit": set(),
@@ -98,6 +102,8 @@ DIRECT: dict[str, set[str] | str] = {
     "evaluate.systems.0": {"evaluate_model"},
     "evaluate.systems.1": {"evaluate_system"},
     "evaluate.systems.2": {"evaluate_system"},
+    # clip-same ranks the similarity stage's embeddings (evaluate_settings.reuses_similarity_embeddings)
+    "evaluate.systems.3": {"evaluate_system"},
     "deepen": set(),                   # off in the base config: recorded only
 }
 
@@ -105,6 +111,12 @@ DIRECT: dict[str, set[str] | str] = {
 SWAPPED = {
     "vision.adapter": ({"vision"}, {"vision_build", "vision_submit", "vision_collect"}),
     "judge.adapter": ({"judge"}, {"judge_build", "judge_submit", "judge_collect"}),
+    # a clip system that gets or loses the similarity stage's model identity changes its rule:
+    # with it, it ranks that stage's embeddings (evaluate_system); without, it loads the model
+    "evaluate.systems.0.device": ({"evaluate_model"}, {"evaluate_system"}),
+    **{f"evaluate.systems.3.{k}": ({"evaluate_system"}, {"evaluate_model"})
+       for k in ("model", "pretrained", "device", "precision")},
+    **{f"similarity.{k}": ({"evaluate_system"}, {"evaluate_model"}) for k in ("model", "pretrained", "precision")},
 }
 
 # new values where "another value of the same type" is not valid or not a change
@@ -157,6 +169,11 @@ NEW_VALUE = {
     "evaluate.systems.2.norm": "min-max",
     "evaluate.systems.2.weights": [0.3, 0.7],
     "evaluate.systems.2.depth": 50,
+    "evaluate.systems.3.pretrained": "openai",
+    "evaluate.systems.3.model": "ViT-B-16",
+    "evaluate.systems.3.device": "auto",
+    "evaluate.systems.3.precision": "fp32",
+    "evaluate.systems.3.depth": 50,
     "similarity.cache_dir": "elsewhere/embeddings",
     "facets.tags.vocabulary": None,
     "facets.boolean": [],
@@ -178,6 +195,8 @@ SKIP = {
     "evaluate.systems.0.kind": "another kind is another system",
     "evaluate.systems.1.kind": "another kind is another system",
     "evaluate.systems.2.kind": "another kind is another system",
+    "evaluate.systems.3.name": "a new name is a new system (its own run file)",
+    "evaluate.systems.3.kind": "another kind is another system",
     "evaluate.systems.2.systems": "the fused systems: structural (tests/test_evaluate_workflow.py)",
     "evaluate.systems.0.scope": "trec_run/rerank only",
     "evaluate.compare.baseline": "a folder of a kept evaluation: tests/test_evaluate_compare.py",
@@ -198,6 +217,9 @@ def base_config(tmp: Path, corpus: Path, clip: Path) -> dict:
              "batch_size": 4},
             {"name": "bm25", "kind": "bm25"},
             {"name": "fused", "kind": "hybrid", "systems": ["clip", "bm25"]},
+            # the similarity stage's model (device cpu as similarity's): it ranks that stage's files
+            {"name": "clip-same", "kind": "clip", "model": clip_model, "pretrained": None, "device": "cpu",
+             "num_workers": 0, "batch_size": 4},
         ]},
     })
 

@@ -17,9 +17,9 @@ from .errors import ConfigError
 from .settings_schema import default, filled, kind_defaults
 from .triggers import runtime_keys
 
-__all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "HTTP_DEFAULTS", "KINDS", "LIVE_KINDS", "LIVE_RUNTIME",
-           "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS", "check_http", "check_milvus",
-           "check_systems", "render", "system_settings"]
+__all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS", "LIVE_KINDS",
+           "LIVE_RUNTIME", "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS", "check_http", "check_milvus",
+           "check_systems", "render", "reuses_similarity_embeddings", "runs_model", "system_settings"]
 
 
 # an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
@@ -139,6 +139,33 @@ def system_settings(system: Mapping[str, Any], depth: int | None = None) -> dict
     if kind == "rerank":
         out["llm"] = dict(out.get("llm") or {})
     return out
+
+
+# the settings that decide a clip model's embeddings' values: the model identity (architecture, weights:
+# similarity/model.py's model_id) and the numerics a job computes with (precision, device; the pass
+# size follows the device kind). The similarity stage's embed rules take exactly these
+# (rules/common.smk similarity_model_params + similarity.device); batch_size, num_workers change speed only
+EMBEDDING_KEYS = ("model", "pretrained", "precision", "device")
+
+
+def reuses_similarity_embeddings(system: Mapping[str, Any], similarity: Mapping[str, Any]) -> bool:
+    """Whether a ``clip`` system's embeddings are the similarity stage's: the same :data:`EMBEDDING_KEYS`
+    as written in the config (defaults filled; ``similarity`` is the config's section). Its job then
+    ranks from the files ``embed_images`` / ``embed_queries`` wrote (no model, no GPU, nothing encoded:
+    ``evaluate.systems.reused_clip_run``). Decided from the config alone, when the DAG is built:
+    settings that resolve to the same values on one machine but are written differently (``device:
+    auto`` vs ``cpu``) are not the same, since the jobs may run on other machines."""
+    if system.get("kind") != "clip":
+        return False
+    s = system_settings(system)
+    sim = filled("similarity", similarity)
+    return all(s.get(k) == sim.get(k) for k in EMBEDDING_KEYS)
+
+
+def runs_model(system: Mapping[str, Any], similarity: Mapping[str, Any]) -> bool:
+    """Whether a system's job loads a model itself (rule ``evaluate_model``, GPU resources): a kind of
+    :data:`MODEL_KINDS` that does not reuse the similarity stage's embeddings."""
+    return system.get("kind") in MODEL_KINDS and not reuses_similarity_embeddings(system, similarity)
 
 
 def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -115,6 +115,9 @@ def mem_mb(rule: str, *, batch_size: int = default("similarity.batch_size"),
             if rule == "score":  # one shard's embeddings file at a time during the gather
                 shards = _paths(getattr(input, "image_embeddings", None))
                 mb += 3 * max((_size(p) for p in shards), default=0) / MB
+            if rule == "evaluate_system":  # a clip system ranking the similarity stage's embeddings:
+                # every image's vector at once (the frame, its float32 matrix, the ranking's copy)
+                mb += 3 * input_mb(input, ["image_embeddings", "query_embeddings"])
         mb = max(MIN_MB, mb) * (1.5 ** (max(1, int(attempt)) - 1))
         return int(math.ceil(mb / 100.0) * 100)
 

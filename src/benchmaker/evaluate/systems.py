@@ -4,7 +4,9 @@ Kinds:
 
 * ``clip``: any open_clip model (architecture + tag or file, ``hf-hub:``, ``local-dir:``), loaded and
   cached exactly as the similarity stage does (:mod:`benchmaker.similarity`): every image is encoded
-  once per model identity, through the shared embedding cache.
+  once per model identity, through the shared embedding cache. A system with the similarity stage's
+  own model (``reuses_similarity_embeddings``) loads nothing: it ranks the embeddings files that
+  stage wrote (:func:`reused_clip_run`).
 * ``bm25``: BM25 (the ``bm25s`` library) over each image's annotation text (summary and tags). It reads
   the annotator's output, which is what the judge labelled from: it *sees what the judge saw*.
 * ``hybrid``: fusion of other systems' runs with ``ranx.fuse`` (``rrf`` by default; or a normalised
@@ -43,6 +45,8 @@ from ..evaluate_settings import (  # noqa: F401 - re-exported: the kinds and the
     MODEL_KINDS,
     NAME_RE,
     check_systems,
+    reuses_similarity_embeddings,
+    runs_model,
     system_settings,
 )
 from ..formats import FormatError, read_table
@@ -68,7 +72,10 @@ __all__ = [
     "has_corpus_scope",
     "hybrid_run",
     "rerank_run",
+    "reused_clip_run",
+    "reuses_similarity_embeddings",
     "run",
+    "runs_model",
     "sees_judge_text",
     "system_settings",
 ]
@@ -131,6 +138,88 @@ def clip_run(system: Mapping[str, Any], bench: Bench, *, image_root: str | None,
               "images_per_s": round(rate, 2) if rate else None, "images_per_s_from_sample": encoded <= 0,
               "query_seconds": round(t_query, 4), "device": clip.device, "model_id": clip.model_id}
     return run, timing
+
+
+def reused_clip_run(system: Mapping[str, Any], bench: Bench, *, image_embeddings: Sequence[str],
+                    query_embeddings: str, embed_losses: Sequence[str] | None, losses: Losses,
+                    columns: Mapping[str, str] | None = None) -> tuple[pl.DataFrame, dict]:
+    """A clip system whose model is the similarity stage's (:func:`reuses_similarity_embeddings`): the
+    run of :func:`clip_run` from the files ``embed_images`` and ``embed_queries`` wrote (docs/similarity.md),
+    with no model loaded and nothing encoded (no torch). The same query and image embeddings in the
+    same order, so the same run. Images without an embedding go to ``losses`` with the reason the
+    embed losses give (as ``clip_run`` would have found it), else ``image_not_embedded``."""
+    from ..similarity.embed import EMBEDDINGS_FORMAT, read_embeddings
+    from ..similarity.score import gather_image_embeddings, image_loss_reasons
+
+    t0 = time.perf_counter()
+    qe, qmeta = read_embeddings(query_embeddings, columns=columns)
+    if qmeta.get("kind") != "query" or qmeta.get("format") != str(EMBEDDINGS_FORMAT):
+        raise FormatError(f"{query_embeddings}: not a query embeddings file of format {EMBEDDINGS_FORMAT} "
+                          f"(kind {qmeta.get('kind')!r}, format {qmeta.get('format')!r}); rerun embed_queries")
+    missing = [c for c in ("query_id", "query_text") if c not in qe.columns]
+    if missing:
+        raise FormatError(f"{query_embeddings}: missing column(s) {missing} (has {qe.columns})")
+    if qe["query_id"].n_unique() != qe.height:
+        raise FormatError(f"{query_embeddings}: a query_id appears twice; rerun embed_queries")
+    # the texts clip_run would encode: every benchmark query, with the same text
+    mine = bench.queries.join(qe.select("query_id", pl.col("query_text").alias("_text"), "embedding"),
+                              on="query_id", how="left", maintain_order="left")
+    bad = mine.filter(pl.col("_text").is_null() | (pl.col("_text") != pl.col("query_text")))
+    if bad.height:
+        raise FormatError(f"{query_embeddings}: query {bad['query_id'][0]!r} is missing or has another text than "
+                          f"in qrels.jsonl ({bad.height} such queries); rerun embed_queries")
+    model_id = qmeta.get("model_id")
+    images = gather_image_embeddings(list(image_embeddings), bench.images["image_id"], model_id=model_id,
+                                     columns=columns)
+    images = images.unique("image_id", keep="first", maintain_order=True)
+    table = bench.images.select("image_id").join(images, on="image_id", how="inner", maintain_order="left")
+    for where, col in ((query_embeddings, qe["embedding"]), ("the image embeddings files", images["embedding"])):
+        if col.len() and not isinstance(col.dtype, pl.Array):
+            raise FormatError(f"{where}: column 'embedding' is {col.dtype}, not a fixed-size float vector; "
+                              "rerun the embed rules")
+    if not str(qmeta.get("dim") or "").isdigit():
+        raise FormatError(f"{query_embeddings}: no benchmaker.dim in its metadata; rerun embed_queries")
+    dim = int(qmeta["dim"])
+    q_emb = np.asarray(mine["embedding"].to_numpy(), dtype=np.float32) if mine.height else \
+        np.zeros((0, dim), np.float32)
+    docs = np.asarray(table["embedding"].to_numpy(), dtype=np.float32) if table.height else \
+        np.zeros((0, dim), np.float32)
+    if q_emb.ndim != 2 or docs.ndim != 2 or q_emb.shape[1] != dim or docs.shape[1] != dim:
+        raise FormatError(f"{query_embeddings} and the image embeddings files: embeddings are not all {dim}-d "
+                          f"vectors (queries {q_emb.shape}, images {docs.shape}); rerun the embed rules")
+    lost = bench.images.select("image_id").join(table.select("image_id"), on="image_id", how="anti",
+                                                maintain_order="left")
+    if lost.height:
+        reasons = dict(image_loss_reasons(list(embed_losses or [])).select(
+            "image_id", pl.struct("reason", "detail")).iter_rows())
+        for image_id in lost["image_id"].to_list():
+            why = reasons.get(image_id) or {"reason": "image_not_embedded",
+                                             "detail": "no row in the similarity stage's image embeddings files"}
+            losses.add("image", image_id, why["reason"], why["detail"])
+    t_index = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    doc_ids = table["image_id"].to_list()
+    run = rank_dense(q_emb, docs, bench.query_ids, doc_ids, bench.pools(doc_ids), int(system["depth"]),
+                     collection=bench.collection(doc_ids))
+    t_query = time.perf_counter() - t1
+    # images_per_s: null, this job encoded nothing (embed_images' logs time the encoding);
+    # query_seconds: the ranking only (embed_queries encoded the texts)
+    timing = {"images_indexed": table.height, "images_encoded": 0, "index_seconds": round(t_index, 4),
+              "images_per_s": None, "images_per_s_from_sample": False, "query_seconds": round(t_query, 4),
+              "embeddings": "similarity stage", "device": None, "model_id": model_id,
+              # how the embeddings were computed (device kind, precision, pass size, torch)
+              "numerics": {"queries": qmeta.get("numerics") or None, "images": _numerics(image_embeddings)}}
+    log.info("evaluate %s: ranked the similarity stage's embeddings of %d images and %d queries (%s): "
+             "no model in this job, nothing encoded", system["name"], table.height, len(q_emb), model_id)
+    return run, timing
+
+
+def _numerics(paths: Sequence[str]) -> list[str]:
+    """The distinct ``benchmaker.numerics`` of embeddings files (their parquet metadata only)."""
+    import pyarrow.parquet as pq
+
+    found = {(pq.read_metadata(p).metadata or {}).get(b"benchmaker.numerics", b"").decode() for p in paths}
+    return sorted(n for n in found if n)
 
 
 def _encode_rate(clip, images: pl.DataFrame, image_root: str | None, batch_size: int, n: int = 64) -> float | None:
@@ -239,9 +328,17 @@ def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tup
 
 
 # ------------------------------------------------------------------------------------------------ stage
+def _as_list(x: str | Sequence[str] | None) -> list[str]:
+    if x is None:
+        return []
+    return [str(x)] if isinstance(x, (str, Path)) else [str(p) for p in x]
+
+
 def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, meta: str, losses: str,
         costs: str, annotations: str | None = None, component_runs: Sequence[str] | None = None,
         external: str | None = None, systems: Sequence[Mapping[str, Any]] | None = None,
+        image_embeddings: Sequence[str] | None = None, query_embeddings: str | None = None,
+        embed_losses: Sequence[str] | None = None,
         image_root: str | None = None, cache_dir: str | None = None, llm_cache_dir: str | None = None,
         columns: Mapping[str, str] | None = None, facets: Mapping[str, Any] | None = None,
         version: str | None = None, threads: int = 1, client: Any = None, batch_dir: str | None = None,
@@ -251,10 +348,12 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
 
     Rerankers only: ``batch_dir`` (Batch API state, ``llm.mode: batch``), ``ledger`` (crash-safe
     record of every paid request), ``benchmark`` (batch metadata), ``numba_cache_dir`` (ranx's JIT
-    cache, for hybrid's ``ranx.fuse``). ``system`` holds every setting, runtime knobs included (the
-    rule compares only its ``triggers`` param). Live systems (http, milvus): ``llm_cache_dir`` (the
-    http answer cache, ``<llm_cache_dir>/http``), ``client`` (a MilvusClient) / ``transport`` (an
-    httpx2 transport) for tests."""
+    cache, for hybrid's ``ranx.fuse``). A clip system with the similarity stage's model
+    (``reuses_similarity_embeddings``): ``image_embeddings``, ``query_embeddings``, ``embed_losses``,
+    that stage's files, ranked without a model (:func:`reused_clip_run`). ``system`` holds every
+    setting, runtime knobs included (the rule compares only its ``triggers`` param). Live systems
+    (http, milvus): ``llm_cache_dir`` (the http answer cache, ``<llm_cache_dir>/http``), ``client``
+    (a MilvusClient) / ``transport`` (an httpx2 transport) for tests."""
     set_numba_cache(numba_cache_dir)
     from ..formats import FacetModel, empty_table, write_table
 
@@ -267,7 +366,11 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     runner = None  # a reranker's provider runner (its cost rows and ledger)
     t0 = time.perf_counter()
     kind = s["kind"]
-    if kind == "clip":
+    if kind == "clip" and query_embeddings:
+        result, timing = reused_clip_run(s, bench, image_embeddings=_as_list(image_embeddings),
+                                         query_embeddings=query_embeddings, embed_losses=_as_list(embed_losses),
+                                         losses=loss, columns=columns)
+    elif kind == "clip":
         result, timing = clip_run(s, bench, image_root=image_root, cache_dir=cache_dir, losses=loss, threads=threads)
     elif kind == "bm25":
         fm = FacetModel.from_config(facets) if facets else None

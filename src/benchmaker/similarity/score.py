@@ -24,7 +24,7 @@ from ..losses import Losses, read_losses
 from ..settings_schema import default
 from .embed import read_embeddings
 
-__all__ = ["run", "score_pairs", "cosine_rows", "gather_image_embeddings"]
+__all__ = ["run", "score_pairs", "cosine_rows", "gather_image_embeddings", "image_loss_reasons"]
 
 log = get_logger("similarity.score")
 _CHUNK = 16384
@@ -129,7 +129,8 @@ def score_pairs(qrels: pl.DataFrame, queries: pl.DataFrame, images: pl.DataFrame
     return out.with_columns(ranked["clip_rank"])
 
 
-def _image_loss_reasons(paths: list[str]) -> pl.DataFrame:
+def image_loss_reasons(paths: list[str]) -> pl.DataFrame:
+    """``image_id, reason, detail`` of the images that embed_images lost (its losses files; first wins)."""
     frames = [read_losses(p) for p in paths]
     frames = [f.filter(pl.col("item_type") == "image") for f in frames if f.height]
     if not frames:
@@ -177,7 +178,7 @@ def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[s
     loss = Losses("similarity")
     missing = out.filter(pl.col("clip_score").is_null()).select("query_id", "image_id")
     if missing.height:
-        reasons = _image_loss_reasons(_as_list(embed_losses))
+        reasons = image_loss_reasons(_as_list(embed_losses))
         have_q = set(qe["query_id"].to_list())
         missing = missing.join(reasons, on="image_id", how="left", maintain_order="left")
         for query_id, image_id, reason, detail in missing.iter_rows():
