@@ -63,8 +63,8 @@ rule evaluate_system:
         f"{BENCH}/evaluate/{{system}}.tsv"
     wildcard_constraints:
         system=_names_regex(EVAL_OTHER_NAMES),
-    # on the evaluate aggregate's chain too (a few seconds' work; bm25 in the example): it runs
-    # beside the clip system, before embed_queries, so that the aggregate does not wait for it
+    # on the evaluate aggregate's chain too (a few seconds' work: bm25, or a clip system ranking the
+    # similarity stage's embeddings, as in the example): before the audit jobs when cores are scarce
     priority: 1
     conda:
         "../envs/benchmaker.yaml"

@@ -53,6 +53,9 @@ rule embed_queries:
         f"{LOGS}/embed_queries.log",
     benchmark:
         f"{BENCH}/embed_queries.tsv"
+    # a model load at the head of two chains after the judge (score, and the evaluate aggregate through
+    # a clip system that ranks these embeddings): it starts before the audit jobs when cores are scarce
+    priority: 1
     conda:
         "../envs/benchmaker.yaml"
     # two torch threads; one where the CLIP jobs run single-process (num_workers: 0, as the offline
