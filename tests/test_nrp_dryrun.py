@@ -619,6 +619,9 @@ def _all_features(home: Path, corpus: Path, clip: Path, cfg_dir: Path, *, openai
                     "second_judge": {"name": "loose", "judge": {"rules": {"relevant_min_jaccard": 0.0}}}}
     cfg["evaluate"] = {"k": [5], "systems": [
         {"name": "eval-clip", "kind": "clip", "model": f"local-dir:{eval_model}", "device": "cpu", "num_workers": 0},
+        # the similarity stage's own model: a GPU-less pod ranking that stage's embeddings files
+        {"name": "same-clip", "kind": "clip", "model": cfg["similarity"]["model"], "pretrained": None,
+         "device": cfg["similarity"]["device"]},
         {"name": "bm25", "kind": "bm25"},
         {"name": "fused", "kind": "hybrid", "systems": ["eval-clip", "bm25"]},
         {"name": "prod", "kind": "trec_run", "path": str(home / "prod.trec")},
@@ -753,7 +756,15 @@ def _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_
     assert [q["query_id"] for q in plan] == ["tiny_q0001", "tiny_q0002"], [q["query_id"] for q in plan]
     assert "vdb.db" not in staged  # the Milvus Lite file is read in place by the controller (x-path-use)
     board = s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/leaderboard.csv")["Body"].read().decode()
-    assert all(name in board for name in ("eval-clip", "bm25", "fused", "prod", "vlm", "live", "vdb")), board
+    names = ("eval-clip", "same-clip", "bm25", "fused", "prod", "vlm", "live", "vdb")
+    assert all(name in board for name in names), board
+    # the system with the similarity stage's model ran in a pod without a GPU, from that stage's files
+    same = [b["spec"]["template"]["spec"]["containers"][0] for b in fk.jobs.values()
+            if "system=same-clip" in b["spec"]["template"]["spec"]["containers"][0]["args"][1]]
+    assert same and all("--target-jobs 'evaluate_system:" in c["args"][1] for c in same), same
+    assert not any("nvidia.com/gpu" in json.dumps(c["resources"]) for c in same), same
+    meta = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/runs/same-clip.json")["Body"].read())
+    assert meta["timing"]["embeddings"] == "similarity stage" and meta["timing"]["images_indexed"] > 0, meta
     # no path of a pod's disk (its copies of staged files) in what is published or reported
     for k in keys:
         if k.startswith((f"{base}/hf_dataset/", f"{base}/summary/", f"{base}/evaluate/", f"{base}/audit/")) \
