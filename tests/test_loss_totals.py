@@ -98,7 +98,10 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
         "evaluate"}
     by = n["costs"]["by_stage"]
     assert set(by) == {"evaluate: rr-a", "evaluate: rr-b", "audit_judge2"} and by["evaluate: rr-a"]["requests"] > 0
-    assert by["evaluate: rr-b"]["requests"] > 0 and by["evaluate: rr-a"]["cost_usd"] > 0
+    # the two ask the same questions: whichever runs first pays, the other is answered from the response
+    # cache (cost 0); Snakemake may run either first
+    assert by["evaluate: rr-b"]["requests"] > 0
+    assert by["evaluate: rr-a"]["cost_usd"] + by["evaluate: rr-b"]["cost_usd"] > 0, by
     assert n["costs"]["stages"] == ["vision", "judge", "evaluate: bm25", "evaluate: ext", "evaluate: rr-a",
                                     "evaluate: rr-b", "audit_judge2"]
     over = ('over the stages "evaluate: rr-a", "evaluate: rr-b", "audit_judge2" (no request recorded: "vision", '
