@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 __all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent",
-           "JsonlAppender", "remove_stale_temporaries", "temporary_prefix"]
+           "JsonlAppender", "remove_stale_temporaries", "temporary_prefix", "as_paths"]
+
+
+def as_paths(value: str | os.PathLike | Iterable[str | os.PathLike] | None) -> list[str]:
+    """None -> [], one path -> [path], a list stays a list (a Snakemake input or output is either)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        return [os.fspath(value)]
+    return [os.fspath(v) for v in value]
 
 
 def ensure_parent(path: str | os.PathLike) -> Path:

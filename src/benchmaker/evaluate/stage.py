@@ -127,7 +127,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     ``<system>.csv`` per system (the paths in ``sage``, by file stem; default a ``sage/`` folder beside
     ``sage_leaderboard``) and their means in ``sage_leaderboard``."""
     set_numba_cache(numba_cache_dir)
-    from ..summary.inputs import as_paths
+    from ..io import as_paths
 
     s = filled("evaluate", settings)
     ks = [int(k) for k in s["k"]]

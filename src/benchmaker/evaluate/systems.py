@@ -50,7 +50,7 @@ from ..evaluate_settings import (  # noqa: F401 - re-exported: the kinds and the
     system_settings,
 )
 from ..formats import FormatError, read_table
-from ..io import atomic_write_text
+from ..io import as_paths, atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
 from .data import Bench, load_bench
@@ -148,19 +148,13 @@ def reused_clip_run(system: Mapping[str, Any], bench: Bench, *, image_embeddings
     with no model loaded and nothing encoded (no torch). The same query and image embeddings in the
     same order, so the same run. Images without an embedding go to ``losses`` with the reason the
     embed losses give (as ``clip_run`` would have found it), else ``image_not_embedded``."""
-    from ..similarity.embed import EMBEDDINGS_FORMAT, read_embeddings
+    from ..similarity.embed import read_embeddings
     from ..similarity.score import gather_image_embeddings, image_loss_reasons
 
     t0 = time.perf_counter()
-    qe, qmeta = read_embeddings(query_embeddings, columns=columns)
-    if qmeta.get("kind") != "query" or qmeta.get("format") != str(EMBEDDINGS_FORMAT):
-        raise FormatError(f"{query_embeddings}: not a query embeddings file of format {EMBEDDINGS_FORMAT} "
-                          f"(kind {qmeta.get('kind')!r}, format {qmeta.get('format')!r}); rerun embed_queries")
-    missing = [c for c in ("query_id", "query_text") if c not in qe.columns]
-    if missing:
-        raise FormatError(f"{query_embeddings}: missing column(s) {missing} (has {qe.columns})")
-    if qe["query_id"].n_unique() != qe.height:
-        raise FormatError(f"{query_embeddings}: a query_id appears twice; rerun embed_queries")
+    qe, qmeta = read_embeddings(query_embeddings, columns=columns, kind="query")  # checks kind, dim, vectors
+    if "query_text" not in qe.columns:
+        raise FormatError(f"{query_embeddings}: missing column 'query_text' (has {qe.columns})")
     # the texts clip_run would encode: every benchmark query, with the same text
     mine = bench.queries.join(qe.select("query_id", pl.col("query_text").alias("_text"), "embedding"),
                               on="query_id", how="left", maintain_order="left")
@@ -173,20 +167,14 @@ def reused_clip_run(system: Mapping[str, Any], bench: Bench, *, image_embeddings
                                      columns=columns)
     images = images.unique("image_id", keep="first", maintain_order=True)
     table = bench.images.select("image_id").join(images, on="image_id", how="inner", maintain_order="left")
-    for where, col in ((query_embeddings, qe["embedding"]), ("the image embeddings files", images["embedding"])):
-        if col.len() and not isinstance(col.dtype, pl.Array):
-            raise FormatError(f"{where}: column 'embedding' is {col.dtype}, not a fixed-size float vector; "
-                              "rerun the embed rules")
-    if not str(qmeta.get("dim") or "").isdigit():
-        raise FormatError(f"{query_embeddings}: no benchmaker.dim in its metadata; rerun embed_queries")
     dim = int(qmeta["dim"])
     q_emb = np.asarray(mine["embedding"].to_numpy(), dtype=np.float32) if mine.height else \
         np.zeros((0, dim), np.float32)
     docs = np.asarray(table["embedding"].to_numpy(), dtype=np.float32) if table.height else \
         np.zeros((0, dim), np.float32)
-    if q_emb.ndim != 2 or docs.ndim != 2 or q_emb.shape[1] != dim or docs.shape[1] != dim:
-        raise FormatError(f"{query_embeddings} and the image embeddings files: embeddings are not all {dim}-d "
-                          f"vectors (queries {q_emb.shape}, images {docs.shape}); rerun the embed rules")
+    if docs.ndim != 2 or docs.shape[1] != dim:
+        raise FormatError(f"the image embeddings files: embeddings are not all {dim}-d vectors as the queries' "
+                          f"(images {docs.shape}); rerun the embed rules")
     lost = bench.images.select("image_id").join(table.select("image_id"), on="image_id", how="anti",
                                                 maintain_order="left")
     if lost.height:
@@ -328,12 +316,6 @@ def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tup
 
 
 # ------------------------------------------------------------------------------------------------ stage
-def _as_list(x: str | Sequence[str] | None) -> list[str]:
-    if x is None:
-        return []
-    return [str(x)] if isinstance(x, (str, Path)) else [str(p) for p in x]
-
-
 def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, meta: str, losses: str,
         costs: str, annotations: str | None = None, component_runs: Sequence[str] | None = None,
         external: str | None = None, systems: Sequence[Mapping[str, Any]] | None = None,
@@ -367,8 +349,8 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     t0 = time.perf_counter()
     kind = s["kind"]
     if kind == "clip" and query_embeddings:
-        result, timing = reused_clip_run(s, bench, image_embeddings=_as_list(image_embeddings),
-                                         query_embeddings=query_embeddings, embed_losses=_as_list(embed_losses),
+        result, timing = reused_clip_run(s, bench, image_embeddings=as_paths(image_embeddings),
+                                         query_embeddings=query_embeddings, embed_losses=as_paths(embed_losses),
                                          losses=loss, columns=columns)
     elif kind == "clip":
         result, timing = clip_run(s, bench, image_root=image_root, cache_dir=cache_dir, losses=loss, threads=threads)

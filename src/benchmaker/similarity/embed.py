@@ -290,9 +290,17 @@ def write_embeddings(df: pl.DataFrame, path: str | os.PathLike, *, clip=None, ki
     return out.height
 
 
-def read_embeddings(path: str | os.PathLike, *, columns: Mapping[str, str] | None = None
+# the rule that writes each kind of embeddings file: what a stale or foreign file's error tells to rerun
+_WRITER = {"image": "embed_images", "query": "embed_queries"}
+
+
+def read_embeddings(path: str | os.PathLike, *, columns: Mapping[str, str] | None = None, kind: str | None = None
                     ) -> tuple[pl.DataFrame, dict[str, str]]:
-    """Read an embeddings parquet file: (table with canonical names, ``benchmaker.*`` metadata without prefix)."""
+    """Read an embeddings parquet file: (table with canonical names, ``benchmaker.*`` metadata without prefix).
+
+    With ``kind`` (``"image"`` or ``"query"``) the file must be one of that kind and of
+    :data:`EMBEDDINGS_FORMAT`, with its ``dim`` in the metadata, one row per id and fixed-size vectors of
+    that dimension (what :func:`write_embeddings` writes with a model)."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -307,6 +315,21 @@ def read_embeddings(path: str | os.PathLike, *, columns: Mapping[str, str] | Non
     df = to_canonical_names(df, columns)
     if "embedding" not in df.columns:
         raise FormatError(f"{path}: missing column 'embedding' (has {df.columns})")
+    if kind is not None:
+        fix = f"rerun {_WRITER.get(kind, 'the embed rules')}"
+        if meta.get("kind") != kind or meta.get("format") != str(EMBEDDINGS_FORMAT):
+            raise FormatError(f"{path}: not a {kind} embeddings file of format {EMBEDDINGS_FORMAT} (kind "
+                              f"{meta.get('kind')!r}, format {meta.get('format')!r}); {fix}")
+        if not str(meta.get("dim") or "").isdigit():
+            raise FormatError(f"{path}: no benchmaker.dim in its metadata; {fix}")
+        dtype, dim = df.schema["embedding"], int(meta["dim"])
+        if df.height and not (isinstance(dtype, pl.Array) and dtype.size == dim):
+            raise FormatError(f"{path}: column 'embedding' is {dtype}, not {dim}-d fixed-size vectors; {fix}")
+        key = f"{kind}_id"
+        if key not in df.columns:
+            raise FormatError(f"{path}: missing column {key!r} (has {df.columns})")
+        if df[key].n_unique() != df.height:
+            raise FormatError(f"{path}: a {key} appears twice; {fix}")
     return df, meta
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from ..formats import FormatError, _rename_map, read_table, to_disk_names, validate_table
-from ..io import atomic_path
+from ..io import as_paths, atomic_path
 from ..logs import get_logger
 from ..losses import Losses, read_losses
 from ..settings_schema import default
@@ -28,14 +28,6 @@ __all__ = ["run", "score_pairs", "cosine_rows", "gather_image_embeddings", "imag
 
 log = get_logger("similarity.score")
 _CHUNK = 16384
-
-
-def _as_list(x: str | Sequence[str] | None) -> list[str]:
-    if x is None:
-        return []
-    if isinstance(x, (str, Path)):
-        return [str(x)]
-    return [str(p) for p in x]
 
 
 def _matrix(df: pl.DataFrame, source: str) -> np.ndarray:
@@ -146,9 +138,9 @@ def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[s
     """Stage ``score``: write qrels_with_score.jsonl and the pair losses (see module doc)."""
     rank_column = rank_column or "clip_rank"
     q = read_table("qrels", qrels, columns=columns)
-    qe, qmeta = read_embeddings(query_embeddings, columns=columns)
+    qe, qmeta = read_embeddings(query_embeddings, columns=columns, kind="query")
     model_id = qmeta.get("model_id")
-    images = gather_image_embeddings(_as_list(image_embeddings), q["image_id"], model_id=model_id,
+    images = gather_image_embeddings(as_paths(image_embeddings), q["image_id"], model_id=model_id,
                                      columns=columns)
     log.info("score: gathered %d image embeddings used by %d pairs", images.height, q.height)
     out = score_pairs(q, qe, images)
@@ -178,7 +170,7 @@ def run(*, qrels: str, query_embeddings: str, image_embeddings: str | Sequence[s
     loss = Losses("similarity")
     missing = out.filter(pl.col("clip_score").is_null()).select("query_id", "image_id")
     if missing.height:
-        reasons = image_loss_reasons(_as_list(embed_losses))
+        reasons = image_loss_reasons(as_paths(embed_losses))
         have_q = set(qe["query_id"].to_list())
         missing = missing.join(reasons, on="image_id", how="left", maintain_order="left")
         for query_id, image_id, reason, detail in missing.iter_rows():

@@ -8,25 +8,16 @@ column names are mapped back to canonical names and every row is validated again
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import polars as pl
 
 from ..formats import FacetModel, empty_table, read_table, read_table_where
+from ..io import as_paths
 from ..losses import Losses, read_losses
 
 __all__ = ["Corpus", "Inputs", "corpus_profile", "facet_counts", "load_inputs", "as_paths", "read_costs", "scan_corpus",
            "tag_counts"]
-
-
-def as_paths(value: str | Sequence[str] | None) -> list[str]:
-    """None -> [], one path -> [path], a list stays a list (Snakemake gives either)."""
-    if value is None:
-        return []
-    if isinstance(value, (str, Path)):
-        return [str(value)]
-    return [str(v) for v in value]
 
 
 @dataclass
