@@ -118,21 +118,25 @@ def counted_files(kind: str, results: str, items: Mapping[str, Sequence[str]]) -
     return [f"{results}/" + getattr(stage, kind).format(**values) for _, stage, values in _counted(kind, items)]
 
 
+def _named(name: str, stage: Stage, values: Mapping[str, str]) -> str:
+    """The name a counted file of ``stage`` (called ``name`` in :data:`STAGES`) is counted under."""
+    return stage.counted_as.format(**values) if stage.counted_as is not None else name
+
+
 def counted_stages(kind: str, items: Mapping[str, Sequence[str]]) -> list[str | None]:
     """The stage name the totals count each of ``counted_files(kind, ...)`` under, in the same order:
     its stage's ``counted_as`` with the item's name; else, for ``"losses"``, None (the rows' own
     ``stage``), for ``"costs"`` the stage's name (a cost file's name is known even when it is empty,
     so the totals can name every stage they cover, the ones that paid nothing too)."""
-    return [stage.counted_as.format(**values) if stage.counted_as is not None
-            else (None if kind == "losses" else name)
+    return [None if kind == "losses" and stage.counted_as is None else _named(name, stage, values)
             for name, stage, values in _counted(kind, items)]
 
 
 def outside_stages(items: Mapping[str, Sequence[str]]) -> list[str]:
     """The names (:func:`counted_stages`) of the counted losses that are not the benchmark's own
     (``outside_benchmark``), in :data:`STAGES` order."""
-    return list(dict.fromkeys(stage.counted_as.format(**values) if stage.counted_as is not None else name
-                              for name, stage, values in _counted("losses", items) if stage.outside_benchmark))
+    return list(dict.fromkeys(_named(name, stage, values) for name, stage, values in _counted("losses", items)
+                              if stage.outside_benchmark))
 
 
 def rule_target(rule: str) -> str:
