@@ -130,7 +130,13 @@ def public_config():
 # out of the totals: the evaluate systems when systems are configured, the second judge when the audit
 # runs one (rules/audit_common.smk), the deepened systems when deepening is on. The summary and the
 # export then wait for those jobs (the evaluate aggregate only when the leaderboard is in the report).
-from benchmaker.stages import counted_files, counted_stages, outside_stages
+from benchmaker.stages import (
+    ESTIMATE_FILE,
+    PILOT_COSTS_FILE,
+    counted_files,
+    counted_stages,
+    outside_stages,
+)
 
 
 def counted_items():
@@ -158,17 +164,35 @@ def outside_loss_stages():
     return outside_stages(counted_items())
 
 
+def pilot_cost_files():
+    """The pilot's cost rows (`benchmaker estimate --pilot`, benchmaker.estimate.PILOT_COSTS_FILE) when a
+    pilot was sent: paid outside the workflow, counted in its totals under their own stage.
+    """
+    p = f"{RESULTS}/{PILOT_COSTS_FILE}"
+    return [p] if os.path.exists(p) else []
+
+
 def cost_files(wildcards=None):
     """The cost files of the paying stages (empty files for the offline adapters and the systems that
-    pay nothing) that the report's and the card's API costs total."""
-    return counted_files("costs", RESULTS, counted_items())
+    pay nothing) that the report's and the card's API costs total, and the pilot's (pilot_cost_files).
+    """
+    return counted_files("costs", RESULTS, counted_items()) + pilot_cost_files()
 
 
 def cost_stages():
     """The stage each of cost_files() is counted under (its rows are relabelled at read): the stage's
     name, or `evaluate: <system>`, `deepen: <system>` (benchmaker/stages.py `counted_as`); the totals
-    name them all, the ones that paid nothing too."""
-    return counted_stages("costs", counted_items())
+    name them all, the ones that paid nothing too. The pilot's rows: their own stage (None).
+    """
+    return counted_stages("costs", counted_items()) + [None] * len(pilot_cost_files())
+
+
+def estimate_inputs(wildcards=None):
+    """{"estimate": <results>/estimate/estimate.json} for the summary when an estimate was recorded
+    (`benchmaker estimate --record` or `--pilot`): the report shows it beside the bill.
+    """
+    p = f"{RESULTS}/{ESTIMATE_FILE}"
+    return {"estimate": p} if os.path.exists(p) else {}
 
 
 def similarity_weight_inputs(wildcards):

@@ -2,7 +2,8 @@
 
     benchmaker validate-config CONFIG...       check config files merged like `--configfile A B` (keys,
                                                paths, API key variables, YAML syntax with file:line)
-    benchmaker estimate CONFIG... [--json]     requests, tokens and dollars before anything is submitted
+    benchmaker estimate CONFIG... [--json] [--pilot [N]] [--record]
+                                               requests, tokens and dollars before anything is submitted
     benchmaker batches list CONFIG...          this benchmark's batches (found by their metadata)
     benchmaker batches cancel CONFIG... --yes  cancel this benchmark's unfinished batches
     benchmaker check-urls CONFIG... [--out F]  every image_url of images.jsonl answers (image_transport: url)
@@ -88,37 +89,43 @@ def cmd_check_urls(args) -> int:
 
 
 # -- estimate -----------------------------------------------------------------------------------------
-def estimate(cfg: dict) -> list[dict]:
-    """See :mod:`benchmaker.estimate` (cache, quarantine, duplicates and prompt caching)."""
+def estimate(cfg: dict, *, pilot: int | None = None, record: bool = False) -> list[dict]:
+    """See :mod:`benchmaker.estimate` (cache, quarantine, duplicates, prompt caching, ranges, pilot)."""
+    from .estimate import PILOT_MIN, append_pilot_costs
     from .estimate import estimate as _estimate
+    from .estimate import record as _record
 
-    return _estimate(cfg)
+    if pilot is not None and pilot <= 0:      # --pilot without N
+        pilot = PILOT_MIN
+    lines = _estimate(cfg, pilot=pilot, on_pilot=lambda rows: append_pilot_costs(cfg, rows))
+    if record or pilot is not None:
+        _record(cfg, lines)
+    return lines
 
 
-def cmd_estimate(args) -> int:
-    cfg = _load(args.config)
-    lines = estimate(cfg)
-    if args.json:
-        print(json.dumps(lines, indent=1))
-        return 0
-    if not lines:
-        print("no API adapter configured: nothing to pay (vision "
-              f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
-        return 0
-    print(f"{'stage':8} {'model':18} {'mode':6} {'to send':>9} {'cached':>7} {'same':>6} {'input tok':>12} "
-          f"{'(cached)':>11} {'output tok':>11} {'USD':>10}")
+def _print_estimate(lines: list[dict]) -> None:
+    print(f"{'stage':12} {'model':18} {'mode':6} {'to send':>8} {'cached':>7} {'same':>5} {'input tok':>11} "
+          f"{'(cached)':>10} {'output tok':>10} {'USD':>10} {'USD low..high':>22}")
     for ln in lines:
-        print(f"{ln['stage']:8} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>9,} {ln['cached']:>7,} "
-              f"{ln['duplicates']:>6,} {ln['input_tokens']:>12,} {ln['cached_input_tokens']:>11,} "
-              f"{ln['output_tokens']:>11,} {ln['usd']:>10.4f}"
+        print(f"{ln['stage'][:12]:12} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>8,} {ln['cached']:>7,} "
+              f"{ln['duplicates']:>5,} {ln['input_tokens']:>11,} {ln['cached_input_tokens']:>10,} "
+              f"{ln['output_tokens']:>10,} {ln['usd']:>10.4f} {ln['low_usd']:>10.4f}..{ln['high_usd']:<10.4f}"
               + ("" if ln["price_known"] else "  (no price for this model: set prices)"))
-    print(f"{'total':8} {'':18} {'':6} {sum(x['requests'] for x in lines):>9,} {'':>7} {'':>6} "
-          f"{sum(x['input_tokens'] for x in lines):>12,} {sum(x['cached_input_tokens'] for x in lines):>11,} "
-          f"{sum(x['output_tokens'] for x in lines):>11,} {sum(x['usd'] for x in lines):>10.4f}")
+    tot = {k: sum(x[k] for x in lines) for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens",
+                                                 "usd", "low_usd", "high_usd")}
+    print(f"{'total':12} {'':18} {'':6} {tot['requests']:>8,} {'':>7} {'':>5} {tot['input_tokens']:>11,} "
+          f"{tot['cached_input_tokens']:>10,} {tot['output_tokens']:>10,} {tot['usd']:>10.4f} "
+          f"{tot['low_usd']:>10.4f}..{tot['high_usd']:<10.4f}")
     for ln in lines:
         extra = (f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted"
-                 if "quarantined" in ln else "")
+                 if ln.get("quarantined") else "")
         print(f"{ln['stage']}: from {ln['source']}{extra}; output tokens from {ln['output_from']}")
+        print(f"{ln['stage']}: the range assumes " + "; ".join(ln["assumes"]))
+        if ln.get("pilot", {}).get("requests"):
+            p = ln["pilot"]
+            print(f"{ln['stage']}: the pilot sent {p['requests']} requests (USD {p['usd']:.4f}, cached for the run); "
+                  f"the stage in all: USD {ln['total_usd']:.4f} ({ln['total_low_usd']:.4f}.."
+                  f"{ln['total_high_usd']:.4f})")
         if ln["stage"] == "deepen":
             print(f"deepen: {ln['pairs']:,} new (query, image) pairs; budget max_pairs {ln['max_pairs']}, max_usd "
                   f"{ln['max_usd']}: " + ("within budget" if ln["within_budget"] else
@@ -126,10 +133,26 @@ def cmd_estimate(args) -> int:
         if ln.get("reused"):
             print(f"{ln['stage']}: {ln['reused']} quer{'y' if ln['reused'] == 1 else 'ies'} answered by "
                   "paths.judge_reuse_file (labels already paid for): never sent, free, not counted above")
+
+
+def cmd_estimate(args) -> int:
+    cfg = _load(args.config)
+    lines = estimate(cfg, pilot=args.pilot, record=args.record)
+    if args.json:
+        print(json.dumps(lines, indent=1))
+        return 0
+    if not lines:
+        print("no API adapter configured: nothing to pay (vision "
+              f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
+        return 0
+    _print_estimate(lines)
     print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
-          "characters per text token, each provider's image-token rule, an allowance for reasoning tokens (or "
-          "what cached answers were billed), the stable prompt prefix at the cached rate; how far to trust it: "
-          "docs/openai.md (Estimate); actual costs are written to costs/*.jsonl.")
+          "characters per text token, each provider's image-token rule, the stable prompt prefix at the cached "
+          "rate; output: until answers of a stage are cached its reasoning is unknown, so USD is a range "
+          "(low..high, with what it assumes); `--pilot` sends a small sample of each stage's real requests (cached "
+          "for the run) and measures it. How far to trust it: docs/openai.md (Estimate); actual costs are written "
+          "to costs/*.jsonl." + (" Recorded in <results>/estimate/estimate.json (the summary shows it beside the "
+                                 "bill)." if args.record or args.pilot is not None else ""))
     return 0
 
 
@@ -249,6 +272,13 @@ def _parser() -> argparse.ArgumentParser:
     p = add("estimate", "requests, tokens and dollars before anything is submitted", cmd_estimate)
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
     p.add_argument("--json", action="store_true", help="print the estimate as JSON lines instead of a table")
+    p.add_argument("--pilot", type=int, nargs="?", const=0, default=None, metavar="N",
+                   help="first send a pilot: a stratified sample of at least N (default: estimate.PILOT_MIN, 20; "
+                        "and at least estimate.PILOT_SHARE, 2 %%) of "
+                        "each paid stage's real requests, cached for the run, and measure them (the judge's once "
+                        "every image's annotation is known: run it again after vision). Implies --record")
+    p.add_argument("--record", action="store_true",
+                   help="write the estimate to <results>/estimate/estimate.json: the summary shows it beside the bill")
     p = add("batches", "list or cancel this benchmark's provider batches (found by their metadata)", cmd_batches)
     p.add_argument("action", choices=["list", "cancel"], help="list: show them; cancel: cancel the unfinished ones")
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)

@@ -28,7 +28,15 @@ import string
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
-__all__ = ["STAGES", "Stage", "counted_files", "counted_stages", "outside_stages", "rule_target", "stage_of"]
+__all__ = ["STAGES", "Stage", "counted_files", "counted_stages", "outside_stages", "rule_target", "stage_of",
+           "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
+
+# written by `benchmaker estimate` outside the workflow (docs/formats.md ``estimate``), under the results
+# folder, and read when present: the pilot's cost rows (``--pilot``: counted in the totals under their
+# own stage, rules/common.smk ``cost_files()``) and the recorded estimate (the summary shows it beside
+# the bill, ``estimate_inputs()``)
+ESTIMATE_FILE = "estimate/estimate.json"
+PILOT_COSTS_FILE = "estimate/pilot_costs.jsonl"
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,9 @@ def run(
     audit: str | None = None,
     evaluation: str | None = None,
     deepen: str | None = None,
+    estimate: str | None = None,
 ) -> dict[str, Any]:
+    """``estimate``: the recorded estimate (``benchmaker estimate --record``), shown beside the bill."""
     from ..chart_png import PngProcess
     from ..settings_schema import filled
 
@@ -191,7 +193,14 @@ def run(
                  inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
                  time.perf_counter() - t0)
         tables, info = summarize(inp, corpus)
+        if estimate:     # what `benchmaker estimate` said beside what was billed (docs/openai.md, "Estimate")
+            from ..estimate import read_estimate
+
+            tables["estimate_vs_bill"] = stats.estimate_vs_bill(read_estimate(estimate)["stages"],
+                                                                tables["cost_summary"])
         numbers = key_numbers(tables, inp, info, corpus)
+        if estimate:
+            numbers["estimate_vs_bill"] = _clean(tables["estimate_vs_bill"].to_dicts())
         numbers = {"benchmark": meta.get("name"), "version": meta.get("version"), "stage_version": version,
                    "benchmaker_version": __version__, **numbers}
         if numbers["queries_without_positives"]:
@@ -342,6 +351,15 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
             empty=(f"No API request was recorded {over}: their adapters and systems in this run are offline "
                    "or pay nothing." if over else
                    "No API request was recorded: the vision and judge adapters of this run are offline.")))
+    if "estimate_vs_bill" in t:
+        ev = t["estimate_vs_bill"]
+        sections.append(Section(
+            "Estimate vs bill",
+            text=("What `benchmaker estimate` said before paying (recorded in estimate/estimate.json: each stage's "
+                  "requests still to send when it was made, plus what its pilot paid) beside the spend to date: "
+                  f"the bill is inside the estimate's range for {int(ev['within_range'].sum())} of {ev.height} "
+                  "stage(s)."),
+            table=ev, files=["estimate_vs_bill.csv"]))
     sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))
