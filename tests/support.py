@@ -287,7 +287,8 @@ class LengthModel:
     mean number of reasoning tokens per request (``means``; the ones not given drawn log-uniformly
     between 20 and 6,000 from ``seed``), growing by ``per_key`` of it per candidate of a judge request,
     varying per request log-normally with ``spread`` (sigma); the free-text answers' length times
-    ``wordiness``. :meth:`drawn` draws all of it from a seed: different means and spreads per run.
+    ``wordiness``. :meth:`drawn` draws all of it from a seed: different means and spreads per run
+    (sigma 0.05..0.5: a coefficient of variation up to 0.53 per request).
     The fakes use it when set (``fake.lengths``) in their token-counting mode."""
 
     def __init__(self, seed: int, *, means: dict | None = None, spread: float = 0.3, per_key: float = 0.0,
@@ -299,7 +300,7 @@ class LengthModel:
     @classmethod
     def drawn(cls, seed: int, *, lo: float = 20.0, hi: float = 6000.0) -> "LengthModel":
         r = random.Random(f"lengths-{seed}")
-        return cls(seed, spread=r.uniform(0.05, 0.8), per_key=r.choice([0.0, r.uniform(0.0, 0.1)]),
+        return cls(seed, spread=r.uniform(0.05, 0.5), per_key=r.choice([0.0, r.uniform(0.0, 0.1)]),
                    wordiness=r.uniform(0.5, 1.6), means={e: lo * (hi / lo) ** r.random()
                                                          for e in ("minimal", "low", "medium", "high", None)})
 

@@ -57,3 +57,21 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     after = [json.loads(x) for f in sorted((res / "costs").rglob("*.jsonl")) for x in f.read_text().splitlines()]
     assert sum(c["cost_usd"] for c in after) == pytest.approx(before)
     assert sum(c["cost_usd"] for c in after if c["last_run"]) == 0
+    # a plan edit on the finished benchmark: `benchmaker estimate` plans the queries as the plan rule will
+    # (the planner's own code on the annotations the run has) and counts exactly the requests the run
+    # then sends (issue 34: it read the old query_plan.jsonl and counted none)
+    from benchmaker.config import load_config
+    from benchmaker.estimate import estimate
+
+    lines = {ln["stage"]: ln for ln in estimate(load_config(str(config)))}
+    assert lines["judge"]["requests"] == 0 and lines["vision"]["requests"] == 0
+    cfg["plan"]["num_seeds"] = 6
+    cfg["plan"]["pos_total"] = 2
+    config = write_config(tmp_path / "config.yaml", cfg)
+    lines = {ln["stage"]: ln for ln in estimate(load_config(str(config)))}
+    assert lines["judge"]["source"].startswith("the planner's plan") and lines["vision"]["requests"] == 0
+    r3 = snakemake(["--cores", "2", target], tmp_path, config, env=env)
+    assert r3.returncode == 0, r3.stderr[-4000:]
+    assert lines["judge"]["requests"] > 0
+    assert fake.count("POST", "/v1/responses") - sent == lines["judge"]["requests"]
+    assert fake.count("POST", "/v1/batches") == n_batches

@@ -278,11 +278,11 @@ def _corpus_changed(cfg: Mapping[str, Any], results: Path, p: Path) -> bool:
                 return True
             files[c.image_id] = c.size
     known = dict(read_table("images", p, columns=cfg["columns"]).select("image_id", "file_size").iter_rows())
+    quarantined = set()
     if q.exists():
-        known.update({r["image_id"]: files.get(r["image_id"]) for r in read_table("quarantine", q).iter_rows(named=True)
-                      if "image_id" in r})
-    return any(i not in files or (s is not None and files[i] != s) for i, s in known.items()) or \
-        any(i not in known for i in files)
+        quarantined = set(read_table("quarantine", q)["path"].to_list())
+    return (any(i not in files or (s is not None and files[i] != s) for i, s in known.items())
+            or any(i not in known and i not in quarantined for i in files))
 
 
 def _images(cfg: Mapping[str, Any], results: Path):
@@ -460,13 +460,34 @@ def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeReq
         todo = [r for r in rows if r[0] not in done]
         return JudgeRequests((typical(q, n_seed, len(ids), k) for k, (q, ids, n_seed) in enumerate(todo)),
                              f"paths.pools_file ({len(rows)} queries, {what})", len(rows) - len(todo))
-    p = cfg["plan"]
-    n_q = int(p["num_seeds"])
+    n_q, n_seed, per_query, why = _quota_pools(ctx)
+    return JudgeRequests((typical(f"q{q}", n_seed, n_seed + per_query[q], q) for q in range(n_q)),
+                         f"plan quotas ({n_q} queries x up to {n_seed + max(per_query, default=0)} candidates{why}, "
+                         f"{what}; the exact plan once every image's annotation is known)", 0, False, POOL_FILL)
+
+
+def _quota_pools(ctx: Context) -> tuple[int, int, list[int], str]:
+    """(queries, seeds per query, candidates beyond the seeds per query, what capped them) that the
+    planner can plan at most: ``num_seeds`` (or the seeds file's queries) of distinct unused seeds, the
+    pool quotas, and every image in at most ``max_image_reuse`` pools, seeds included
+    (:class:`benchmaker.plan.planner.Planner`)."""
+    from .settings_schema import filled
+
+    p = filled("plan", ctx.cfg["plan"])
+    n_img = ctx.images()[0].height
     n_seed = int(p["seeds_per_query"])
-    n_c = n_seed + int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
-    return JudgeRequests((typical(f"q{q}", n_seed, n_c, q) for q in range(n_q)),
-                         f"plan quotas ({n_q} queries x up to {n_c} candidates, {what}; the exact plan once every "
-                         "image's annotation is known)", 0, False, POOL_FILL)
+    n_q = int(p["num_seeds"])
+    seeds_file = ctx.cfg["paths"].get("seeds_file")
+    if seeds_file:
+        with open(seeds_file, encoding="utf-8") as fh:
+            n_q = sum(1 for ln in fh if ln.strip())
+    n_q = min(n_q, n_img // max(1, n_seed))
+    quota = int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
+    slots = max(0, n_img * int(p["max_image_reuse"]) - n_q * n_seed)
+    if n_q == 0 or slots >= n_q * quota:
+        return n_q, n_seed, [quota] * n_q, ""
+    per = [min(quota, slots // n_q + (q < slots % n_q)) for q in range(n_q)]
+    return n_q, n_seed, per, f" (max_image_reuse {p['max_image_reuse']} over {n_img} images: {sum(per)} in all)"
 
 
 def _judge_settings(judge: Mapping[str, Any]) -> tuple[str, dict]:
