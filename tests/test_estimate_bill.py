@@ -166,7 +166,7 @@ def test_counts_what_the_run_sends_after_an_image_and_a_prompt_change(fake, tmp_
 
 
 def test_recorded_estimate_is_validated(tmp_path):
-    from benchmaker.estimate import read_estimate
+    from benchmaker.estimate_file import read_estimate
     from benchmaker.formats import FormatError
 
     p = tmp_path / "estimate.json"

@@ -55,7 +55,7 @@ from .providers.tokens import (  # noqa: F401 - re-exported
 from .stages import ESTIMATE_FILE, PILOT_COSTS_FILE
 
 __all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "estimate", "out_tokens",
-           "run_pilot", "record", "read_estimate", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
+           "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
 
 API_ADAPTERS = ("openai", "gemini")
 CACHE_MIN, CACHE_STEP = 1024, 128
@@ -629,7 +629,8 @@ def estimate(cfg: Mapping[str, Any], *, pilot: int | None = None,
                 spent += rows
                 if on_pilot is not None and rows:
                     on_pilot(rows)
-            ctx.memo.pop("annotations", None)         # what the pilot answered is known now
+            for k in ("annotations", "plan"):          # what the pilot answered is known now
+                ctx.memo.pop(k, None)
             got = fn(ctx)
             for st, extra in got:
                 extra["pilot"] = _spent([r for r in spent if r["stage"] == st.stage])
@@ -688,11 +689,6 @@ def run_pilot(st: _Stage, n: int) -> list[dict]:
 
 
 # -- the recorded estimate (docs/formats.md ``estimate``) ----------------------------------------------
-RECORD_KEYS = {"model": str, "mode": str, "requests": int, "pilot_requests": int, "usd": float, "low_usd": float,
-               "high_usd": float, "pilot_usd": float, "calibrated_on": int, "output_from": str, "assumes": list,
-               "source": str}
-
-
 def _record_entry(ln: Mapping[str, Any]) -> dict:
     pilot = ln.get("pilot") or {}
     return {"model": ln["model"], "mode": ln["mode"], "requests": ln["requests"] + int(pilot.get("requests", 0)),
@@ -710,6 +706,7 @@ def record(cfg: Mapping[str, Any], lines: list[dict]) -> Path:
     import json
 
     from .config import results_dir
+    from .estimate_file import read_estimate
     from .io import atomic_write_text
 
     p = Path(results_dir(cfg)) / ESTIMATE_FILE
@@ -721,30 +718,6 @@ def record(cfg: Mapping[str, Any], lines: list[dict]) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(p, json.dumps({"version": 1, "stages": stages}, indent=1, sort_keys=True) + "\n")
     return p
-
-
-def read_estimate(path: str | Path) -> dict:
-    """A recorded estimate (docs/formats.md ``estimate``), validated: ``{"version": 1, "stages": {stage:
-    {model, mode, requests, pilot_requests, usd, low_usd, high_usd, pilot_usd, calibrated_on, output_from,
-    assumes, source}}}``; a file that is not one raises FormatError naming what to do."""
-    import json
-
-    from .formats import FormatError
-
-    fix = "write it again with `benchmaker estimate CONFIG --record` (or delete it)"
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{path}: not a recorded estimate ({exc}); {fix}") from None
-    if not isinstance(obj, dict) or obj.get("version") != 1 or not isinstance(obj.get("stages"), dict):
-        raise FormatError(f"{path}: not a recorded estimate of version 1 (keys version, stages); {fix}")
-    for stage, e in obj["stages"].items():
-        for k, t in RECORD_KEYS.items():
-            v = e.get(k) if isinstance(e, dict) else None
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) if t is float else isinstance(v, t)
-            if not ok:
-                raise FormatError(f"{path}: stage {stage!r}: {k} must be {t.__name__}, got {v!r}; {fix}")
-    return obj
 
 
 def append_pilot_costs(cfg: Mapping[str, Any], rows: list[dict]) -> None:

@@ -194,7 +194,7 @@ def run(
                  time.perf_counter() - t0)
         tables, info = summarize(inp, corpus)
         if estimate:     # what `benchmaker estimate` said beside what was billed (docs/openai.md, "Estimate")
-            from ..estimate import read_estimate
+            from ..estimate_file import read_estimate
 
             tables["estimate_vs_bill"] = stats.estimate_vs_bill(read_estimate(estimate)["stages"],
                                                                 tables["cost_summary"])
