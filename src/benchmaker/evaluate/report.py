@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from ..settings_schema import default
+from .scopes import scopes_note
 
 __all__ = [
     "JUDGE_NOTE",
@@ -144,10 +145,8 @@ def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: fl
     board = pl.read_csv(leaderboard_csv) if Path(leaderboard_csv).stat().st_size else pl.DataFrame()
     copy_results(leaderboard_csv, out_dir / "evaluate")  # with the sage view's per-system files
     charts = write_charts(board, out_dir / "evaluate", scale_factor, png) if board.height else []
-    text = ("Retrieval systems scored on this benchmark (docs/evaluate.md). Scope pool ranks each query's judged "
-            "pool (only judged images, like the Sage evaluator, whose own statistics follow in the next section); "
-            "corpus ranks the whole benchmark corpus (unjudged images count as not relevant; judged@k says how "
-            "much of the top k was judged); condensed drops the unjudged images first. " + JUDGE_NOTE)
+    text = ("Retrieval systems scored on this benchmark with ranx (docs/evaluate.md, \"Metrics and scopes\"). "
+            + scopes_note() + " " + JUDGE_NOTE)
     return Section("Retrieval leaderboard", text=text, images=[f"evaluate/{c}" for c in charts],
                    table=leaderboard_table(board) if board.height else pl.DataFrame({"system": []}),
                    files=[f"evaluate/{f}" for f in RESULT_FILES], max_rows=60,
@@ -184,8 +183,7 @@ def card_markdown(leaderboard_csv: str | Path) -> str:
     board = pl.read_csv(path) if path.is_file() and path.stat().st_size else pl.DataFrame()
     if not board.height:
         return ""
-    return ("## Leaderboard\n\nRetrieval systems evaluated on this benchmark with ranx (pool: each query's judged "
-            "pool; corpus: the whole corpus, unjudged = not relevant; condensed: unjudged removed). "
+    return ("## Leaderboard\n\nRetrieval systems evaluated on this benchmark with ranx. " + scopes_note() + " "
             + JUDGE_NOTE + " Per-facet, per-pool and per-difficulty results and paired significance tests are in "
             "`evaluate/` (drilldown.csv, significance.csv); charts in `summary/evaluate/`.\n\n"
             + md_table(leaderboard_table(board), max_rows=60) + _card_sage(path))
