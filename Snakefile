@@ -51,8 +51,13 @@ rule all:
 # the run's final block on failure: each failed stage's problem and fix (its <log>.error, written by
 # benchmaker.logs), printed last so that it is not buried under Snakemake's job report
 import time as _time
+from benchmaker.logs import final_block_only
 
 RUN_STARTED = _time.time()
+# a failed stage's fix is printed once, in that block (not also when the job fails, nor Snakemake's wrappers);
+# with a default storage provider (--profile nrp) a pod's <log>.error stays in the pod: it prints its block
+if workflow.is_main_process:
+    final_block_only(jobs_write_here=not STAGING)
 
 
 onsuccess:

@@ -155,7 +155,7 @@ def test_default_reads_a_setting_and_a_default_that_is_another_setting():
     assert default(f"{LLM}.retry_max_tries") == 10
     assert default("evaluate.systems.[].depth") == default("evaluate.depth") == 100   # x-default-from
     kinds = kind_defaults("evaluate.systems.[]")
-    assert kinds["clip"]["batch_size"] == 128 and kinds["milvus"]["batch_size"] == 64
+    assert kinds["clip"]["batch_size"] == 128 and kinds["milvus"]["batch_size"] == 1
     with pytest.raises(KeyError, match="no default"):
         default("evaluate.systems.[].name")
 

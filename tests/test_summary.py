@@ -484,8 +484,9 @@ def test_charts_render_in_the_helper_process_as_altair_saves_them(tmp_path):
                           "relevance_rate": [1.0, 0.25]})
     chart = charts.relevance_overview(overview, pools)
     altair_png = tmp_path / "altair.png"
-    chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).save(
-        str(altair_png), format="png", scale_factor=1.5)
+    chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).configure_bar(
+        color=charts.NEUTRAL).configure_point(color=charts.NEUTRAL).save(str(altair_png), format="png",
+                                                                          scale_factor=1.5)
     assert alt.SCHEMA_VERSION.startswith("v" + charts.VL_VERSION[1:].replace("_", ".") + ".")
     charts.save(chart, tmp_path / "here.png", 1.5)
     with PngProcess() as png:

@@ -324,7 +324,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any gated metric regressed")
     p.add_argument("--metric", action="append", default=None, metavar="M",
                    help="compare and gate only this metric (repeatable; default: every metric, ranx's gated)")
-    p.add_argument("--scope", action="append", default=None, choices=["pool", "corpus", "condensed"],
+    from .evaluate.scopes import SCOPES
+
+    p.add_argument("--scope", action="append", default=None, choices=list(SCOPES),
                    help="only this scope (repeatable; default: every scope both have)")
     p.add_argument("--system", action="append", default=None, metavar="NAME", help="only this system (repeatable)")
     p.add_argument("--test", choices=["student", "wilcoxon", "fisher"], default="student",
@@ -359,6 +361,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", default=None, help="the Hub dataset's commit (required for a Hub dataset)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, mps or auto")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the scores as JSON to FILE")
+    p.add_argument("--trec-run", default=None, metavar="FILE",
+                   help="also write mteb's ranking as a TREC run file (score it with trec_eval and the export's "
+                        "trec/qrels.txt: the leaderboard's `exported` scope, unrounded)")
     return ap
 
 
@@ -403,7 +408,8 @@ def cmd_mteb(args) -> int:
         raise UserError(f"{exc}: install the mteb extra: pip install 'benchmaker[mteb]'") from None
     try:
         out = run(dataset=args.dataset, model=args.model, pretrained=args.pretrained, mteb_model=args.mteb_model,
-                  split=args.split, revision=args.revision, output=args.out, device=args.device)
+                  split=args.split, revision=args.revision, output=args.out, trec_run=args.trec_run,
+                  device=args.device)
     except (ValueError, ModuleNotFoundError) as exc:
         raise UserError(str(exc)) from None
     print(json.dumps({k: out[k] for k in ("task", "model", "split", "main_score")}))
