@@ -20,8 +20,8 @@ import polars as pl
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..pages.outdir import staged_dir
 from ..settings_schema import default, filled
-from ..summary.outdir import staged_dir
 from . import agreement as A
 from .files import Scale, read_sample, read_sample_meta
 from .labels import import_labels

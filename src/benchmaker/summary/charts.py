@@ -1,23 +1,19 @@
-"""Charts (altair, rendered to PNG by vl-convert). Every chart is drawn from an aggregated table,
-never from the pair-level rows, so chart size does not grow with the benchmark."""
+"""The summary's charts (altair; written as PNG by :func:`benchmaker.pages.charts.save`). Every chart
+is drawn from an aggregated table, never from the pair-level rows, so chart size does not grow with
+the benchmark."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import altair as alt
 import polars as pl
 
-from ..chart_png import PngProcess, write
 from ..formats import POOLS as POOL_ORDER
 
-__all__ = ["VL_VERSION", "save", "spec", "relevance_overview", "positives_per_query", "facet_distributions",
+__all__ = ["relevance_overview", "positives_per_query", "facet_distributions",
            "relevance_by_facet", "clip_analysis", "clip_ranking_by_query", "pool_mix", "shortfalls", "losses",
            "difficulty", "query_length"]
 
 alt.data_transformers.disable_max_rows()  # every chart gets pre-aggregated data
-# the Vega-Lite version vl-convert renders with: altair's (altair.utils._importers.vl_version_for_vl_convert)
-VL_VERSION = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
 NOTE = "#888888"
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # counts: no 0.5-query ticks
 FLAT = alt.Axis(labelAngle=0, labelLimit=160)  # category labels written horizontally
@@ -31,24 +27,6 @@ def _rel_color(labels, title: str = "relevance label") -> alt.Color:
     extra = ["#e45756", "#72b7b2", "#b279a2", "#ff9da6"]
     rng = [REL_COLORS.get(v, extra[i % len(extra)]) for i, v in enumerate(present)]
     return alt.Color("relevance_label:O", title=title, scale=alt.Scale(domain=present, range=rng))
-
-
-def spec(chart: alt.TopLevelMixin) -> dict:
-    """The chart's Vega-Lite spec in the house style, validated, data inlined: what ``Chart.save``
-    hands vl-convert."""
-    chart = chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14)
-    with alt.data_transformers.enable("default"), alt.data_transformers.disable_max_rows():
-        return chart.to_dict(context={"pre_transform": False})
-
-
-def save(chart: alt.TopLevelMixin, path: Path, scale_factor: float, png: PngProcess | None = None) -> Path:
-    """Write the chart as PNG, in ``png``'s helper process when given (the file is complete once
-    ``png.close()`` returns), else here; the same bytes as ``Chart.save`` either way."""
-    if png is not None:
-        png.submit(spec(chart), VL_VERSION, scale_factor, path)
-    else:
-        write(spec(chart), VL_VERSION, scale_factor, path)
-    return path
 
 
 def _empty(title: str) -> alt.Chart:
