@@ -3,18 +3,17 @@ import os
 import sys
 from pathlib import Path
 
-# the library is importable from an installed environment; the checkout's src/ wins so that the
-# workflow always runs the library version it ships with (shared file systems, k8s source archives)
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-
+# the checkout's src/ is first on sys.path (the Snakefile puts it there)
 from snakemake.utils import validate
 
-from benchmaker.snakemake_compat import CompatError, check_snakemake, not_a_trigger
-
-try:  # Snakemake internals used by the workflow: benchmaker/snakemake_compat.py
-    check_snakemake()
-except CompatError as exc:
-    raise WorkflowError(str(exc))
+# Snakemake internals used by the workflow: benchmaker/snakemake_compat.py (the Snakefile checked
+# the Snakemake version first)
+from benchmaker.snakemake_compat import (
+    CompatError,
+    default_storage_provider,
+    is_main_process,
+    not_a_trigger,
+)
 
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
@@ -29,7 +28,11 @@ try:
     # missing paths fail here, before planning (benchmaker.preflight; `benchmaker validate-config` runs the same)
     from benchmaker.preflight import workflow_preflight
 
-    workflow_preflight(_validated, workflow)
+    workflow_preflight(
+        _validated,
+        main_process=is_main_process(workflow),
+        remote_storage=default_storage_provider(workflow) is not None,
+    )
 except ConfigError as exc:
     raise WorkflowError(str(exc))
 config.clear()
@@ -188,7 +191,7 @@ from benchmaker.preprocess.listing import write_listings
 
 LISTING = f"{RESULTS}/shards/listing"
 
-if workflow.is_main_process:
+if is_main_process(workflow):
     try:
         _listing = write_listings(
             IMAGE_ROOT,
