@@ -183,7 +183,7 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
     if people and runs:
         audited = sample.select("item_id", "query_id", "image_id", "judge_label").join(
             consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
-        ranking = compare_rankings(audited, runs, list(s.get("metrics") or ["ndcg@10"]))
+        ranking = compare_rankings(audited, runs, list(s["metrics"]))
 
     audited = bool(people) or j2 is not None
     info: dict[str, Any] = {
