@@ -212,12 +212,9 @@ if STAGING and not SPAWNED:
     set_job_configfiles(workflow, [_moved.get(f, f) for f in _files] + [_verdict])
 
 
-# adapters that run a model on the GPU, per stage (API adapters never do; `rules` judges on CPU)
-GPU_ADAPTERS = {"vision": {"clip"}, "judge": set()}
-
-
 def gpu_resources(uses_model):
-    """Resources of a job: a GPU only when it runs a model (CLIP), else nothing GPU-related.
+    """Resources of a job: a GPU only when it runs a model (CLIP), else nothing GPU-related. Which
+    rules run one is declared with their stage (benchmaker.stages: `gpu=`, read by needs_gpu).
 
     `gpu=1` becomes `--gpus=1` on SLURM and an `nvidia.com/gpu` request + limit + toleration on
     Kubernetes (profiles/nrp sets gpu_manufacturer by default; the executor reads it only for jobs

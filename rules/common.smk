@@ -133,7 +133,7 @@ def public_config():
 # out of the totals: the evaluate systems when systems are configured, the second judge when the audit
 # runs one (rules/audit_common.smk), the deepened systems when deepening is on. The summary and the
 # export then wait for those jobs (the evaluate aggregate only when the leaderboard is in the report).
-from benchmaker.stages import counted_files, counted_stages, outside_stages
+from benchmaker.stages import counted_files, counted_stages, needs_gpu, outside_stages
 
 
 def counted_items():

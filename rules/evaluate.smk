@@ -35,7 +35,7 @@ rule evaluate_model:
     # (as embed_images); a milvus system embeds its queries only (no such setting: no workers)
     threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 0)) + 1
     resources:
-        **gpu_resources(True),
+        **gpu_resources(needs_gpu("evaluate_model")),
         mem_mb=evaluate_model_mem_mb,
         runtime=RES.runtime("embed_images"),
     params:
@@ -70,7 +70,7 @@ rule evaluate_system:
         "../envs/benchmaker.yaml"
     threads: 1
     resources:
-        **gpu_resources(False),
+        **gpu_resources(needs_gpu("evaluate_system")),
         mem_mb=RES.mem_mb("evaluate_system"),
     params:
         system=evaluate_system_params,
