@@ -38,11 +38,13 @@ include: "rules/vision.smk"
 include: "rules/plan.smk"
 include: "rules/judge.smk"
 include: "rules/similarity.smk"
-include: "rules/audit.smk"  # before summary/export: they take its optional input
-include: "rules/summary.smk"
-include: "rules/export.smk"
+# evaluate, deepen and the audit before summary/export: they take their optional inputs and count
+# their losses and costs
 include: "rules/evaluate.smk"
 include: "rules/deepen.smk"
+include: "rules/audit.smk"
+include: "rules/summary.smk"
+include: "rules/export.smk"
 
 
 rule all:
