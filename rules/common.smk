@@ -3,18 +3,17 @@ import os
 import sys
 from pathlib import Path
 
-# the library is importable from an installed environment; the checkout's src/ wins so that the
-# workflow always runs the library version it ships with (shared file systems, k8s source archives)
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-
+# the checkout's src/ is first on sys.path (the Snakefile puts it there)
 from snakemake.utils import validate
 
-from benchmaker.snakemake_compat import CompatError, check_snakemake, not_a_trigger
-
-try:  # Snakemake internals used by the workflow: benchmaker/snakemake_compat.py
-    check_snakemake()
-except CompatError as exc:
-    raise WorkflowError(str(exc))
+# Snakemake internals used by the workflow: benchmaker/snakemake_compat.py (the Snakefile checked
+# the Snakemake version first)
+from benchmaker.snakemake_compat import (
+    CompatError,
+    default_storage_provider,
+    is_main_process,
+    not_a_trigger,
+)
 
 from benchmaker.config import ConfigError, validate_config, results_dir
 from benchmaker.sharding import shard_names
@@ -29,7 +28,11 @@ try:
     # missing paths fail here, before planning (benchmaker.preflight; `benchmaker validate-config` runs the same)
     from benchmaker.preflight import workflow_preflight
 
-    workflow_preflight(_validated, workflow)
+    workflow_preflight(
+        _validated,
+        main_process=is_main_process(workflow),
+        remote_storage=default_storage_provider(workflow) is not None,
+    )
 except ConfigError as exc:
     raise WorkflowError(str(exc))
 config.clear()
@@ -135,6 +138,7 @@ from benchmaker.stages import (
     PILOT_COSTS_FILE,
     counted_files,
     counted_stages,
+    needs_gpu,
     outside_stages,
 )
 
@@ -212,7 +216,7 @@ from benchmaker.preprocess.listing import write_listings
 
 LISTING = f"{RESULTS}/shards/listing"
 
-if workflow.is_main_process:
+if is_main_process(workflow):
     try:
         _listing = write_listings(
             IMAGE_ROOT,
@@ -232,156 +236,3 @@ if workflow.is_main_process:
             f"{len(_listing.changed)} shard(s) changed ({_names}) -> their preprocess jobs are out of date",
             file=sys.stderr,
         )
-
-
-# ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
-import re as _re
-
-from benchmaker.evaluate.systems import (
-    LIVE_KINDS,
-    check_systems,
-    has_corpus_scope,
-    reuses_similarity_embeddings,
-    runs_model,
-    sees_judge_text,
-)
-
-try:
-    EVAL_SYSTEMS = check_systems(config.get("evaluate") or {})
-except ConfigError as exc:
-    raise WorkflowError(str(exc))
-EVAL = f"{RESULTS}/evaluate"
-EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
-
-
-def _evaluate_baseline():
-    """The files of evaluate.compare.baseline (a kept evaluation; a history folder: its latest snapshot)."""
-    from benchmaker.evaluate.compare import baseline_files
-    from benchmaker.errors import UserError
-
-    base = ((config.get("evaluate") or {}).get("compare") or {}).get("baseline")
-    if not base or not EVAL_SYSTEMS:
-        return []
-    try:
-        files = baseline_files(base)
-    except UserError as exc:
-        raise WorkflowError(f"evaluate.compare.baseline: {exc}")
-    if os.path.abspath(os.path.dirname(files[0])) == os.path.abspath(EVAL):
-        raise WorkflowError(
-            "evaluate.compare.baseline: names this run's own evaluate/ folder; keep a copy first "
-            "(benchmaker keep-evaluation RESULTS HISTORY) and name the copy or the history folder"
-        )
-    return files
-
-
-# the evaluate rule compares with it (evaluate/comparison.*; the report flags regressions)
-EVAL_BASELINE = _evaluate_baseline()
-# numba's JIT cache for ranx: per user, shared by every benchmark (compiling costs ~30 s per fresh
-# folder otherwise); keyed by numba on source and CPU, so sharing is safe. NUMBA_CACHE_DIR wins.
-NUMBA_CACHE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-    "benchmaker",
-    "numba",
-)
-
-
-def evaluate_uses_gpu(system):
-    """Whether a system's job runs a model itself (it then gets GPU resources: rule evaluate_model);
-    a clip system with the similarity stage's model reuses its embeddings instead (CPU job).
-    """
-    return runs_model(system, config["similarity"])
-
-
-def evaluate_report_inputs(wildcards=None):
-    """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
-    evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
-    """
-    if EVAL_SYSTEMS and config["evaluate"]["report"]:
-        return {"evaluation": f"{EVAL}/leaderboard.csv"}
-    return {}
-
-
-def _names_regex(names):
-    return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
-
-
-EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
-# the systems whose runs rank the whole corpus: the evaluate rule writes their sage view (docs/evaluate.md)
-EVAL_SAGE_NAMES = [s["name"] for s in EVAL_SYSTEMS if has_corpus_scope(s)]
-# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit);
-# so do the live systems (http, milvus): they query a running service where its network and keys are
-EVAL_API_NAMES = [
-    s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank" or s["kind"] in LIVE_KINDS
-]
-EVAL_OTHER_NAMES = [
-    s["name"]
-    for s in EVAL_SYSTEMS
-    if not evaluate_uses_gpu(s) and s["name"] not in EVAL_API_NAMES
-]
-
-
-def evaluate_system_inputs(wildcards):
-    s = EVAL_BY_NAME[wildcards.system]
-    out = {"qrels": f"{RESULTS}/qrels.jsonl", "images": f"{RESULTS}/images.jsonl"}
-    if s["kind"] == "bm25":
-        out["annotations"] = f"{RESULTS}/annotations.jsonl"
-    if s["kind"] == "hybrid":
-        out["component_runs"] = [f"{EVAL}/runs/{n}.trec" for n in s["systems"]]
-    if s["kind"] == "rerank":
-        out["component_runs"] = [f"{EVAL}/runs/{s['base']}.trec"]
-    if s["kind"] == "trec_run":
-        out["external"] = workflow_input(s["path"])
-    # the similarity stage's embeddings when the system's model is its model (no model in the job);
-    # else local weights (staged under --profile nrp: rules/cluster.smk)
-    if reuses_similarity_embeddings(s, config["similarity"]):
-        out["image_embeddings"] = expand(
-            f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
-        )
-        out["query_embeddings"] = f"{RESULTS}/embeddings/queries.parquet"
-        out["embed_losses"] = expand(
-            f"{RESULTS}/losses/embed/{{shard}}.jsonl", shard=SHARDS
-        )
-    elif s["kind"] == "clip":
-        out.update(model_weight_inputs(s))
-    return out
-
-
-def _evaluate_system(wildcards):
-    """The system's own settings, with whether it sees what the judge saw (derived from the systems
-    it fuses or reranks): editing another system never reruns this one."""
-    s = EVAL_BY_NAME[wildcards.system]
-    return {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
-
-
-def evaluate_system_params(wildcards, threads):
-    """The `system` param: every setting of the system, runtime knobs included (a function of
-    threads, so never compared: not_a_trigger). What reruns it: evaluate_system_triggers.
-    """
-    return _evaluate_system(wildcards)
-
-
-def evaluate_system_triggers(wildcards):
-    """The part of the system's settings that decides its run (schema evaluate.systems, without the
-    `x-runtime: true` knobs: batch size, workers, a reranker's concurrency and polling).
-    """
-    return output_settings(_evaluate_system(wildcards), "evaluate.systems.[]")
-
-
-# ---- deepen (rules/deepen.smk, docs/deepen.md): opt-in, after evaluate ----
-from benchmaker.deepen.pairs import deepen_systems
-
-try:
-    DEEPEN_SYSTEMS = deepen_systems(config.get("deepen") or {}, EVAL_SYSTEMS)
-except ConfigError as exc:
-    raise WorkflowError(str(exc))
-DEEPEN_ON = bool(DEEPEN_SYSTEMS)
-DEEPEN = f"{RESULTS}/deepen"
-
-
-def deepen_report_inputs(wildcards=None):
-    """{"deepen": deepen/report.json} for summary and export when deepening is on and deepen.report
-    is true (the report and the card then show what deepening changed; the dataset gets the deepened
-    qrels)."""
-    if DEEPEN_ON and config["deepen"]["report"]:
-        return {"deepen": f"{DEEPEN}/report.json"}
-    return {}

@@ -4,12 +4,15 @@
 # corpus-ranked run (evaluate/sage/<name>.csv, sage_leaderboard.csv: as the Sage evaluator reports it).
 # Part of `all` only when systems are configured; `snakemake evaluate` always works (no systems = an
 # empty leaderboard).
-# Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/common.smk.
+# Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/evaluate_common.smk.
 # Resources: a GPU (gpu_resources, rules/cluster.smk) only for the systems that run a model
 # (evaluate_model: clip, unless its model is the similarity stage's: then evaluate_system ranks that
 # stage's embeddings files, evaluate_settings.reuses_similarity_embeddings); mem_mb from the input
 # sizes (benchmaker/resources.py, rules/resources.smk, where evaluate_model_mem_mb lives: Snakemake's
 # lint wants no functions beside rules).
+
+
+include: "evaluate_common.smk"
 
 
 rule evaluate_model:
@@ -35,7 +38,7 @@ rule evaluate_model:
     # (as embed_images); a milvus system embeds its queries only (no such setting: no workers)
     threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 0)) + 1
     resources:
-        **gpu_resources(True),
+        **gpu_resources(needs_gpu("evaluate_model")),
         mem_mb=evaluate_model_mem_mb,
         runtime=RES.runtime("embed_images"),
     params:
@@ -70,7 +73,7 @@ rule evaluate_system:
         "../envs/benchmaker.yaml"
     threads: 1
     resources:
-        **gpu_resources(False),
+        **gpu_resources(needs_gpu("evaluate_system")),
         mem_mb=RES.mem_mb("evaluate_system"),
     params:
         system=evaluate_system_params,

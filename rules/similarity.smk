@@ -25,7 +25,7 @@ if not CLIP_SHARED:
         # the main process feeds the model; num_workers DataLoader processes decode images
         threads: config["similarity"]["num_workers"] + 1
         resources:
-            **gpu_resources(True),
+            **gpu_resources(needs_gpu("embed_images")),
             mem_mb=RES.mem_mb("embed_images", **CLIP_LOADER),
             runtime=RES.runtime("embed_images"),
         params:

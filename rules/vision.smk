@@ -171,7 +171,7 @@ else:
             "../envs/benchmaker.yaml"
         threads: config["similarity"]["num_workers"] + 1 if CLIP_SHARED else 2
         resources:
-            **gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"]),
+            **gpu_resources(needs_gpu("vision", VISION_ADAPTER)),
             mem_mb=RES.mem_mb(
                 "vision_clip" if VISION_ADAPTER == "clip" else "vision_api",
                 **CLIP_LOADER,

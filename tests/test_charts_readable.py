@@ -50,7 +50,7 @@ def test_six_systems_every_label_readable_in_chromium(tmp_path):
     import vl_convert as vlc
     from playwright.sync_api import sync_playwright
 
-    from benchmaker.summary.charts import VL_VERSION, spec
+    from benchmaker.pages.charts import VL_VERSION, spec
 
     board = six_board()
     assert write_charts(board, tmp_path, 1.0) == ["leaderboard.png", "quality_vs_latency.png"]
@@ -115,7 +115,7 @@ def _colour_meanings(node, out: dict[str, set[str]], where: str = "") -> None:
 def test_one_meaning_per_colour_across_the_report(tmp_path, tiny_corpus, monkeypatch):
     from test_summary import build_inputs
 
-    from benchmaker.summary import charts
+    from benchmaker.pages import charts
     from benchmaker.summary.stage import run
 
     specs = []

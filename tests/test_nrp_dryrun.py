@@ -434,7 +434,9 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     home.mkdir()
     seeds = ["red/circle_0.jpg", "blue/square_0.jpg"]
     (home / "seeds.jsonl").write_text("".join(json.dumps({"seed_image_ids": [i]}) + "\n" for i in seeds))
-    config, cfg = _user_files(home, corpus, tiny_clip, paths={"seeds_file": str(home / "seeds.jsonl")})
+    # one shard: every rule still runs as a pod that sees only the bucket and the PVC (shard-parallel
+    # staging and requests are the dry runs' to check: test_readme_dry_run_stages_local_inputs)
+    config, cfg = _user_files(home, corpus, tiny_clip, n_shards=1, paths={"seeds_file": str(home / "seeds.jsonl")})
     hide = [str(home), str(checkout["dir"])]  # FakeKube fails where it cannot hide them
     pip_log = tmp_path / "pip.log"
     pod_home = tmp_path / "podhome"

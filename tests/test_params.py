@@ -247,7 +247,7 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
 
 
 def test_a_jobs_own_temporaries_left_by_a_killed_attempt_are_removed(tmp_path):
-    """A SIGKILL skips every cleanup: what atomic_path, the merge's spill folder and summary.outdir
+    """A SIGKILL skips every cleanup: what atomic_path, the merge's spill folder and pages.outdir
     left next to an output is removed before the job runs again; nothing else is touched."""
     out = tmp_path / "annotations.jsonl"
     stale = [".annotations.jsonl.k2j_9x0a.tmp", ".annotations.jsonl.parts.ad8jrp5f", ".annotations.jsonl.old.4242",

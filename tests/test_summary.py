@@ -477,6 +477,7 @@ def test_charts_render_in_the_helper_process_as_altair_saves_them(tmp_path):
     import altair as alt
 
     from benchmaker.chart_png import PngProcess
+    from benchmaker.pages.charts import NEUTRAL, VL_VERSION, save
     from benchmaker.summary import charts
 
     overview = pl.DataFrame({"relevance_label": [0, 1], "pairs": [3, 5], "share": [0.375, 0.625]})
@@ -485,13 +486,12 @@ def test_charts_render_in_the_helper_process_as_altair_saves_them(tmp_path):
     chart = charts.relevance_overview(overview, pools)
     altair_png = tmp_path / "altair.png"
     chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).configure_bar(
-        color=charts.NEUTRAL).configure_point(color=charts.NEUTRAL).save(str(altair_png), format="png",
-                                                                          scale_factor=1.5)
-    assert alt.SCHEMA_VERSION.startswith("v" + charts.VL_VERSION[1:].replace("_", ".") + ".")
-    charts.save(chart, tmp_path / "here.png", 1.5)
+        color=NEUTRAL).configure_point(color=NEUTRAL).save(str(altair_png), format="png", scale_factor=1.5)
+    assert alt.SCHEMA_VERSION.startswith("v" + VL_VERSION[1:].replace("_", ".") + ".")
+    save(chart, tmp_path / "here.png", 1.5)
     with PngProcess() as png:
-        charts.save(chart, tmp_path / "helper.png", 1.5, png)
-        charts.save(chart, tmp_path / "helper_small.png", 0.5, png)
+        save(chart, tmp_path / "helper.png", 1.5, png)
+        save(chart, tmp_path / "helper_small.png", 0.5, png)
     assert (tmp_path / "here.png").read_bytes() == altair_png.read_bytes()
     assert (tmp_path / "helper.png").read_bytes() == altair_png.read_bytes()
     assert (tmp_path / "helper_small.png").read_bytes() != altair_png.read_bytes()  # scale reaches the helper

@@ -303,10 +303,12 @@ def _images(cfg: Mapping[str, Any], results: Path):
     from .preprocess.metadata import load_metadata, merge_metadata
     from .preprocess.rights import load_rights_map
     from .preprocess.stage import _IMAGE_COLUMNS, _image_url, inspect_corpus
+    from .settings_schema import filled
 
     pre = dict(cfg.get("preprocess") or {})
     root = Path(cfg["paths"]["image_root"])
-    accepted, quarantine, _stats, _notes = inspect_corpus(str(root), pre, workers=int(pre.get("workers") or 1),
+    workers = int(filled("preprocess", pre)["workers"])
+    accepted, quarantine, _stats, _notes = inspect_corpus(str(root), pre, workers=workers,
                                                           exclude_dirs=[results])
     # the rows preprocess will write: rights map, URLs and metadata columns (prompts may use them, so
     # they are part of the request keys that the response cache is checked against)

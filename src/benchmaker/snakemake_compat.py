@@ -32,8 +32,26 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
   results are complete. The Snakefile's ``onsuccess``/``onerror`` cancel those timers (the scheduler
   has returned by then).
 
-:data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range;
-tests/test_snakemake_compat.py checks both, and each use against the installed Snakemake). The
+The workflow (Snakefile, rules/) also reads and changes Snakemake's ``workflow`` object, whose
+attributes are not documented API either. Each use is a named function here, the only code that
+touches those attributes (``workflow.basedir``, documented, is read directly):
+
+* :func:`default_storage_provider`, :func:`default_storage_prefix`, :func:`storage_plugin_settings`
+  -- ``--default-storage-provider``/``-prefix`` and a storage plugin's ``--storage-<name>-*``
+  settings (``workflow.storage_settings``, ``workflow.storage_provider_settings``).
+* :func:`is_main_process`, :func:`is_spawned_job` -- whether this process is the controller or a job
+  that Snakemake spawned on a cluster (``workflow.exec_mode``).
+* :func:`executor_name`, :func:`is_dry_run`, :func:`executor_setting` -- the executor plugin and its
+  settings, known once the DAG is built (``workflow.executor_plugin``, ``workflow.executor_settings``).
+* :func:`configfiles_given`, :func:`configfiles_read`, :func:`set_job_configfiles` -- the config files
+  of the command line (``--configfile``, which replace the Snakefile's ``configfile:``), every config
+  file read, and the ones each spawned job gets (``workflow.config_settings.configfiles``, which
+  Snakemake passes to jobs as ``--configfiles``; ``workflow.configfiles``, which its source archive
+  ships to jobs without a shared file system).
+
+:data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range and the
+Snakefile's ``min_version`` names its lower bound; tests/test_snakemake_compat.py checks all three, and
+each use against the installed Snakemake). The
 Snakefile calls :func:`check_snakemake` first: another Snakemake version stops with one clear error
 instead of a silent change in what reruns. This is the only module of the library that imports
 Snakemake, and only inside these functions (no stage imports it).
@@ -43,11 +61,14 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 __all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
            "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir",
-           "release_scheduler_timers"]
+           "release_scheduler_timers", "default_storage_provider", "default_storage_prefix",
+           "storage_plugin_settings", "is_main_process", "is_spawned_job", "executor_name", "is_dry_run",
+           "executor_setting", "configfiles_given", "configfiles_read", "set_job_configfiles"]
 
 SUPPORTED = ">=9.27,<10"
 SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
@@ -237,3 +258,71 @@ def explain_config_yaml_errors() -> bool:
     _load_configfile._benchmaker_yaml_mark = True
     configfile._load_configfile = _load_configfile
     return True
+
+
+# -- the workflow object (module doc, second list) -----------------------------------------------------
+
+def default_storage_provider(workflow: Any) -> str | None:
+    """``--default-storage-provider`` (``s3`` under --profile nrp), None without one."""
+    return workflow.storage_settings.default_storage_provider
+
+
+def default_storage_prefix(workflow: Any) -> str | None:
+    """``--default-storage-prefix`` (``s3://bucket/build``), None without one."""
+    return workflow.storage_settings.default_storage_prefix or None
+
+
+def storage_plugin_settings(workflow: Any, name: str) -> Any:
+    """The untagged settings of storage plugin ``name`` (``--storage-s3-endpoint-url``, ...): an object
+    with one attribute per setting, or None when the plugin is not in use."""
+    tagged = (workflow.storage_provider_settings or {}).get(name)
+    return tagged.get_settings(None) if tagged is not None else None
+
+
+def is_main_process(workflow: Any) -> bool:
+    """True in the controller: the process the user started (not a job Snakemake spawned)."""
+    return workflow.is_main_process
+
+
+def is_spawned_job(workflow: Any) -> bool:
+    """True in a job Snakemake spawned in a pod or a cluster job (``--mode remote``): it parses the
+    Snakefile again."""
+    return workflow.remote_exec
+
+
+def executor_name(workflow: Any) -> str | None:
+    """The executor plugin's name (``local``, ``dryrun``, ``kubernetes``, ``slurm``); None while the
+    Snakefile is parsed (Snakemake sets the executor once parsing is over)."""
+    plugin = workflow.executor_plugin
+    return None if plugin is None else plugin.name
+
+
+def is_dry_run(workflow: Any) -> bool:
+    """True in ``snakemake -n`` (False while the Snakefile is parsed: the executor is not known yet)."""
+    return bool(workflow.dryrun)
+
+
+def executor_setting(workflow: Any, name: str) -> Any:
+    """Setting ``name`` of the executor plugin (``--kubernetes-namespace`` is ``namespace``), None
+    when the executor has no such setting (a dry run has none)."""
+    return getattr(workflow.executor_settings, name, None)
+
+
+def configfiles_given(workflow: Any) -> list[Path]:
+    """The ``--configfile`` files (a profile's ``configfile:`` included), absolute, in order; empty
+    when none was given (then the Snakefile's own ``configfile:`` is read)."""
+    return list(workflow.config_settings.configfiles)
+
+
+def configfiles_read(workflow: Any) -> list[str]:
+    """Every config file read so far (``--configfile`` and the Snakefile's ``configfile:``), as given."""
+    return [str(f) for f in workflow.configfiles]
+
+
+def set_job_configfiles(workflow: Any, files: Sequence[str | os.PathLike]) -> None:
+    """Every job Snakemake spawns gets exactly ``files`` (in order) as its config files, and the
+    source archive (jobs without a shared file system) ships them. Call it in the controller while
+    the Snakefile is parsed."""
+    files = [Path(f).absolute() for f in files]
+    workflow.config_settings.configfiles[:] = files
+    workflow.configfiles[:] = [str(f) for f in files]

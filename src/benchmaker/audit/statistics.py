@@ -20,8 +20,8 @@ import polars as pl
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..pages.outdir import staged_dir
 from ..settings_schema import default, filled
-from ..summary.outdir import staged_dir
 from . import agreement as A
 from .files import Scale, read_sample, read_sample_meta
 from .labels import import_labels
@@ -183,7 +183,7 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
     if people and runs:
         audited = sample.select("item_id", "query_id", "image_id", "judge_label").join(
             consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
-        ranking = compare_rankings(audited, runs, list(s.get("metrics") or ["ndcg@10"]))
+        ranking = compare_rankings(audited, runs, list(s["metrics"]))
 
     audited = bool(people) or j2 is not None
     info: dict[str, Any] = {

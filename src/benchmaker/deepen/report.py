@@ -64,7 +64,7 @@ def _headline(rep: dict) -> str:
 def summary_sections(report_json: str | Path, out_dir: Path) -> list:
     """The report's sections "Pool deepening" and "Reusability"; copies the result files to
     ``out_dir/deepen``."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     rep = load(report_json)
     copy_results(report_json, out_dir / "deepen")
@@ -78,7 +78,7 @@ def summary_sections(report_json: str | Path, out_dir: Path) -> list:
 
 
 def card_markdown(report_json: str | Path) -> str:
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     rep = load(report_json)
     if not rep:

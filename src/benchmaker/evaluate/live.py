@@ -174,7 +174,7 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
     version = None if s.get("version") is None else str(s["version"])
     known = set(bench.images["image_id"].to_list())
     texts = dict(bench.queries.select("query_id", "query_text").iter_rows())
-    policy = RetryPolicy(max_tries=max(1, int(s.get("max_attempts") or 1)), base_delay=0.5, max_delay=20.0,
+    policy = RetryPolicy(max_tries=max(1, int(s["max_attempts"])), base_delay=0.5, max_delay=20.0,
                          budget_seconds=max(60.0, 10 * float(s["timeout_s"])))
     limits = httpx2.Limits(max_connections=max(1, int(s["concurrency"])))
     client = httpx2.Client(timeout=float(s["timeout_s"]), limits=limits, transport=transport)

@@ -94,7 +94,7 @@ def write_charts(board: pl.DataFrame, out_dir: Path,
     ``png``, a :class:`benchmaker.chart_png.PngProcess`, when given: complete once it is closed)."""
     import altair as alt
 
-    from ..summary.charts import save
+    from ..pages.charts import save
 
     if not board.height:
         return []
@@ -117,7 +117,7 @@ def _judge_color():
     """The report's one colour meaning in the leaderboard charts: sees what the judge saw, or not."""
     import altair as alt
 
-    from ..summary.charts import JUDGE_COLORS
+    from ..pages.charts import JUDGE_COLORS
 
     return alt.Color("sees_judge_text:N", title="sees what the judge saw",
                      scale=alt.Scale(domain=list(JUDGE_COLORS), range=list(JUDGE_COLORS.values())),
@@ -190,8 +190,8 @@ def quality_vs_compute_chart(board: pl.DataFrame):
 
 def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = default("summary.scale_factor"),
                     png=None):
-    """A :class:`benchmaker.summary.report.Section` with the leaderboard, its charts and files."""
-    from ..summary.report import Section
+    """A :class:`benchmaker.pages.report.Section` with the leaderboard, its charts and files."""
+    from ..pages.report import Section
 
     board = pl.read_csv(leaderboard_csv) if Path(leaderboard_csv).stat().st_size else pl.DataFrame()
     copy_results(leaderboard_csv, out_dir / "evaluate")  # with the sage view's per-system files
@@ -206,7 +206,7 @@ def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: fl
 
 def sage_section(leaderboard_csv: str | Path):
     """The report's "As the Sage evaluator reports it" section, or None without a sage leaderboard."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     board = _read(Path(leaderboard_csv).parent / "sage_leaderboard.csv")
     if not board.height:
@@ -228,7 +228,7 @@ def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
 
 def card_markdown(leaderboard_csv: str | Path) -> str:
     """The card's leaderboard section (markdown)."""
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     path = Path(leaderboard_csv)
     board = pl.read_csv(path) if path.is_file() and path.stat().st_size else pl.DataFrame()
@@ -241,7 +241,7 @@ def card_markdown(leaderboard_csv: str | Path) -> str:
 
 
 def _card_sage(leaderboard_csv: Path) -> str:
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     board = _read(leaderboard_csv.parent / "sage_leaderboard.csv")
     if not board.height:

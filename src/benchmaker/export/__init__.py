@@ -29,9 +29,9 @@ from ..imaging import export_bytes
 from ..io import atomic_write_text
 from ..logs import get_logger, progress
 from ..losses import Losses
+from ..pages.outdir import staged_dir
 from ..settings_schema import default
 from ..summary.inputs import Inputs, load_inputs
-from ..summary.outdir import staged_dir
 from .card import render_card
 from .hf_features import arrow_schema
 from .ir_views import MtebCorpusWriter, mteb_configs, write_ir_views

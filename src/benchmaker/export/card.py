@@ -8,8 +8,8 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from ..formats import FacetModel
+from ..pages.report import md_table
 from ..settings_schema import default, filled
-from ..summary.report import md_table
 from ..summary.stats import cost_coverage, outside_note
 
 __all__ = ["render_card", "COLUMN_DOCS", "size_category"]

@@ -1,39 +1,31 @@
-"""Charts (altair, rendered to PNG by vl-convert). Every chart is drawn from an aggregated table,
-never from the pair-level rows, so chart size does not grow with the benchmark."""
+"""The summary's charts (altair; written as PNG by :func:`benchmaker.pages.charts.save`). Every chart
+is drawn from an aggregated table, never from the pair-level rows, so chart size does not grow with
+the benchmark."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import altair as alt
 import polars as pl
 
-from ..chart_png import PngProcess, write
 from ..formats import POOLS as POOL_ORDER
+from ..pages.charts import (
+    LOSS_COLORS,
+    POOL_MIX_COLORS,
+    QUARANTINE_COLOR,
+    REL_COLORS,
+    REL_EXTRA,
+    SHORTFALL_COLORS,
+    STATUS_COLORS,
+)
 
-__all__ = ["VL_VERSION", "save", "spec", "relevance_overview", "positives_per_query", "facet_distributions",
+__all__ = ["relevance_overview", "positives_per_query", "facet_distributions",
            "relevance_by_facet", "clip_analysis", "clip_ranking_by_query", "pool_mix", "shortfalls", "losses",
            "difficulty", "query_length"]
 
 alt.data_transformers.disable_max_rows()  # every chart gets pre-aggregated data
-# the Vega-Lite version vl-convert renders with: altair's (altair.utils._importers.vl_version_for_vl_convert)
-VL_VERSION = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
 NOTE = "#888888"
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # counts: no 0.5-query ticks
 FLAT = alt.Axis(labelAngle=0, labelLimit=160)  # category labels written horizontally
-# One meaning per colour across the report (summary and leaderboard charts; tests/test_charts_readable.py):
-# every colour a chart uses comes from here and means one thing. Bars that encode nothing are NEUTRAL.
-NEUTRAL = "#7f8c99"
-# relevance labels: 0 (not relevant) grey, positives in distinct colours (binary 0/1, graded 0..3, more)
-REL_COLORS = {0: "#9e9e9e", 1: "#4c78a8", 2: "#f58518", 3: "#54a24b"}
-REL_EXTRA = ("#72b7b2", "#b279a2", "#ff9da6", "#eeca3b")
-STATUS_COLORS = {"has positives": "#1f4e79", "no positive (flagged)": "#c0392b"}
-QUARANTINE_COLOR = "#e45756"
-POOL_MIX_COLORS = {"planned candidates": "#9d755d", "judged pairs": "#bab0ac"}
-SHORTFALL_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-LOSS_COLORS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f", "#e5c494", "#b3b3b3")
-# the leaderboard's charts: a system that reads the annotator's text (what the judge saw) or not
-JUDGE_COLORS = {False: "#264653", True: "#e76f51"}
 
 
 def _rel_color(labels, title: str = "relevance label") -> alt.Color:
@@ -49,25 +41,6 @@ def _category_color(field: str, values, palette, **kw) -> alt.Color:
     domain = sorted({str(v) for v in values if v is not None})
     return alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=[palette[i % len(palette)]
                                                                           for i in range(len(domain))]), **kw)
-
-
-def spec(chart: alt.TopLevelMixin) -> dict:
-    """The chart's Vega-Lite spec in the house style, validated, data inlined: what ``Chart.save``
-    hands vl-convert."""
-    chart = chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).configure_bar(
-        color=NEUTRAL).configure_point(color=NEUTRAL)
-    with alt.data_transformers.enable("default"), alt.data_transformers.disable_max_rows():
-        return chart.to_dict(context={"pre_transform": False})
-
-
-def save(chart: alt.TopLevelMixin, path: Path, scale_factor: float, png: PngProcess | None = None) -> Path:
-    """Write the chart as PNG, in ``png``'s helper process when given (the file is complete once
-    ``png.close()`` returns), else here; the same bytes as ``Chart.save`` either way."""
-    if png is not None:
-        png.submit(spec(chart), VL_VERSION, scale_factor, path)
-    else:
-        write(spec(chart), VL_VERSION, scale_factor, path)
-    return path
 
 
 def _empty(title: str) -> alt.Chart:

@@ -17,10 +17,10 @@ import polars as pl
 from .. import __version__
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..pages.outdir import staged_dir
+from ..pages.report import Section, write_report
 from . import stats
 from .inputs import Corpus, Inputs, load_inputs
-from .outdir import staged_dir
-from .report import Section, write_report
 from .sheet import contact_sheet, sample_images
 
 __all__ = ["run", "summarize", "key_numbers"]
@@ -211,7 +211,8 @@ def run(
             for name, df in tables.items():
                 _csv(df, out / f"{name}.csv")
             t1 = time.perf_counter()
-            from . import charts  # altair (~0.5 s of imports): only the stage that draws pays for it
+            from ..pages.charts import save  # altair (~0.5 s of imports): only the stage that draws pays for it
+            from . import charts
 
             pngs = {
                 "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
@@ -230,7 +231,7 @@ def run(
             for name in fm.names:
                 pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
             for name, chart in pngs.items():
-                charts.save(chart, out / name, scale, png)
+                save(chart, out / name, scale, png)
             extra = []
             if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
                 from ..evaluate.report import summary_sections
