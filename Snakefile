@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 # the lower bound of the supported range (benchmaker.snakemake_compat.SUPPORTED, pyproject.toml)
 min_version("9.27")
 
-from benchmaker.snakemake_compat import CompatError, check_snakemake, configfiles_given
+from benchmaker.snakemake_compat import CompatError, check_snakemake, configfiles_given, is_main_process
 
 try:  # the supported Snakemake, its internals as the workflow uses them: one clear error otherwise
     check_snakemake()
@@ -73,7 +73,7 @@ from benchmaker.logs import final_block_only
 RUN_STARTED = _time.time()
 # a failed stage's fix is printed once, in that block (not also when the job fails, nor Snakemake's wrappers);
 # with a default storage provider (--profile nrp) a pod's <log>.error stays in the pod: it prints its block
-if workflow.is_main_process:
+if is_main_process(workflow):
     final_block_only(jobs_write_here=not STAGING)
 
 

@@ -43,4 +43,5 @@ def test_the_readme_failure_is_what_a_user_sees(tmp_path):
     assert out.count(block.strip().splitlines()[0]) == 1, out[-6000:]
     assert [w for w in WRAPPERS if w in out] == [], out[-6000:]
     shown = BAR + "\n" + final_block(out).strip("\n") + "\n" + BAR
-    assert shown == _readme_block(), shown
+    # which vision shard fails first depends on the scheduler (two cores): the README names the first
+    assert re.sub(r"/\d{5}\.log", "/00000.log", shown) == _readme_block(), shown

@@ -353,21 +353,6 @@ def failure_summary(logs_dir: str | Path, since: float) -> str | None:
     return "\n".join(out)
 
 
-class _SnakemakeWrappers(logging.Filter):
-    """Snakemake's wrapper lines about a failed benchmaker stage, whose block the final block prints: the
-    script's ``RuleException: CalledProcessError ... returned non-zero exit status 1`` and the closing
-    ``WorkflowError: At least one job did not complete successfully``. Other failures (a killed job, another
-    exit status, a shell command) keep Snakemake's lines."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = getattr(record, "exception", None)
-        msg = str(record.msg)
-        if exc == "RuleException" and "CalledProcessError" in msg and "returned non-zero exit status 1." in msg \
-                and "/.snakemake/scripts/" in msg:
-            return False
-        return not (exc == "WorkflowError" and "At least one job did not complete successfully" in msg)
-
-
 def final_block_only(jobs_write_here: bool = True) -> None:
     """In the Snakemake process: the run's final block (``onerror``) is where a failure's fix is printed,
     once. Snakemake's wrapper lines about a failed stage are dropped and, when the jobs' ``<log>.error``
@@ -378,6 +363,6 @@ def final_block_only(jobs_write_here: bool = True) -> None:
         return
     if jobs_write_here:
         os.environ[FINAL_BLOCK_ENV] = "1"
-    lg = logging.getLogger("snakemake.logging")
-    if not any(isinstance(f, _SnakemakeWrappers) for f in lg.filters):
-        lg.addFilter(_SnakemakeWrappers())
+    from .snakemake_compat import drop_failed_stage_wrappers
+
+    drop_failed_stage_wrappers()

@@ -60,13 +60,15 @@ Snakemake, and only inside these functions (no stage imports it).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 __all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
            "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir",
-           "release_scheduler_timers", "default_storage_provider", "default_storage_prefix",
+           "drop_failed_stage_wrappers", "release_scheduler_timers", "default_storage_provider",
+           "default_storage_prefix",
            "storage_plugin_settings", "is_main_process", "is_spawned_job", "executor_name", "is_dry_run",
            "executor_setting", "configfiles_given", "configfiles_read", "set_job_configfiles"]
 
@@ -326,3 +328,28 @@ def set_job_configfiles(workflow: Any, files: Sequence[str | os.PathLike]) -> No
     files = [Path(f).absolute() for f in files]
     workflow.config_settings.configfiles[:] = files
     workflow.configfiles[:] = [str(f) for f in files]
+
+
+class _SnakemakeWrappers(logging.Filter):
+    """Snakemake's wrapper lines about a failed benchmaker stage, whose block the final block prints: the
+    script's ``RuleException: CalledProcessError ... returned non-zero exit status 1`` and the closing
+    ``WorkflowError: At least one job did not complete successfully``. Other failures (a killed job, another
+    exit status, a shell command) keep Snakemake's lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = getattr(record, "exception", None)
+        msg = str(record.msg)
+        if exc == "RuleException" and "CalledProcessError" in msg and "returned non-zero exit status 1." in msg \
+                and "/.snakemake/scripts/" in msg:
+            return False
+        return not (exc == "WorkflowError" and "At least one job did not complete successfully" in msg)
+
+
+def drop_failed_stage_wrappers() -> None:
+    """Snakemake 9 logs a failed job's script error through the ``snakemake.logging`` logger, with the
+    exception's class name in the record's ``exception`` attribute: filter out the wrapper lines of a
+    failed benchmaker stage (:class:`_SnakemakeWrappers`), whose fix the run's final block prints
+    (tests/test_first_hour_failure.py runs a real failure and fails if Snakemake changes this)."""
+    lg = logging.getLogger("snakemake.logging")
+    if not any(isinstance(f, _SnakemakeWrappers) for f in lg.filters):
+        lg.addFilter(_SnakemakeWrappers())
