@@ -213,6 +213,7 @@ if workflow.is_main_process:
 # ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
 import re as _re
 
+from benchmaker.evaluate.report import RESULT_FILES as EVAL_RESULT_FILES
 from benchmaker.evaluate.systems import (
     LIVE_KINDS,
     check_systems,
@@ -269,11 +270,19 @@ def evaluate_uses_gpu(system):
 
 
 def evaluate_report_inputs(wildcards=None):
-    """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
-    evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
+    """{"evaluation": leaderboard.csv, "evaluation_files": its siblings} for summary and export when
+    systems are configured and evaluate.report is true (the leaderboard then appears in report.html and
+    the dataset card). Both read the result files beside the leaderboard (benchmaker.evaluate.report
+    RESULT_FILES, sage/<system>.csv): each is declared, so that a pod is given it too.
     """
     if EVAL_SYSTEMS and config["evaluate"]["report"]:
-        return {"evaluation": f"{EVAL}/leaderboard.csv"}
+        return {
+            "evaluation": f"{EVAL}/leaderboard.csv",
+            "evaluation_files": [
+                f"{EVAL}/{name}" for name in EVAL_RESULT_FILES if name != "leaderboard.csv"
+            ]
+            + [f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
+        }
     return {}
 
 

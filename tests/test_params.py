@@ -266,3 +266,22 @@ def test_a_jobs_own_temporaries_left_by_a_killed_attempt_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + ["merge.log"])
     text = log.read_text()
     assert all(f"removed {name}, left by an interrupted earlier attempt" in text for name in stale), text
+
+
+def test_strict_mode_gives_a_stage_only_its_declared_inputs(tmp_path):
+    """BENCHMAKER_STRICT=1 (on in the test suite): the inputs are links in a folder of their own, so a
+    read of a file beside a declared one fails as it would in a pod; the folder goes afterwards."""
+    from benchmaker.strict import sandbox_inputs, strict_on
+
+    (tmp_path / "board.csv").write_text("a\n")
+    (tmp_path / "beside.csv").write_text("b\n")
+    kwargs = {"evaluation": str(tmp_path / "board.csv"), "out": str(tmp_path / "out.csv"), "n": 3}
+    kinds = {"evaluation": "input", "out": "output", "n": "param"}
+    assert not strict_on({"BENCHMAKER_STRICT": "0"}) and strict_on({"BENCHMAKER_STRICT": "true"})
+    with sandbox_inputs(kwargs, kinds, environ={"BENCHMAKER_STRICT": "1"}) as got:
+        board = Path(got["evaluation"])
+        assert board.read_text() == "a\n" and got["out"] == kwargs["out"] and got["n"] == 3
+        assert not (board.parent / "beside.csv").exists()
+    assert not board.parent.exists()
+    with sandbox_inputs(kwargs, kinds, environ={"BENCHMAKER_STRICT": "1"}, on=False) as got:
+        assert got == kwargs
