@@ -227,3 +227,31 @@ def test_shared_requests_with_wait_false_stop_then_complete(fake, tmp_path, tiny
             continue
     vo.collect(**coll)
     _check(fake, tmp_path, kws)
+
+
+def test_a_long_wait_on_another_shard_says_for_what_whom_and_until_when(tmp_path, caplog):
+    """No silent wait (issue 32): after a minute, and each minute after, a collect waiting for requests
+    another shard's batch answers logs how many, which shard holds them and when the claims expire."""
+    import logging
+    import time as _time
+
+    from benchmaker.providers.batch import WAIT_SAY_SECONDS, _say_shared_wait
+    from benchmaker.providers.claims import BATCH_CLAIM_SECONDS, Claims
+
+    other = Claims(tmp_path, stale_seconds=BATCH_CLAIM_SECONDS, owner="batch:/r/api/vision/00002")
+    assert other.claim("ab" * 32)
+    mine = Claims(tmp_path, stale_seconds=BATCH_CLAIM_SECONDS, owner="batch:/r/api/vision/00000")
+    owner, until = mine.holder("ab" * 32)
+    assert owner == "batch:/r/api/vision/00002" and abs(until - _time.time() - BATCH_CLAIM_SECONDS) < 60
+    assert mine.holder("cd" * 32) is None
+    clock = iter([0.0, 30.0, WAIT_SAY_SECONDS + 1, WAIT_SAY_SECONDS + 30, 2 * WAIT_SAY_SECONDS + 2])
+    with caplog.at_level(logging.WARNING, logger="benchmaker.providers.batch"):
+        waited = None
+        said = []
+        for _ in range(5):
+            n = len(caplog.records)
+            waited = _say_shared_wait("vision", {3: "ab" * 32, 4: "ab" * 32}, mine, waited, now=lambda: next(clock))
+            said.append(len(caplog.records) > n)
+    assert said == [False, False, True, False, True], said
+    line = caplog.records[-1].getMessage()
+    assert "2 request(s)" in line and "held by batch:/r/api/vision/00002 until " in line and "UTC" in line, line

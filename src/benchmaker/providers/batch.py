@@ -292,11 +292,44 @@ def _wait(backend: BatchBackend, batch_ids: Sequence[str], *, wait: bool, poll_s
             states = ", ".join(f"{b}: {info[b].raw.get('status', info[b].status)}" for b in open_[:10])
             raise BatchPending(f"{stage}: {len(open_)} batch(es) still running ({states}); "
                                "wait is false: run the workflow again later to collect")
-        if time.monotonic() - last_log > 300:
-            log.info("%s: waiting for %d batch(es): %s", stage, len(open_),
-                     ", ".join(f"{b}={info[b].raw.get('status', info[b].status)}" for b in open_[:5]))
+        if time.monotonic() - last_log > WAIT_SAY_SECONDS:   # at once, then every minute: what, until when
+            ends = [e for b in open_ if isinstance(e := info[b].raw.get("expires_at"), (int, float))]
+            log.info("%s: waiting for %d batch(es) at %s: %s; %s", stage, len(open_), backend.name,
+                     ", ".join(f"{b}={info[b].raw.get('status', info[b].status)}" for b in open_[:5]),
+                     "they end by " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(ends))) if ends
+                     else "they end by the provider's completion window (24 h from submission)")
             last_log = time.monotonic()
         time.sleep(poll_seconds)
+
+
+WAIT_SAY_SECONDS = 60.0   # a wait longer than this says what it waits for, for whom, until when
+
+
+def _say_shared_wait(stage: str, shared: Mapping[int, str], claims, waited: tuple[float, float] | None,
+                     *, now: Callable[[], float] = time.monotonic) -> tuple[float, float]:
+    """Log, once a wait on requests other shards claimed has lasted WAIT_SAY_SECONDS and then every
+    WAIT_SAY_SECONDS, how many requests it waits for, which shard holds them and when their claims
+    expire (a claim's holder answers them when its own collect runs; an expired claim is taken over
+    and sent here). Returns the new (since, last said)."""
+    t = now()
+    since, said = waited or (t, t)
+    if t - since < WAIT_SAY_SECONDS or t - said < WAIT_SAY_SECONDS:
+        return since, said
+    by: dict[str, list[float]] = {}
+    for w in set(shared.values()):
+        owner, until = claims.holder(w) or ("(released; taken over at the next look)", 0.0)
+        by.setdefault(owner, []).append(until)
+    import datetime as _dt
+
+    def when(ts: float) -> str:
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else "now"
+
+    who = "; ".join(f"{len(u)} held by {o} until {when(max(u))}" for o, u in sorted(by.items()))
+    log.warning("%s: waiting %.0f s for %d request(s) with the same bytes that another shard's batch answers "
+                "(providers/claims.py): %s. They arrive when that shard's collect runs (run the workflow with "
+                "more cores than waiting collects); a claim not answered by then is sent from here",
+                stage, t - since, len(shared), who)
+    return since, t
 
 
 def _chunk_ids(path: str) -> Iterator[str]:
@@ -447,6 +480,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     journal = Journal(sd / "journal.jsonl")
     backend = runner.batch_backend()
     rnd = 1
+    waited: tuple[float, float] | None = None        # (since, last said) of a wait on other shards
     stack = contextlib.ExitStack()
     stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
     try:
@@ -542,6 +576,7 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
                     raise BatchPending(f"{stage}: {len(shared)} request(s) are being answered for another shard "
                                        "(the same bytes; providers/claims.py); wait is false: run the workflow "
                                        "again later to collect")
+                waited = _say_shared_wait(stage, shared, claims, waited)
                 time.sleep(poll_seconds)
                 round_batches, round_chunks = [], {}
                 continue

@@ -150,6 +150,20 @@ class Claims:
             return True
         return age > self.stale_seconds
 
+    def holder(self, key: str) -> tuple[str, float] | None:
+        """Who holds ``key`` and until when: its owner (a batch shard's folder, else ``host pid``) and
+        the time (epoch seconds) its claim expires; None when it is not claimed (or unreadable)."""
+        if self.dir is None:
+            return None
+        try:
+            parts = self._path(key).read_text().rstrip("\n").split(" ", 4)
+            t = float(parts[2])
+        except (OSError, ValueError, IndexError):
+            return None
+        if len(parts) == 5:
+            return parts[4], t + float(parts[3])
+        return f"{parts[0]} {parts[1]}", t + self.stale_seconds
+
     def release(self, key: str) -> None:
         if self.dir is None or key not in self.held:
             return
