@@ -279,7 +279,9 @@ def evaluate_report_inputs(wildcards=None):
         return {
             "evaluation": f"{EVAL}/leaderboard.csv",
             "evaluation_files": [
-                f"{EVAL}/{name}" for name in EVAL_RESULT_FILES if name != "leaderboard.csv"
+                f"{EVAL}/{name}"
+                for name in EVAL_RESULT_FILES
+                if name != "leaderboard.csv"
             ]
             + [f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
         }
