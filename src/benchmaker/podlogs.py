@@ -27,8 +27,10 @@ __all__ = ["POD_LOG_DIR", "STATUS_SUFFIX", "pod_failure", "pod_failure_summary",
 
 POD_LOG_DIR = ".snakemake/auxiliary/kubernetes-logs"
 STATUS_SUFFIX = ".status.json"   # <job>.status.json beside <job>.log: what the Kubernetes API said
-# reasons that say only "it failed" (the container exited non-zero; the Job's one try is used up)
-_PLAIN_REASONS = frozenset({None, "", "Error", "Completed", "BackoffLimitExceeded", "PodFailurePolicy"})
+# reasons that say only "it failed" (the container exited non-zero, or its node lost track of it
+# when the pod was ended; the Job's one try is used up)
+_PLAIN_REASONS = frozenset({None, "", "Error", "Completed", "ContainerStatusUnknown", "BackoffLimitExceeded",
+                            "PodFailurePolicy"})
 _BLOCK = re.compile(r"^benchmaker: rule (\w+) failed:\s*$")
 _RULE = re.compile(r"^(?:local)?rule (\w+):\s*$")
 _ERROR = re.compile(r"(Error|Exception|error:|failed|not found|No such file|denied)", re.IGNORECASE)
