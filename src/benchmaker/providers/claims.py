@@ -23,10 +23,12 @@ Batch mode (providers/batch.py) uses the same claims across its steps: build cla
 each request it writes (an item whose bytes another shard has answered is answered from the cache; one
 another shard has claimed is not written, but marked ``shared`` in the manifest); collect stores the
 answer under the wire key and releases the claim when the shard's last round is over (answered or
-lost, so a waiting shard then sends what was lost itself). A batch claim names its shard's state
+lost, so a waiting shard then sends what was lost itself). A batch claim names its shard's request
 folder instead of a process (build and collect are different processes; a resumed step re-takes its
 own claims) and expires after ``BATCH_CLAIM_SECONDS`` (the Batch API's 24 h completion window plus two
-hours), so a controller killed for good blocks no one for longer than its batch could have run.
+hours). A collect waiting on a shard whose collect is not running takes its work over (reads the
+answers from that shard's batches, providers/batch.py ``_take_over``); :meth:`Claims.holder` tells a
+waiting collect whom it waits for and until when.
 
 Exclusive create is atomic on local file systems and on NFS v3+, so jobs on several hosts sharing the
 cache directory need no lock server.
