@@ -213,6 +213,7 @@ if workflow.is_main_process:
 # ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
 import re as _re
 
+from benchmaker.evaluate.compare import COMPARISON_FILES as EVAL_COMPARISON_FILES
 from benchmaker.evaluate.report import RESULT_FILES as EVAL_RESULT_FILES
 from benchmaker.evaluate.systems import (
     LIVE_KINDS,
@@ -273,7 +274,7 @@ def evaluate_report_inputs(wildcards=None):
     """{"evaluation": leaderboard.csv, "evaluation_files": its siblings} for summary and export when
     systems are configured and evaluate.report is true (the leaderboard then appears in report.html and
     the dataset card). Both read the result files beside the leaderboard (benchmaker.evaluate.report
-    RESULT_FILES, sage/<system>.csv): each is declared, so that a pod is given it too.
+    RESULT_FILES, sage/<system>.csv, the comparison with a baseline): each is declared, so that a pod is given it too.
     """
     if EVAL_SYSTEMS and config["evaluate"]["report"]:
         return {
@@ -283,7 +284,13 @@ def evaluate_report_inputs(wildcards=None):
                 for name in EVAL_RESULT_FILES
                 if name != "leaderboard.csv"
             ]
-            + [f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
+            + [f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES]
+            # the comparison with evaluate.compare.baseline, flagged in the report
+            + (
+                [f"{EVAL}/{name}" for name in EVAL_COMPARISON_FILES]
+                if EVAL_BASELINE
+                else []
+            ),
         }
     return {}
 
@@ -356,6 +363,7 @@ def evaluate_system_triggers(wildcards):
 
 # ---- deepen (rules/deepen.smk, docs/deepen.md): opt-in, after evaluate ----
 from benchmaker.deepen.pairs import deepen_systems
+from benchmaker.deepen.report import RESULT_FILES as DEEPEN_RESULT_FILES
 
 try:
     DEEPEN_SYSTEMS = deepen_systems(config.get("deepen") or {}, EVAL_SYSTEMS)
@@ -366,9 +374,18 @@ DEEPEN = f"{RESULTS}/deepen"
 
 
 def deepen_report_inputs(wildcards=None):
-    """{"deepen": deepen/report.json} for summary and export when deepening is on and deepen.report
+    """{"deepen": deepen/report.json, "deepen_files": its siblings} for summary and export when deepening is on and deepen.report
     is true (the report and the card then show what deepening changed; the dataset gets the deepened
     qrels)."""
     if DEEPEN_ON and config["deepen"]["report"]:
-        return {"deepen": f"{DEEPEN}/report.json"}
+        # the files beside report.json that both copy (benchmaker.deepen.report RESULT_FILES), declared
+        # so that a pod is given them (runner.TRIGGER_ONLY: not passed to the stage)
+        return {
+            "deepen": f"{DEEPEN}/report.json",
+            "deepen_files": [
+                f"{DEEPEN}/{name}"
+                for name in DEEPEN_RESULT_FILES
+                if name != "report.json"
+            ],
+        }
     return {}

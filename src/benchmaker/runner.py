@@ -31,9 +31,10 @@ __all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ON
 # (versions.py); weights (input): local CLIP checkpoint files (rules/common.smk clip_weight_inputs),
 # inputs so that replacing a checkpoint in place reruns the rule, read by the model loader itself
 # triggers (param): the output-deciding part of an API rule's settings (benchmaker.triggers.output_settings)
-# evaluation_files (input): the result files beside the leaderboard (rules/common.smk
-# evaluate_report_inputs), read from the leaderboard's folder: declared so that a pod is given them
-TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers", "evaluation_files"})
+# evaluation_files, deepen_files (inputs): the result files beside evaluate/leaderboard.csv and
+# deepen/report.json (rules/common.smk evaluate_report_inputs, deepen_report_inputs), read from that
+# file's folder: declared so that a pod (and a strict-mode job, benchmaker.strict) is given them
+TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers", "evaluation_files", "deepen_files"})
 # params that a stage writes into its outputs as the user wrote them (the dataset card's config, the
 # audit's settings): never mapped to a pod's local copies of staged files (jobpaths.job_paths)
 RECORDED_PARAMS: frozenset[str] = frozenset({"public_config", "settings"})
