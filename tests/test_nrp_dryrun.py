@@ -762,7 +762,8 @@ def _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_
     assert all(name in board for name in names), board
     # the system with the similarity stage's model ran in a pod without a GPU, from that stage's files
     same = [b["spec"]["template"]["spec"]["containers"][0] for b in fk.jobs.values()
-            if "system=same-clip" in b["spec"]["template"]["spec"]["containers"][0]["args"][1]]
+            if re.search(r"--target-jobs 'evaluate\w*:system=same-clip'",
+                         b["spec"]["template"]["spec"]["containers"][0]["args"][1])]
     assert same and all("--target-jobs 'evaluate_system:" in c["args"][1] for c in same), same
     assert not any("nvidia.com/gpu" in json.dumps(c["resources"]) for c in same), same
     meta = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{base}/evaluate/runs/same-clip.json")["Body"].read())
