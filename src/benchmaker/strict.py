@@ -12,7 +12,8 @@ What it does not cover: paths that a stage gets through its params rather than i
 folder, model folders, the caches and the crash-safe state under ``<results>/.cache``, ``.batches``,
 ``.ledger``, which are shared by design and never published) are read where they are; outputs, logs
 and the run-facts file are written where the rule says. A stage that resolves a symlink
-(``Path.resolve``) sees the real folder again.
+(``Path.resolve``) sees the real folder again. An error about an input names its link in the sandbox
+(``/tmp/benchmaker-strict-<rule>-*/root/<the path as declared>``; relative paths without ``root/``).
 """
 
 from __future__ import annotations
