@@ -14,7 +14,12 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 # the lower bound of the supported range (benchmaker.snakemake_compat.SUPPORTED, pyproject.toml)
 min_version("9.27")
 
-from benchmaker.snakemake_compat import CompatError, check_snakemake, configfiles_given, is_main_process
+from benchmaker.snakemake_compat import (
+    CompatError,
+    check_snakemake,
+    configfiles_given,
+    is_main_process,
+)
 
 try:  # the supported Snakemake, its internals as the workflow uses them: one clear error otherwise
     check_snakemake()

@@ -266,6 +266,20 @@ if STAGING and default_storage_provider(workflow) == "s3":
         raise WorkflowError(str(exc))
 
 
+# A pod that Kubernetes ends (OOMKilled, Evicted, past a deadline) leaves no error line: when the
+# executor reports a failed Job, the controller records what the API says ended its pod beside the
+# pod's log (benchmaker/snakemake_compat.py record_pod_status); the final block names it and the fix.
+if STAGING and not SPAWNED:
+    try:
+        from benchmaker.snakemake_compat import record_pod_status
+
+        record_pod_status()
+    except ImportError:  # no kubernetes executor installed: nothing to record
+        pass
+    except CompatError as exc:
+        raise WorkflowError(str(exc))
+
+
 # One clear error before anything is submitted when the Kubernetes namespace is not usable
 # (missing, no rights, bad credentials) instead of an ApiException traceback at the first Job; and
 # the Jobs a dead controller left behind. Snakemake knows its executor only once it executes (after

@@ -131,7 +131,12 @@ rule evaluate:
         per_query=f"{EVAL}/per_query.csv",
         sage_leaderboard=f"{EVAL}/sage_leaderboard.csv",
         sage=[f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
-        comparison=[f"{EVAL}/comparison.csv"] if EVAL_BASELINE else [],
+        # comparison.csv first (the stage writes the three files beside it: compare.COMPARISON_FILES)
+        comparison=(
+            [f"{EVAL}/{name}" for name in EVAL_COMPARISON_FILES]
+            if EVAL_BASELINE
+            else []
+        ),
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

@@ -3,6 +3,8 @@
 # rules/evaluate.smk; no rules here (Snakemake's lint wants functions apart from rules).
 import re as _re
 
+from benchmaker.evaluate.compare import COMPARISON_FILES as EVAL_COMPARISON_FILES
+from benchmaker.evaluate.report import RESULT_FILES as EVAL_RESULT_FILES
 from benchmaker.evaluate.systems import (
     LIVE_KINDS,
     check_systems,
@@ -59,11 +61,27 @@ def evaluate_uses_gpu(system):
 
 
 def evaluate_report_inputs(wildcards=None):
-    """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
-    evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
+    """{"evaluation": leaderboard.csv, "evaluation_files": its siblings} for summary and export when
+    systems are configured and evaluate.report is true (the leaderboard then appears in report.html and
+    the dataset card). Both read the result files beside the leaderboard (benchmaker.evaluate.report
+    RESULT_FILES, sage/<system>.csv, the comparison with a baseline): each is declared, so that a pod is given it too.
     """
     if EVAL_SYSTEMS and config["evaluate"]["report"]:
-        return {"evaluation": f"{EVAL}/leaderboard.csv"}
+        return {
+            "evaluation": f"{EVAL}/leaderboard.csv",
+            "evaluation_files": [
+                f"{EVAL}/{name}"
+                for name in EVAL_RESULT_FILES
+                if name != "leaderboard.csv"
+            ]
+            + [f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES]
+            # the comparison with evaluate.compare.baseline, flagged in the report
+            + (
+                [f"{EVAL}/{name}" for name in EVAL_COMPARISON_FILES]
+                if EVAL_BASELINE
+                else []
+            ),
+        }
     return {}
 
 

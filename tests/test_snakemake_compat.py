@@ -193,6 +193,31 @@ def test_cluster_jobs_are_marked_incomplete_before_they_are_submitted(monkeypatc
     assert events == ["printed"]
 
 
+def test_a_failed_pods_status_is_recorded_when_the_kubernetes_executor_reports_it(monkeypatch, tmp_path):
+    """The kubernetes executor deletes a failed Job right after reporting it: the patch records what
+    the API says ended its pod first (tests/test_kube_recovery.py reads such records against the fake
+    API), and an API error never stops the report."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_kubernetes import Executor
+
+    monkeypatch.setattr(Executor, "report_job_error", Executor.report_job_error)  # undone after the test
+    reported, recorded = [], []
+    monkeypatch.setattr(Executor, "report_job_error",
+                        lambda self, job_info, msg=None, **kw: reported.append((job_info.external_jobid, msg)))
+    monkeypatch.setattr(compat, "_write_pod_status", lambda ex, job_info: recorded.append(job_info.external_jobid))
+    assert compat.record_pod_status() and compat.record_pod_status()  # idempotent
+    Executor.report_job_error(SimpleNamespace(), SimpleNamespace(external_jobid="snakejob-1"), msg="m")
+    assert recorded == ["snakejob-1"] and reported == [("snakejob-1", "m")]
+
+    def broken(ex, job_info):
+        raise RuntimeError("API down")
+
+    monkeypatch.setattr(compat, "_write_pod_status", broken)
+    Executor.report_job_error(SimpleNamespace(), SimpleNamespace(external_jobid="snakejob-2"))
+    assert reported[-1] == ("snakejob-2", None)
+
+
 def test_the_schedulers_reevaluation_timer_is_released_and_no_other_timer():
     """Snakemake's scheduler arms a non-daemon threading.Timer after each round (the process would
     wait for it at exit); release_scheduler_timers cancels those, and only those."""

@@ -17,6 +17,12 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
   submission returned (``RealExecutor.report_job_submission`` -> ``job.register``); the patch marks
   them before (``RemoteExecutor.run_job_pre``), so that a job submitted by a controller that died
   before it recorded the submission is not trusted either.
+* :func:`record_pod_status` -- snakemake-executor-plugin-kubernetes 0.5.1 reports a failed Job with
+  the pod's log only and deletes the Job right after (``Executor.check_active_jobs`` ->
+  ``report_job_error``); what ended the pod (``OOMKilled``, ``Evicted``, a deadline, the exit code)
+  is then lost. The patch reads the Job's and its pod's status from the API when the error is
+  reported (the Job still exists then) and writes it beside the pod's log as ``<job>.status.json``
+  (benchmaker.podlogs reads it for the run's final block).
 * :func:`explain_config_yaml_errors` -- Snakemake reads config files (``--configfile``, a profile's
   ``configfile:``, the Snakefile's ``configfile:``) in ``snakemake.common.configfile._load_configfile``
   and answers a YAML syntax error with "Config file is not valid JSON or YAML", naming neither the
@@ -67,7 +73,7 @@ from typing import Any, Callable, Sequence
 
 __all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
            "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir",
-           "drop_failed_stage_wrappers", "release_scheduler_timers", "default_storage_provider",
+           "drop_failed_stage_wrappers", "record_pod_status", "release_scheduler_timers", "default_storage_provider",
            "default_storage_prefix",
            "storage_plugin_settings", "is_main_process", "is_spawned_job", "executor_name", "is_dry_run",
            "executor_setting", "configfiles_given", "configfiles_read", "set_job_configfiles"]
@@ -200,6 +206,51 @@ def mark_before_submission() -> bool:
     run_job_pre._benchmaker_mark_first = True
     RemoteExecutor.run_job_pre = run_job_pre
     return True
+
+
+def record_pod_status() -> bool:
+    """When the kubernetes executor reports a failed Job, write what the API says ended its pod
+    (benchmaker.podlogs.pod_status) to ``<aux>/kubernetes-logs/<job>.status.json``, with the rule the
+    Job ran. Never fails the report: an API error leaves the file out. Idempotent; True when in place."""
+    import inspect
+
+    from snakemake_executor_plugin_kubernetes import Executor
+
+    original = Executor.report_job_error
+    if getattr(original, "_benchmaker_pod_status", False):
+        return True
+    if list(inspect.signature(original).parameters)[:3] != ["self", "job_info", "msg"]:
+        raise CompatError("the kubernetes executor's report_job_error changed its shape: check that a failed "
+                          "pod's status still reaches the final block (benchmaker.podlogs)")
+
+    def report_job_error(self, job_info, msg=None, **kwargs):
+        try:
+            _write_pod_status(self, job_info)
+        except Exception:  # noqa: BLE001 - the report itself must go on
+            pass
+        return original(self, job_info, msg, **kwargs)
+
+    report_job_error._benchmaker_pod_status = True
+    Executor.report_job_error = report_job_error
+    return True
+
+
+def _write_pod_status(executor: Any, job_info: Any) -> None:
+    import json
+    import re
+
+    from .podlogs import STATUS_SUFFIX, pod_status
+
+    name = job_info.external_jobid
+    api = executor.kubeapi.api_client
+    job = api.sanitize_for_serialization(executor.batchapi.read_namespaced_job_status(name, executor.namespace))
+    pods = executor.kubeapi.list_namespaced_pod(namespace=executor.namespace, label_selector=f"job-name={name}")
+    status = pod_status(job, [api.sanitize_for_serialization(p) for p in pods.items])
+    args = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])])
+                    for c in ((job.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [])
+    m = re.search(r"--target-jobs '?(\w+):", args)
+    status["rule"] = m.group(1) if m else getattr(getattr(job_info, "job", None), "name", None)
+    (executor.log_path / f"{name}{STATUS_SUFFIX}").write_text(json.dumps(status) + "\n", encoding="utf-8")
 
 
 def release_scheduler_timers() -> int:

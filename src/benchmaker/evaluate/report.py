@@ -21,6 +21,7 @@ __all__ = [
     "JUDGE_NOTE",
     "RESULT_FILES",
     "card_markdown",
+    "check_results",
     "copy_results",
     "label_rows",
     "leaderboard_table",
@@ -74,6 +75,25 @@ def leaderboard_table(board: pl.DataFrame) -> pl.DataFrame:
 
 def _read(path: Path) -> pl.DataFrame:
     return pl.read_csv(path) if path.is_file() and path.stat().st_size else pl.DataFrame()
+
+
+def check_results(leaderboard_csv: str | Path) -> None:
+    """Every result file the evaluate rule writes beside the leaderboard is there (RESULT_FILES and a
+    ``sage/<system>.csv`` per system of the sage leaderboard): the report and the dataset show them
+    all, so a missing one is an error naming it, never a report with less. A job that reads them must
+    declare them (rules/common.smk ``evaluate_report_inputs``): a pod has only what it declares."""
+    from ..errors import UserError
+
+    folder = Path(leaderboard_csv).parent
+    missing = [f for f in RESULT_FILES if not (folder / f).is_file()]
+    sage = _read(folder / "sage_leaderboard.csv")
+    if sage.height and "system" in sage.columns:
+        missing += [f"sage/{name}.csv" for name in sage["system"].unique(maintain_order=True)
+                    if not (folder / "sage" / f"{name}.csv").is_file()]
+    if missing:
+        raise UserError(f"{folder}: {', '.join(missing)} missing beside {Path(leaderboard_csv).name}: the evaluate "
+                        "rule writes them; a job that reads them must declare them as inputs (rules/common.smk "
+                        "evaluate_report_inputs), or rerun the evaluate target")
 
 
 def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
@@ -220,6 +240,7 @@ def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
     """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
     from .compare import compare_section
 
+    check_results(leaderboard_csv)
     sections = [summary_section(leaderboard_csv, out_dir, scale_factor, png)]
     sage = sage_section(leaderboard_csv)
     changes = compare_section(leaderboard_csv, out_dir)  # with evaluate.compare.baseline: regressions flagged
@@ -266,6 +287,7 @@ def copy_results(leaderboard_csv: str | Path, dest: Path) -> list[str]:
     """Copy the result files beside the leaderboard into ``dest`` without their run facts (timings,
     :data:`RUN_FACT_COLUMNS`: the copies are the same bytes for the same benchmark and systems);
     returns the names copied."""
+    check_results(leaderboard_csv)
     src = Path(leaderboard_csv).parent
     dest.mkdir(parents=True, exist_ok=True)
     copied = []

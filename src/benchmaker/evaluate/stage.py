@@ -290,7 +290,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     # evaluate.compare.baseline: this evaluation against the baseline (compare.py); none: no stale comparison
     from .compare import COMPARISON_FILES, compare_with_baseline
 
-    if as_paths(comparison or ()):  # a one-path output list (no baseline: empty)
+    if as_paths(comparison or ()):  # the comparison files, comparison.csv first (no baseline: empty)
         compare_with_baseline(as_paths(baseline), leaderboard_json, as_paths(comparison)[0], s.get("compare"))
     else:
         for f in COMPARISON_FILES:
