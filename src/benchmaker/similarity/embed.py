@@ -195,6 +195,61 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
         yield (*encode(left), [])
 
 
+def _store_chunks(stores, where: list[tuple[int, int, int]], size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(positions, uint8 pixels [k,3,H,W]) in chunks of ``size`` rows of ``where`` (position, store, row),
+    each chunk read from the memory maps while the previous one is encoded (one reader thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(part):
+        pos = np.array([p for p, _, _ in part], dtype=np.int64)
+        pieces, k0 = [], 0
+        while k0 < len(part):  # consecutive runs of one store: one fancy-index read each
+            k1 = k0
+            while k1 < len(part) and part[k1][1] == part[k0][1]:
+                k1 += 1
+            rows = np.array([r for _, _, r in part[k0:k1]], dtype=np.int64)
+            pieces.append(np.asarray(stores[part[k0][1]].pixels[rows]))
+            k0 = k1
+        return pos, np.concatenate(pieces)
+
+    parts = [where[s:s + size] for s in range(0, len(where), size)]
+    with ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(read, parts[0]) if parts else None
+        for j in range(len(parts)):
+            cur = nxt.result()
+            nxt = pool.submit(read, parts[j + 1]) if j + 1 < len(parts) else None
+            yield cur
+
+
+def iter_store_batches(clip, stores, shas: Sequence[str]
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray, list[tuple[int, str, str]]]]:
+    """Encode images from pixel stores (``similarity.pixels``): yields (indices into ``shas``,
+    embeddings float32 [k, d], failures) as :func:`iter_image_batches` does, with no file opened."""
+    import torch
+
+    from .pixels import check_spec, store_rows
+
+    for st in stores:
+        check_spec(clip, st.spec_id, str(st.index_path))
+    where, failed = store_rows(stores, shas)
+    if failed:
+        yield (np.zeros(0, dtype=np.int64), np.zeros((0, clip.embed_dim), np.float32),
+               [(i, r, d) for i, (r, d) in sorted(failed.items())])
+    _, mean, std = _split_preprocess(clip.preprocess)
+    if mean is None:  # pragma: no cover - a transform that does not end in ToTensor + Normalize
+        raise FormatError(f"{clip.model_id}: its transform cannot take stored pixels (no ToTensor + Normalize)")
+    mean_t = torch.tensor(mean, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+    std_t = torch.tensor(std, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+    pin = clip.device.startswith("cuda")
+    for pos, px in _store_chunks(stores, where, clip.encode_batch):
+        t = torch.from_numpy(px)
+        if pin:
+            t = t.pin_memory()
+        # the same operations, in the same order, as the file path (iter_image_batches): the same bits
+        x = t.to(clip.device, non_blocking=True).float().div_(255.0).sub_(mean_t).div_(std_t)
+        yield pos, clip.encode_images(x).numpy().astype(np.float32, copy=False), []
+
+
 # ----------------------------------------------------------------------------------------- images table
 def image_paths(images: pl.DataFrame, image_root: str | os.PathLike | None) -> list[str]:
     """Absolute file path of each image row: ``image_root / image_id`` (or a ``path`` column if present)."""
@@ -210,23 +265,28 @@ def image_paths(images: pl.DataFrame, image_root: str | os.PathLike | None) -> l
 def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLike | None,
                       cache: EmbeddingCache | None, losses: Losses | None, batch_size: int = DEFAULT_BATCH_SIZE,
                       num_workers: int = default("similarity.num_workers"), flush_every: int = 4096, draft: bool = True,
-                      desc: str = "embed images") -> pl.DataFrame:
+                      desc: str = "embed images", stores: Sequence[Any] | None = None) -> pl.DataFrame:
     """Embeddings for the rows of an ``images`` table (canonical names).
 
+    With ``stores`` (``similarity.pixels.PixelStore`` of the images' shards) the pixels come from
+    them and no image file is opened; else the files are decoded here (DataLoader workers).
     Returns ``image_id, sha256, embedding`` (Array(Float32, d), L2-normalised) for every image that has
     an embedding, in input order; every image that could not be decoded is added to ``losses``.
     """
     dim = clip.embed_dim
     emb_dtype = pl.Array(pl.Float32, dim)
     base = images.select("image_id", "sha256").with_columns(
-        pl.Series("__path", image_paths(images, image_root), dtype=pl.String))
+        pl.Series("__path", image_paths(images, image_root) if stores is None else [""] * images.height,
+                  dtype=pl.String))
     shas = base["sha256"].unique(maintain_order=True)
     hit = (cache.lookup(shas) if cache is not None
            else pl.DataFrame(schema={"sha256": pl.String, "embedding": emb_dtype}))
     todo = (base.filter(~pl.col("sha256").is_in(hit["sha256"].implode()))
             .unique("sha256", keep="first", maintain_order=True))
-    log.info("%s: %d images, %d distinct sha256, %d from cache, %d to encode (batch %d, %d workers, %s)",
-             desc, base.height, shas.len(), hit.height, todo.height, batch_size, num_workers, clip.device)
+    log.info("%s: %d images, %d distinct sha256, %d from cache, %d to encode (%s, %s)", desc, base.height,
+             shas.len(), hit.height, todo.height,
+             f"{len(stores)} pixel stores" if stores is not None else f"batch {batch_size}, {num_workers} workers",
+             clip.device)
 
     todo_sha = todo["sha256"].to_list()
     new_sha: list[str] = []
@@ -243,8 +303,10 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
         pending_emb.clear()
 
     with progress(total=len(todo_sha), desc=desc, unit="img", logger=log) as bar:
-        for idx, emb, failed in iter_image_batches(clip, todo["__path"].to_list(), batch_size=batch_size,
-                                                   num_workers=num_workers, draft=draft):
+        batches = (iter_store_batches(clip, stores, todo_sha) if stores is not None else
+                   iter_image_batches(clip, todo["__path"].to_list(), batch_size=batch_size,
+                                      num_workers=num_workers, draft=draft))
+        for idx, emb, failed in batches:
             batch_sha = [todo_sha[i] for i in idx]
             new_sha.extend(batch_sha)
             new_emb.append(emb)
@@ -357,27 +419,43 @@ def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], thre
     return clip, rt
 
 
-def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str, Any],
+def run_images(*, images: str | Sequence[str], embeddings: str, losses: str, model: Mapping[str, Any],
                runtime: Mapping[str, Any] | None = None, cache_dir: str | None = None,
                image_root: str | None = None, columns: Mapping[str, str] | None = None,
-               device: str | None = None, threads: int = 1, clip: Any = None) -> int:
-    """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc).
+               device: str | None = None, threads: int = 1, clip: Any = None,
+               pixels: str | Sequence[str] | None = None, pixel_index: str | Sequence[str] | None = None) -> int:
+    """Stage ``embed_images``: the images of one shard or of a group of shards (``images``: one file
+    or a list) → one embeddings parquet + losses (see module doc).
 
-    ``model`` (model, pretrained, precision) and ``device`` decide the bytes; ``runtime``
-    (batch_size, num_workers) and ``cache_dir`` only the speed. ``clip``: an already loaded model of
-    the same identity (the ``vision`` rule passes its own when it writes the embeddings too, so the
-    shard pays one model load).
+    ``pixels`` / ``pixel_index``: the shards' pixel stores (rule ``decode_images``,
+    ``similarity.pixels``), in the order of ``images``; with them no image file is opened. ``model``
+    (model, pretrained, precision) and ``device`` decide the bytes; ``runtime`` (batch_size,
+    num_workers) and ``cache_dir`` only the speed. ``clip``: an already loaded model of the same
+    identity (the ``vision`` rule passes its own when it writes the embeddings too, so the shard pays
+    one model load).
     """
-    imgs = read_table("images", images, columns=columns)
+    from ..io import as_paths
+
+    files = as_paths(images)
+    imgs = pl.concat([read_table("images", f, columns=columns) for f in files], how="vertical_relaxed")
+    stores = None
+    if pixels is not None:
+        from .pixels import PixelStore
+
+        npys, idxs = as_paths(pixels), as_paths(pixel_index)
+        if len(npys) != len(idxs):
+            raise ValueError(f"{len(npys)} pixel arrays but {len(idxs)} pixel indexes")
+        stores = [PixelStore(a, b) for a, b in zip(npys, idxs)]
     if clip is not None:
         rt = _runtime(runtime)
     else:
         clip, rt = _load_from_params(model, runtime, threads, device, purpose="embed_images")
     cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
     loss = Losses("similarity")
+    name = Path(files[0]).stem if len(files) == 1 else f"{Path(files[0]).stem}-{Path(files[-1]).stem}"
     table = embed_image_table(imgs, clip, image_root=image_root, cache=cache, losses=loss,
                               batch_size=rt["batch_size"], num_workers=rt["num_workers"],
-                              desc=f"embed {Path(images).stem}")
+                              desc=f"embed {name}", stores=stores)
     out = table.with_columns(pl.lit(clip.model_id, pl.String).alias("model_id")).select(
         "image_id", "sha256", "model_id", "embedding")
     n = write_embeddings(out, embeddings, clip=clip, kind="image", columns=columns)
