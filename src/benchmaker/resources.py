@@ -14,7 +14,8 @@ The formulas (docs/performance.md lists them with measured peaks) use only input
 * per-rule factors: how many bytes of memory a byte of input JSONL becomes (polars frames, Python
   objects while validating), measured on the benchmarks in ``benchmarks/``.
 * CLIP jobs add the DataLoader's in-flight batches (``batch x 3 x 224 x 224``, uint8, per worker x
-  prefetch 4, plus the float copy in the main process).
+  prefetch 4, plus the float copy in the main process); ``decode_images`` has no model, and
+  ``embed_images`` no loader (it reads two passes of the pixel store at a time).
 
 No function here reads file contents: sizes only (``os.stat``), so evaluating a request is cheap even
 for a million-image run. Nothing imports torch or Snakemake.
@@ -89,9 +90,9 @@ def input_mb(input: Any, names: Iterable[str] | None = None) -> float:
     return sum(_size(p) for p in files) / MB
 
 
-def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224) -> float:
+def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224, model: bool = True) -> float:
     weights = [p for p in _paths(list(input)) if p.endswith((".safetensors", ".bin", ".pth", ".pt"))]
-    w = sum(_size(p) for p in weights) / MB if weights else NAMED_WEIGHTS_MB
+    w = (sum(_size(p) for p in weights) / MB if weights else NAMED_WEIGHTS_MB) if model else 0.0
     batch = batch_size * 3 * image_px * image_px / MB
     loader = batch * (max(0, num_workers) * 4 + 1) + batch * 4 * 2  # uint8 in flight + float copies
     return TORCH_BASE + 2 * w + loader + (num_workers * 150)  # each forked worker's private pages
@@ -102,7 +103,9 @@ def mem_mb(rule: str, *, batch_size: int = default("similarity.batch_size"),
     """Callable ``(wildcards, input, attempt) -> MB`` for ``resources: mem_mb=``."""
 
     def request(wildcards, input, attempt=1) -> int:
-        if rule in ("embed_images", "vision_clip", "embed_queries"):
+        if rule == "decode_images":  # torch + open_clip's transforms, no model; batches of 64 in flight
+            mb = _clip_mb(input, 64, num_workers, model=False) + 8.0 * input_mb(input, ["images"])
+        elif rule in ("embed_images", "vision_clip", "embed_queries"):
             extra = 8.0 * input_mb(input, ["images"] if rule != "embed_queries" else ["qrels"])
             mb = _clip_mb(input, batch_size, num_workers if rule != "embed_queries" else 0) + extra
         else:
@@ -136,7 +139,7 @@ def runtime(rule: str, *, images_per_s: float = 20.0, start_s: float = 60.0,
     """
 
     def request(wildcards, input, attempt=1) -> int:
-        if rule in ("embed_images", "vision_clip"):
+        if rule in ("embed_images", "vision_clip", "decode_images"):
             n = input_mb(input, ["images"]) * MB / bytes_per_image
             s = start_s + n / images_per_s
         else:
@@ -154,12 +157,15 @@ def disk_mb(rule: str, *, image_bytes_factor: float = 1.0) -> Callable[..., int]
     ``export``: the dataset holds each exported image's bytes once (corpus view, docs/export.md), at
     most the size of the image files listed in images.jsonl, which the job cannot know from sizes
     alone; ``image_bytes_factor`` x the images manifest size x 250 (a ~400 byte JSONL row per image
-    of ~100 KB) is the estimate, plus twice the tables. Others: 3x their inputs.
+    of ~100 KB) is the estimate, plus twice the tables. ``decode_images``: its pixel store, 150 KB per
+    image of ~400 bytes of JSONL (docs/similarity.md, "Pixel store"). Others: 3x their inputs.
     """
 
     def request(wildcards, input) -> int:
         if rule == "export":
             mb = 250.0 * image_bytes_factor * input_mb(input, ["images"]) + 2 * input_mb(input)
+        elif rule == "decode_images":  # the pixel store: 3 x 224 x 224 bytes per image (~400 B of JSONL)
+            mb = input_mb(input, ["images"]) * MB / 400 * 3 * 224 * 224 / MB * 1.1
         else:
             mb = 3 * input_mb(input)
         return int(max(1000, math.ceil(mb / 100.0) * 100))
