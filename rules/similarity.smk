@@ -31,8 +31,9 @@ if not CLIP_SHARED:
             runtime=RES.runtime("decode_images"),
             disk_mb=RES.disk_mb("decode_images"),
         params:
-            # the model's input size, interpolation and resize mode decide the pixels
-            model=similarity_model_params(),
+            # the model's input size, interpolation and resize mode decide the pixels (never the
+            # precision, the device or a checkpoint file's weights)
+            model=pixel_model_params(),
             image_root=IMAGE_ROOT,
             columns=COLUMNS,
             version=stage_version("embed"),
@@ -43,7 +44,8 @@ if not CLIP_SHARED:
         input:
             unpack(similarity_weight_inputs),
             images=lambda wc: expand(
-                f"{RESULTS}/shards/images/{{shard}}.jsonl", shard=EMBED_GROUPS[wc.group]
+                f"{RESULTS}/shards/images/{{shard}}.jsonl",
+                shard=EMBED_GROUPS[wc.group],
             ),
             pixels=lambda wc: expand(
                 f"{RESULTS}/pixels/{{shard}}.npy", shard=EMBED_GROUPS[wc.group]

@@ -4,7 +4,6 @@ the store, and an embedding is the same bits whatever store, grouping or pass po
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -13,7 +12,7 @@ from test_similarity import images_table
 
 from benchmaker.formats import FormatError, write_table
 from benchmaker.losses import read_losses
-from benchmaker.similarity import embed, pixels
+from benchmaker.similarity import decode, embed, pixels
 from benchmaker.similarity.model import load_clip
 
 
@@ -36,7 +35,7 @@ def shards(tmp_path, tiny_corpus, tiny_clip):
 
 def _decode(s, k: int) -> tuple[str, str]:
     npy, idx = s["tmp"] / f"pixels/{k:05d}.npy", s["tmp"] / f"pixels/{k:05d}.parquet"
-    pixels.run_shard(images=str(s["files"][k]), pixels=str(npy), index=str(idx), model=s["model"],
+    decode.run_shard(images=str(s["files"][k]), pixels=str(npy), index=str(idx), model=s["model"],
                      image_root=str(s["corpus"]), threads=1)
     return str(npy), str(idx)
 

@@ -69,7 +69,7 @@ STAGES: dict[str, Stage] = {
                     "judge_collect": "benchmaker.judge.openai:collect"},
                    losses="losses/judge.jsonl", costs="costs/judge.jsonl"),
     "embed": Stage({"embed_images": "benchmaker.similarity.embed:run_images",
-                    "decode_images": "benchmaker.similarity.pixels:run_shard",
+                    "decode_images": "benchmaker.similarity.decode:run_shard",
                     "embed_queries": "benchmaker.similarity.embed:run_queries"}),  # score merges its losses
     "score": Stage({"score": "benchmaker.similarity.score:run"}, losses="losses/similarity.jsonl"),
     "summary": Stage({"summary": "benchmaker.summary.stage:run"}),

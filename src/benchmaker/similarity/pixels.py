@@ -1,8 +1,8 @@
 """The pixel store: each shard's images decoded once, on a CPU job, into the CLIP model's input pixels.
 
-Rule ``decode_images`` (one CPU job per shard) turns every distinct image file of the shard into
-exactly the uint8 pixels that the model sees before normalisation — ``benchmaker.imaging.decode``
-(JPEG draft mode, EXIF orientation, first frame, 16-bit scaled, CMYK via ICC, transparency on
+Rule ``decode_images`` (one CPU job per shard, ``similarity.decode.run_shard``) turns every distinct
+image file of the shard into exactly the uint8 pixels that the model sees before normalisation —
+``benchmaker.imaging.decode`` (JPEG draft mode, EXIF orientation, first frame, 16-bit scaled, CMYK via ICC, transparency on
 white), then open_clip's resize and crop for the model's input size — and writes them to
 
 * ``pixels/{shard}.npy``: uint8 ``[n, 3, H, W]`` (channels first, as the model takes them), a plain
@@ -34,15 +34,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from ..formats import FormatError, read_table
-from ..io import atomic_path
-from ..logs import get_logger, progress
+from ..formats import FormatError
+from ..logs import get_logger
 
-__all__ = ["PixelSpec", "PixelStore", "pixel_spec", "check_spec", "write_store", "run_shard", "PIXELS_FORMAT"]
+__all__ = ["PixelSpec", "PixelStore", "pixel_spec", "check_spec", "store_rows", "PIXELS_FORMAT", "INDEX_SCHEMA"]
 
 log = get_logger("similarity.pixels")
 PIXELS_FORMAT = 1
-_INDEX_SCHEMA = {"sha256": pl.String, "row": pl.Int32, "reason": pl.String, "detail": pl.String}
+INDEX_SCHEMA = {"sha256": pl.String, "row": pl.Int32, "reason": pl.String, "detail": pl.String}
 
 
 @dataclass(frozen=True)
@@ -69,19 +68,6 @@ class PixelSpec:
         h, w = self.size
         return (f"{h}x{w}-{self.interpolation}-{self.resize_mode}-fill{self.fill_color}-{DECODE}"
                 f"-v{PREPROCESS_VERSION}")
-
-    def transform(self):
-        """open_clip's eval transform for this spec, without ToTensor/Normalize (PIL in, PIL out)."""
-        from .embed import _split_preprocess
-        from .model import _open_clip
-
-        oc = _open_clip(hf_text=False, timm_vision=False)
-        tf = oc.transform.image_transform(self.size, is_train=False, resize_mode=self.resize_mode,
-                                          interpolation=self.interpolation, fill_color=self.fill_color)
-        pil_tf, mean, _ = _split_preprocess(tf)
-        if mean is None:  # pragma: no cover - open_clip changed its transform layout
-            raise RuntimeError("open_clip's eval transform no longer ends in ToTensor + Normalize")
-        return pil_tf
 
 
 def _model_configs(model: str, pretrained: str | None) -> tuple[dict, dict]:
@@ -123,65 +109,6 @@ def check_spec(clip, spec_id: str, where: str) -> None:
     if have != spec_id:
         raise FormatError(f"{where}: pixels decoded as {spec_id!r}, but the model {clip.model_id!r} takes "
                           f"{have!r}; rerun decode_images (snakemake --forcerun decode_images)")
-
-
-# ---------------------------------------------------------------------------------------------- write
-def write_store(images: pl.DataFrame, spec: PixelSpec, *, image_root: str | os.PathLike | None,
-                npy: str | os.PathLike, index: str | os.PathLike, workers: int = 0, desc: str = "decode") -> int:
-    """Decode the distinct sha256 of ``images`` (canonical names) into the store files; returns rows."""
-    import torch
-
-    from .embed import ImageFiles, _collate, fit_loader_to_shm, image_paths
-
-    base = images.select("sha256").with_columns(
-        pl.Series("__path", image_paths(images, image_root), dtype=pl.String)).unique(
-        "sha256", keep="first", maintain_order=True)
-    h, w = spec.size
-    draft = (w, h)  # PIL's draft() takes (width, height)
-    ds = ImageFiles(base["__path"].to_list(), spec.transform(), draft, to_uint8=True)
-    batch = 64
-    nw, prefetch = fit_loader_to_shm(max(0, int(workers)), 4, batch * 3 * h * w)
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=False, num_workers=nw,
-                                         collate_fn=_collate, prefetch_factor=prefetch if nw else None)
-    n = base.height
-    reasons: list[str | None] = [None] * n
-    details: list[str | None] = [None] * n
-    decoded = np.zeros(n, dtype=bool)
-    with atomic_path(npy, suffix=".npy.tmp") as tmp:
-        # row i = the i-th distinct sha256 (zeros where it could not be decoded), written as decoded:
-        # memory holds a few batches, never the shard
-        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, 3, h, w))
-        with progress(total=n, desc=desc, unit="img", logger=log) as bar:
-            for idx, pixels, failed in loader:
-                for i, reason, detail in failed:
-                    reasons[i], details[i] = reason, detail
-                if pixels is not None:
-                    at = idx.numpy()
-                    arr[at] = pixels.numpy()
-                    decoded[at] = True
-                bar.update(len(idx) + len(failed))
-        arr.flush()
-        del arr
-    k = int(decoded.sum())
-    table = pl.DataFrame({"sha256": base["sha256"],
-                          "row": pl.Series([i if ok else None for i, ok in enumerate(decoded)], dtype=pl.Int32),
-                          "reason": reasons, "detail": details}, schema=_INDEX_SCHEMA)
-    meta = {"benchmaker.kind": "pixels", "benchmaker.format": str(PIXELS_FORMAT), "benchmaker.pixels": spec.id}
-    with atomic_path(index, suffix=".parquet.tmp") as tmp:
-        table.write_parquet(tmp, compression="zstd", metadata=meta)
-    log.info("%s: %d distinct images, %d decoded (%s, %.1f MB), %d failed", desc, n, k, spec.id,
-             k * 3 * h * w / 1e6, n - k)
-    return k
-
-
-def run_shard(*, images: str, pixels: str, index: str, model: Mapping[str, Any], image_root: str | None = None,
-              columns: Mapping[str, str] | None = None, threads: int = 1) -> int:
-    """Stage ``decode_images``: one shard's image files → its pixel store (see module doc)."""
-    imgs = read_table("images", images, columns=columns)
-    spec = pixel_spec(model["model"], model.get("pretrained"))
-    # the main process writes rows; the others decode (one process decodes alone)
-    return write_store(imgs, spec, image_root=image_root, npy=pixels, index=index,
-                       workers=max(0, int(threads) - 1) if threads > 1 else 0, desc=f"decode {Path(images).stem}")
 
 
 # ----------------------------------------------------------------------------------------------- read
