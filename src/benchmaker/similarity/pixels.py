@@ -2,8 +2,8 @@
 
 Rule ``decode_images`` (one CPU job per shard, ``similarity.decode.run_shard``) turns every distinct
 image file of the shard into exactly the uint8 pixels that the model sees before normalisation —
-``benchmaker.imaging.decode`` (JPEG draft mode, EXIF orientation, first frame, 16-bit scaled, CMYK via ICC, transparency on
-white), then open_clip's resize and crop for the model's input size — and writes them to
+``benchmaker.imaging.decode`` (JPEG draft mode, EXIF orientation, first frame, 16-bit scaled, CMYK
+via ICC, transparency on white), then open_clip's resize and crop for the model's input size — and writes them to
 
 * ``pixels/{shard}.npy``: uint8 ``[n, 3, H, W]`` (channels first, as the model takes them), a plain
   NumPy array file, read with memory maps (``np.load(mmap_mode="r")``); row i is the i-th distinct
