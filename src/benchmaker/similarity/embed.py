@@ -1,12 +1,16 @@
 """Image and text embedding: the ``embed_images`` and ``embed_queries`` stages.
 
-Images are decoded by a torch ``DataLoader`` whose worker processes open each file with PIL (JPEG
-*draft mode* lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the image is much larger than the model
-input), apply EXIF orientation, convert to RGB and run open_clip's resize/crop; they hand **uint8**
-tensors to the main process, which converts to float, normalises on the device (bit-identical to
-open_clip's ``ToTensor`` + ``Normalize``) and encodes whole batches under fp16/bf16 autocast on GPU.
+The ``embed_images`` rule reads its shards' **pixel stores** (rule ``decode_images``,
+``similarity.pixels``): no file is opened there; the rows to encode are read from memory maps one
+pass ahead of the model (:func:`iter_store_batches`). Without stores (the clip vision adapter, the
+evaluate clip systems, the shared vision job) images are decoded by a torch ``DataLoader`` whose
+worker processes open each file with PIL (JPEG *draft mode* lets libjpeg decode at 1/2, 1/4 or 1/8
+scale when the image is much larger than the model input), apply EXIF orientation, convert to RGB
+and run open_clip's resize/crop; they hand **uint8** tensors to the main process. Either way the
+main process converts to float, normalises on the device (bit-identical to open_clip's
+``ToTensor`` + ``Normalize``) and encodes fixed-size passes under fp16/bf16 autocast on GPU.
 Images whose sha256 is already in the embedding cache are never decoded nor encoded; each distinct
-sha256 is encoded once per shard; new embeddings are added to the cache every ``flush_every`` images,
+sha256 is encoded once per job; new embeddings are added to the cache every ``flush_every`` images,
 so an interrupted job resumes where it stopped.
 
 Output formats are in docs/similarity.md. torch is imported lazily (only inside functions).
@@ -320,7 +324,7 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
         flush()
     if todo_sha:
         dt = time.perf_counter() - t0
-        log.info("%s: encoded %d images in %.1f s (%.1f img/s), %d failed", desc, len(new_sha), dt,
+        log.info("%s: encoded %d images in %.2f s (%.1f img/s), %d failed", desc, len(new_sha), dt,
                  len(todo_sha) / max(dt, 1e-9), len(failed_sha))
     fresh = pl.DataFrame({
         "sha256": pl.Series(new_sha, dtype=pl.String),
@@ -475,7 +479,9 @@ def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtim
         raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
     queries = queries.sort("query_id")
     clip, _ = _load_from_params(model, runtime, threads, device, purpose="embed_queries")
+    t0 = time.perf_counter()
     emb, truncated = clip.encode_texts(queries["query_text"].to_list())
+    log.info("embed_queries: encoded %d texts in %.2f s", queries.height, time.perf_counter() - t0)
     n_trunc = sum(truncated)
     if n_trunc:
         log.warning("embed_queries: %d of %d query texts are longer than the model context (%d tokens) and "
