@@ -71,6 +71,8 @@ if not CLIP_SHARED:
             # no decoding workers: two passes of pixels in flight (the CUDA pass is 256 rows)
             mem_mb=RES.mem_mb("embed_images", batch_size=512, num_workers=0),
             runtime=RES.runtime("embed_images"),
+            # a pod downloads its group's pixel stores (NRP: no shared file system)
+            disk_mb=RES.disk_mb("embed_images"),
         params:
             model=similarity_model_params(),
             device=config["similarity"]["device"],

@@ -158,7 +158,8 @@ def disk_mb(rule: str, *, image_bytes_factor: float = 1.0) -> Callable[..., int]
     most the size of the image files listed in images.jsonl, which the job cannot know from sizes
     alone; ``image_bytes_factor`` x the images manifest size x 250 (a ~400 byte JSONL row per image
     of ~100 KB) is the estimate, plus twice the tables. ``decode_images``: its pixel store, 150 KB per
-    image of ~400 bytes of JSONL (docs/similarity.md, "Pixel store"). Others: 3x their inputs.
+    image of ~400 bytes of JSONL (docs/similarity.md, "Pixel store"); ``embed_images``: its inputs (the
+    pixel stores of its group) plus 20 %. Others: 3x their inputs.
     """
 
     def request(wildcards, input) -> int:
@@ -166,6 +167,8 @@ def disk_mb(rule: str, *, image_bytes_factor: float = 1.0) -> Callable[..., int]
             mb = 250.0 * image_bytes_factor * input_mb(input, ["images"]) + 2 * input_mb(input)
         elif rule == "decode_images":  # the pixel store: 3 x 224 x 224 bytes per image (~400 B of JSONL)
             mb = input_mb(input, ["images"]) * MB / 400 * 3 * 224 * 224 / MB * 1.1
+        elif rule == "embed_images":  # its group's pixel stores (a pod downloads them) + the outputs
+            mb = 1.2 * input_mb(input)
         else:
             mb = 3 * input_mb(input)
         return int(max(1000, math.ceil(mb / 100.0) * 100))
