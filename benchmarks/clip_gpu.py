@@ -165,7 +165,10 @@ def rules_end_to_end(clip, model: dict, root: Path, paths, shards: int, procs: i
     jobs = [(t, str(work / f"pixels/{k:05d}.npy"), str(work / f"pixels/{k:05d}.parquet"), model, str(root))
             for k, t in enumerate(tables)]
     t = time.perf_counter()
-    with ProcessPoolExecutor(max(1, procs)) as pool:
+    import multiprocessing
+
+    # spawned, not forked: a fork of this process (torch's thread pools running) can hang in the child
+    with ProcessPoolExecutor(max(1, procs), mp_context=multiprocessing.get_context("spawn")) as pool:
         decode_cpu = sum(pool.map(_decode_shard, jobs))
     decode_wall = time.perf_counter() - t
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
