@@ -16,7 +16,8 @@ from benchmaker.snakemake_compat import (
 )
 
 from benchmaker.config import ConfigError, validate_config, results_dir
-from benchmaker.sharding import shard_names
+from benchmaker.config_paths import looks_like_path
+from benchmaker.sharding import shard_groups, shard_names
 from benchmaker.versions import stage_version
 
 # which settings are rerun triggers: the schema's `x-runtime: true` marker (benchmaker/triggers.py);
@@ -109,6 +110,16 @@ def similarity_model_params():
     """Only what changes image embeddings (never column names or the judge)."""
     sim = config["similarity"]
     return {k: sim[k] for k in ("model", "pretrained", "precision")}
+
+
+def pixel_model_params():
+    """What decides decode_images' pixels: the model, and the pretrained tag (a tag may bring its own
+    input size or resize mode; a checkpoint file does not: similarity.pixels.pixel_spec).
+    """
+    sim = config["similarity"]
+    pretrained = sim.get("pretrained")
+    tag = pretrained and not looks_like_path(pretrained)
+    return {"model": sim["model"], "pretrained": pretrained if tag else None}
 
 
 def public_config():

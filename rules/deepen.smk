@@ -73,9 +73,7 @@ if DEEPEN_ON:
             before=f"{EVAL}/leaderboard.csv",
             images=f"{RESULTS}/images.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
-            image_embeddings=expand(
-                f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
-            ),
+            image_embeddings=IMAGE_EMBEDDINGS,
         output:
             deepened=f"{DEEPEN}/qrels.jsonl",
             report_json=f"{DEEPEN}/report.json",

@@ -112,11 +112,7 @@ rule evaluate:
         annotations=f"{RESULTS}/annotations.jsonl",
         runs=[f"{EVAL}/runs/{s['name']}.trec" for s in EVAL_SYSTEMS],
         metas=[f"{EVAL}/runs/{s['name']}.json" for s in EVAL_SYSTEMS],
-        image_embeddings=(
-            expand(f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS)
-            if EVAL_SYSTEMS
-            else []
-        ),
+        image_embeddings=IMAGE_EMBEDDINGS if EVAL_SYSTEMS else [],
         # under a default storage (NRP) the folder the config names, staged (rules/cluster.smk)
         baseline=(
             workflow_input(config["evaluate"]["compare"]["baseline"])

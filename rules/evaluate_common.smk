@@ -118,13 +118,9 @@ def evaluate_system_inputs(wildcards):
     # the similarity stage's embeddings when the system's model is its model (no model in the job);
     # else local weights (staged under --profile nrp: rules/cluster.smk)
     if reuses_similarity_embeddings(s, config["similarity"]):
-        out["image_embeddings"] = expand(
-            f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
-        )
+        out["image_embeddings"] = IMAGE_EMBEDDINGS
         out["query_embeddings"] = f"{RESULTS}/embeddings/queries.parquet"
-        out["embed_losses"] = expand(
-            f"{RESULTS}/losses/embed/{{shard}}.jsonl", shard=SHARDS
-        )
+        out["embed_losses"] = EMBED_LOSSES
     elif s["kind"] == "clip":
         out.update(model_weight_inputs(s))
     return out

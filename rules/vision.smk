@@ -36,6 +36,14 @@ CLIP_SHARED = bool(
         for k in ("model", "pretrained", "precision", "device")
     )
 )
+# embed_images: one model job per group of consecutive shards (similarity.gpu_jobs), each writing one
+# embeddings file and one losses file for its group; with CLIP_SHARED the vision job of each shard
+# writes them, so a group is a shard (benchmaker.sharding.shard_groups)
+EMBED_GROUPS = shard_groups(
+    SHARDS, len(SHARDS) if CLIP_SHARED else config["similarity"]["gpu_jobs"]
+)
+IMAGE_EMBEDDINGS = [f"{RESULTS}/embeddings/images/{g}.parquet" for g in EMBED_GROUPS]
+EMBED_LOSSES = [f"{RESULTS}/losses/embed/{g}.jsonl" for g in EMBED_GROUPS]
 SHARED_OUTPUT = (
     {
         "embeddings": f"{RESULTS}/embeddings/images/{{shard}}.parquet",

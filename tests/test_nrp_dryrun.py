@@ -206,7 +206,8 @@ def test_readme_dry_run_stages_local_inputs(s3_server, checkout, tmp_path, tiny_
         rs = _resources(out, rule)
         assert len(rs) == cfg["n_shards"] and all("gpu=1" in r and "gpu_manufacturer=nvidia" in r
                                                   and "scale=0" in r for r in rs), rs
-    for rule in ("preprocess", "plan", "judge", "embed_queries", "score", "summary", "export", "evaluate_system"):
+    for rule in ("preprocess", "decode_images", "plan", "judge", "embed_queries", "score", "summary", "export",
+                 "evaluate_system"):
         for r in _resources(out, rule):
             assert not re.search(r"\bgpu=", r), (rule, r)
     jobs = {m.group(2): m.group(1) for m in re.finditer(r"rule (\w+):\n(?:    .*\n)*?    wildcards: system=(\S+)", out)}
@@ -464,7 +465,7 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
         by_rule.setdefault(m.group(1), []).append(body)
     n = cfg["n_shards"]
     assert {r: len(b) for r, b in by_rule.items()} == {
-        "preprocess": n, "vision": n, "embed_images": n, "plan": 1, "judge": 1, "embed_queries": 1,
+        "preprocess": n, "vision": n, "decode_images": n, "embed_images": n, "plan": 1, "judge": 1, "embed_queries": 1,
         "score": 1, "summary": 1, "export": 1, "audit_labelling": 1, "audit_report": 1,
     }, sorted(by_rule)
     for rule, bodies in by_rule.items():

@@ -179,7 +179,8 @@ def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_c
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     checked = json.loads(r.stdout.strip().splitlines()[-1])
     expected = {"preprocess", "vision", "vision_build", "vision_submit", "vision_collect", "merge_annotations",
-                "plan", "judge", "judge_build", "judge_submit", "judge_collect", "embed_images", "embed_queries",
+                "plan", "judge", "judge_build", "judge_submit", "judge_collect", "decode_images", "embed_images",
+                "embed_queries",
                 "score", "summary", "export", "upload"}
     assert expected <= set(checked), expected - set(checked)
     for rule in ("judge", "judge_build", "judge_collect"):

@@ -16,7 +16,8 @@ The formulas (docs/performance.md lists them with measured peaks) use only input
   their stage (``memory=`` in :data:`benchmaker.stages.STAGES`, :class:`benchmaker.stages.Memory`);
   :data:`MEMORY` collects them, and :func:`mem_mb` evaluates one for a job.
 * CLIP jobs add the DataLoader's in-flight batches (``batch x 3 x 224 x 224``, uint8, per worker x
-  prefetch 4, plus the float copy in the main process).
+  prefetch 4, plus the float copy in the main process); ``decode_images`` has no model, and
+  ``embed_images`` no loader (it reads two passes of the pixel store at a time).
 
 No function here reads file contents: sizes only (``os.stat``), so evaluating a request is cheap even
 for a million-image run. Nothing imports torch or Snakemake.
@@ -87,9 +88,9 @@ def input_mb(input: Any, names: Iterable[str] | None = None) -> float:
     return sum(_size(p) for p in files) / MB
 
 
-def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224) -> float:
+def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224, model: bool = True) -> float:
     weights = [p for p in _paths(list(input)) if p.endswith((".safetensors", ".bin", ".pth", ".pt"))]
-    w = sum(_size(p) for p in weights) / MB if weights else NAMED_WEIGHTS_MB
+    w = (sum(_size(p) for p in weights) / MB if weights else NAMED_WEIGHTS_MB) if model else 0.0
     batch = batch_size * 3 * image_px * image_px / MB
     loader = batch * (max(0, num_workers) * 4 + 1) + batch * 4 * 2  # uint8 in flight + float copies
     return TORCH_BASE + 2 * w + loader + (num_workers * 150)  # each forked worker's private pages
@@ -107,7 +108,9 @@ def mem_mb(rule: str, *, batch_size: int = default("similarity.batch_size"),
         mb += sum(factor * input_mb(input, [name]) for name, factor in model.per_mb.items())
         mb += sum(factor * max((_size(p) for p in _paths(getattr(input, name, None))), default=0) / MB
                   for name, factor in model.per_largest_mb.items())
-        if model.model is not None:
+        if model.model == "decode":  # torch + open_clip's transforms, no model; batches of 64 in flight
+            mb += _clip_mb(input, 64, num_workers, model=False)
+        elif model.model is not None:
             mb += _clip_mb(input, batch_size, num_workers if model.model == "images" else 0)
         mb = max(MIN_MB, mb) * (1.5 ** (max(1, int(attempt)) - 1))
         return int(math.ceil(mb / 100.0) * 100)
@@ -127,7 +130,7 @@ def runtime(rule: str, *, images_per_s: float = 20.0, start_s: float = 60.0,
     """
 
     def request(wildcards, input, attempt=1) -> int:
-        if MEMORY[rule].model == "images":
+        if MEMORY[rule].model in ("images", "decode"):
             n = input_mb(input, ["images"]) * MB / bytes_per_image
             s = start_s + n / images_per_s
         else:
@@ -145,12 +148,18 @@ def disk_mb(rule: str, *, image_bytes_factor: float = 1.0) -> Callable[..., int]
     ``export``: the dataset holds each exported image's bytes once (corpus view, docs/export.md), at
     most the size of the image files listed in images.jsonl, which the job cannot know from sizes
     alone; ``image_bytes_factor`` x the images manifest size x 250 (a ~400 byte JSONL row per image
-    of ~100 KB) is the estimate, plus twice the tables. Others: 3x their inputs.
+    of ~100 KB) is the estimate, plus twice the tables. ``decode_images``: its pixel store, 150 KB per
+    image of ~400 bytes of JSONL (docs/similarity.md, "Pixel store"); ``embed_images``: its inputs (the
+    pixel stores of its group) plus 20 %. Others: 3x their inputs.
     """
 
     def request(wildcards, input) -> int:
         if rule == "export":
             mb = 250.0 * image_bytes_factor * input_mb(input, ["images"]) + 2 * input_mb(input)
+        elif rule == "decode_images":  # the pixel store: 3 x 224 x 224 bytes per image (~400 B of JSONL)
+            mb = input_mb(input, ["images"]) * MB / 400 * 3 * 224 * 224 / MB * 1.1
+        elif rule == "embed_images":  # its group's pixel stores (a pod downloads them) + the outputs
+            mb = 1.2 * input_mb(input)
         else:
             mb = 3 * input_mb(input)
         return int(max(1000, math.ceil(mb / 100.0) * 100))

@@ -46,7 +46,8 @@ class Memory:
     plus, for each input in ``per_largest_mb``, its factor times its largest file (inputs read one
     file at a time); plus, with ``model``, what running a CLIP model holds: torch, the weights twice
     while loading and the loader's in-flight batches (``"images"``: with the rule's DataLoader
-    workers; ``"texts"``: none). Never less than ``resources.MIN_MB``; 1.5x per retry."""
+    workers; ``"texts"``: none; ``"decode"``: the images' decoding loader with its workers, batches of
+    64, and no weights). Never less than ``resources.MIN_MB``; 1.5x per retry."""
 
     base: int = PY_MB
     per_mb: Mapping[str, float] = field(default_factory=dict)
@@ -117,8 +118,11 @@ STAGES: dict[str, Stage] = {
                    # the plan + the planned images' rows of annotations/images, read in 64 MB blocks
                    memory={"judge": Memory(PY_MB + 400, {"plan": 15.0})}),
     "embed": Stage({"embed_images": "benchmaker.similarity.embed:run_images",
+                    "decode_images": "benchmaker.similarity.decode:run_shard",
                     "embed_queries": "benchmaker.similarity.embed:run_queries"},  # score merges its losses
-                   memory={"embed_images": Memory(0, {"images": 8.0}, model="images"),
+                   # decode_images: the image decoding loader (batches of 64 in flight), no model
+                   memory={"decode_images": Memory(0, {"images": 8.0}, model="decode"),
+                           "embed_images": Memory(0, {"images": 8.0}, model="images"),
                            "embed_queries": Memory(0, {"qrels": 8.0}, model="texts")},
                    gpu={"embed_images": True}),
     # the pairs and the query embeddings, and one shard's image embeddings at a time during the gather
