@@ -228,6 +228,11 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 EVAL = f"{RESULTS}/evaluate"
 EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
+# the judge's and the vision annotator's model names: the evaluate rule states which evaluated systems
+# share their family (circularity, benchmaker.families, docs/trust.md)
+from benchmaker.families import pipeline_models
+
+PIPELINE_MODELS = pipeline_models(config)
 
 
 def _evaluate_baseline():
@@ -273,7 +278,11 @@ def evaluate_report_inputs(wildcards=None):
     evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
     """
     if EVAL_SYSTEMS and config["evaluate"]["report"]:
-        return {"evaluation": f"{EVAL}/leaderboard.csv"}
+        # trust: power and circularity, for the "How far to trust this benchmark" block (docs/trust.md)
+        return {
+            "evaluation": f"{EVAL}/leaderboard.csv",
+            "trust": f"{EVAL}/trust.json",
+        }
     return {}
 
 

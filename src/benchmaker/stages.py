@@ -81,7 +81,7 @@ STAGES: dict[str, Stage] = {
                              losses="losses/evaluate/{evaluate_system}.jsonl",
                              costs="costs/evaluate/{evaluate_system}.jsonl", counted_as="evaluate: {evaluate_system}",
                              outside_benchmark=True),
-    "evaluate": Stage({"evaluate": "benchmaker.evaluate.stage:run"}),
+    "evaluate": Stage({"evaluate": "benchmaker.evaluate.trust:run"}),
     "audit_sample": Stage({"audit_sample": "benchmaker.audit.sample:run"}),
     "audit_labelling": Stage({"audit_labelling": "benchmaker.audit.labelling:run"}),
     "audit_report": Stage({"audit_report": "benchmaker.audit.statistics:run"}),
