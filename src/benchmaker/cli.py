@@ -337,6 +337,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_power(add) -> None:
+    from .settings_schema import default
+
     p = add("power", "queries needed to detect a difference between two systems (topic set size design)", cmd_power,
             "How many queries a benchmark needs so that a paired t-test detects a mean difference --delta of a "
             "metric between two systems with the given power, at --alpha corrected over the system pairs "
@@ -354,10 +356,12 @@ def _add_power(add) -> None:
     p.add_argument("--metric", default="ndcg@10", help="the metric (a per_query.csv column)")
     p.add_argument("--scope", default="pool", choices=["pool", "corpus", "condensed"], help="the scope")
     p.add_argument("--systems", type=int, default=2, help="systems to be compared: pairs = systems*(systems-1)/2")
-    p.add_argument("--correction", choices=["holm", "bonferroni", "fdr_bh", "none"], default="holm",
-                   help="the correction over the pairs (as evaluate.correction)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level after correction")
-    p.add_argument("--power", type=float, default=0.8, help="probability of detecting --delta")
+    p.add_argument("--correction", choices=["holm", "bonferroni", "fdr_bh", "none"],
+                   default=default("evaluate.correction"), help="the correction over the pairs (evaluate.correction)")
+    p.add_argument("--alpha", type=float, default=default("evaluate.max_p"),
+                   help="significance level after correction (evaluate.max_p)")
+    p.add_argument("--power", type=float, default=default("evaluate.power.power"),
+                   help="probability of detecting --delta (evaluate.power.power)")
     p.add_argument("--queries", type=int, default=None, help="also: the smallest difference this many queries detect")
     p.add_argument("--json", action="store_true", help="print JSON")
 

@@ -86,7 +86,7 @@ def _corrected(audit: Mapping[str, Any] | None) -> str | None:
         return None
     metric = next((r["metric"] for r in doc["rows"] if r["metric"].startswith("precision@")), doc["rows"][0]["metric"])
     rows = sorted((r for r in doc["rows"] if r["metric"] == metric), key=lambda r: r["rank_corrected"])
-    pct = round(100 * float(doc.get("confidence") or 0.95))
+    pct = round(100 * float(doc["confidence"]))
     parts = [f"{r['system']} {_f(r['corrected'])} [{_f(r['corrected_lo'])}, {_f(r['corrected_hi'])}] "
              f"(judge {_f(r['judge'])})" for r in rows]
     judge_order = " > ".join(r["system"] for r in sorted(rows, key=lambda r: r["rank_judge"]))
