@@ -8,9 +8,9 @@ Per simulated benchmark, per-query metric values of ``--systems`` systems are dr
 a system effect plus independent noise (so the per-query differences of two systems have standard deviation
 ``--sd``):
 
-1. **MDD**: the evaluated runs (systems 0.02 apart) go through
-   :func:`benchmaker.evaluate.power.pair_table` (the evaluate stage's code), which states the MDD of the
-   pair (system 0, system 1) from its per-query differences. A fresh benchmark of the same size is then
+1. **MDD**: from the evaluated runs (systems 0.02 apart), the MDD of the pair (system 0, system 1) is
+   stated as the evaluate stage states it (:func:`benchmaker.evaluate.power.mdd` at the pair's σ_d, the
+   per-pair level α / pairs). A fresh benchmark of the same size is then
    drawn in which system 1 is better than system 0 by exactly that stated MDD and every other system
    equals system 0; every pair is tested as the evaluate stage tests them (paired t-test, scipy's
    ``ttest_rel``; p-values corrected with Holm over all pairs, statsmodels). Detection = the pair is
@@ -26,6 +26,7 @@ Printed: the detection rates (target 0.80 ± 0.05) and the mean stated MDD and q
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import sys
 import time
@@ -35,11 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
 from scipy.stats import ttest_rel  # noqa: E402
 from statsmodels.stats.multitest import multipletests  # noqa: E402
 
-from benchmaker.evaluate.power import pair_alpha, pair_table, queries_needed  # noqa: E402
+from benchmaker.evaluate.power import mdd, pair_alpha, queries_needed  # noqa: E402
 
 
 def draw(rng: np.random.Generator, n: int, means: list[float], sd_diff: float) -> np.ndarray:
@@ -48,11 +48,10 @@ def draw(rng: np.random.Generator, n: int, means: list[float], sd_diff: float) -
     return u + np.asarray(means)[None, :] + rng.normal(0.0, sd_diff / np.sqrt(2), size=(n, len(means)))
 
 
-def per_query(values: np.ndarray) -> pl.DataFrame:
-    n, k = values.shape
-    return pl.DataFrame({"query_id": [f"q{i:05d}" for i in range(n)] * k,
-                         "system": [f"s{j}" for j in range(k) for _ in range(n)],
-                         "scope": ["pool"] * (n * k), "ndcg@10": values.T.reshape(-1)})
+def sd_diffs(values: np.ndarray) -> np.ndarray:
+    """σ_d of every system pair (ddof 1), as ``pair_table`` measures it from ``per_query.csv``."""
+    k = values.shape[1]
+    return np.asarray([np.std(values[:, b] - values[:, a], ddof=1) for a, b in itertools.combinations(range(k), 2)])
 
 
 def detected(values: np.ndarray, alpha: float) -> bool:
@@ -60,7 +59,10 @@ def detected(values: np.ndarray, alpha: float) -> bool:
     k = values.shape[1]
     pairs = list(itertools.combinations(range(k), 2))
     p = [ttest_rel(values[:, b], values[:, a]).pvalue for a, b in pairs]
+    # statsmodels' holm runs gc.collect() on every call; frozen objects are not scanned (as evaluate.metrics)
+    gc.freeze()
     adj = multipletests(p, alpha=alpha, method="holm")[1]
+    gc.unfreeze()
     i = pairs.index((0, 1))
     return bool(adj[i] <= alpha and values[:, 1].mean() > values[:, 0].mean())
 
@@ -82,13 +84,11 @@ def main() -> None:
     a_pair = pair_alpha(a.alpha, k * (k - 1) // 2, "holm")
     for _ in range(a.benchmarks):
         evaluated = draw(rng, a.queries, [0.02 * j for j in range(k)], a.sd)
-        table = pair_table(per_query(evaluated), alpha=a.alpha, correction="holm")
-        stated = float(table.filter((pl.col("system_a") == "s0") & (pl.col("system_b") == "s1"))["mdd"][0])
+        stated = mdd(float(sd_diffs(evaluated)[0]), a.queries, alpha=a_pair)  # pair (s0, s1), as power.csv
         mdds.append(stated)
         hits_mdd.append(detected(draw(rng, a.queries, [0.0, stated] + [0.0] * (k - 2), a.sd), a.alpha))
-        pilot = pair_table(per_query(draw(rng, a.pilot, [0.02 * j for j in range(k)], a.sd)), alpha=a.alpha,
-                           correction="holm")
-        n = queries_needed(a.delta, float(pilot["sd_diff"].median()), alpha=a_pair)
+        pilot = draw(rng, a.pilot, [0.02 * j for j in range(k)], a.sd)
+        n = queries_needed(a.delta, float(np.median(sd_diffs(pilot))), alpha=a_pair)
         needs.append(n)
         hits_n.append(detected(draw(rng, n, [0.0, a.delta] + [0.0] * (k - 2), a.sd), a.alpha))
     print(f"{a.benchmarks} simulated benchmarks: {a.queries} queries, {k} systems ({k * (k - 1) // 2} pairs, Holm, "

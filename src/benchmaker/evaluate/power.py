@@ -20,6 +20,7 @@ the range over pairs), from a pilot's ``per_query.csv``, or from an earlier benc
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -52,18 +53,23 @@ def pair_alpha(alpha: float, pairs: int, correction: str) -> float:
     return float(alpha) / int(pairs)
 
 
+@functools.lru_cache(maxsize=1024)
+def _effect_size(n: int, alpha: float, power: float) -> float:
+    """The standardised difference (Δ / σ_d) a two-sided paired t-test on ``n`` queries detects."""
+    from statsmodels.stats.power import TTestPower
+
+    return float(TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power,
+                                          alternative="two-sided"))
+
+
 def mdd(sd: float, n: int, *, alpha: float, power: float = default("evaluate.power.power")) -> float | None:
     """The smallest mean difference a two-sided paired t-test on ``n`` queries detects with ``power`` at
     level ``alpha`` when the per-query differences have standard deviation ``sd`` (None below 2 queries)."""
-    from statsmodels.stats.power import TTestPower
-
     if n < 2 or not math.isfinite(sd):
         return None
     if sd == 0:
         return 0.0
-    d = TTestPower().solve_power(effect_size=None, nobs=int(n), alpha=float(alpha), power=float(power),
-                                 alternative="two-sided")
-    return float(d) * float(sd)
+    return _effect_size(int(n), float(alpha), float(power)) * float(sd)
 
 
 def queries_needed(delta: float, sd: float, *, alpha: float,

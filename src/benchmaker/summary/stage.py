@@ -244,7 +244,7 @@ def run(
                 extra.extend(deepen_sections(deepen, out))
             _report(out, meta, numbers, tables, fm, extra, audit=audit,
                     outside=stats.outside_note(tables["losses_by_stage"], inp.outside_stages),
-                    first=[_trust_section(trust, audit, deepen, out)])
+                    first=_trust_sections(trust, audit, deepen, out))
         log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
                  numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
         return numbers
@@ -268,8 +268,8 @@ def _reused(n: dict[str, Any]) -> str:
     return f"{sum(v['queries'] for v in rows)} ({sum(v['pairs'] for v in rows)} pairs)"
 
 
-def _trust_section(trust: str | None, audit: str | None, deepen: str | None, out: Path) -> Section:
-    """The report's opening "How far to trust this benchmark" section (docs/trust.md), trust.json copied."""
+def _trust_sections(trust: str | None, audit: str | None, deepen: str | None, out: Path) -> list[Section]:
+    """The report's opening "How far to trust this benchmark" sections (docs/trust.md), trust.json copied."""
     from .trust import copy_trust, summary_section
 
     copy_trust(trust, out / "evaluate")

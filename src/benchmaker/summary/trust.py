@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TITLE", "card_markdown", "copy_trust", "summary_section", "trust_items"]
+import polars as pl
+
+__all__ = ["TITLE", "card_markdown", "copy_trust", "summary_section", "tables", "trust_items"]
 
 TITLE = "How far to trust this benchmark"
 DOCS = "benchmaker docs/trust.md"
@@ -49,12 +51,12 @@ def _power(trust: Mapping[str, Any] | None) -> str:
     row = pool[0] if pool else row
     if row is None:
         return "**Power**: no metric had per-query differences to measure."
-    need = "; ".join(f"{d} would need {n} queries" for d, n in row["queries_needed"].items())
+    need = "; ".join(f"a difference of {d} needs {n} queries" for d, n in row["queries_needed"].items())
     return (f"**Power**: with {row['queries']} queries and {row['systems']} systems ({row['pairs_compared']} pairs "
             f"compared, {p['correction']}-corrected, α {p['alpha']} → {row['alpha_pair']:.4g} per pair), "
             f"differences in {row['metric']} ({row['scope']} scope) below **{_f(row['mdd'])}** are not reliably "
             f"detected (power {p['power']}; {_f(row['mdd_min'])}–{_f(row['mdd_max'])} over the system pairs, "
-            f"σ_d {_f(row['sd_diff_median'])}). To detect a difference of {need} (`benchmaker power`).")
+            f"σ_d {_f(row['sd_diff_median'])}). At this σ_d, {need} (`benchmaker power`).")
 
 
 def _agreement(audit: Mapping[str, Any] | None) -> str:
@@ -158,19 +160,52 @@ def trust_items(trust: str | Path | None, audit: str | Path | None, deepen: str 
     return items
 
 
+def tables(trust: str | Path | None, audit: str | Path | None) -> list[tuple[str, pl.DataFrame]]:
+    """The block's tables: the power of every headline metric and scope, every system's human-corrected
+    scores, every system under both judges (each only when there is something to show)."""
+    t, a = _load(trust), _load(audit)
+    out = []
+    rows = ((t or {}).get("power") or {}).get("rows") or []
+    if rows:
+        out.append(("Power by metric", pl.DataFrame([{
+            "metric": r["metric"], "scope": r["scope"], "queries": r["queries"], "pairs": r["pairs_compared"],
+            "alpha per pair": round(r["alpha_pair"], 5), "MDD (median pair)": r["mdd"],
+            "MDD range": f"{_f(r['mdd_min'])}–{_f(r['mdd_max'])}",
+            **{f"queries for {d}": n for d, n in r["queries_needed"].items()}} for r in rows])))
+    corr = ((a or {}).get("corrected") or {}).get("rows") or []
+    if corr:
+        out.append(("Human-corrected scores", pl.DataFrame([{
+            "system": r["system"], "metric": r["metric"], "judge": r["judge"], "corrected": r["corrected"],
+            "interval": f"{_f(r['corrected_lo'])}–{_f(r['corrected_hi'])}",
+            "people only": f"{_f(r['human_only_lo'])}–{_f(r['human_only_hi'])}",
+            "rank (judge → corrected)": f"{r['rank_judge']} → {r['rank_corrected']}"} for r in corr])
+            .with_columns(pl.col(pl.Float64).round(4))))
+    judges = ((a or {}).get("judges") or {}).get("rows") or []
+    if judges:
+        out.append(("Systems under both judges", pl.DataFrame(judges).select(
+            "system", "metric", "judge", "judge2").with_columns(pl.col(pl.Float64).round(4))))
+    return out
+
+
 def card_markdown(trust: str | Path | None, audit: str | Path | None, deepen: str | Path | None) -> str:
     """The card's block (markdown), placed right after its introduction."""
-    return (f"## {TITLE}\n\n" + "\n".join(f"- {i}" for i in trust_items(trust, audit, deepen))
+    from .report import md_table
+
+    text = (f"## {TITLE}\n\n" + "\n".join(f"- {i}" for i in trust_items(trust, audit, deepen))
             + f"\n\nEach figure and its assumptions: {DOCS}.\n")
+    for title, df in tables(trust, audit):
+        text += f"\n### {title}\n\n" + md_table(df, max_rows=60)
+    return text
 
 
-def summary_section(trust: str | Path | None, audit: str | Path | None, deepen: str | Path | None):
-    """The report's first section."""
+def summary_section(trust: str | Path | None, audit: str | Path | None, deepen: str | Path | None) -> list:
+    """The report's first sections: the block, then its tables."""
     from .report import Section
 
     files = ["evaluate/trust.json"] if trust else []
-    return Section(TITLE, text="\n\n".join(trust_items(trust, audit, deepen)) + f"\n\nEach figure: {DOCS}.",
-                   files=files)
+    out = [Section(TITLE, text="\n\n".join(trust_items(trust, audit, deepen)) + f"\n\nEach figure: {DOCS}.",
+                   files=files)]
+    return out + [Section(f"{TITLE}: {title.lower()}", table=df, max_rows=60) for title, df in tables(trust, audit)]
 
 
 def copy_trust(trust: str | Path | None, dest: Path) -> None:
