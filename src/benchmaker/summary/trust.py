@@ -203,8 +203,9 @@ def summary_section(trust: str | Path | None, audit: str | Path | None, deepen: 
     from .report import Section
 
     files = ["evaluate/trust.json"] if trust else []
-    out = [Section(TITLE, text="\n\n".join(trust_items(trust, audit, deepen)) + f"\n\nEach figure: {DOCS}.",
-                   files=files)]
+    # plain text: the report's HTML shows a section's text as it is (no markdown)
+    text = "\n\n".join(i.replace("**", "") for i in trust_items(trust, audit, deepen))
+    out = [Section(TITLE, text=text + f"\n\nEach figure and its assumptions: {DOCS}.", files=files)]
     return out + [Section(f"{TITLE}: {title.lower()}", table=df, max_rows=60) for title, df in tables(trust, audit)]
 
 
