@@ -34,18 +34,31 @@ def trust_doc(per_query: pl.DataFrame, metas: Sequence[Mapping[str, Any]], *, se
     return {"queries_evaluated": queries, "power": power, "circularity": circ}, table
 
 
-def run(*, trust: str, power: str, models: Mapping[str, str | None] | None = None, **kwargs: Any) -> dict:
-    """Stage ``evaluate`` (:func:`benchmaker.evaluate.stage.run`), then ``trust.json`` and ``power.csv``."""
+def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str = (), metas: Sequence[str] | str = (),
+        image_embeddings: Sequence[str] | str = (), leaderboard_csv: str, leaderboard_json: str, drilldown: str,
+        significance_csv: str, per_query: str, trust: str, power: str, settings: Mapping[str, Any] | None = None,
+        facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
+        models: Mapping[str, str | None] | None = None, numba_cache_dir: str | None = None,
+        version: str | None = None, threads: int = 1, sage_leaderboard: str | None = None,
+        sage: Sequence[str] | str = (), baseline: Sequence[str] | str = (),
+        comparison: Sequence[str] | str | None = None) -> dict:
+    """Stage ``evaluate`` (:func:`benchmaker.evaluate.stage.run`, the same arguments), then ``trust`` (trust.json)
+    and ``power`` (power.csv); ``models``: the judge's and the vision annotator's model names."""
     from .stage import run as evaluate
 
-    doc = evaluate(**kwargs)
-    metas = [json.loads(Path(p).read_text(encoding="utf-8")) for p in as_paths(kwargs.get("metas") or ())]
-    pq_path = Path(kwargs["per_query"])
+    doc = evaluate(qrels=qrels, images=images, annotations=annotations, runs=runs, metas=metas,
+                   image_embeddings=image_embeddings, leaderboard_csv=leaderboard_csv,
+                   leaderboard_json=leaderboard_json, drilldown=drilldown, significance_csv=significance_csv,
+                   per_query=per_query, settings=settings, facets=facets, columns=columns,
+                   numba_cache_dir=numba_cache_dir, version=version, threads=threads,
+                   sage_leaderboard=sage_leaderboard, sage=sage, baseline=baseline, comparison=comparison)
+    meta_docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in as_paths(metas)]
+    pq_path = Path(per_query)
     pq = pl.read_csv(pq_path, infer_schema_length=None) if pq_path.stat().st_size else pl.DataFrame()
     if pq.height and "query_id" in pq.columns:
         pq = pq.with_columns(pl.col("query_id").cast(pl.String))
-    out, table = trust_doc(pq, sorted(metas, key=lambda m: m["name"]), settings=kwargs.get("settings"),
-                           models=models, queries=int(doc.get("queries_evaluated") or 0))
+    out, table = trust_doc(pq, sorted(meta_docs, key=lambda m: m["name"]), settings=settings, models=models,
+                           queries=int(doc.get("queries_evaluated") or 0))
     Path(power).parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(power)
     atomic_write_text(trust, json.dumps(out, indent=2, ensure_ascii=False) + "\n")
