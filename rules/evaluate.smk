@@ -133,6 +133,9 @@ rule evaluate:
             if EVAL_BASELINE
             else []
         ),
+        # how far to trust it: power of the comparisons, circularity (benchmaker.evaluate.trust)
+        trust=f"{EVAL}/trust.json",
+        power=f"{EVAL}/power.csv",
     log:
         f"{LOGS}/evaluate.log",
     benchmark:
@@ -149,6 +152,8 @@ rule evaluate:
         },
         facets=FACETS,
         columns=COLUMNS,
+        # the judge's and the vision annotator's models: circularity (benchmaker.families)
+        models=PIPELINE_MODELS,
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),
         version=stage_version("evaluate"),
     script:

@@ -20,6 +20,11 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 EVAL = f"{RESULTS}/evaluate"
 EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
+# the judge's and the vision annotator's model names: the evaluate rule states which evaluated systems
+# share their family (circularity, benchmaker.families, docs/trust.md)
+from benchmaker.families import pipeline_models
+
+PIPELINE_MODELS = pipeline_models(config)
 
 
 def _evaluate_baseline():
@@ -67,8 +72,10 @@ def evaluate_report_inputs(wildcards=None):
     RESULT_FILES, sage/<system>.csv, the comparison with a baseline): each is declared, so that a pod is given it too.
     """
     if EVAL_SYSTEMS and config["evaluate"]["report"]:
+        # trust: power and circularity, for the "How far to trust this benchmark" block (docs/trust.md)
         return {
             "evaluation": f"{EVAL}/leaderboard.csv",
+            "trust": f"{EVAL}/trust.json",
             "evaluation_files": [
                 f"{EVAL}/{name}"
                 for name in EVAL_RESULT_FILES

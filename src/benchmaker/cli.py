@@ -14,6 +14,9 @@
                                                paired tests, regressions (exit 1 with --fail-on-regression)
     benchmaker keep-evaluation RESULTS HISTORY [--tag T]
                                                keep an evaluation in a history folder, to compare with later
+    benchmaker power --delta D (--from PATH | --sd S) [--systems N]
+                                               queries needed to detect a difference D between two systems
+                                               (σ_d from this benchmark, a pilot or an earlier one)
 
 Several CONFIG files are merged left to right exactly as `snakemake --configfile A B` merges them.
 Exit status: 0 success (also: nothing to do or list), 1 failure (invalid config, failed check, API or
@@ -364,7 +367,68 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trec-run", default=None, metavar="FILE",
                    help="also write mteb's ranking as a TREC run file (score it with trec_eval and the export's "
                         "trec/qrels.txt: the leaderboard's `exported` scope, unrounded)")
+    _add_power(add)
     return ap
+
+
+def _add_power(add) -> None:
+    from .settings_schema import default
+
+    p = add("power", "queries needed to detect a difference between two systems (topic set size design)", cmd_power,
+            "How many queries a benchmark needs so that a paired t-test detects a mean difference --delta of a "
+            "metric between two systems with the given power, at --alpha corrected over the system pairs "
+            "compared (Bonferroni: alpha / pairs, Holm's first step). The standard deviation of the per-query "
+            "differences comes from --from (this benchmark's or a pilot's results folder or per_query.csv, or an "
+            "earlier benchmark's published hf_dataset folder or evaluate/trust.json: the median over its system "
+            "pairs) or --sd. With --queries N it also prints the smallest difference N queries detect "
+            "(docs/trust.md, \"Power\").")
+    p.add_argument("--delta", type=float, action="append", required=True, metavar="D",
+                   help="the difference of the metric to detect (repeatable), e.g. 0.03 nDCG@10")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from", dest="source", default=None, metavar="PATH",
+                     help="results folder, evaluate/ folder, hf_dataset folder, trust.json or per_query.csv")
+    src.add_argument("--sd", type=float, default=None, help="the per-query standard deviation of the differences")
+    p.add_argument("--metric", default="ndcg@10", help="the metric (a per_query.csv column)")
+    p.add_argument("--scope", default="pool", choices=["pool", "corpus", "condensed"], help="the scope")
+    p.add_argument("--systems", type=int, default=2, help="systems to be compared: pairs = systems*(systems-1)/2")
+    p.add_argument("--correction", choices=["holm", "bonferroni", "fdr_bh", "none"],
+                   default=default("evaluate.correction"), help="the correction over the pairs (evaluate.correction)")
+    p.add_argument("--alpha", type=float, default=default("evaluate.max_p"),
+                   help="significance level after correction (evaluate.max_p)")
+    p.add_argument("--power", type=float, default=default("evaluate.power.power"),
+                   help="probability of detecting --delta (evaluate.power.power)")
+    p.add_argument("--queries", type=int, default=None, help="also: the smallest difference this many queries detect")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def cmd_power(args) -> int:
+    from .errors import UserError
+    from .evaluate.power import mdd, pair_alpha, queries_needed, sd_from
+
+    if args.systems < 2:
+        raise UserError("--systems: a comparison needs at least two systems")
+    if args.sd is not None:
+        sd, n_src, origin = float(args.sd), None, "--sd"
+    else:
+        sd, n_src, origin = sd_from(args.source, metric=args.metric, scope=args.scope)
+    pairs = args.systems * (args.systems - 1) // 2
+    a = pair_alpha(args.alpha, pairs, args.correction)
+    out = {"metric": args.metric, "scope": args.scope, "sd_diff": round(sd, 6), "sd_from": origin,
+           "source_queries": n_src, "systems": args.systems, "pairs": pairs, "alpha": args.alpha, "alpha_pair": a,
+           "power": args.power, "queries_needed": {f"{d:g}": queries_needed(d, sd, alpha=a, power=args.power)
+                                                   for d in args.delta}}
+    if args.queries:
+        out["mdd_at_queries"] = {str(args.queries): mdd(sd, args.queries, alpha=a, power=args.power)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    print(f"{args.metric} ({args.scope}): σ_d {sd:.4f} from {origin}; {args.systems} systems = {pairs} pair(s), "
+          f"alpha {args.alpha} ({args.correction}) -> {a:.4g} per pair, power {args.power}")
+    for d, n in out["queries_needed"].items():
+        print(f"  a difference of {d} needs {n} queries")
+    for n, m in (out.get("mdd_at_queries") or {}).items():
+        print(f"  {n} queries detect differences of {m:.4f} or more")
+    return EXIT_OK
 
 
 def cmd_compare(args) -> int:

@@ -151,7 +151,7 @@ STAGES: dict[str, Stage] = {
                                  "qrels": 8.0, "images": 8.0, "annotations": 8.0, "component_runs": 8.0,
                                  "external": 8.0, "image_embeddings": 3.0, "query_embeddings": 3.0})},
                              gpu={"evaluate_model": True, "evaluate_system": False}),
-    "evaluate": Stage({"evaluate": "benchmaker.evaluate.stage:run"},
+    "evaluate": Stage({"evaluate": "benchmaker.evaluate.trust:run"},
                       memory={"evaluate": Memory(PY_MB + 300, {"qrels": 8.0, "images": 8.0, "annotations": 8.0,
                                                                "runs": 8.0, "image_embeddings": 8.0})}),
     "audit_sample": Stage({"audit_sample": "benchmaker.audit.sample:run"}),

@@ -170,6 +170,7 @@ def run(
     evaluation: str | None = None,
     deepen: str | None = None,
     estimate: str | None = None,
+    trust: str | None = None,
 ) -> dict[str, Any]:
     """``estimate``: the recorded estimate (``benchmaker estimate --record``), shown beside the bill."""
     from ..chart_png import PngProcess
@@ -252,7 +253,8 @@ def run(
 
                 extra.extend(deepen_sections(deepen, out))
             _report(out, meta, numbers, tables, fm, extra, audit=audit,
-                    outside=stats.outside_note(tables["losses_by_stage"], inp.outside_stages))
+                    outside=stats.outside_note(tables["losses_by_stage"], inp.outside_stages),
+                    first=_trust_sections(trust, audit, deepen, out))
         log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
                  numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
         return numbers
@@ -276,9 +278,19 @@ def _reused(n: dict[str, Any]) -> str:
     return f"{sum(v['queries'] for v in rows)} ({sum(v['pairs'] for v in rows)} pairs)"
 
 
+def _trust_sections(trust: str | None, audit: str | None, deepen: str | None, out: Path) -> list[Section]:
+    """The report's opening "How far to trust this benchmark" sections (docs/trust.md), trust.json copied."""
+    from .trust import copy_trust, summary_section
+
+    copy_trust(trust, out / "evaluate")
+    return summary_section(trust, audit, deepen)
+
+
 def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
-            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "") -> None:
-    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note)."""
+            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "",
+            first: Sequence[Section] = ()) -> None:
+    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note);
+    ``first``: sections before the key numbers (the trust block)."""
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
     overview = pl.DataFrame({
@@ -295,6 +307,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
     })
     rk = n["clip_ranking"]
     sections = [
+        *first,
         Section("Key numbers", table=overview, files=["summary.json", "dataset_summary_stats.csv"]),
         Section("Relevance", images=["relevance_overview.png"], table=t["relevance_overview"],
                 files=["relevance_overview.csv"]),
