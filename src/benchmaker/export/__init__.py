@@ -365,7 +365,7 @@ def created_utc() -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def run_facts(*, seconds: float, evaluation: str | None = None) -> dict[str, Any]:
+def run_facts(*, seconds: float, evaluation: str | None = None, deepen: str | None = None) -> dict[str, Any]:
     """What differs between two builds of the same benchmark: when, how long, on what kind of machine
     (no host or user name). Written as run_facts.json, linked from the card."""
     import platform
@@ -380,6 +380,10 @@ def run_facts(*, seconds: float, evaluation: str | None = None) -> dict[str, Any
         from ..evaluate.report import run_facts as evaluate_facts
 
         facts["evaluate"] = evaluate_facts(evaluation)
+    if deepen:  # the evaluation on the deepened qrels (deepen/evaluate/, docs/deepen.md)
+        from ..deepen.report import run_facts as deepen_facts
+
+        facts["deepen_evaluate"] = deepen_facts(deepen)
     return facts
 
 
@@ -539,7 +543,8 @@ def run(
         atomic_write_text(out / "README.md", card)
         hide_paths_in_folder(out, local)   # the copied summary, audit and evaluate files
         atomic_write_text(out / RUN_FACTS, json.dumps(run_facts(seconds=time.perf_counter() - t0,
-                                                                evaluation=evaluation), indent=2) + "\n")
+                                                                evaluation=evaluation, deepen=deepen),
+                                                      indent=2) + "\n")
         leaked = find_secrets(out, secrets)
         if leaked:
             raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")
