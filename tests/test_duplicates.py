@@ -170,3 +170,86 @@ def test_threshold_reruns_merge_images_only(tmp_path, tiny_clip):
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     g = dict(read_table("images", res / "images.jsonl").select("image_id", "duplicate_group").iter_rows())
     assert g[dup["copy"]] == dup["original"] and g[dup["resized"]] == dup["resized"]
+
+
+def test_deepening_counts_a_group_once(tmp_path):
+    """#30 item 4: a corpus with a byte copy and a resized copy of a photo (and a second photo with a
+    cropped copy, a near-duplicate of another kind) that every evaluated system ranks at the top. The
+    planner's pools hold one member per group; deepening (the rules judge, then the merge: deepened
+    qrels, deepen/evaluate, leave-one-out) adds no second member of a group to any query."""
+    from PIL import Image
+
+    from benchmaker.deepen import label
+    from benchmaker.deepen import merge as deepen_merge
+    from benchmaker.deepen.pairs import group_extras, read_group_members
+    from benchmaker.evaluate.runs import write_run
+    from benchmaker.formats import FacetModel
+    from benchmaker.judge import run as judge_run
+    from benchmaker.plan import run as plan_run
+
+    root, dup = _corpus(tmp_path)
+    src = root / "gray" / sorted(p.name for p in (root / "gray").iterdir())[0]
+    with Image.open(src) as im:
+        w, h = im.size
+        im.convert("RGB").crop((1, 1, w - 1, h - 1)).save(root / "dups" / "cropped_gray.jpg", quality=85)
+    out = tmp_path / "out"
+    run(images=str(out / "images.jsonl"), quarantine=str(out / "q.jsonl"), shards=[str(out / "s.jsonl")],
+        image_root=str(root), n_shards=1)
+    images = read_table("images", out / "images.jsonl")
+    groups = read_group_members(str(out / "images.jsonl"))
+    assert groups.height >= 3 and set(dup.values()) <= set(groups["image_id"])
+    fm = FacetModel.from_config(support.TINY_FACETS)
+    write_table(_annotate(images), "annotations", out / "annotations.jsonl", facets=fm)
+    settings = {"core_facets": ["color"], "off_facets": ["color", "shape"], "pos_total": 2, "neutral_total": 0,
+                "neg_total": 1, "neg_hard": 0, "neg_nearmiss": 1, "neg_easy": 0, "num_seeds": 4}
+    p = {k: str(out / f"{k}.jsonl") for k in ("plan", "qrels", "images", "annotations")}
+    plan_run(annotations=p["annotations"], images=p["images"], plan=p["plan"], losses=str(out / "pl.losses"),
+             settings=settings, facets=support.TINY_FACETS, benchmark_name="dup", columns={})
+    judge_run(plan=p["plan"], annotations=p["annotations"], images=p["images"], qrels=p["qrels"],
+              losses=str(out / "j.losses"), adapter="rules", settings={}, facets=support.TINY_FACETS,
+              image_root=str(root), columns={})
+    q = read_table("qrels", p["qrels"])
+    assert group_extras(q, groups) == 0
+    # every system ranks every member of every group first, then the corpus in its own order
+    members = groups.sort("duplicate_group", "image_id")["image_id"].to_list()
+    rest = [i for i in sorted(images["image_id"]) if i not in members]
+    runs = out / "runs"
+    for name, order in (("A", members + rest), ("B", members[::-1] + rest[::-1])):
+        rows = [(qid, i, float(100 - n)) for qid in q["query_id"].unique().sort() for n, i in enumerate(order)]
+        write_run(pl.DataFrame(rows, schema=["query_id", "image_id", "score"], orient="row"),
+                  runs / f"{name}.trec", name)
+        (runs / f"{name}.json").write_text(json.dumps({"name": name, "kind": "trec_run", "scopes": ["pool", "corpus"],
+                                                       "depth": 100, "sees_judge_text": False}))
+    deepen = {"systems": ["A", "B"], "k": 8, "max_pairs": None, "max_usd": None}
+    trecs = [str(runs / f"{n}.trec") for n in ("A", "B")]
+    for name in ("A", "B"):
+        label.run(qrels=p["qrels"], plan=p["plan"], annotations=p["annotations"], images=p["images"], runs=trecs,
+                  system=name, labels=str(out / "labels" / f"{name}.jsonl"), losses=str(out / f"{name}.losses"),
+                  costs=str(out / f"{name}.costs"), adapter="rules", settings={}, deepen=deepen,
+                  facets=support.TINY_FACETS, image_root=str(root), columns={})
+    d = out / "deepen"
+    ev = {f: str(d / "evaluate" / f) for f in ("leaderboard.csv", "leaderboard.json", "drilldown.csv",
+                                                 "significance.csv", "per_query.csv", "sage_leaderboard.csv")}
+    kw = dict(qrels=p["qrels"], labels=[str(out / "labels" / f"{n}.jsonl") for n in ("A", "B")], runs=trecs,
+              metas=[str(runs / f"{n}.json") for n in ("A", "B")], images=p["images"], annotations=p["annotations"],
+              deepened=str(d / "qrels.jsonl"), report_json=str(d / "report.json"), report_csv=str(d / "report.csv"),
+              leave_one_out=str(d / "leave_one_out.csv"), leaderboard_csv=ev["leaderboard.csv"],
+              leaderboard_json=ev["leaderboard.json"], drilldown=ev["drilldown.csv"],
+              significance_csv=ev["significance.csv"], per_query=ev["per_query.csv"],
+              sage_leaderboard=ev["sage_leaderboard.csv"], settings={"k": [5]}, deepen=deepen,
+              facets=support.TINY_FACETS)
+    rep = deepen_merge.run(**kw)
+    deep = read_table("deepened_qrels", d / "qrels.jsonl")
+    assert deep.filter(pl.col("deepened")).height > 0
+    # the systems did bring the copies: without the rule they would have been judged
+    assert rep["duplicate_members_skipped"] > 0 and rep["duplicate_members_in_qrels"] == 0
+    assert group_extras(deep, groups) == 0   # what deepen/evaluate and leave-one-out score
+    # a label for a second member (an older assignment) is refused, never scored twice
+    extra = deep.join(groups, on="image_id").join(
+        groups.rename({"image_id": "copy"}), on="duplicate_group").filter(pl.col("copy") != pl.col("image_id"))
+    lab = read_table("deepen_labels", out / "labels" / "A.jsonl")
+    bad = pl.concat([lab, lab.head(1).with_columns(pl.lit(extra["query_id"][0]).alias("query_id"),
+                                                   pl.lit(extra["copy"][0]).alias("image_id"))])
+    write_table(bad, "deepen_labels", out / "labels" / "A.jsonl")
+    with pytest.raises(ValueError, match="duplicate group already has a member"):
+        deepen_merge.run(**kw)
