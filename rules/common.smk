@@ -273,7 +273,11 @@ def evaluate_report_inputs(wildcards=None):
     evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
     """
     if EVAL_SYSTEMS and config["evaluate"]["report"]:
-        return {"evaluation": f"{EVAL}/leaderboard.csv"}
+        return {
+            "evaluation": f"{EVAL}/leaderboard.csv",
+            # seed leakage per system (benchmaker.evaluate.leakage)
+            "leakage": f"{EVAL}/leakage.json",
+        }
     return {}
 
 

@@ -129,6 +129,8 @@ rule evaluate:
         sage_leaderboard=f"{EVAL}/sage_leaderboard.csv",
         sage=[f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
         comparison=[f"{EVAL}/comparison.csv"] if EVAL_BASELINE else [],
+        # how much the queries favour their seeds (benchmaker.evaluate.leakage, docs/evaluate.md)
+        leakage=f"{EVAL}/leakage.json",
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

@@ -31,6 +31,8 @@ from ..io import atomic_write_text
 from ..logs import get_logger
 from ..settings_schema import filled
 from . import sage as sage_mod
+from .leakage import system_rows as seed_leakage
+from .leakage import write as write_leakage
 from .metrics import (
     difficulty_of,
     diversity,
@@ -120,12 +122,14 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
         numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1,
         sage_leaderboard: str | None = None, sage: Sequence[str] | str = (),
-        baseline: Sequence[str] | str = (), comparison: Sequence[str] | str | None = None) -> dict:
+        baseline: Sequence[str] | str = (), comparison: Sequence[str] | str | None = None,
+        leakage: str | None = None) -> dict:
     """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests.
 
     With ``sage_leaderboard``, also the sage view of every corpus-ranked run (:mod:`.sage`): one
     ``<system>.csv`` per system (the paths in ``sage``, by file stem; default a ``sage/`` folder beside
-    ``sage_leaderboard``) and their means in ``sage_leaderboard``."""
+    ``sage_leaderboard``) and their means in ``sage_leaderboard``. With ``leakage``, the seed leakage
+    of every system in the pool and corpus scopes (:mod:`.leakage`)."""
     set_numba_cache(numba_cache_dir)
     from ..io import as_paths
 
@@ -149,7 +153,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     run_of = {Path(p).stem: p for p in as_paths(runs)}
     if set(run_of) != set(meta_of):
         raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
-    per_query_frames, board_rows, drill_rows, sage_rows = [], [], [], []
+    per_query_frames, board_rows, drill_rows, sage_rows, leak_rows = [], [], [], [], []
     sage_cfg = {"limit": sage_mod.DEFAULT_LIMIT, "score_column": sage_mod.DEFAULT_SCORE_COLUMN,
                 **dict(s.get("sage") or {})}
     sage_path = {Path(p).stem: p for p in as_paths(sage)}
@@ -172,6 +176,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         if "corpus" in meta.get("scopes", []):
             scoped["corpus"] = corpus_view(full, depth)
             scoped["condensed"] = pool_view(scoped["corpus"], q_all)
+        if leakage and queries:
+            leak_rows += [seed_leakage(r, q_all, queries, name, sc) for sc, r in scoped.items() if sc != "condensed"]
         for scope, r in scoped.items():
             if not queries:
                 continue
@@ -183,22 +189,9 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                     pq = pq.join(judged_at(r, q_all, k, queries), on="query_id", how="left")
             pq = pq.with_columns(pl.lit(name).alias("system"), pl.lit(scope).alias("scope"))
             per_query_frames.append(pq)
-            value_cols = [c for c in pq.columns if c not in ("query_id", "system", "scope")]
-            timing = meta.get("timing") or {}
-            board_rows.append({"system": name, "kind": meta["kind"], "scope": scope,
-                               "sees_judge_text": bool(meta.get("sees_judge_text")), "queries": len(queries),
-                               **_mean(pq, value_cols),
-                               "images_per_s": timing.get("images_per_s"),
-                               "query_latency_ms": timing.get("query_latency_ms"),
-                               "seconds": meta.get("seconds"), "cost_usd": meta.get("cost_usd")})
-            # drill-downs: facet values of the seed, query difficulty
-            joined = pq.join(attrs, on="query_id", how="left")
-            dims = [("difficulty", "difficulty")] + [(f"facet:{f}", f) for f in facet_names if f in joined.columns]
-            for dim, col in dims:
-                for (value,), g in joined.group_by(col, maintain_order=True):
-                    drill_rows.append({"system": name, "scope": scope, "dimension": dim,
-                                       "value": "(none)" if value is None else str(value), "queries": g.height,
-                                       **_mean(g, value_cols)})
+            board_row, drills = _board_and_drill_rows(pq, meta, scope, len(queries), attrs, facet_names)
+            board_rows.append(board_row)
+            drill_rows += drills
         if sage_leaderboard and "corpus" in meta.get("scopes", []):
             t_sage = time.perf_counter()
             sage_rows.append(_sage_system(full, q_all, meta, depth, sage_cfg, emb_index, emb, attrs, columns,
@@ -231,7 +224,48 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     for df, path in ((board, leaderboard_csv), (drill, drilldown), (sig_df, significance_csv), (pq_all, per_query)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         df.write_csv(path)
-    doc = {
+    if leakage:
+        write_leakage(leakage, leak_rows, q_all, queries)
+    doc = _leaderboard_doc(metrics=metrics, ks=ks, queries=queries, n_without=n_without, stat_test=stat_test,
+                           correction=correction, max_p=max_p, meta_of=meta_of, board_rows=board_rows,
+                           version=version, qrels=qrels)
+    _finish(doc, s, sage_leaderboard=sage_leaderboard, sage_path=sage_path, sage_cfg=sage_cfg, sage_rows=sage_rows,
+            sage_seconds=sage_seconds, columns=columns, leaderboard_json=leaderboard_json, baseline=baseline,
+            comparison=comparison)
+    log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
+             n_without, leaderboard_csv)
+    return doc
+
+
+def _board_and_drill_rows(pq: pl.DataFrame, meta: Mapping[str, Any], scope: str, n_queries: int,
+                          attrs: pl.DataFrame, facet_names: Sequence[str]) -> tuple[dict, list[dict]]:
+    """The leaderboard row of one system's scope (means of its per-query values ``pq``) and its
+    drill-down rows: per query difficulty and per facet value of the seed."""
+    name = meta["name"]
+    value_cols = [c for c in pq.columns if c not in ("query_id", "system", "scope")]
+    timing = meta.get("timing") or {}
+    board_row = {"system": name, "kind": meta["kind"], "scope": scope,
+                 "sees_judge_text": bool(meta.get("sees_judge_text")), "queries": n_queries,
+                 **_mean(pq, value_cols),
+                 "images_per_s": timing.get("images_per_s"),
+                 "query_latency_ms": timing.get("query_latency_ms"),
+                 "seconds": meta.get("seconds"), "cost_usd": meta.get("cost_usd")}
+    drills = []
+    joined = pq.join(attrs, on="query_id", how="left")
+    dims = [("difficulty", "difficulty")] + [(f"facet:{f}", f) for f in facet_names if f in joined.columns]
+    for dim, col in dims:
+        for (value,), g in joined.group_by(col, maintain_order=True):
+            drills.append({"system": name, "scope": scope, "dimension": dim,
+                           "value": "(none)" if value is None else str(value), "queries": g.height,
+                           **_mean(g, value_cols)})
+    return board_row, drills
+
+
+def _leaderboard_doc(*, metrics: list[str], ks: list[int], queries: list[str], n_without: int, stat_test: str,
+                     correction: str, max_p: float, meta_of: Mapping[str, Any], board_rows: list[dict],
+                     version: str | None, qrels: str) -> dict:
+    """leaderboard.json's document, before the sage view."""
+    return {
         "metrics": metrics + [f"diversity@{k}" for k in ks] + [f"judged@{k}" for k in ks],
         "k": ks, "scopes": list(SCOPES), "queries_evaluated": len(queries), "queries_without_positive": n_without,
         "stat_test": stat_test, "correction": correction, "max_p": max_p,
@@ -243,6 +277,16 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         # the judgments scored against: `benchmaker compare` checks that two evaluations share them
         "qrels_sha256": _qrels_digest(qrels),
     }
+
+
+def _finish(doc: dict, s: Mapping[str, Any], *, sage_leaderboard: str | None, sage_path: dict[str, str],
+            sage_cfg: Mapping[str, Any], sage_rows: list[dict], sage_seconds: float,
+            columns: Mapping[str, str] | None, leaderboard_json: str, baseline: Sequence[str] | str,
+            comparison: Sequence[str] | str | None) -> None:
+    """The sage leaderboard (and the header-only files of systems without a corpus ranking), leaderboard.json,
+    and the comparison with ``evaluate.compare.baseline``."""
+    from ..io import as_paths
+
     if sage_leaderboard:
         for name, p in sage_path.items():  # declared but not corpus-ranked: a header-only file
             log.warning("evaluate: %s has no corpus ranking, so no sage view (%s is left empty)", name, p)
@@ -262,6 +306,3 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     else:
         for f in COMPARISON_FILES:
             (Path(leaderboard_json).parent / f).unlink(missing_ok=True)
-    log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
-             n_without, leaderboard_csv)
-    return doc

@@ -429,6 +429,7 @@ def run(
     audit: str | None = None,
     evaluation: str | None = None,
     deepen: str | None = None,
+    leakage: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     from ..settings_schema import filled
@@ -489,6 +490,10 @@ def run(
 
             copy_results(evaluation, out / "evaluate")
             evaluation_md = card_markdown(evaluation)
+        if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
+            from ..evaluate.leakage import card_markdown as leakage_card
+
+            evaluation_md += leakage_card(leakage, out / "evaluate")
         if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
             from ..deepen.report import card_markdown as deepen_card
             from ..deepen.report import copy_results as deepen_copy
