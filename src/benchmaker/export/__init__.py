@@ -54,7 +54,8 @@ RUN_FACTS = "run_facts.json"
 ROW_GROUP = 100  # rows per parquet row group (what `datasets` uses for image data)
 IMAGE_META = ("license", "doi", "original_dataset_name", "image_url", "mime_type", "width", "height", "sha256")
 ANNOTATION_COLS = ("summary", "tags", "confidence")
-NOT_EXPORTED_IMAGE_COLS = {"file_size", "phash", "image_id", "duplicate_group"}  # group names are image ids
+# group names are image ids; phash and color_signature are the groups' internal signals
+NOT_EXPORTED_IMAGE_COLS = {"file_size", "phash", "color_signature", "image_id", "duplicate_group"}
 
 
 def check_queries(scored: pl.DataFrame) -> list[list[str]]:
