@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from test_evaluate import bench  # noqa: F401  (the fixture)
 
-from benchmaker.evaluate import leakage, stage
+from benchmaker.evaluate import leakage, leakage_view, stage
 from benchmaker.evaluate.runs import write_run
 
 QRELS = [  # (query, image, label, is_seed)
@@ -42,7 +42,7 @@ def test_leakage_worked_by_hand():
     assert row["seed_expected_rank"] == pytest.approx((2 + 1.5 + 2) / 3)
     doc = leakage.document([row], q, queries)
     assert doc["only_seed_relevant"] == 1 and doc["only_seed_relevant_share"] == 0.25
-    assert doc["meets_target"] is False and "ABOVE the aim of at most 10%" in leakage.headline(doc)
+    assert doc["meets_target"] is False and "ABOVE the aim of at most 10%" in leakage_view.headline(doc)
     # ties in score: by image id, as judged@k orders them (a < s1: a is first)
     tie = _frame([("q1", "s1", 1.0), ("q1", "a", 1.0)], ["query_id", "image_id", "score"])
     assert leakage.system_rows(tie, q, ["q1"], "T", "pool")["seed_first"] == 0
@@ -81,9 +81,9 @@ def test_aggregate_writes_it_and_report_and_card_show_it(bench, tmp_path):  # no
     late = rows[("late", "pool")]   # last among n relevant: rank n = 2 * expected - 1
     assert late["seed_mean_rank"] == pytest.approx(2 * late["seed_expected_rank"] - 1)
     assert late["seed_mean_rank"] > late["seed_expected_rank"]
-    sec = leakage.summary_section(d / "leakage.json", tmp_path / "summary")
+    sec = leakage_view.summary_section(d / "leakage.json", tmp_path / "summary")
     assert isinstance(sec, Section) and sec.table.height == 4 and (tmp_path / "summary/evaluate/leakage.json").is_file()
-    md = leakage.card_markdown(d / "leakage.json", tmp_path / "ds" / "evaluate")
+    md = leakage_view.card_markdown(d / "leakage.json", tmp_path / "ds" / "evaluate")
     assert "### Seed leakage" in md and "seedy" in md and "0 of 3 evaluated queries" in md
     assert (tmp_path / "ds" / "evaluate" / "leakage.json").read_bytes() == (d / "leakage.json").read_bytes()
     (d / "bad.json").write_text("{}")

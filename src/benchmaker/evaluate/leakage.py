@@ -18,13 +18,12 @@ aggregate scores anyway (the seeds are the qrels rows with ``is_seed``):
   the seed. The project aims at most :data:`TARGET_SHARE`.
 
 Written as ``evaluate/leakage.json`` (:func:`write`); the summary report and the dataset card show it
-(:func:`summary_section`, :func:`card_markdown`).
+(:mod:`.leakage_view`: kept apart, so that the evaluate stage imports nothing of the report's).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,18 +32,12 @@ import polars as pl
 
 from ..io import atomic_write_text
 
-__all__ = ["FILE", "TARGET_SHARE", "NOTE", "only_seed_relevant", "system_rows", "document", "write", "load", "table",
-           "headline", "summary_section", "card_markdown"]
+__all__ = ["FILE", "TARGET_SHARE", "only_seed_relevant", "system_rows", "document", "write", "load"]
 
 FILE = "leakage.json"
 
 TARGET_SHARE = 0.10  # the share of queries whose only relevant image is the seed this project aims below
-NOTE = ("Seed leakage: each query is written from its seed image, so its words may fit the seed better than the "
-        "other relevant images. \"Seed first\" is the share of queries whose top result is the seed; \"seed rank\" "
-        "is the seed's mean rank among the query's relevant images (1 = above all of them) over the queries with "
-        "another relevant image, beside the rank it would have if it were ranked like any other relevant image "
-        "(\"if no leak\"). A seed rank well below that, or a high seed-first share, means the queries favour their "
-        "seeds (docs/evaluate.md, \"Seed leakage\").")
+
 
 
 def _relevance(qrels: pl.DataFrame, queries: Sequence[str]) -> pl.DataFrame:
@@ -116,51 +109,3 @@ def load(path: str | Path | None) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{path}: not a leakage file (missing {sorted(missing)}); rerun the evaluate rule")
     return doc
-
-
-def table(doc: Mapping[str, Any]) -> pl.DataFrame:
-    """The shown table: one row per system and scope."""
-    rows = [{"system": r["system"], "scope": r["scope"], "queries": r["queries"], "seed first": r["seed_top_share"],
-             "seed rank": r["seed_mean_rank"], "if no leak": r["seed_expected_rank"],
-             "queries ranked": r["rank_queries"]} for r in doc.get("systems") or []]
-    return pl.DataFrame(rows).with_columns(pl.col(pl.Float64).round(3)) if rows else pl.DataFrame({"system": []})
-
-
-def headline(doc: Mapping[str, Any]) -> str:
-    """The benchmark's sentence: the share of queries whose only relevant image is the seed, against the aim."""
-    share, n = doc.get("only_seed_relevant_share"), doc.get("queries_evaluated", 0)
-    if share is None:
-        return "No evaluated query: no leakage figure."
-    aim = float(doc.get("target_share", TARGET_SHARE))
-    verdict = (f"within the aim of at most {aim:.0%}" if share <= aim else
-               f"ABOVE the aim of at most {aim:.0%}: on those queries only the seed can be found, so the scores "
-               "reward finding the seed; raise plan.pos_total (more positives per query) or review the seeds "
-               "whose queries have no other relevant image")
-    return (f"{doc.get('only_seed_relevant', 0)} of {n} evaluated queries ({share:.1%}) have the seed as their only "
-            f"relevant image: {verdict}.")
-
-
-def _copy(path: str | Path, dest_dir: Path) -> None:
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, dest_dir / FILE)
-
-
-def summary_section(path: str | Path, out_dir: Path):
-    """The report's section "Seed leakage"; copies leakage.json to ``out_dir/evaluate``."""
-    from ..summary.report import Section
-
-    doc = load(path)
-    _copy(path, out_dir / "evaluate")
-    return Section("Seed leakage", text=NOTE + " " + headline(doc), table=table(doc), files=[f"evaluate/{FILE}"],
-                   max_rows=60, empty="No evaluated system.")
-
-
-def card_markdown(path: str | Path, dest_dir: Path) -> str:
-    """The card's section "Seed leakage" (markdown); copies leakage.json to ``dest_dir`` (the dataset's
-    evaluate/)."""
-    from ..summary.report import md_table
-
-    doc = load(path)
-    _copy(path, dest_dir)
-    return (f"\n### Seed leakage\n\n{NOTE} {headline(doc)}\n\n" + md_table(table(doc), max_rows=60)
-            + f"\nFile: `evaluate/{FILE}`.\n")

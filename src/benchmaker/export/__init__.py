@@ -492,7 +492,7 @@ def run(
             copy_results(evaluation, out / "evaluate")
             evaluation_md = card_markdown(evaluation)
         if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
-            from ..evaluate.leakage import card_markdown as leakage_card
+            from ..evaluate.leakage_view import card_markdown as leakage_card
 
             evaluation_md += leakage_card(leakage, out / "evaluate")
         if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)

@@ -229,7 +229,7 @@ def run(
 
                 extra.extend(summary_sections(evaluation, out, scale, png))
             if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
-                from ..evaluate.leakage import summary_section as leakage_section
+                from ..evaluate.leakage_view import summary_section as leakage_section
 
                 extra.append(leakage_section(leakage, out))
             # drawn here while the helper renders the charts
