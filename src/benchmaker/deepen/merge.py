@@ -69,7 +69,7 @@ def deepened_qrels(qrels: pl.DataFrame, labels: pl.DataFrame, contributors: pl.D
 
 def _check_one_per_group(qrels: pl.DataFrame, labels: pl.DataFrame, groups: pl.DataFrame) -> None:
     """The deepen labels add no second member of a duplicate group to a query (docs/deepen.md,
-    "Duplicate groups"): labels written by another assignment (an older version of deepen_system, or
+    "Duplicate groups count once"): labels written by another assignment (an older version of deepen_system, or
     images.jsonl regrouped since) are an error naming the fix, never scored twice silently."""
     pairs = pl.concat([qrels.select("query_id", "image_id"), labels.select("query_id", "image_id")])
     extra = group_extras(pairs, groups) - group_extras(qrels.select("query_id", "image_id"), groups)

@@ -6,7 +6,7 @@ labelled (qrels.jsonl) are its *holes*. A pair in the holes of several systems i
 *owned* by the system that ranks it highest (smallest depth; ties: the earlier system in config order)
 and keeps the list of every system whose top ``k`` holds it (``systems``, for leave-one-system-out).
 
-A duplicate group counts once per query (docs/deepen.md, "Duplicate groups"): a hole whose group
+A duplicate group counts once per query (docs/deepen.md, "Duplicate groups count once"): a hole whose group
 (images.jsonl's ``duplicate_group``) already has a judged member for the query is not judged, and of
 several holes of one group only the first in the budget order is.
 
@@ -29,8 +29,7 @@ from ..evaluate.runs import read_run
 from ..logs import get_logger
 
 __all__ = ["ASSIGNED_SCHEMA", "deepen_systems", "system_tops", "assign", "one_per_group", "group_extras",
-           "read_group_members",
-           "cap_by_cost", "run_paths"]
+           "read_group_members", "cap_by_cost", "run_paths"]
 
 log = get_logger("deepen")
 
