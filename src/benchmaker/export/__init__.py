@@ -404,6 +404,57 @@ def _published_summary(summary_dir: Path) -> None:
             p.write_text(re.sub(pattern, "", p.read_text(encoding="utf-8")), encoding="utf-8")
 
 
+def _evaluation_files(out: Path, *, evaluation: str | None, leakage: str | None, deepen: str | None) -> str:
+    """Copy the evaluate, seed leakage and deepening result files into the dataset folder ``out``; the
+    card's sections for them (markdown; "" when none was run)."""
+    md = ""
+    if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
+        from ..evaluate.report import card_markdown, copy_results
+
+        copy_results(evaluation, out / "evaluate")
+        md = card_markdown(evaluation)
+    if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
+        from ..evaluate.leakage_view import card_markdown as leakage_card
+
+        md += leakage_card(leakage, out / "evaluate")
+    if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
+        from ..deepen.report import card_markdown as deepen_card
+        from ..deepen.report import copy_results as deepen_copy
+
+        deepen_copy(deepen, out / "deepen")
+        md += deepen_card(deepen)
+    return md
+
+
+def _metadata(*, meta: Mapping[str, Any], split: str, image_col: str, columns: Mapping[str, str], n: dict,
+              checks: dict, all_losses: pl.DataFrame, quarantine: pl.DataFrame, files: list, config_text: str,
+              annotations: str, scored: str, images: str, similarity: Mapping[str, Any] | None,
+              version: str | None) -> dict[str, Any]:
+    """dataset_metadata.json's document."""
+    import datasets
+    import pyarrow
+
+    return {
+        "benchmark": meta.get("name"), "title": meta.get("title"), "version": meta.get("version"),
+        "smoke_test": bool(meta.get("smoke_test")), "smoke_reason": meta.get("smoke_reason"),
+        "split": split, "image_column": image_col, "columns": {k: columns.get(k, k) for k in
+                                                                (*RENAMABLE, "image")},
+        "counts": n, "checks": checks,
+        "losses": {s: {r: int(c) for r, c in g.group_by("reason").len().sort("reason").iter_rows()}
+                   for (s,), g in all_losses.group_by("stage")},
+        "quarantine": {r: int(c) for r, c in quarantine.group_by("reason").len().sort("reason").iter_rows()},
+        "files": files,
+        "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
+                    "annotations": _sha256(Path(annotations)), "qrels_with_score": _sha256(Path(scored)),
+                    "images": _sha256(Path(images))},
+        "similarity": dict(similarity or {}),
+        "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
+                     "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
+                     "polars": pl.__version__},
+        "run_facts": RUN_FACTS,
+    }
+
+
 def run(
     *,
     images: str,
@@ -485,55 +536,20 @@ def run(
         cv.write_csv(out / "summary" / "config_values.csv")
         shutil.copyfile(annotations, out / "annotations.jsonl")
         ir_views = write_ir_views(rows, out, split)
-        evaluation_md = ""
-        if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
-            from ..evaluate.report import card_markdown, copy_results
-
-            copy_results(evaluation, out / "evaluate")
-            evaluation_md = card_markdown(evaluation)
-        if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
-            from ..evaluate.leakage_view import card_markdown as leakage_card
-
-            evaluation_md += leakage_card(leakage, out / "evaluate")
-        if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
-            from ..deepen.report import card_markdown as deepen_card
-            from ..deepen.report import copy_results as deepen_copy
-
-            deepen_copy(deepen, out / "deepen")
-            evaluation_md += deepen_card(deepen)
+        evaluation_md = _evaluation_files(out, evaluation=evaluation, leakage=leakage, deepen=deepen)
         checks = {**checks, "ir_views": ir_views}
         write_table(all_losses, "losses", out / "losses.jsonl")
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
         atomic_write_text(out / "config.yaml", config_text)
         n = counts(rows)
         sources, examples = card_tables(rows)
-        cost_table = None
-        if inp.costs is not None:
-            from ..summary.stats import cost_summary
+        from ..summary.stats import cost_summary
 
-            cost_table = cost_summary(inp.costs)
-        import datasets
-        import pyarrow
-
-        metadata = {
-            "benchmark": meta.get("name"), "title": meta.get("title"), "version": meta.get("version"),
-            "smoke_test": bool(meta.get("smoke_test")), "smoke_reason": meta.get("smoke_reason"),
-            "split": split, "image_column": image_col, "columns": {k: columns.get(k, k) for k in
-                                                                    (*RENAMABLE, "image")},
-            "counts": n, "checks": checks,
-            "losses": {s: {r: int(c) for r, c in g.group_by("reason").len().sort("reason").iter_rows()}
-                       for (s,), g in all_losses.group_by("stage")},
-            "quarantine": {r: int(c) for r, c in inp.quarantine.group_by("reason").len().sort("reason").iter_rows()},
-            "files": files,
-            "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
-                        "annotations": _sha256(Path(annotations)), "qrels_with_score": _sha256(Path(scored)),
-                        "images": _sha256(Path(images))},
-            "similarity": dict(similarity or {}),
-            "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
-                         "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
-                         "polars": pl.__version__},
-            "run_facts": RUN_FACTS,
-        }
+        cost_table = cost_summary(inp.costs) if inp.costs is not None else None
+        metadata = _metadata(meta=meta, split=split, image_col=image_col, columns=columns, n=n, checks=checks,
+                             all_losses=all_losses, quarantine=inp.quarantine, files=files, config_text=config_text,
+                             annotations=annotations, scored=scored, images=images, similarity=similarity,
+                             version=version)
         atomic_write_text(out / EXPORT_META, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
         card = render_card(meta=meta, features=features, files=files, split=split, counts=n, checks=checks,
                            losses=all_losses, quarantine=inp.quarantine, costs=cost_table, config=cfg_public,
@@ -548,9 +564,8 @@ def run(
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)
         atomic_write_text(out / "README.md", card)
         hide_paths_in_folder(out, local)   # the copied summary, audit and evaluate files
-        atomic_write_text(out / RUN_FACTS, json.dumps(run_facts(seconds=time.perf_counter() - t0,
-                                                                evaluation=evaluation, deepen=deepen),
-                                                      indent=2) + "\n")
+        facts = run_facts(seconds=time.perf_counter() - t0, evaluation=evaluation, deepen=deepen)
+        atomic_write_text(out / RUN_FACTS, json.dumps(facts, indent=2) + "\n")
         leaked = find_secrets(out, secrets)
         if leaked:
             raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")
