@@ -50,7 +50,7 @@ SETTINGS = {
     "off_facets": ["plume_stage", "environment_type", "lighting"],
     "diversity_facets": ["viewpoint"], "diversity_cap": 6,
     "pos_total": 5, "neutral_total": 5, "neg_total": 30, "neg_hard": 15, "neg_nearmiss": 10, "neg_easy": 5,
-    "easy_max_jaccard": 0.1, "max_image_reuse": 3, "phash_max_distance": 6, "random_seed": 42,
+    "easy_max_jaccard": 0.1, "max_image_reuse": 3, "random_seed": 42,
 }
 
 

@@ -136,6 +136,8 @@ rule evaluate:
         # how far to trust it: power of the comparisons, circularity (benchmaker.evaluate.trust)
         trust=f"{EVAL}/trust.json",
         power=f"{EVAL}/power.csv",
+        # how much the queries favour their seeds (benchmaker.evaluate.leakage, docs/evaluate.md)
+        leakage=f"{EVAL}/leakage.json",
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

@@ -76,6 +76,8 @@ def evaluate_report_inputs(wildcards=None):
         return {
             "evaluation": f"{EVAL}/leaderboard.csv",
             "trust": f"{EVAL}/trust.json",
+            # seed leakage per system (benchmaker.evaluate.leakage)
+            "leakage": f"{EVAL}/leakage.json",
             "evaluation_files": [
                 f"{EVAL}/{name}"
                 for name in EVAL_RESULT_FILES

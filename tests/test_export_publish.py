@@ -1,7 +1,7 @@
 """What is published reads the same in every tool, is reproducible and names nothing of the machine.
 
-* Two builds of the same benchmark from different folders (the real workflow) give byte-identical
-  dataset folders except ``run_facts.json``; nothing in them (text files, parquet values and schema
+* Two builds of the same benchmark from different folders (the real workflow, deepening on) give
+  byte-identical dataset folders except ``run_facts.json``; nothing in them (text files, parquet values and schema
   metadata) names a folder, the user or the host that built them.
 * Every run file ranks alike in ranx, pytrec_eval (trec_eval's rules) and the leaderboard.
 * The parquet files carry features metadata that datasets 3.6, 4.x and 5.x read.
@@ -182,7 +182,8 @@ def _build(base: Path, numba: Path) -> Path:
     systems = [{"name": "tiny-clip", "kind": "clip", "model": f"local-dir:{clip}", "device": "cpu",
                 "num_workers": 0}, {"name": "bm25", "kind": "bm25"},
                {"name": "fused", "kind": "hybrid", "systems": ["tiny-clip", "bm25"]}]
-    cfg = support.tiny_config(base, corpus, clip, evaluate={"systems": systems})
+    # deepening on: its published files (deepen/, summary/deepen/) are held to the same bytes
+    cfg = support.tiny_config(base, corpus, clip, evaluate={"systems": systems}, deepen={"enabled": True, "k": 5})
     path = support.write_config(base / "config.yaml", cfg)
     home = base / f"home-{USER}"
     home.mkdir()
@@ -212,6 +213,12 @@ def test_two_builds_same_bytes_but_run_facts(builds):
     # the leaderboard is published without timings; they are in the results folder
     assert "query_latency_ms" not in pl.read_csv(a / "evaluate" / "leaderboard.csv").columns
     assert "query_latency_ms" in pl.read_csv(builds[0] / "evaluate" / "leaderboard.csv").columns
+    # so is the leaderboard on the deepened qrels (and its summary copy): timings in run_facts.json
+    assert {"deepen/evaluate/leaderboard.csv", "summary/deepen/evaluate/leaderboard.csv"} <= set(files_a)
+    for f in ("deepen/evaluate/leaderboard.csv", "summary/deepen/evaluate/leaderboard.csv"):
+        assert "query_latency_ms" not in pl.read_csv(a / f).columns, f
+    assert "query_latency_ms" in pl.read_csv(builds[0] / "deepen" / "evaluate" / "leaderboard.csv").columns
+    assert set(facts["deepen_evaluate"]) >= set(SYSTEMS) and "timing" in facts["deepen_evaluate"]["tiny-clip"]
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ HAND = [
 BASE = {
     "core_facets": ["color"], "off_facets": ["color", "shape"], "diversity_facets": [], "diversity_cap": 6,
     "pos_total": 2, "neutral_total": 1, "neg_total": 5, "neg_hard": 2, "neg_nearmiss": 2, "neg_easy": 1,
-    "easy_max_jaccard": 0.1, "max_image_reuse": 3, "phash_max_distance": 6, "random_seed": 42,
+    "easy_max_jaccard": 0.1, "max_image_reuse": 3, "random_seed": 42,
     "num_seeds": 1, "seeds_per_query": 1,
 }
 
@@ -73,14 +73,20 @@ def ann_frame(rows) -> pl.DataFrame:
     })
 
 
-def img_frame(rows) -> pl.DataFrame:
+def img_frame(rows, threshold: int | None = 6) -> pl.DataFrame:
+    """The images table, with the duplicate groups merge_images would give them at ``threshold``
+    (preprocess.near_duplicate_threshold; one colour signature for all, so the pHash decides)."""
+    from benchmaker.preprocess.duplicates import duplicate_groups
+
     n = len(rows)
-    return pl.DataFrame({
+    df = pl.DataFrame({
         "image_id": [r[0] for r in rows], "image_url": [None] * n, "mime_type": ["image/jpeg"] * n,
         "width": [10] * n, "height": [10] * n, "file_size": [100] * n,
         "sha256": [r[5] for r in rows], "phash": [r[6] for r in rows],
         "license": ["CC0-1.0"] * n, "doi": [None] * n, "original_dataset_name": ["hand"] * n,
     }, schema_overrides={"image_url": pl.String, "doi": pl.String})
+    sig = pl.Series("color_signature", ["800000" * 16 + "20"] * n)
+    return df.with_columns(duplicate_groups(df.with_columns(sig), threshold))
 
 
 def seeds_file(tmp_path: Path, rows: list[dict]) -> str:
@@ -89,10 +95,10 @@ def seeds_file(tmp_path: Path, rows: list[dict]) -> str:
     return str(p)
 
 
-def plan_hand(tmp_path, settings=None, seeds=(["S"],), rows=HAND, losses=None):
+def plan_hand(tmp_path, settings=None, seeds=(["S"],), rows=HAND, losses=None, threshold=6):
     sf = seeds_file(tmp_path, [{"seed_image_ids": list(s)} for s in seeds])
     losses = losses if losses is not None else Losses("plan")
-    return plan_frames(ann_frame(rows), img_frame(rows), FM, {**BASE, **(settings or {})}, "hand", losses,
+    return plan_frames(ann_frame(rows), img_frame(rows, threshold), FM, {**BASE, **(settings or {})}, "hand", losses,
                        seeds_file=sf)
 
 
@@ -142,13 +148,25 @@ def test_shortfall_reported_and_negatives_padded(tmp_path, caplog):
 
 
 def test_near_duplicate_threshold(tmp_path):
-    settings = {"neg_hard": 3, "neg_total": 6}
-    strict = plan_hand(tmp_path, {**settings, "phash_max_distance": 6}).row(0, named=True)
-    loose = plan_hand(tmp_path, {**settings, "phash_max_distance": 1}).row(0, named=True)
+    """The seed guard is the duplicate group (preprocess.near_duplicate_threshold, the one threshold)."""
+    settings = {"neg_hard": 3, "neg_total": 6, "one_per_duplicate_group": False}
+    strict = plan_hand(tmp_path, settings, threshold=6).row(0, named=True)
+    loose = plan_hand(tmp_path, settings, threshold=1).row(0, named=True)
     assert "r7" not in strict["candidate_image_ids"] and "r1" not in strict["candidate_image_ids"]
     # with a 1-bit threshold r7 (2 bits away) is no longer a near duplicate: it ranks after r3 (same J, id)
     assert [c for c, p in pools(loose) if p == "hard"] == ["r6", "r3", "r7"]
     assert "r1" not in loose["candidate_image_ids"]  # exact duplicate whatever the pHash threshold
+    # without duplicate groups (an images table written before them) only the bytes are checked
+    bare = plan_frames(ann_frame(HAND), img_frame(HAND).drop("duplicate_group"), FM, {**BASE, **settings}, "hand",
+                       Losses("plan"), seeds_file=seeds_file(tmp_path, [{"seed_image_ids": ["S"]}])).row(0, named=True)
+    assert "r7" in bare["candidate_image_ids"] and "r1" not in bare["candidate_image_ids"]
+
+
+def test_retired_phash_max_distance_names_the_one_setting():
+    from benchmaker.config import ConfigError, validate_config
+
+    with pytest.raises(ConfigError, match=r"plan.phash_max_distance was retired.*preprocess.near_duplicate_threshold"):
+        validate_config({"plan": {"phash_max_distance": 6}})
 
 
 def test_multi_seed_profile_majority_and_tie(tmp_path):
@@ -208,8 +226,11 @@ def random_rows(n: int, seed: int = 1):
     return rows
 
 
+# one_per_duplicate_group off: the pools' sizes are the quotas' (the rule, tested in test_duplicates.py,
+# would leave a pool one short per removed byte copy of the "h0" group)
 PROPS = {**BASE, "num_seeds": 12, "pos_total": 3, "neutral_total": 2, "neg_total": 8, "neg_hard": 4,
-         "neg_nearmiss": 2, "neg_easy": 2, "max_image_reuse": 2, "diversity_facets": ["shape"], "diversity_cap": 2}
+         "neg_nearmiss": 2, "neg_easy": 2, "max_image_reuse": 2, "diversity_facets": ["shape"], "diversity_cap": 2,
+         "one_per_duplicate_group": False}
 
 
 def sampled(rows, settings=PROPS, shuffle_seed=None, sample_cap=None):

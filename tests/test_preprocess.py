@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import support
@@ -390,6 +391,19 @@ def test_phash_follows_exif_orientation_and_odd_modes(tmp_path):
     assert dist("tagged.jpg", "upright.jpg") <= 8  # same picture once the EXIF rotation is applied (JPEG noise)
     assert dist("tagged.jpg", "plain.tiff") >= 20  # the unrotated picture hashes differently
     assert dist("plain.tiff", "rgba.png") <= 4
+    # the colour signature (the groups' second signal) is taken from the same upright copy: the tagged
+    # picture and the upright one agree, the unrotated one (stripes across, colour cells moved) does not
+    from benchmaker.preprocess.duplicates import color_distance, signatures
+
+    assert df["color_signature"].null_count() == 0
+    lab, spread, _ = signatures(df["color_signature"])
+    pos = {i: n for n, i in enumerate(df["image_id"])}
+
+    def colour(a: str, b: str) -> float:
+        return float(color_distance(lab, spread, np.array([pos[a]]), np.array([pos[b]]))[0])
+
+    assert colour("tagged.jpg", "upright.jpg") < colour("tagged.jpg", "plain.tiff")
+    assert colour("plain.tiff", "rgba.png") <= 1.0
     mimes = dict(zip(df["image_id"], df["mime_type"]))
     assert mimes["palette.gif"] == "image/gif" and mimes["plain.tiff"] == "image/tiff"
 

@@ -33,6 +33,21 @@ __all__ = [
 # Canonical column keys that facet names must not shadow (facets become columns of the dataset).
 from .formats import RESERVED_COLUMNS  # noqa: E402,F401 - re-exported (kept where stages import it)
 
+# keys a release retired: (section, key) -> what to do instead. A config that still sets one fails with
+# that message (never silently ignored, never aliased: one key holds one setting).
+RETIRED_KEYS: dict[tuple[str, str], str] = {
+    ("plan", "phash_max_distance"): (
+        "the near-duplicate threshold is one setting, preprocess.near_duplicate_threshold (default 6): the "
+        "planner keeps every member of a seed's duplicate group (images.jsonl's duplicate_group) out of its "
+        "query's pools; delete plan.phash_max_distance, or move its value to preprocess.near_duplicate_threshold"),
+}
+
+
+def _retired(cfg: Mapping[str, Any]) -> list[str]:
+    """One message per retired key the config still sets."""
+    return [f"{section}.{key} was retired: {fix}" for (section, key), fix in RETIRED_KEYS.items()
+            if isinstance(cfg.get(section), Mapping) and key in cfg[section]]
+
 
 def _path(error) -> str:
     parts = [str(p) for p in error.absolute_path]
@@ -71,6 +86,9 @@ def _schema_ordered(instance: Any, node: dict, schema: dict) -> Any:
 def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = None) -> dict:
     """Validate a config mapping, fill defaults, run cross-key checks. Returns a new dict."""
     cfg = copy.deepcopy(dict(cfg))
+    retired = _retired(cfg)
+    if retired:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(retired))
     schema = load_schema()
     validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _path(e)))

@@ -45,6 +45,7 @@ RESERVED_COLUMNS = {
     "query_id", "query_text", "relevance_label", "tags", "summary", "confidence", "seed_image_ids",
     "candidate_image_ids", "clip_score", "clip_rank", "width", "height", "file_size", "sha256",
     "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant", "duplicate_group",
+    "color_signature",
 }
 
 FORMAT_VERSION = 1
@@ -118,7 +119,9 @@ KINDS: dict[str, Spec] = {
         },
         nullable=frozenset({"image_url", "license", "doi", "phash"}),
         key=("image_id",),
-        optional={"duplicate_group": Str},  # images.jsonl (merge_images); not in the per-shard manifests
+        # duplicate_group: images.jsonl (merge_images), not in the per-shard manifests; color_signature:
+        # written by preprocess (benchmaker.preprocess.inspect.color_signature_of), absent in older files
+        optional={"duplicate_group": Str, "color_signature": Str},
         doc="one row per accepted image; extra metadata.jsonl columns follow",
     ),
     "quarantine": Spec(

@@ -19,7 +19,7 @@ from ..formats import FacetModel, read_table, read_table_where, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from ..settings_schema import filled
-from .pairs import assign, cap_by_cost, deepen_systems, run_paths, system_tops
+from .pairs import assign, cap_by_cost, deepen_systems, read_group_members, run_paths, system_tops
 
 __all__ = ["run", "plan_for", "assigned_pairs", "pair_costs", "estimate_specs", "LABEL_COLUMNS"]
 
@@ -46,10 +46,12 @@ def plan_for(plan: pl.DataFrame, pairs: pl.DataFrame, qrels: pl.DataFrame) -> pl
     return out.cast({"candidates": plan.schema["candidates"]}).sort("query_id")
 
 
-def assigned_pairs(*, qrels: pl.DataFrame, runs: Mapping[str, str], k: int, max_pairs: int | None) -> pl.DataFrame:
-    """Every deepen system's holes with owner and contributors (before the dollar cap)."""
+def assigned_pairs(*, qrels: pl.DataFrame, runs: Mapping[str, str], k: int, max_pairs: int | None,
+                   groups: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every deepen system's holes with owner and contributors (before the dollar cap); ``groups``
+    (:func:`.pairs.read_group_members`): one member per duplicate group and query."""
     queries = qrels["query_id"].unique().to_list()
-    return assign(system_tops(runs, k, queries), qrels, max_pairs)
+    return assign(system_tops(runs, k, queries), qrels, max_pairs, groups=groups)
 
 
 def pair_costs(assigned: pl.DataFrame, plan: pl.DataFrame, qrels: pl.DataFrame, ann: pl.DataFrame,
@@ -132,7 +134,9 @@ def run(*, qrels: str, plan: str, annotations: str, images: str, runs: Sequence[
     s = dict(settings)
     judge_settings = {**dict(s.pop("adapter_settings", {}) or {}), **s}
     graded = judge_settings.get("labels") == "graded"
-    assigned = assigned_pairs(qrels=q, runs=run_paths(runs, systems), k=k, max_pairs=d.get("max_pairs"))
+    groups = read_group_members(images, columns=columns)
+    assigned = assigned_pairs(qrels=q, runs=run_paths(runs, systems), k=k, max_pairs=d.get("max_pairs"),
+                              groups=groups)
     seeds = plan_df.select(pl.col("seed_image_ids").explode())["seed_image_ids"].drop_nulls()
     used = pl.concat([seeds, assigned["image_id"]]).unique()
     ann = read_table_where("annotations", annotations, key="image_id", values=used, columns=columns, facets=fm)
@@ -203,7 +207,8 @@ def estimate_specs(cfg: Mapping[str, Any], fm: FacetModel, settings: Mapping[str
     if systems and all(p.exists() for p in runs + files):
         q = read_table("qrels", files[0], columns=cols)
         plan_df = read_table("query_plan", files[1], columns=cols)
-        assigned = assigned_pairs(qrels=q, runs=run_paths([str(p) for p in runs], systems), k=k, max_pairs=None)
+        assigned = assigned_pairs(qrels=q, runs=run_paths([str(p) for p in runs], systems), k=k, max_pairs=None,
+                                  groups=read_group_members(str(files[3]), columns=cols))
         ann = read_table("annotations", files[2], columns=cols, facets=fm)
         imgs = read_table("images", files[3], columns=cols)
 

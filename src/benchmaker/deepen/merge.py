@@ -26,7 +26,7 @@ from ..formats import read_table, write_table
 from ..io import atomic_write_text
 from ..logs import get_logger
 from ..settings_schema import default, filled
-from .pairs import assign, run_paths, system_tops
+from .pairs import assign, group_extras, read_group_members, run_paths, system_tops
 
 __all__ = ["run", "deepened_qrels", "REPORT_COLUMNS"]
 
@@ -65,6 +65,18 @@ def deepened_qrels(qrels: pl.DataFrame, labels: pl.DataFrame, contributors: pl.D
     both = pl.concat([qrels.with_row_index("_r"), new.with_row_index("_r", offset=qrels.height)],
                      how="diagonal_relaxed")
     return both.join(order, on="query_id", how="left").sort(["_q", "_r"]).select(cols)
+
+
+def _check_one_per_group(qrels: pl.DataFrame, labels: pl.DataFrame, groups: pl.DataFrame) -> None:
+    """The deepen labels add no second member of a duplicate group to a query (docs/deepen.md,
+    "Duplicate groups count once"): labels written by another assignment (an older version of deepen_system, or
+    images.jsonl regrouped since) are an error naming the fix, never scored twice silently."""
+    pairs = pl.concat([qrels.select("query_id", "image_id"), labels.select("query_id", "image_id")])
+    extra = group_extras(pairs, groups) - group_extras(qrels.select("query_id", "image_id"), groups)
+    if extra > 0:
+        raise ValueError(f"deepen: the deepen labels add {extra} pair(s) whose duplicate group already has a member "
+                         "in the query (labels from an older assignment); rerun the deepen_system jobs "
+                         "(snakemake --forcerun deepen_system)")
 
 
 def _board_scores(path: str | None, metric: str) -> dict[str, float]:
@@ -118,7 +130,11 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     if dup.height:
         raise ValueError(f"deepen: pair ({dup['query_id'][0]}, {dup['image_id'][0]}) labelled by two deepen jobs")
     paths = run_paths(runs, [Path(p).stem for p in _as_list(runs)])
-    contributors = assign(system_tops({s: paths[s] for s in systems}, k, q["query_id"].unique().to_list()), q)
+    groups = read_group_members(images, columns=columns)
+    tops = system_tops({s: paths[s] for s in systems}, k, q["query_id"].unique().to_list())
+    contributors = assign(tops, q, groups=groups)
+    skipped = assign(tops, q).height - contributors.height    # holes a judged or earlier group member stands for
+    _check_one_per_group(q, lab_df, groups)
     deep = deepened_qrels(q, lab_df, contributors)
     write_table(deep, "deepened_qrels", deepened, columns=columns)
 
@@ -187,6 +203,11 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
         "metric": metric, "queries": len(all_q), "queries_evaluated": doc.get("queries_evaluated"),
         "pairs_added": n_new, "relevant_added": n_rel, "relevant_share": (n_rel / n_new) if n_new else None,
         "cost_usd": round(sum(c for c, _ in cost_of.values()), 6),
+        # a duplicate group counts once per query (docs/deepen.md): holes not judged for it, and the
+        # members beyond the first of a group in a query of the deepened qrels (0 unless the planner's
+        # pools hold several: plan.one_per_duplicate_group false)
+        "duplicate_members_skipped": skipped,
+        "duplicate_members_in_qrels": group_extras(deep_read.select("query_id", "image_id"), groups),
         "per_system": rep.to_dicts(), "leave_one_out": {**loo_tot, "per_system": loo_df.to_dicts()},
         "version": version,
     }

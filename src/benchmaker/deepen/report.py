@@ -10,7 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
-__all__ = ["RESULT_FILES", "load", "system_table", "loo_table", "summary_sections", "card_markdown", "copy_results"]
+__all__ = ["RESULT_FILES", "load", "system_table", "loo_table", "summary_sections", "card_markdown", "copy_results",
+           "run_facts"]
 
 RESULT_FILES = ("report.json", "report.csv", "leave_one_out.csv", "qrels.jsonl", "evaluate/leaderboard.csv")
 NOTE = ("Pool deepening: the benchmark's own judge (same prompts, cache and ledger) labelled the images in each "
@@ -96,10 +97,13 @@ def card_markdown(report_json: str | Path) -> str:
 
 
 def copy_results(report_json: str | Path, dest: Path) -> list[str]:
-    """The deepening files beside ``report_json`` into ``dest`` (the summary's or dataset's deepen/).
+    """The deepening files beside ``report_json`` into ``dest`` (the summary's or dataset's deepen/); the
+    deepened leaderboard without its run facts (timings, as the main leaderboard's copies: they are in
+    the dataset's run_facts.json, :func:`run_facts`), so the copies are the same bytes on every build.
     The deepen rule writes them all: a missing one is an error naming it, never a copy with less (a job
-    that reads them must declare them: rules/common.smk ``deepen_report_inputs``)."""
+    that reads them must declare them: rules/deepen_common.smk ``deepen_report_inputs``)."""
     from ..errors import UserError
+    from ..evaluate.report import RUN_FACT_COLUMNS
 
     src = Path(report_json).parent
     missing = [f for f in RESULT_FILES if not (src / f).is_file()]
@@ -110,6 +114,18 @@ def copy_results(report_json: str | Path, dest: Path) -> list[str]:
     out = []
     for f in RESULT_FILES:
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / f, dest / f)
+        if f == "evaluate/leaderboard.csv" and (src / f).stat().st_size:
+            board = pl.read_csv(src / f)
+            board.drop([c for c in RUN_FACT_COLUMNS if c in board.columns]).write_csv(dest / f)
+        else:
+            shutil.copyfile(src / f, dest / f)
         out.append(f)
     return out
+
+
+def run_facts(report_json: str | Path) -> dict:
+    """The timings of the evaluation on the deepened qrels (what :func:`copy_results` leaves out), per
+    system, as :func:`benchmaker.evaluate.report.run_facts` gives them for the main leaderboard."""
+    from ..evaluate.report import run_facts as evaluate_facts
+
+    return evaluate_facts(Path(report_json).parent / "evaluate" / "leaderboard.csv")

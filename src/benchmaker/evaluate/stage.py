@@ -33,6 +33,8 @@ from ..io import atomic_write_text
 from ..logs import get_logger
 from ..settings_schema import filled
 from . import sage as sage_mod
+from .leakage import system_rows as seed_leakage
+from .leakage import write as write_leakage
 from .metrics import (
     difficulty_of,
     diversity,
@@ -185,12 +187,14 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
         numba_cache_dir: str | None = None, version: str | None = None, threads: int = 1,
         sage_leaderboard: str | None = None, sage: Sequence[str] | str = (),
-        baseline: Sequence[str] | str = (), comparison: Sequence[str] | str | None = None) -> dict:
+        baseline: Sequence[str] | str = (), comparison: Sequence[str] | str | None = None,
+        leakage: str | None = None) -> dict:
     """Stage ``evaluate``: score every system's run; write the leaderboard, drill-downs and tests.
 
     With ``sage_leaderboard``, also the sage view of every corpus-ranked run (:mod:`.sage`): one
     ``<system>.csv`` per system (the paths in ``sage``, by file stem; default a ``sage/`` folder beside
-    ``sage_leaderboard``) and their means in ``sage_leaderboard``."""
+    ``sage_leaderboard``) and their means in ``sage_leaderboard``. With ``leakage``, the seed leakage
+    of every system in the pool and corpus scopes (:mod:`.leakage`)."""
     set_numba_cache(numba_cache_dir)
     from ..io import as_paths
 
@@ -214,7 +218,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     run_of = {Path(p).stem: p for p in as_paths(runs)}
     if set(run_of) != set(meta_of):
         raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
-    per_query_frames, board_rows, drill_rows, sage_rows = [], [], [], []
+    per_query_frames, board_rows, drill_rows, sage_rows, leak_rows = [], [], [], [], []
     sage_cfg = {"limit": sage_mod.DEFAULT_LIMIT, "score_column": sage_mod.DEFAULT_SCORE_COLUMN,
                 **dict(s.get("sage") or {})}
     sage_path = {Path(p).stem: p for p in as_paths(sage)}
@@ -236,7 +240,11 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         meta = meta_of[name]
         full = read_run(run_of[name])
         depth = int(meta.get("depth") or s["depth"])  # a system's own depth, else evaluate.depth
-        for scope, r in scoped_views(full, q_all, meta, depth).items():
+        scoped = scoped_views(full, q_all, meta, depth)
+        if leakage and queries:
+            leak_rows += [seed_leakage(r, q_all, queries, name, sc) for sc, r in scoped.items()
+                          if sc in ("pool", "corpus")]
+        for scope, r in scoped.items():
             q_ranx, qs = (q_export, export_queries) if scope == "exported" else (q_main, queries)
             if not qs:
                 continue
@@ -276,6 +284,24 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         # the judgments scored against: `benchmaker compare` checks that two evaluations share them
         "qrels_sha256": _qrels_digest(qrels),
     }
+    if leakage:
+        write_leakage(leakage, leak_rows, q_all, queries)
+    _finish(doc, s, sage_leaderboard=sage_leaderboard, sage_path=sage_path, sage_cfg=sage_cfg, sage_rows=sage_rows,
+            sage_seconds=sage_seconds, columns=columns, leaderboard_json=leaderboard_json, baseline=baseline,
+            comparison=comparison)
+    log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
+             n_without, leaderboard_csv)
+    return doc
+
+
+def _finish(doc: dict, s: Mapping[str, Any], *, sage_leaderboard: str | None, sage_path: dict[str, str],
+            sage_cfg: Mapping[str, Any], sage_rows: list[dict], sage_seconds: float,
+            columns: Mapping[str, str] | None, leaderboard_json: str, baseline: Sequence[str] | str,
+            comparison: Sequence[str] | str | None) -> None:
+    """The sage leaderboard (and the header-only files of systems without a corpus ranking), leaderboard.json,
+    and the comparison with ``evaluate.compare.baseline``."""
+    from ..io import as_paths
+
     if sage_leaderboard:
         for name, p in sage_path.items():  # declared but not corpus-ranked: a header-only file
             log.warning("evaluate: %s has no corpus ranking, so no sage view (%s is left empty)", name, p)
@@ -295,6 +321,3 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     else:
         for f in COMPARISON_FILES:
             (Path(leaderboard_json).parent / f).unlink(missing_ok=True)
-    log.info("evaluate: %d systems, %d queries with a positive (%d without) -> %s", len(meta_of), len(queries),
-             n_without, leaderboard_csv)
-    return doc

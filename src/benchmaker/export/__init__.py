@@ -54,7 +54,8 @@ RUN_FACTS = "run_facts.json"
 ROW_GROUP = 100  # rows per parquet row group (what `datasets` uses for image data)
 IMAGE_META = ("license", "doi", "original_dataset_name", "image_url", "mime_type", "width", "height", "sha256")
 ANNOTATION_COLS = ("summary", "tags", "confidence")
-NOT_EXPORTED_IMAGE_COLS = {"file_size", "phash", "image_id", "duplicate_group"}  # group names are image ids
+# group names are image ids; phash and color_signature are the groups' internal signals
+NOT_EXPORTED_IMAGE_COLS = {"file_size", "phash", "color_signature", "image_id", "duplicate_group"}
 
 
 def check_queries(scored: pl.DataFrame) -> list[list[str]]:
@@ -365,7 +366,7 @@ def created_utc() -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def run_facts(*, seconds: float, evaluation: str | None = None) -> dict[str, Any]:
+def run_facts(*, seconds: float, evaluation: str | None = None, deepen: str | None = None) -> dict[str, Any]:
     """What differs between two builds of the same benchmark: when, how long, on what kind of machine
     (no host or user name). Written as run_facts.json, linked from the card."""
     import platform
@@ -380,6 +381,10 @@ def run_facts(*, seconds: float, evaluation: str | None = None) -> dict[str, Any
         from ..evaluate.report import run_facts as evaluate_facts
 
         facts["evaluate"] = evaluate_facts(evaluation)
+    if deepen:  # the evaluation on the deepened qrels (deepen/evaluate/, docs/deepen.md)
+        from ..deepen.report import run_facts as deepen_facts
+
+        facts["deepen_evaluate"] = deepen_facts(deepen)
     return facts
 
 
@@ -399,21 +404,26 @@ def _published_summary(summary_dir: Path) -> None:
             p.write_text(re.sub(pattern, "", p.read_text(encoding="utf-8")), encoding="utf-8")
 
 
-def _evaluation_files(evaluation: str | None, deepen: str | None, out: Path) -> str:
-    """The evaluate and deepen result files copied into the dataset; their card sections (markdown)."""
-    evaluation_md = ""
+def _evaluation_files(out: Path, *, evaluation: str | None, leakage: str | None, deepen: str | None) -> str:
+    """Copy the evaluate, seed leakage and deepening result files into the dataset folder ``out``; the
+    card's sections for them (markdown; "" when none was run)."""
+    md = ""
     if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
         from ..evaluate.report import card_markdown, copy_results
 
         copy_results(evaluation, out / "evaluate")
-        evaluation_md = card_markdown(evaluation)
+        md = card_markdown(evaluation)
+    if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
+        from ..evaluate.leakage_view import card_markdown as leakage_card
+
+        md += leakage_card(leakage, out / "evaluate")
     if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
         from ..deepen.report import card_markdown as deepen_card
         from ..deepen.report import copy_results as deepen_copy
 
         deepen_copy(deepen, out / "deepen")
-        evaluation_md += deepen_card(deepen)
-    return evaluation_md
+        md += deepen_card(deepen)
+    return md
 
 
 def _trust_block(trust: str | None, audit: str | None, deepen: str | None, out: Path) -> str:
@@ -423,6 +433,35 @@ def _trust_block(trust: str | None, audit: str | None, deepen: str | None, out: 
 
     copy_trust(trust, out / "evaluate")
     return card_markdown(trust, audit, deepen)
+
+
+def _metadata(*, meta: Mapping[str, Any], split: str, image_col: str, columns: Mapping[str, str], n: dict,
+              checks: dict, all_losses: pl.DataFrame, quarantine: pl.DataFrame, files: list, config_text: str,
+              annotations: str, scored: str, images: str, similarity: Mapping[str, Any] | None,
+              version: str | None) -> dict[str, Any]:
+    """dataset_metadata.json's document."""
+    import datasets
+    import pyarrow
+
+    return {
+        "benchmark": meta.get("name"), "title": meta.get("title"), "version": meta.get("version"),
+        "smoke_test": bool(meta.get("smoke_test")), "smoke_reason": meta.get("smoke_reason"),
+        "split": split, "image_column": image_col, "columns": {k: columns.get(k, k) for k in
+                                                                (*RENAMABLE, "image")},
+        "counts": n, "checks": checks,
+        "losses": {s: {r: int(c) for r, c in g.group_by("reason").len().sort("reason").iter_rows()}
+                   for (s,), g in all_losses.group_by("stage")},
+        "quarantine": {r: int(c) for r, c in quarantine.group_by("reason").len().sort("reason").iter_rows()},
+        "files": files,
+        "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
+                    "annotations": _sha256(Path(annotations)), "qrels_with_score": _sha256(Path(scored)),
+                    "images": _sha256(Path(images))},
+        "similarity": dict(similarity or {}),
+        "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
+                     "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
+                     "polars": pl.__version__},
+        "run_facts": RUN_FACTS,
+    }
 
 
 def run(
@@ -452,6 +491,7 @@ def run(
     evaluation: str | None = None,
     deepen: str | None = None,
     trust: str | None = None,
+    leakage: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     from ..settings_schema import filled
@@ -506,40 +546,20 @@ def run(
         cv.write_csv(out / "summary" / "config_values.csv")
         shutil.copyfile(annotations, out / "annotations.jsonl")
         ir_views = write_ir_views(rows, out, split)
-        evaluation_md = _evaluation_files(evaluation, deepen, out)
+        evaluation_md = _evaluation_files(out, evaluation=evaluation, leakage=leakage, deepen=deepen)
         checks = {**checks, "ir_views": ir_views}
         write_table(all_losses, "losses", out / "losses.jsonl")
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
         atomic_write_text(out / "config.yaml", config_text)
         n = counts(rows)
         sources, examples = card_tables(rows)
-        cost_table = None
-        if inp.costs is not None:
-            from ..summary.stats import cost_summary
+        from ..summary.stats import cost_summary
 
-            cost_table = cost_summary(inp.costs)
-        import datasets
-        import pyarrow
-
-        metadata = {
-            "benchmark": meta.get("name"), "title": meta.get("title"), "version": meta.get("version"),
-            "smoke_test": bool(meta.get("smoke_test")), "smoke_reason": meta.get("smoke_reason"),
-            "split": split, "image_column": image_col, "columns": {k: columns.get(k, k) for k in
-                                                                    (*RENAMABLE, "image")},
-            "counts": n, "checks": checks,
-            "losses": {s: {r: int(c) for r, c in g.group_by("reason").len().sort("reason").iter_rows()}
-                       for (s,), g in all_losses.group_by("stage")},
-            "quarantine": {r: int(c) for r, c in inp.quarantine.group_by("reason").len().sort("reason").iter_rows()},
-            "files": files,
-            "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
-                        "annotations": _sha256(Path(annotations)), "qrels_with_score": _sha256(Path(scored)),
-                        "images": _sha256(Path(images))},
-            "similarity": dict(similarity or {}),
-            "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
-                         "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,
-                         "polars": pl.__version__},
-            "run_facts": RUN_FACTS,
-        }
+        cost_table = cost_summary(inp.costs) if inp.costs is not None else None
+        metadata = _metadata(meta=meta, split=split, image_col=image_col, columns=columns, n=n, checks=checks,
+                             all_losses=all_losses, quarantine=inp.quarantine, files=files, config_text=config_text,
+                             annotations=annotations, scored=scored, images=images, similarity=similarity,
+                             version=version)
         atomic_write_text(out / EXPORT_META, json.dumps(metadata, indent=2, ensure_ascii=False) + "\n")
         card = render_card(meta=meta, features=features, files=files, split=split, counts=n, checks=checks,
                            losses=all_losses, quarantine=inp.quarantine, costs=cost_table, config=cfg_public,
@@ -555,8 +575,8 @@ def run(
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)
         atomic_write_text(out / "README.md", card)
         hide_paths_in_folder(out, local)   # the copied summary, audit and evaluate files
-        atomic_write_text(out / RUN_FACTS, json.dumps(run_facts(seconds=time.perf_counter() - t0,
-                                                                evaluation=evaluation), indent=2) + "\n")
+        facts = run_facts(seconds=time.perf_counter() - t0, evaluation=evaluation, deepen=deepen)
+        atomic_write_text(out / RUN_FACTS, json.dumps(facts, indent=2) + "\n")
         leaked = find_secrets(out, secrets)
         if leaked:
             raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")

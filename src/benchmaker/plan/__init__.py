@@ -57,7 +57,7 @@ def plan_frames(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, set
     del ann, images  # the index holds what the planner needs
     n_fp = int(index.sha_ok.sum())
     if index.n and n_fp < index.n:
-        log.warning("%d annotated images have no sha256/phash in images.jsonl; duplicate checks skip them",
+        log.warning("%d annotated images have no sha256 in images.jsonl; duplicate checks skip them",
                     index.n - n_fp)
     log.info("indexed %d annotated images, %d distinct tags (%.1f s)%s", index.n, len(index.tag_vocab),
              time.perf_counter() - t0,

@@ -84,13 +84,14 @@ _BINS = 1024  # Jaccard histogram bins for choosing a lookup's next chunk
 
 _LEN = np.uint64(0xFFFFFFFF)
 _SHA_OK = np.uint64(1 << 32)
-_PHASH_OK = np.uint64(1 << 33)
+_GROUP_OK = np.uint64(1 << 33)
 
 
 def records(index) -> tuple[np.ndarray, np.ndarray, int, int]:
     """What the search reads of each image, in one row of uint64 words (one cache line with 150 tags
     and 6 facets), so that a candidate costs one memory access instead of one per array:
-    ``[tag bitset words (W)] [sha256 code] [pHash] [tag count | sha ok << 32 | pHash ok << 33] [facet codes]``,
+    ``[tag bitset words (W)] [sha256 code] [duplicate group code] [tag count | sha ok << 32 | group ok << 33]
+    [facet codes]``,
     each row starting a cache line.
     Returns (records, the same memory as small ints (the facet codes), W, where the codes start)."""
     n, nf = index.n, len(index.facet_names)
@@ -104,9 +105,9 @@ def records(index) -> tuple[np.ndarray, np.ndarray, int, int]:
     if nw:
         rec[:, :nw] = index.tag_bits
     rec[:, nw] = index.sha_code
-    rec[:, nw + 1] = index.phash
+    rec[:, nw + 1] = index.group_code
     rec[:, nw + 2] = (index.tag_len.astype(np.uint64) | (index.sha_ok.astype(np.uint64) << np.uint64(32))
-                      | (index.phash_ok.astype(np.uint64) << np.uint64(33)))
+                      | (index.group_ok.astype(np.uint64) << np.uint64(33)))
     small = rec.view(cdt)
     off = (nw + 3) * per
     small[:, off:off + nf] = index.codes
@@ -203,7 +204,7 @@ def differ_in(small, off, idx, f, p):
 
 
 @njit(cache=True, inline="always")
-def _eligible(i, seeds, in_query, usage, reuse_cap, rec, nw, phash_max):
+def _eligible(i, seeds, in_query, usage, reuse_cap, rec, nw):
     """``Planner._ok`` for one image."""
     if in_query[i] or usage[i] >= reuse_cap:
         return False
@@ -212,19 +213,19 @@ def _eligible(i, seeds, in_query, usage, reuse_cap, rec, nw, phash_max):
         fs = rec[sd, nw + 2]
         if (fs & _SHA_OK) and (fi & _SHA_OK) and rec[i, nw] == rec[sd, nw]:
             return False
-        if (fs & _PHASH_OK) and (fi & _PHASH_OK) and _popcount(rec[i, nw + 1] ^ rec[sd, nw + 1]) <= phash_max:
+        if (fs & _GROUP_OK) and (fi & _GROUP_OK) and rec[i, nw + 1] == rec[sd, nw + 1]:
             return False
     return True
 
 
 @njit(cache=True, nogil=True)
-def eligible_mask(idx, seeds, in_query, usage, reuse_cap, rec, nw, phash_max):
+def eligible_mask(idx, seeds, in_query, usage, reuse_cap, rec, nw):
     """``Planner._ok``: which images of ``idx`` are eligible."""
     out = np.empty(idx.size, dtype=np.bool_)
     for k in range(idx.size):
         if k + _AHEAD < idx.size:
             _prefetch(rec, idx[k + _AHEAD])
-        out[k] = _eligible(idx[k], seeds, in_query, usage, reuse_cap, rec, nw, phash_max)
+        out[k] = _eligible(idx[k], seeds, in_query, usage, reuse_cap, rec, nw)
     return out
 
 
@@ -315,8 +316,8 @@ def _take(i, div_codes, div_cap, dkeys, dcounts, dn, in_query, usage):
 
 
 @njit(cache=True, nogil=True)
-def pick_lookup(idx, j, rest, ordered, meta, quota, out, seeds, in_query, usage, reuse_cap, rec, nw, phash_max,
-                div_codes, div_cap, dkeys, dcounts, dn):
+def pick_lookup(idx, j, rest, ordered, meta, quota, out, seeds, in_query, usage, reuse_cap, rec, nw, div_codes,
+                div_cap, dkeys, dcounts, dn):
     """``Planner._pick`` over a lookup, best first: positions into ``idx`` taken into ``out``;
     returns (taken, refused by the diversity cap)."""
     got = 0
@@ -331,7 +332,7 @@ def pick_lookup(idx, j, rest, ordered, meta, quota, out, seeds, in_query, usage,
             continue
         k = ordered[a]
         a += 1
-        if not _eligible(idx[k], seeds, in_query, usage, reuse_cap, rec, nw, phash_max):
+        if not _eligible(idx[k], seeds, in_query, usage, reuse_cap, rec, nw):
             continue
         r = _take(idx[k], div_codes, div_cap, dkeys, dcounts, dn, in_query, usage)
         if r < 0:

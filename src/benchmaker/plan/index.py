@@ -82,8 +82,8 @@ class Index:
     tag_len: np.ndarray               # (N,) int64 number of distinct tags
     sha_code: np.ndarray              # (N,) uint64 hash of sha256
     sha_ok: np.ndarray                # (N,) bool, sha256 known
-    phash: np.ndarray                 # (N,) uint64
-    phash_ok: np.ndarray              # (N,) bool
+    group_code: np.ndarray            # (N,) uint64 hash of duplicate_group (images.jsonl)
+    group_ok: np.ndarray              # (N,) bool, duplicate_group known
     perm_rank: np.ndarray             # (N,) random rank of each image (fixed by the RNG)
     global_order: np.ndarray          # image positions in random order (the "all images" bucket)
     _buckets: dict[tuple[int, ...], Buckets] = field(default_factory=dict)
@@ -280,7 +280,8 @@ def _tag_codes(tags: pl.Series) -> tuple[list[str], np.ndarray]:
 
 def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng: np.random.Generator,
                 postings_for: Sequence[str] | None = None, postings_min_bucket: int = 0) -> Index:
-    """Index the annotated images; ``images`` supplies sha256/phash (missing ones disable the dup check).
+    """Index the annotated images; ``images`` supplies sha256 and duplicate_group (the duplicate checks
+    of a seed: same bytes, same group; a missing one disables that check).
 
     ``postings_for``: facets whose (bucket, tag) inverted index is built right away (from the tag
     pairs at hand, cheaper than later) when some bucket of those facets holds more than
@@ -346,7 +347,8 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     fp = images.select(
         "image_id",
         pl.col("sha256").cast(pl.String).alias("sha"),
-        pl.col("phash").cast(pl.String).str.to_integer(base=16, dtype=pl.UInt64, strict=False).alias("ph"),
+        (pl.col("duplicate_group") if "duplicate_group" in images.columns else pl.lit(None))
+        .cast(pl.String).alias("group"),
     )
     if not (fp.height == n and fp["image_id"].cast(pl.String).equals(sorted_ids)):
         # images.jsonl does not list exactly the annotated images in id order: look them up (when it
@@ -355,9 +357,8 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
                                                          how="left", maintain_order="left")
     sha_ok = fp["sha"].is_not_null().to_numpy()
     sha_code = fp["sha"].hash(seed=0).to_numpy().astype(np.uint64)
-    ph = fp["ph"]
-    phash_ok = ph.is_not_null().to_numpy()
-    phash = ph.fill_null(0).to_numpy().astype(np.uint64)
+    group_ok = fp["group"].is_not_null().to_numpy()
+    group_code = fp["group"].hash(seed=0).to_numpy().astype(np.uint64)
 
     perm = rng.permutation(n).astype(np.int64)  # perm[k] = image at random position k
     perm_rank = np.empty(n, dtype=np.int64)
@@ -365,7 +366,7 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     index = Index(
         ids=ids, facet_names=list(names), values=values, typed=typed, codes=codes,
         tag_vocab=vocab, tag_bits=bits, tag_flat=flat, tag_start=starts, tag_len=lens,
-        sha_code=sha_code, sha_ok=sha_ok, phash=phash, phash_ok=phash_ok, perm_rank=perm_rank,
+        sha_code=sha_code, sha_ok=sha_ok, group_code=group_code, group_ok=group_ok, perm_rank=perm_rank,
         global_order=perm,
     )
     if postings_for is not None:

@@ -170,7 +170,6 @@ class Planner:
             self._c = c
             self._rec, self._small, self._nw, self._coff = c.records(index)
             self._reuse_cap = int(s["max_image_reuse"])
-            self._phash_max = int(s["phash_max_distance"])
             self._div_or_none = self.div_codes if self.div_codes is not None else np.zeros(0, dtype=np.int64)
             # at most one diversity key per pick of a pool
             self._dc_size = 1 + int(s["pos_total"]) + int(s["neutral_total"]) + int(s["neg_total"])
@@ -209,15 +208,15 @@ class Planner:
         return w
 
     def _dup(self, idx: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-        """Exact (sha256) or near (pHash) duplicates of any seed."""
+        """Duplicates of any seed: the same bytes (sha256) or the same duplicate group (images.jsonl's
+        ``duplicate_group``: byte copies and near-duplicates, preprocess.near_duplicate_threshold)."""
         ix = self.ix
         dup = np.zeros(idx.size, dtype=bool)
         for sd in seeds:
             if ix.sha_ok[sd]:
                 dup |= ix.sha_ok[idx] & (ix.sha_code[idx] == ix.sha_code[sd])
-            if ix.phash_ok[sd]:
-                dist = np.bitwise_count(ix.phash[idx] ^ ix.phash[sd])
-                dup |= ix.phash_ok[idx] & (dist <= self.s["phash_max_distance"])
+            if ix.group_ok[sd]:
+                dup |= ix.group_ok[idx] & (ix.group_code[idx] == ix.group_code[sd])
         return dup
 
     def _ok(self, idx: np.ndarray, seeds: np.ndarray) -> np.ndarray:
@@ -225,8 +224,7 @@ class Planner:
         if idx.size == 0:
             return np.zeros(0, dtype=bool)
         if self.compiled:
-            return self._c.eligible_mask(idx, seeds, self.in_query, self.usage, self._reuse_cap, self._rec, self._nw,
-                                         self._phash_max)
+            return self._c.eligible_mask(idx, seeds, self.in_query, self.usage, self._reuse_cap, self._rec, self._nw)
         bad = self.in_query[idx] | (self.usage[idx] >= self.s["max_image_reuse"])
         return ~(bad | self._dup(idx, seeds))
 
@@ -302,7 +300,7 @@ class Planner:
         cap = int(self.s["diversity_cap"])
         if isinstance(order, _CompiledLookup):
             got, capped = c.pick_lookup(*order.state, quota, out, order.seeds, self.in_query, self.usage,
-                                        self._reuse_cap, self._rec, self._nw, self._phash_max, self._div_or_none,
+                                        self._reuse_cap, self._rec, self._nw, self._div_or_none,
                                         cap, dkeys, dcounts, dn)
         else:
             got, capped = c.pick_order(idx, np.asarray(order, dtype=np.int64), quota, out, self.in_query, self.usage,

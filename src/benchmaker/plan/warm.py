@@ -42,6 +42,7 @@ def warm() -> float:
         "image_id": ann["image_id"],
         "sha256": [f"{x:064x}" for x in rng.integers(0, 50, size=n).tolist()],  # some exact duplicates
         "phash": [f"{x:016x}" for x in rng.integers(0, 2**62, size=n).tolist()],
+        "duplicate_group": [f"w{x}" for x in rng.integers(0, n, size=n).tolist()],   # some groups of several
     })
     settings = {"num_seeds": 40, "seeds_per_query": 1, "core_facets": ["a", "b"], "off_facets": ["a", "b", "c"],
                 "diversity_facets": ["c"], "diversity_cap": 2, "pos_total": 3, "neutral_total": 3, "neg_total": 9,

@@ -1,5 +1,21 @@
-"""Duplicate groups over the whole corpus: byte-identical (same sha256) and perceptual near-duplicates
-(pHash Hamming distance <= ``preprocess.near_duplicate_threshold``), joined transitively.
+"""Duplicate groups over the whole corpus: byte-identical (same sha256) and perceptual near-duplicates,
+joined transitively. Two images are near-duplicates when
+
+1. their pHashes (grey levels, 64 bits) differ in at most ``preprocess.near_duplicate_threshold`` bits,
+   and
+2. their colour signatures agree (benchmaker.preprocess.inspect.color_signature_of: the mean CIELAB
+   colour of a 4 x 4 grid and the lightness deviation): the *colour distance*, the larger of the
+   largest CIE76 colour difference of a cell and the difference of the lightness deviations (both in
+   L* units, 0-100), is at most :data:`COLOR_MAX`; and at most :data:`FLAT_COLOR_MAX` when either image
+   is *near-uniform* (lightness deviation below :data:`FLAT_SPREAD`).
+
+pHash works on grey levels, so a red and a green version of one drawing, or a cold and a warm version
+of one photo, hash alike: the colour signature tells them apart. An image that is (nearly) uniform at
+the 32 x 32 grey size pHash uses has a degenerate hash (``8000000000000000``, only the DC bit), whatever
+it shows: a blank stamp, a faint wallpaper, fine stripes all hash alike, so for them pHash says
+nothing and the colour signature must agree closely. An image without a colour signature (an
+images.jsonl row written before it existed, or no decode) joins groups by its bytes only. The
+thresholds were measured on the example corpus (docs/preprocess.md, "Duplicate groups").
 
 Decided once per corpus, in ``merge_images`` (the shards' pHashes are computed by the per-shard
 preprocess jobs; a group can span shards, so no shard can decide it). ``duplicate_group`` of an image
@@ -25,11 +41,20 @@ import polars as pl
 
 from ..settings_schema import default
 
-__all__ = ["duplicate_groups", "group_counts", "phash_codes", "DEFAULT_THRESHOLD"]
+__all__ = ["duplicate_groups", "group_counts", "phash_codes", "signatures", "color_distance", "DEFAULT_THRESHOLD",
+           "COLOR_MAX", "FLAT_COLOR_MAX", "FLAT_SPREAD"]
 
-# pHash bits, as plan.phash_max_distance; resized or re-encoded copies measured 0-4 bits away, distinct
-# photos of the example corpus 18 or more
+# pHash bits, the one near-duplicate threshold (the planner uses the groups); resized or re-encoded copies
+# of the example's photos measured 0-2 bits away, distinct photos 20 or more (benchmarks/duplicate_signals.py)
 DEFAULT_THRESHOLD = default("preprocess.near_duplicate_threshold")
+# colour distances, in L* units (0-100; CIE76 colour difference, 1 = about the smallest visible step):
+# resized and re-encoded copies of the example's photos are within 1.5, copies cropped by 1 % within 4.4;
+# colour variants of coloured photos 12 or more (benchmarks/duplicate_signals.py, docs/preprocess.md)
+COLOR_MAX = 8.0
+FLAT_SPREAD = 4.0      # lightness deviation below which an image is near-uniform (its pHash says nothing)
+FLAT_COLOR_MAX = 1.0   # near-uniform images: the colour signatures must be this close
+_SIG_CELLS = 16        # SIGNATURE_GRID ** 2 (benchmaker.preprocess.inspect)
+_L_SCALE = 100.0 / 255.0  # PIL's LAB lightness byte -> L*
 _MAX_PAIRS_PER_STEP = 4_000_000  # candidate pairs compared per vectorised step (memory: ~100 MB)
 
 
@@ -37,6 +62,51 @@ def phash_codes(phash: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """(uint64 codes, known mask) of 16-hex-digit pHash strings (null or malformed = unknown)."""
     ph = phash.cast(pl.String).str.to_integer(base=16, dtype=pl.UInt64, strict=False)
     return ph.fill_null(0).to_numpy().astype(np.uint64), ph.is_not_null().to_numpy()
+
+
+def signatures(sig: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cells (n, 16, 3) float: L*, a*, b* of each cell; spread (n,) float: lightness deviation in L*
+    units; known mask) of colour signature hex strings (null or malformed = unknown)."""
+    n = sig.len()
+    width = 2 * (_SIG_CELLS * 3 + 1)
+    known = (sig.cast(pl.String).str.len_chars() == width).fill_null(False).to_numpy()
+    raw = np.zeros((n, _SIG_CELLS * 3 + 1), dtype=np.uint8)
+    idx = np.flatnonzero(known)
+    if idx.size:
+        try:
+            data = b"".join(bytes.fromhex(x) for x in sig.gather(idx).to_list())
+        except ValueError:   # not hex: each row on its own
+            for i, x in zip(idx, sig.gather(idx).to_list()):
+                try:
+                    raw[i] = np.frombuffer(bytes.fromhex(x), dtype=np.uint8)
+                except ValueError:
+                    known[i] = False
+        else:
+            raw[idx] = np.frombuffer(data, dtype=np.uint8).reshape(idx.size, -1)
+    cells = raw[:, :-1].reshape(n, _SIG_CELLS, 3)
+    lab = np.empty(cells.shape, dtype=np.float64)
+    lab[..., 0] = cells[..., 0] * _L_SCALE
+    lab[..., 1:] = cells[..., 1:].view(np.int8)
+    return lab, raw[:, -1] * _L_SCALE, known
+
+
+def color_distance(lab: np.ndarray, spread: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The colour distance of the pairs (i, j): max(largest CIE76 difference of a cell, difference of
+    the lightness deviations), in L* units. The largest cell, not the mean: a variant that recolours
+    one part of the image (one stripe of a flag) is as far as its most changed part."""
+    de = np.sqrt(((lab[i] - lab[j]) ** 2).sum(axis=2)).max(axis=1)
+    return np.maximum(de, np.abs(spread[i] - spread[j]))
+
+
+def _colour_agrees(df: pl.DataFrame, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Which near pairs (by pHash) the colour signatures confirm (module docstring, rule 2)."""
+    if "color_signature" not in df.columns:
+        return np.zeros(i.size, dtype=bool)
+    lab, spread, known = signatures(df["color_signature"])
+    ok = known[i] & known[j]
+    dist = color_distance(lab, spread, i, j)
+    flat = (spread[i] < FLAT_SPREAD) | (spread[j] < FLAT_SPREAD)
+    return ok & (dist <= np.where(flat, FLAT_COLOR_MAX, COLOR_MAX))
 
 
 def _ranges(m: int) -> list[tuple[int, int]]:
@@ -111,8 +181,9 @@ def duplicate_groups(df: pl.DataFrame, threshold: int | None = DEFAULT_THRESHOLD
     """``duplicate_group`` for the rows of ``df`` (``image_id``, ``sha256``, ``phash``), in row order.
 
     ``threshold``: the largest pHash Hamming distance (bits of 64) that makes two images
-    near-duplicates; ``None`` or negative: byte-identical copies only. Images without a pHash join
-    groups by sha256 only."""
+    near-duplicates, when their colour signatures (``color_signature``) agree too; ``None`` or
+    negative: byte-identical copies only. Images without a pHash or a colour signature join groups by
+    sha256 only."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -132,8 +203,9 @@ def duplicate_groups(df: pl.DataFrame, threshold: int | None = DEFAULT_THRESHOLD
         codes, known = phash_codes(df["phash"])
         pos = np.flatnonzero(known)
         i, j = _near_pairs(codes[pos], int(threshold))
-        rows.append(pos[i])
-        cols.append(pos[j])
+        keep = _colour_agrees(df, pos[i], pos[j])
+        rows.append(pos[i][keep])
+        cols.append(pos[j][keep])
     r, c = np.concatenate(rows), np.concatenate(cols)
     graph = coo_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(n, n)).tocsr()
     _, label = connected_components(graph, directed=False)

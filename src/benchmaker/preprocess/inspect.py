@@ -1,4 +1,4 @@
-"""Inspect one image file: size checks, content hash, decode, dimensions, perceptual hash.
+"""Inspect one image file: size checks, content hash, decode, dimensions, perceptual hash, colour signature.
 
 ``inspect_file`` never raises for a bad file: it returns either an ``Accepted`` row or a ``Rejected``
 (reason code + detail). It holds at most one decoded, *reduced* image at a time and drops it before
@@ -61,6 +61,7 @@ class Accepted:
     file_size: int
     sha256: str
     phash: str | None
+    color_signature: str | None = None  # colour layout and texture, from the same decode (:func:`color_signature_of`)
     format_mismatch: bool = False  # extension says one format, content another (accepted, counted)
     decode_error: str | None = None  # verify_decode=false: the decode failed (accepted without phash, counted)
     phash_error: str | None = None  # decoded, but phash failed (an exotic pixel mode): accepted, counted
@@ -138,6 +139,32 @@ def _phash_of(im: Image.Image) -> str:
     return str(imagehash.phash(small))
 
 
+SIGNATURE_GRID = 4  # the colour signature's cells per side
+
+
+def color_signature_of(im: Image.Image) -> str:
+    """The colour signature of the displayed image (the second signal of near-duplicate groups, beside
+    the grey-level pHash: benchmaker.preprocess.duplicates): the mean CIELAB colour of each cell of a
+    ``SIGNATURE_GRID`` x ``SIGNATURE_GRID`` grid, then the standard deviation of the lightness over the
+    image (its texture), as hex: per cell L (0-255 for L* 0-100), a*, b* (signed bytes, PIL's LAB
+    mode), then one byte of the lightness deviation (0-255 scale, capped). Computed on the copy the
+    pHash is computed from (alpha composited on white, box-reduced to about PHASH_DRAFT_SIZE px,
+    upright)."""
+    import numpy as np
+
+    rgb = flatten(im, "RGB", orient=False)
+    factor = min(rgb.size) // PHASH_DRAFT_SIZE
+    if factor > 1:
+        rgb = rgb.reduce(factor)
+    method = _TRANSPOSE.get(_orientation(im))
+    if method is not None:
+        rgb = rgb.transpose(method)
+    lab = rgb.convert("LAB")
+    cells = lab.resize((SIGNATURE_GRID, SIGNATURE_GRID), Image.Resampling.BOX).tobytes()
+    spread = min(255, round(float(np.asarray(lab.getchannel(0), dtype=np.float64).std())))
+    return cells.hex() + f"{spread:02x}"
+
+
 def _detail(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 500 else text[:497] + "..."
@@ -187,6 +214,7 @@ def inspect_file(path: str, image_id: str, settings: InspectSettings) -> Accepte
             ext_mime = _ext_mime(path)
             mismatch = bool(ext_mime and ext_mime != mime and not (fmt == "MPO" and ext_mime == "image/jpeg"))
             phash: str | None = None
+            signature: str | None = None
             decode_error: str | None = None
             phash_error: str | None = None
             try:
@@ -203,11 +231,13 @@ def inspect_file(path: str, image_id: str, settings: InspectSettings) -> Accepte
             if decode_error is None:
                 try:
                     phash = _phash_of(im)
+                    signature = color_signature_of(im)
                 except Exception as exc:  # an exotic mode: keep the (decodable) image, without phash
-                    phash_error = _detail(exc)
+                    phash, phash_error = None, _detail(exc)
     return Accepted(
         image_id=image_id, mime_type=mime, width=width, height=height, file_size=size, sha256=sha256,
-        phash=phash, format_mismatch=mismatch, decode_error=decode_error, phash_error=phash_error,
+        phash=phash, color_signature=signature, format_mismatch=mismatch, decode_error=decode_error,
+        phash_error=phash_error,
     )
 
 

@@ -46,10 +46,11 @@ DEFAULTS: dict[str, Any] = filled("preprocess", {})   # the schema's (config/sch
 
 _ACCEPTED_SCHEMA = {
     "image_id": pl.String, "mime_type": pl.String, "width": pl.Int64, "height": pl.Int64,
-    "file_size": pl.Int64, "sha256": pl.String, "phash": pl.String,
+    "file_size": pl.Int64, "sha256": pl.String, "phash": pl.String, "color_signature": pl.String,
 }
 _BATCH_ROWS = 50_000  # accepted rows are moved from Python lists into a columnar frame this often
-_IMAGE_COLUMNS = list(KINDS["images"].required)
+# the images columns, with the colour signature after the pHash (both decide the duplicate groups)
+_IMAGE_COLUMNS = [c for r in KINDS["images"].required for c in ((r, "color_signature") if r == "phash" else (r,))]
 
 
 def _inspect_chunk(root: str, ids: Sequence[str], settings: InspectSettings) -> list[Accepted | Rejected]:

@@ -171,6 +171,7 @@ def run(
     deepen: str | None = None,
     estimate: str | None = None,
     trust: str | None = None,
+    leakage: str | None = None,
 ) -> dict[str, Any]:
     """``estimate``: the recorded estimate (``benchmaker estimate --record``), shown beside the bill."""
     from ..chart_png import PngProcess
@@ -238,6 +239,10 @@ def run(
                 from ..evaluate.report import summary_sections
 
                 extra.extend(summary_sections(evaluation, out, scale, png))
+            if leakage:  # seed leakage, from the evaluate aggregate (docs/evaluate.md)
+                from ..evaluate.leakage_view import summary_section as leakage_section
+
+                extra.append(leakage_section(leakage, out))
             # drawn here while the helper renders the charts
             sample = sample_images(inp.images, inp.scored["image_id"].unique(), grid)
             drawn = contact_sheet(sample, image_root, out / "random_image_sample.png", scale_factor=min(scale, 2.0))
