@@ -162,6 +162,15 @@ def test_a_pilot_calibrates_on_models_the_estimator_does_not_know(provider, mode
         assert e["total_usd"] == pytest.approx(b["usd"] + p["usd"], rel=0.15), (st, e, b, p)
         assert e["calibrated_on"] >= 20 and "measured on" in e["output_from"]
     assert len(f.bill) == sum(res[st]["bill"]["requests"] for st in ("vision", "judge"))   # nothing paid twice
+    # before it, the estimate says what a pilot would send and cost: sync, so in batch mode its requests'
+    # batch figure plus the discount they forgo (the judge's real requests are known after vision only)
+    before = res["vision"]["estimate"]
+    nxt = before["next_pilot"]
+    assert nxt["requests"] == 20 and res["judge"]["estimate"]["next_pilot"]["requests"] == 0
+    assert nxt["usd"] - nxt["over_batch_usd"] == pytest.approx(before["usd"] * 20 / before["requests"], rel=1e-3)
+    for st in ("vision", "judge"):
+        p = res[f"{st} after pilot"]["estimate"]["pilot"]
+        assert (p["over_batch_usd"] > 0) == (mode == "batch") and p["over_batch_usd"] < p["usd"], (st, p)
 
 
 def test_counts_what_the_run_sends_after_an_image_and_a_prompt_change(fake, tmp_path):

@@ -234,13 +234,26 @@ class _Stage:
         tin, cached, answer, reasoning, usd = figure(0, hi_p)
         low, high = figure(1, lo_p)[4], figure(2, hi_p)[4]
         self.tok_out = round(answer + reasoning)
+        pilot = self._next_pilot(usd, low, high)
         return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s["mode"],
                 "items": self.items, "requests": self.requests, "cached": self.cached,
                 "duplicates": self.duplicates, "input_tokens": round(tin), "cached_input_tokens": round(cached),
                 "output_tokens": self.tok_out, "answer_tokens": round(answer),
                 "reasoning_tokens": round(reasoning), "output_from": source, "calibrated_on": len(self._billed),
                 "usd": round(usd, 6), "low_usd": round(low, 6), "high_usd": round(high, 6),
-                "assumes": assumes + self.assumes, "price_known": price.known}
+                "assumes": assumes + self.assumes, "price_known": price.known, "next_pilot": pilot}
+
+    def _next_pilot(self, usd: float, low: float, high: float) -> dict:
+        """What ``--pilot`` (of :data:`PILOT_MIN`) would send of this stage now (:func:`pilot_size`; none
+        before the stage's real requests are known) and cost: its share of the figures, at the sync price
+        whatever the mode (a pilot answers now), so in batch mode ``over_batch_usd`` more than the run would
+        pay for the same requests in its batch (they are then cached, not sent again)."""
+        k = pilot_size(self, PILOT_MIN)
+        share = k / max(1, self.requests)
+        disc = float(self.s["batch_discount"]) if self.s["mode"] == "batch" else 0.0
+        sync = 1.0 / (1.0 - disc) if disc < 1.0 else 1.0
+        return {"requests": k, "usd": round(usd * share * sync, 6), "low_usd": round(low * share * sync, 6),
+                "high_usd": round(high * share * sync, 6), "over_batch_usd": round(usd * share * (sync - 1.0), 6)}
 
 
 # -- the requests of each stage --------------------------------------------------------------------------
@@ -647,6 +660,9 @@ def estimate(cfg: Mapping[str, Any], *, pilot: int | None = None,
             got = fn(ctx)
             for st, extra in got:
                 extra["pilot"] = _spent([r for r in spent if r["stage"] == st.stage])
+                # sent sync: in batch mode, the batch discount on these requests is what the pilot costs extra
+                disc = float(st.s["batch_discount"]) if st.s["mode"] == "batch" else 0.0
+                extra["pilot"]["over_batch_usd"] = round(extra["pilot"]["usd"] * disc, 10)
         for st, extra in got:
             ln = st.line() | extra
             paid = (ln.get("pilot") or {}).get("usd", 0.0)
