@@ -49,10 +49,26 @@ def example(tmp: Path, adapter: str, settings: dict) -> dict:
         "vision": {"adapter": adapter, adapter: settings}, "judge": {"adapter": adapter, adapter: settings}})
 
 
+def distinct(corpus: Path, names: list[str]) -> None:
+    """Give each generated image its own content (seeded noise, same size): the plain colours of
+    firebench_cost.make_images share one pHash, so the planner saw every image as a duplicate of every
+    seed and planned each query as its seed alone, a corpus no benchmark has."""
+    import random
+
+    from PIL import Image
+
+    for i, name in enumerate(names):
+        r = random.Random(f"firebench-image-{i}")
+        im = Image.new("RGB", (8, 6))
+        im.putdata([(r.randrange(256), r.randrange(256), r.randrange(256)) for _ in range(48)])
+        im.resize((64, 48), Image.NEAREST).save(corpus / name, quality=80)
+
+
 def firebench(tmp: Path, toml: Path, net: dict, n_images: int) -> dict:
     from firebench_cost import imported_config
 
-    raw, _, _ = imported_config(tmp, toml, n_images)
+    raw, corpus, imgs = imported_config(tmp, toml, n_images)
+    distinct(corpus, imgs["image_id"].to_list())
     raw["paths"]["rights_map"] = None
     for st in ("vision", "judge"):
         ad = raw[st]["adapter"]

@@ -143,7 +143,8 @@ def table(name: str, res: dict[str, dict]) -> list[str]:
     lines = []
     for st, x in res.items():
         e, b = x["estimate"], x["bill"]
-        inside = "yes" if e["low_usd"] * (1 - 1e-6) <= b["usd"] <= e["high_usd"] * (1 + 1e-6) + 1e-9 else "NO"
+        # the line's figures are rounded to 6 decimals (USD): inside within that rounding
+        inside = "yes" if e["low_usd"] - 5e-7 <= b["usd"] <= e["high_usd"] + 5e-7 else "NO"
         lines.append(f"{name:10} {st:19} {e['requests']:>4} {b['requests']:>4} "
                      f"{e['input_tokens']:>8} {b['input_tokens']:>8} {e['cached_input_tokens']:>8} "
                      f"{b['cached_input_tokens']:>8} {e['output_tokens']:>7} {b['output_tokens']:>7} "

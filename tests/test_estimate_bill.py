@@ -41,13 +41,20 @@ def _example(tmp_path: Path, adapter: str, settings: dict, **over) -> dict:
 
 
 def _corpus(root: Path, n: int) -> Path:
-    """``n`` images of many sizes (64 to 1,400 px: one to many image tiles), so requests differ in size."""
+    """``n`` images of many sizes (64 to 1,400 px: one to many image tiles), so requests differ in size,
+    each its own content (seeded blocks of colour: plain colours share one pHash, and the planner would
+    see every image as a duplicate of every seed and plan each query as its seed alone)."""
+    import random
+
     from PIL import Image
 
     root.mkdir(parents=True)
     for i in range(n):
         w, h = 64 + (i * 97) % 1337, 48 + (i * 61) % 900
-        Image.new("RGB", (w, h), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(root / f"im{i:03d}.jpg")
+        r = random.Random(f"corpus-{i}")
+        im = Image.new("RGB", (8, 6))
+        im.putdata([(r.randrange(256), r.randrange(256), r.randrange(256)) for _ in range(48)])
+        im.resize((w, h), Image.NEAREST).save(root / f"im{i:03d}.jpg")
     return root
 
 
@@ -95,6 +102,43 @@ def test_range_holds_before_any_pilot(provider, seen, fake, gfake, tmp_path):
     assert f.billed_usd() == pytest.approx(res["vision"]["bill"]["usd"] + res["judge"]["bill"]["usd"], rel=1e-6)
 
 
+@pytest.mark.parametrize("seen", ["issue", "upstream"])
+def test_range_holds_on_pools_the_reuse_cap_limits(seen, fake, tmp_path):
+    """FireBench's plan shape (issue 34's widest range): negatives-only pools that max_image_reuse caps
+    at ~4 candidates, the judge at medium effort, at $0.125 / $1.00 per million input / output tokens
+    (reasoning most of the judge's bill). Before the plan, the pools are priced with the planner's own
+    padding rule (estimate._quota_pools: the negatives are padded from any eligible image), and the
+    planner then plans at least that share of the candidates priced; the bill is inside the range, at
+    most 4x wide."""
+    import polars as pl
+
+    from benchmaker.config import load_config, results_dir
+    from benchmaker.estimate import _context, _quota_pools
+
+    fake.count_tokens = True
+    fake.lengths = LengthModel(7, means=SEEN[seen], spread=0.3)
+    prices = {"input": 0.125, "cached_input": 0.0125, "output": 1.0}
+    raw = _example(tmp_path, "openai", _llm("openai", fake.base_url, "sync") | {"prices": prices},
+                   plan={"num_seeds": 50, "pos_total": 0, "neutral_total": 0, "neg_total": 40, "neg_hard": 25,
+                         "neg_nearmiss": 10, "neg_easy": 5, "diversity_cap": 6, "max_image_reuse": 3})
+    raw["judge"]["openai"]["reasoning_effort"] = "medium"
+    raw["paths"]["image_root"] = str(_corpus(tmp_path / "images", 60))
+    raw["paths"]["rights_map"] = None
+    res = measure(raw, tmp_path)
+    print("\n" + HEADER + "\n" + "\n".join(table(f"capped {seen}", res)))
+    e, b = res["judge"]["estimate"], res["judge"]["bill"]
+    assert "max_image_reuse 3 over 60 images" in e["source"]
+    assert e["requests"] == b["requests"] == 50
+    assert b["output_tokens"] * prices["output"] / 1e6 > 0.5 * b["usd"]        # output (mostly reasoning) dominates
+    assert e["low_usd"] <= b["usd"] <= e["high_usd"], (e, b)
+    assert e["high_usd"] <= 4 * e["low_usd"], e
+    cfg = load_config(str(tmp_path / "config.yaml"))
+    _n_q, _n_seed, per_query, _why, low = _quota_pools(_context(cfg))
+    plan = pl.read_ndjson(Path(results_dir(cfg)) / "query_plan.jsonl")
+    planned = sum(len(set(c) - set(s)) for c, s in zip(plan["candidate_image_ids"], plan["seed_image_ids"]))
+    assert low * sum(per_query) <= planned <= sum(per_query), (low, per_query, planned)
+
+
 @pytest.mark.parametrize("provider,mode,seed", [("openai", "sync", 11), ("openai", "batch", 12),
                                                 ("gemini", "batch", 13)])
 def test_a_pilot_calibrates_on_models_the_estimator_does_not_know(provider, mode, seed, fake, gfake, tmp_path):
@@ -118,6 +162,15 @@ def test_a_pilot_calibrates_on_models_the_estimator_does_not_know(provider, mode
         assert e["total_usd"] == pytest.approx(b["usd"] + p["usd"], rel=0.15), (st, e, b, p)
         assert e["calibrated_on"] >= 20 and "measured on" in e["output_from"]
     assert len(f.bill) == sum(res[st]["bill"]["requests"] for st in ("vision", "judge"))   # nothing paid twice
+    # before it, the estimate says what a pilot would send and cost: sync, so in batch mode its requests'
+    # batch figure plus the discount they forgo (the judge's real requests are known after vision only)
+    before = res["vision"]["estimate"]
+    nxt = before["next_pilot"]
+    assert nxt["requests"] == 20 and res["judge"]["estimate"]["next_pilot"]["requests"] == 0
+    assert nxt["usd"] - nxt["over_batch_usd"] == pytest.approx(before["usd"] * 20 / before["requests"], rel=1e-3)
+    for st in ("vision", "judge"):
+        p = res[f"{st} after pilot"]["estimate"]["pilot"]
+        assert (p["over_batch_usd"] > 0) == (mode == "batch") and p["over_batch_usd"] < p["usd"], (st, p)
 
 
 def test_counts_what_the_run_sends_after_an_image_and_a_prompt_change(fake, tmp_path):

@@ -126,9 +126,16 @@ def _print_estimate(lines: list[dict]) -> None:
         print(f"{ln['stage']}: the range assumes " + "; ".join(ln["assumes"]))
         if ln.get("pilot", {}).get("requests"):
             p = ln["pilot"]
-            print(f"{ln['stage']}: the pilot sent {p['requests']} requests (USD {p['usd']:.4f}, cached for the run); "
-                  f"the stage in all: USD {ln['total_usd']:.4f} ({ln['total_low_usd']:.4f}.."
+            sync = (f", sent sync: USD {p['over_batch_usd']:.4f} more than in the batch"
+                    if p.get("over_batch_usd") else "")
+            print(f"{ln['stage']}: the pilot sent {p['requests']} requests (USD {p['usd']:.4f}{sync}; cached for the "
+                  f"run); the stage in all: USD {ln['total_usd']:.4f} ({ln['total_low_usd']:.4f}.."
                   f"{ln['total_high_usd']:.4f})")
+        elif (nxt := ln.get("next_pilot") or {}).get("requests"):
+            sync = (f"; sent sync, USD {nxt['over_batch_usd']:.4f} more than the same requests in the batch"
+                    if nxt["over_batch_usd"] else "")
+            print(f"{ln['stage']}: `--pilot` would send {nxt['requests']} of these requests now, cached for the run: "
+                  f"USD {nxt['usd']:.4f} ({nxt['low_usd']:.4f}..{nxt['high_usd']:.4f}){sync}")
         if ln["stage"] == "deepen":
             print(f"deepen: {ln['pairs']:,} new (query, image) pairs; budget max_pairs {ln['max_pairs']}, max_usd "
                   f"{ln['max_usd']}: " + ("within budget" if ln["within_budget"] else

@@ -14,8 +14,8 @@ that has a cost file):
   response cache), the planner's own code (:func:`benchmaker.plan.plan_frames`) plans them with the
   current ``plan`` settings, so the judge's requests are the run's, after a plan edit, an image change
   or a prompt change too; before that, the ``plan`` quotas (or ``paths.pools_file``'s pools) with
-  annotation rows already answered (else rows of typical length), the pools between
-  :data:`POOL_FILL` of the quotas;
+  annotation rows already answered (else rows of typical length), the pools between what the
+  planner's padding of negatives guarantees and the quotas (:func:`_quota_pools`);
 * **prompt caching**: the stable prefix of a request (schema + system prompt, when it reaches 1,024
   tokens) at the cached-input rate for every request after the first, as the provider bills.
 
@@ -69,9 +69,6 @@ PILOT_MIN, PILOT_SHARE = 20, 0.02
 # answer: a model's answers are 0.75..1.3x the schema's typical size; reasoning: 0.1..1.25x the allowance
 # for the request's reasoning_effort (the one published run reasoned 1.04x; models seen at 0.17..0.75x)
 RANGE = {"input": (0.97, 1.08), "answer": (0.80, 1.90), "reasoning": (0.20, 1.10)}
-# before the queries can be planned: the planner fills between these shares of the pool quotas
-# (FireBench's config on 120 images: 53 % of the quotas' tokens; a large corpus: all of them)
-POOL_FILL = (0.5, 1.0)
 # a measured factor's range is at least +-MEASURED_FLOOR of it
 MEASURED_FLOOR = 0.10
 
@@ -120,7 +117,8 @@ class _Stage:
         # input tokens billed, the input estimate of its request)
         self._billed: list[tuple[int, int, int, int, int]] = []
         self.pending: list[tuple[int, Any]] = []     # (input tokens, item) of real requests to send
-        self.pool_fill = (1.0, 1.0)                 # share of the priced pools the run may send
+        # share of the priced pools' candidates the run may send; None: the real pools (nothing assumed)
+        self.pool_fill: tuple[float, float] | None = None
         self.assumes: list[str] = []
 
     def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True, item=None, fixed=None) -> None:
@@ -221,9 +219,10 @@ class _Stage:
         price = self.runner.price
         calibrated = len(self._billed) >= CALIBRATE_MIN
         f, source, assumes = self._measured() if calibrated else self._assumed()
-        lo_p, hi_p = self.pool_fill
-        if (lo_p, hi_p) != (1.0, 1.0):
-            assumes = [*assumes, f"the planner fills {lo_p:.0%}..{hi_p:.0%} of the pools priced"]
+        lo_p, hi_p = self.pool_fill or (1.0, 1.0)
+        if self.pool_fill is not None:
+            assumes = [*assumes, f"the planner plans {lo_p:.0%}..{hi_p:.0%} of the candidates priced (at least the "
+                                 "negatives it pads from any image; no corpus of near-copies of the seeds)"]
 
         def figure(k: int, pools: float) -> tuple[float, float, float, float, float]:
             tin = (self.tok_fixed + (self.tok_in - self.tok_fixed) * pools) * f["input"][k]
@@ -235,13 +234,26 @@ class _Stage:
         tin, cached, answer, reasoning, usd = figure(0, hi_p)
         low, high = figure(1, lo_p)[4], figure(2, hi_p)[4]
         self.tok_out = round(answer + reasoning)
+        pilot = self._next_pilot(usd, low, high)
         return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s["mode"],
                 "items": self.items, "requests": self.requests, "cached": self.cached,
                 "duplicates": self.duplicates, "input_tokens": round(tin), "cached_input_tokens": round(cached),
                 "output_tokens": self.tok_out, "answer_tokens": round(answer),
                 "reasoning_tokens": round(reasoning), "output_from": source, "calibrated_on": len(self._billed),
                 "usd": round(usd, 6), "low_usd": round(low, 6), "high_usd": round(high, 6),
-                "assumes": assumes + self.assumes, "price_known": price.known}
+                "assumes": assumes + self.assumes, "price_known": price.known, "next_pilot": pilot}
+
+    def _next_pilot(self, usd: float, low: float, high: float) -> dict:
+        """What ``--pilot`` (of :data:`PILOT_MIN`) would send of this stage now (:func:`pilot_size`; none
+        before the stage's real requests are known) and cost: its share of the figures, at the sync price
+        whatever the mode (a pilot answers now), so in batch mode ``over_batch_usd`` more than the run would
+        pay for the same requests in its batch (they are then cached, not sent again)."""
+        k = pilot_size(self, PILOT_MIN)
+        share = k / max(1, self.requests)
+        disc = float(self.s["batch_discount"]) if self.s["mode"] == "batch" else 0.0
+        sync = 1.0 / (1.0 - disc) if disc < 1.0 else 1.0
+        return {"requests": k, "usd": round(usd * share * sync, 6), "low_usd": round(low * share * sync, 6),
+                "high_usd": round(high * share * sync, 6), "over_batch_usd": round(usd * share * (sync - 1.0), 6)}
 
 
 # -- the requests of each stage --------------------------------------------------------------------------
@@ -388,7 +400,7 @@ class JudgeRequests:
     source: str
     reused: int = 0
     real: bool = False
-    pool_fill: tuple[float, float] = (1.0, 1.0)
+    pool_fill: tuple[float, float] | None = None
 
 
 def _planned(ctx: Context, ann) -> Any:
@@ -464,17 +476,26 @@ def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeReq
         todo = [r for r in rows if r[0] not in done]
         return JudgeRequests((typical(q, n_seed, len(ids), k) for k, (q, ids, n_seed) in enumerate(todo)),
                              f"paths.pools_file ({len(rows)} queries, {what})", len(rows) - len(todo))
-    n_q, n_seed, per_query, why = _quota_pools(ctx)
+    n_q, n_seed, per_query, why, low = _quota_pools(ctx)
     return JudgeRequests((typical(f"q{q}", n_seed, n_seed + per_query[q], q) for q in range(n_q)),
                          f"plan quotas ({n_q} queries x up to {n_seed + max(per_query, default=0)} candidates{why}, "
-                         f"{what}; the exact plan once every image's annotation is known)", 0, False, POOL_FILL)
+                         f"{what}; the exact plan once every image's annotation is known)", 0, False, (low, 1.0))
 
 
-def _quota_pools(ctx: Context) -> tuple[int, int, list[int], str]:
-    """(queries, seeds per query, candidates beyond the seeds per query, what capped them) that the
-    planner can plan at most: ``num_seeds`` (or the seeds file's queries) of distinct unused seeds, the
-    pool quotas, and every image in at most ``max_image_reuse`` pools, seeds included
-    (:class:`benchmaker.plan.planner.Planner`)."""
+def _quota_pools(ctx: Context) -> tuple[int, int, list[int], str, float]:
+    """(queries, seeds per query, candidates beyond the seeds per query, what capped them, the least
+    share of those the planner plans) that the planner can plan at most: ``num_seeds`` (or the seeds
+    file's queries) of distinct unused seeds, the pool quotas, and every image in at most
+    ``max_image_reuse`` pools, seeds included (:class:`benchmaker.plan.planner.Planner`).
+
+    The least share is the planner's own rule, not a guess: positives and neutrals need images whose
+    facets match the seed (a corpus may have none), but the easy pool pads the negatives the other
+    pools fall short of from any eligible image, so every query gets ``neg_total`` negatives if the
+    images allow; with ``diversity_facets``, at most ``diversity_cap`` per facet value in a pool, so
+    only ``diversity_cap`` of them are certain (every image may share one value). Under the reuse cap
+    the queries that come first take what the later ones cannot; the slots fill as long as the
+    queries' certain negatives cover them. Images that are duplicates of a seed are never candidates:
+    this share assumes a corpus that is not mostly copies of a few images."""
     from .settings_schema import filled
 
     p = filled("plan", ctx.cfg["plan"])
@@ -488,10 +509,13 @@ def _quota_pools(ctx: Context) -> tuple[int, int, list[int], str]:
     n_q = min(n_q, n_img // max(1, n_seed))
     quota = int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
     slots = max(0, n_img * int(p["max_image_reuse"]) - n_q * n_seed)
+    certain = int(p["neg_total"]) if not p["diversity_facets"] else min(int(p["neg_total"]), int(p["diversity_cap"]))
+    low = min(slots, n_q * certain) / max(1, min(slots, n_q * quota))
     if n_q == 0 or slots >= n_q * quota:
-        return n_q, n_seed, [quota] * n_q, ""
+        return n_q, n_seed, [quota] * n_q, "", min(1.0, low)
     per = [min(quota, slots // n_q + (q < slots % n_q)) for q in range(n_q)]
-    return n_q, n_seed, per, f" (max_image_reuse {p['max_image_reuse']} over {n_img} images: {sum(per)} in all)"
+    return (n_q, n_seed, per, f" (max_image_reuse {p['max_image_reuse']} over {n_img} images: {sum(per)} in all)",
+            min(1.0, low))
 
 
 def _judge_settings(judge: Mapping[str, Any]) -> tuple[str, dict]:
@@ -636,6 +660,9 @@ def estimate(cfg: Mapping[str, Any], *, pilot: int | None = None,
             got = fn(ctx)
             for st, extra in got:
                 extra["pilot"] = _spent([r for r in spent if r["stage"] == st.stage])
+                # sent sync: in batch mode, the batch discount on these requests is what the pilot costs extra
+                disc = float(st.s["batch_discount"]) if st.s["mode"] == "batch" else 0.0
+                extra["pilot"]["over_batch_usd"] = round(extra["pilot"]["usd"] * disc, 10)
         for st, extra in got:
             ln = st.line() | extra
             paid = (ln.get("pilot") or {}).get("usd", 0.0)
