@@ -94,10 +94,6 @@ def evaluate_report_inputs(wildcards=None):
     return {}
 
 
-def _names_regex(names):
-    return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
-
-
 EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
 # the systems whose runs rank the whole corpus: the evaluate rule writes their sage view (docs/evaluate.md)
 EVAL_SAGE_NAMES = [s["name"] for s in EVAL_SYSTEMS if has_corpus_scope(s)]

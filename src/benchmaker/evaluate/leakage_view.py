@@ -51,7 +51,7 @@ def _copy(path: str | Path, dest_dir: Path) -> None:
 
 def summary_section(path: str | Path, out_dir: Path):
     """The report's section "Seed leakage"; copies leakage.json to ``out_dir/evaluate``."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     doc = load(path)
     _copy(path, out_dir / "evaluate")
@@ -62,7 +62,7 @@ def summary_section(path: str | Path, out_dir: Path):
 def card_markdown(path: str | Path, dest_dir: Path) -> str:
     """The card's section "Seed leakage" (markdown); copies leakage.json to ``dest_dir`` (the dataset's
     evaluate/)."""
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     doc = load(path)
     _copy(path, dest_dir)
