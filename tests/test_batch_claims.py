@@ -146,13 +146,9 @@ if "collect" in {steps!r}:
 """
 
 
-def test_claiming_shard_killed_then_resumed_the_other_waits_paid_once(fake, tmp_path, tiny_corpus):
-    """Shard a builds and submits first (it claims every upload); shard b then finds them all claimed,
-    sends nothing and waits. a's controller is killed (-9) while downloading its answers: its claims
-    stay (they name its state folder, not the dead process), b keeps waiting rather than paying again;
-    the README's resume (collect again) answers them, and b completes from those answers."""
-    import signal
-
+def _two_shards(fake, tmp_path, tiny_corpus):
+    """Shards ``a`` and ``b`` of the same corpus (identical images in both), and a function that runs
+    steps of one shard in a child process of its own session (a kill -9 target)."""
     root = tmp_path / "corpus"
     _corpus(root, tiny_corpus)
     frame = images_frame(root)
@@ -165,6 +161,18 @@ def test_claiming_shard_killed_then_resumed_the_other_waits_paid_once(fake, tmp_
     def child(kw, steps):
         return subprocess.Popen([sys.executable, "-c", _STEPS.format(src=SRC, kw=kw, steps=steps)], env=env,
                                 start_new_session=True)
+
+    return kws, child
+
+
+def test_claiming_shard_killed_then_resumed_the_other_waits_paid_once(fake, tmp_path, tiny_corpus):
+    """Shard a builds and submits first (it claims every upload); shard b then finds them all claimed,
+    sends nothing and waits. a's controller is killed (-9) while downloading its answers: its claims
+    stay (they name its state folder, not the dead process), b keeps waiting rather than paying again;
+    the README's resume (collect again) answers them, and b completes from those answers."""
+    import signal
+
+    kws, child = _two_shards(fake, tmp_path, tiny_corpus)
 
     assert child(kws[0], ["build"]).wait(timeout=120) == 0
     b = child(kws[1], ["build", "collect"])
@@ -265,18 +273,7 @@ def test_a_collect_waiting_on_a_killed_shard_takes_its_work_over(fake, tmp_path,
     upload paid once, every image annotated in both shards, the cost files equal the bill."""
     import signal
 
-    root = tmp_path / "corpus"
-    _corpus(root, tiny_corpus)
-    frame = images_frame(root)
-    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
-    kws = []
-    for sub in ("a", "b"):
-        imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
-        kws.append(_shard(fake, tmp_path, root, sub, imgs, **FAST))
-
-    def child(kw, steps):
-        return subprocess.Popen([sys.executable, "-c", _STEPS.format(src=SRC, kw=kw, steps=steps)], env=env,
-                                start_new_session=True)
+    kws, child = _two_shards(fake, tmp_path, tiny_corpus)
 
     assert child(kws[0], ["build"]).wait(timeout=120) == 0
     holder: list = []

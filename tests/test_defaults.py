@@ -45,14 +45,8 @@ def _fallbacks(tree: ast.AST):
     """(setting name node, fallback node) of every shape that writes a default beside a setting's name:
     ``s.get("k") or 128``, ``s.get("k", 128)``, ``s.setdefault("k", 128)``, a parameter ``k=128``, a
     class field ``k: int = 128`` and an entry ``"k": 128`` of a ``*DEFAULTS*`` dict."""
+    yield from _get_fallbacks(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
-            get, fallback = node.values
-            if isinstance(get, ast.Call) and getattr(get.func, "attr", None) == "get" and len(get.args) == 1:
-                yield get.args[0], fallback
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "setdefault") \
-                and len(node.args) == 2:
-            yield node.args[0], node.args[1]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
             positional = a.posonlyargs + a.args
