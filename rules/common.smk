@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -69,6 +70,11 @@ EMBED_CACHE = (
 wildcard_constraints:
     shard=r"\d{5}",
     pixels=r"[0-9a-f]{10}",
+
+
+def _names_regex(names):
+    """A wildcard constraint that matches exactly ``names`` (none: nothing)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
 
 
 def optional_path(path):

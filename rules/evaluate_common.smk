@@ -1,7 +1,6 @@
 # The evaluate stage's wiring (docs/evaluate.md): its systems from the config, the files each
 # system's job reads, its params and triggers, the baseline it compares with. Included by
 # rules/evaluate.smk; no rules here (Snakemake's lint wants functions apart from rules).
-import re as _re
 
 from benchmaker.evaluate.compare import COMPARISON_FILES as EVAL_COMPARISON_FILES
 from benchmaker.evaluate.report import RESULT_FILES as EVAL_RESULT_FILES
@@ -90,10 +89,6 @@ def evaluate_report_inputs(wildcards=None):
             ),
         }
     return {}
-
-
-def _names_regex(names):
-    return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
 
 
 EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]

@@ -22,7 +22,7 @@ rule decode_images:
     benchmark:
         f"{BENCH}/decode_images/{{pixels}}/{{shard}}.tsv"
     wildcard_constraints:
-        pixels="|".join(PIXEL_SETS),  # hex keys: no regex characters
+        pixels=_names_regex(PIXEL_SETS),
     conda:
         "../envs/benchmaker.yaml"
     # the main process writes the store; num_workers DataLoader processes decode images
