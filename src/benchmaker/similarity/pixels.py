@@ -18,7 +18,8 @@ not) then only read these arrays and run the model: no image file is opened ther
 keeps them under ``pixels/<key>/`` where the key names the model that decides the pixels
 (``rules/common.smk``: ``pixel_key``), so two stages on one model read one store. The pixels are
 the same bytes on every executor (the decoding is the one the file path of ``similarity.embed``
-runs; the spec id is part of ``model_id``, hence of the embedding cache key), so an embedding from the store and one from the file are the same bits (tests/test_pixels.py).
+runs; the spec id is part of ``model_id``, hence of the embedding cache key), so an embedding from
+the store and one from the file are the same bits (tests/test_pixels.py).
 
 :func:`pixel_spec` finds the model's input size, interpolation, resize mode and fill colour from
 open_clip's configuration files without building the model; the GPU job checks that the store's spec
