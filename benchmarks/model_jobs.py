@@ -26,10 +26,11 @@ def main() -> int:
     res = Path(sys.argv[1])
     by_rule: dict[str, list[float]] = {}
     for rule in RULES:
-        for tsv in sorted((res / "benchmarks" / rule).glob("*.tsv")):
+        # decode_images: one folder per pixel key (benchmarks/decode_images/<key>/<shard>.tsv)
+        for tsv in sorted((res / "benchmarks" / rule).rglob("*.tsv")):
             lines = tsv.read_text().splitlines()
             wall = float(lines[1].split("\t")[0])
-            log = res / "logs" / rule / f"{tsv.stem}.log"
+            log = (res / "logs" / tsv.relative_to(res / "benchmarks")).with_suffix(".log")
             text = log.read_text() if log.exists() else ""
             work = sum(float(m.group(3)) for m in WORK.finditer(text))
             items = sum(int(m.group(1)) for m in WORK.finditer(text))

@@ -191,10 +191,10 @@ def pixel_model_inputs(wildcards):
     """What decode_images reads of a local model: a local-dir: folder's open_clip_config.json (its
     input size; the staged folder under --profile nrp), never the weights, so that replacing a
     checkpoint re-embeds without decoding the images again (docs/similarity.md)."""
-    model = str(config["similarity"].get("model") or "")
-    if not model.startswith("local-dir:"):
+    spec = PIXEL_SETS[wildcards.pixels]
+    if not str(spec.get("model") or "").startswith("local-dir:"):
         return {}
-    found = model_weight_inputs(config["similarity"]).get("weights", [])
+    found = model_weight_inputs(spec).get("weights", [])
     if STAGING:
         return {"weights": found}
     return {"weights": [f for f in found if Path(f).name == "open_clip_config.json"]}

@@ -1,5 +1,8 @@
 # Validation, shard list and input functions shared by every rule file. No rules here.
+import hashlib
+import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -66,6 +69,12 @@ EMBED_CACHE = (
 
 wildcard_constraints:
     shard=r"\d{5}",
+    pixels=r"[0-9a-f]{10}",
+
+
+def _names_regex(names):
+    """A wildcard constraint that matches exactly ``names`` (none: nothing)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
 
 
 def optional_path(path):
@@ -112,14 +121,36 @@ def similarity_model_params():
     return {k: sim[k] for k in ("model", "pretrained", "precision")}
 
 
-def pixel_model_params():
-    """What decides decode_images' pixels: the model, and the pretrained tag (a tag may bring its own
-    input size or resize mode; a checkpoint file does not: similarity.pixels.pixel_spec).
+def pixel_model_params(spec):
+    """What decides a pixel store's pixels (decode_images): the model, and the pretrained tag (a tag
+    may bring its own input size or resize mode; a checkpoint file does not:
+    similarity.pixels.pixel_spec). ``spec``: a model section (similarity, vision.clip).
     """
-    sim = config["similarity"]
-    pretrained = sim.get("pretrained")
+    pretrained = spec.get("pretrained")
     tag = pretrained and not looks_like_path(pretrained)
-    return {"model": sim["model"], "pretrained": pretrained if tag else None}
+    return {"model": spec["model"], "pretrained": pretrained if tag else None}
+
+
+def pixel_key(spec):
+    """The folder of a model section's pixel stores, pixels/<key>/ (docs/similarity.md): the first 10
+    hex digits of the sha256 of its pixel_model_params, so that two sections whose pixels are decided
+    alike (the similarity stage and the clip vision adapter on one model) read one store, and changing
+    one section's model never changes the store the other reads."""
+    text = json.dumps(pixel_model_params(spec), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def pixel_store(spec, shard="{shard}"):
+    """{"pixels": .npy, "pixel_index": .parquet} of a model section's pixel store of ``shard``."""
+    base = f"{RESULTS}/pixels/{pixel_key(spec)}/{shard}"
+    return {"pixels": f"{base}.npy", "pixel_index": f"{base}.parquet"}
+
+
+# key -> model section of every pixel store this run decodes: the similarity stage's, and the clip
+# vision adapter's (the same key when both decide the pixels alike)
+PIXEL_SETS = {pixel_key(config["similarity"]): config["similarity"]}
+if VISION_ADAPTER == "clip":
+    PIXEL_SETS.setdefault(pixel_key(config["vision"]["clip"]), config["vision"]["clip"])
 
 
 def _names_regex(names):

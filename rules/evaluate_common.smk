@@ -1,7 +1,6 @@
 # The evaluate stage's wiring (docs/evaluate.md): its systems from the config, the files each
 # system's job reads, its params and triggers, the baseline it compares with. Included by
 # rules/evaluate.smk; no rules here (Snakemake's lint wants functions apart from rules).
-import re as _re
 
 from benchmaker.evaluate.compare import COMPARISON_FILES as EVAL_COMPARISON_FILES
 from benchmaker.evaluate.report import RESULT_FILES as EVAL_RESULT_FILES

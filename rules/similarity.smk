@@ -1,5 +1,7 @@
-# CLIP similarity: decode each shard's images once on a CPU job (decode_images -> pixels/{shard}.npy
-# + .parquet, the model's input pixels), embed them on the model jobs (embed_images, one per group of
+# CLIP similarity: decode each shard's images once on a CPU job (decode_images ->
+# pixels/{pixels}/{shard}.npy + .parquet, the model's input pixels; {pixels}: the key of the model
+# that decides them, shared with the clip vision adapter's job when its model decides them alike),
+# embed them on the model jobs (embed_images, one per group of
 # consecutive shards: similarity.gpu_jobs; no image file opened there), embed the query texts, score
 # every qrels pair. decode_images and embed_images depend only on the image shards and the similarity
 # model (model, pretrained, precision) plus their code version: changing the judge or the queries never
@@ -8,37 +10,40 @@
 # image sha256 + model identity; docs/similarity.md).
 
 
+rule decode_images:
+    input:
+        unpack(pixel_model_inputs),
+        images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+    output:
+        pixels=f"{RESULTS}/pixels/{{pixels}}/{{shard}}.npy",
+        index=f"{RESULTS}/pixels/{{pixels}}/{{shard}}.parquet",
+    log:
+        f"{LOGS}/decode_images/{{pixels}}/{{shard}}.log",
+    benchmark:
+        f"{BENCH}/decode_images/{{pixels}}/{{shard}}.tsv"
+    wildcard_constraints:
+        pixels=_names_regex(PIXEL_SETS),
+    conda:
+        "../envs/benchmaker.yaml"
+    # the main process writes the store; num_workers DataLoader processes decode images
+    threads: config["similarity"]["num_workers"] + 1
+    resources:
+        mem_mb=RES.mem_mb("decode_images", **CLIP_LOADER),
+        runtime=RES.runtime("decode_images"),
+        disk_mb=RES.disk_mb("decode_images"),
+    params:
+        # the model's input size, interpolation and resize mode decide the pixels (never the
+        # precision, the device or a checkpoint file's weights); the key {pixels} names them
+        model=lambda wc: pixel_model_params(PIXEL_SETS[wc.pixels]),
+        image_root=IMAGE_ROOT,
+        columns=COLUMNS,
+        version=stage_version("embed"),
+    script:
+        "../scripts/decode_images.py"
+
+
 # with CLIP_SHARED (rules/vision.smk) the vision rule writes the embeddings with its own model load
 if not CLIP_SHARED:
-
-    rule decode_images:
-        input:
-            unpack(pixel_model_inputs),
-            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
-        output:
-            pixels=f"{RESULTS}/pixels/{{shard}}.npy",
-            index=f"{RESULTS}/pixels/{{shard}}.parquet",
-        log:
-            f"{LOGS}/decode_images/{{shard}}.log",
-        benchmark:
-            f"{BENCH}/decode_images/{{shard}}.tsv"
-        conda:
-            "../envs/benchmaker.yaml"
-        # the main process writes the store; num_workers DataLoader processes decode images
-        threads: config["similarity"]["num_workers"] + 1
-        resources:
-            mem_mb=RES.mem_mb("decode_images", **CLIP_LOADER),
-            runtime=RES.runtime("decode_images"),
-            disk_mb=RES.disk_mb("decode_images"),
-        params:
-            # the model's input size, interpolation and resize mode decide the pixels (never the
-            # precision, the device or a checkpoint file's weights)
-            model=pixel_model_params(),
-            image_root=IMAGE_ROOT,
-            columns=COLUMNS,
-            version=stage_version("embed"),
-        script:
-            "../scripts/decode_images.py"
 
     rule embed_images:
         input:
@@ -47,12 +52,14 @@ if not CLIP_SHARED:
                 f"{RESULTS}/shards/images/{{shard}}.jsonl",
                 shard=EMBED_GROUPS[wc.group],
             ),
-            pixels=lambda wc: expand(
-                f"{RESULTS}/pixels/{{shard}}.npy", shard=EMBED_GROUPS[wc.group]
-            ),
-            pixel_index=lambda wc: expand(
-                f"{RESULTS}/pixels/{{shard}}.parquet", shard=EMBED_GROUPS[wc.group]
-            ),
+            pixels=lambda wc: [
+                pixel_store(config["similarity"], s)["pixels"]
+                for s in EMBED_GROUPS[wc.group]
+            ],
+            pixel_index=lambda wc: [
+                pixel_store(config["similarity"], s)["pixel_index"]
+                for s in EMBED_GROUPS[wc.group]
+            ],
         output:
             embeddings=f"{RESULTS}/embeddings/images/{{group}}.parquet",
             losses=f"{RESULTS}/losses/embed/{{group}}.jsonl",

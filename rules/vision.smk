@@ -52,6 +52,14 @@ SHARED_OUTPUT = (
     if CLIP_SHARED
     else {}
 )
+# the clip adapter reads its shard's pixel store (rule decode_images, a CPU job): no image file is
+# opened in the model job; the store is the similarity stage's when both models decide pixels alike
+VISION_PIXELS = (
+    pixel_store(config["vision"]["clip"]) if VISION_ADAPTER == "clip" else {}
+)
+VISION_DISK = (
+    {"disk_mb": RES.disk_mb("embed_images")} if VISION_ADAPTER == "clip" else {}
+)
 SHARED_PARAMS = (
     {
         # equal to vision.clip's model, weights and precision (CLIP_SHARED), triggers there: not
@@ -162,6 +170,7 @@ else:
     rule vision:
         input:
             unpack(vision_weight_inputs),
+            **VISION_PIXELS,
             images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
         output:
             **SHARED_OUTPUT,
@@ -177,16 +186,21 @@ else:
         localrule: VISION_ADAPTER in API_ADAPTERS
         conda:
             "../envs/benchmaker.yaml"
-        threads: config["similarity"]["num_workers"] + 1 if CLIP_SHARED else 2
+        # clip: the model's thread + one that reads the next pass's pixels from the store
+        threads: 2
         resources:
             **gpu_resources(needs_gpu("vision", VISION_ADAPTER)),
+            # clip: no decoding workers, two passes of pixels in flight (as embed_images)
+            **VISION_DISK,
             mem_mb=RES.mem_mb(
                 "vision_clip" if VISION_ADAPTER == "clip" else "vision_api",
-                **CLIP_LOADER,
+                batch_size=512,
+                num_workers=0,
             ),
             runtime=RES.runtime(
                 "vision_clip" if VISION_ADAPTER == "clip" else "vision_api"
             ),
+            # clip: a pod downloads its shard's pixel store (NRP: no shared file system)
         params:
             **SHARED_PARAMS,
             adapter=VISION_ADAPTER,

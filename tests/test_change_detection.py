@@ -167,7 +167,7 @@ def _shards_of(out: str, rule: str) -> set[str]:
     found = set()
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         if re.match(rf"(?:local)?rule {rule}:", block):
-            m = re.search(r"wildcards: (?:shard|group)=([\d-]+)", block)
+            m = re.search(r"wildcards: [^\n]*?\b(?:shard|group)=([\d-]+)", block)  # decode_images: pixels=, shard=
             if m:
                 found.add(m.group(1))
     return found

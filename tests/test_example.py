@@ -30,6 +30,8 @@ def test_example_dry_run_from_repo_root():
         assert f"rule {rule}:" in out or f"{rule} " in out
     # similarity.share_vision_job: each shard's vision job writes the image embeddings (one CLIP load)
     assert "rule embed_images:" not in out and "embeddings/images/00000.parquet" in out
+    # ... from the shard's pixel store, decoded on a CPU job: the vision job opens no image file
+    assert "rule decode_images:" in out
 
 
 def test_example_rights_map_covers_every_photo():

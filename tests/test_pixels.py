@@ -8,7 +8,9 @@ import shutil
 import numpy as np
 import polars as pl
 import pytest
+import support
 from test_similarity import images_table
+from test_vision_clip import settings as vision_settings
 
 from benchmaker.formats import FormatError, write_table
 from benchmaker.losses import read_losses
@@ -68,6 +70,41 @@ def test_embeddings_are_built_from_the_store_with_the_image_files_unreadable(sha
     lost = read_losses(s["tmp"] / "store.losses.jsonl")
     assert sorted(lost["item_id"].to_list()) == ["broken/not_an_image.jpg", "broken/truncated.jpg"]
     assert set(lost["reason"]) == {"image_decode_error"}
+
+
+def _vision(s, name: str, k: int, store=None, shared: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The vision stage's clip adapter on shard ``k`` (no embedding cache: every image encoded), from
+    the files or from ``store``; shared: the one job also writes the shard's image embeddings."""
+    from benchmaker.vision import run as vision_run
+
+    out = s["tmp"] / name
+    out.mkdir()
+    kw = {"pixels": store[0], "pixel_index": store[1]} if store else {}
+    if shared:
+        kw |= {"embeddings": str(out / "emb.parquet"), "embed_losses": str(out / "el.jsonl"),
+               "similarity": s["model"], "similarity_runtime": {"device": "cpu", "batch_size": 3, "num_workers": 0}}
+    vision_run(images=str(s["files"][k]), annotations=str(out / "ann.jsonl"), losses=str(out / "vl.jsonl"),
+               adapter="clip", settings=vision_settings(s["model"]["model"][len("local-dir:"):], batch_size=3),
+               facets=support.TINY_FACETS, image_root=str(s["corpus"]), columns={}, **kw)
+    return pl.read_ndjson(out / "ann.jsonl"), read_losses(out / "vl.jsonl")
+
+
+def test_clip_vision_adapter_reads_the_store_with_the_image_files_unreadable(shards):
+    """The vision job of the clip adapter, shared with the embeddings (share_vision_job) or not, after
+    decode_images with the originals gone: the same annotations, embedding bits and losses as from
+    the files."""
+    s = shards
+    k = 2  # three images and the two broken files
+    ann, lost = _vision(s, "files", k, shared=True)
+    emb = _vectors(embed.read_embeddings(s["tmp"] / "files/emb.parquet", kind="image")[0])
+    store = _decode(s, k)
+    shutil.rmtree(s["corpus"])  # no image file left to open
+    for name, shared in (("shared", True), ("alone", False)):
+        ann2, lost2 = _vision(s, name, k, store, shared=shared)
+        assert ann2.equals(ann) and ann.height == 3
+        assert lost2.equals(lost) and sorted(lost["item_id"]) == ["broken/not_an_image.jpg", "broken/truncated.jpg"]
+    assert _vectors(embed.read_embeddings(s["tmp"] / "shared/emb.parquet", kind="image")[0]) == emb
+    assert read_losses(s["tmp"] / "shared/el.jsonl").equals(read_losses(s["tmp"] / "files/el.jsonl"))
 
 
 def test_same_bits_whatever_store_grouping_pass_position_or_cache(shards, tmp_path, monkeypatch):

@@ -1,9 +1,10 @@
 """Image and text embedding: the ``embed_images`` and ``embed_queries`` stages.
 
-The ``embed_images`` rule reads its shards' **pixel stores** (rule ``decode_images``,
-``similarity.pixels``): no file is opened there; the rows to encode are read from memory maps one
-pass ahead of the model (:func:`iter_store_batches`). Without stores (the clip vision adapter, the
-evaluate clip systems, the shared vision job) images are decoded by a torch ``DataLoader`` whose
+The ``embed_images`` rule and the clip vision adapter's ``vision`` rule (shared with the embeddings
+or not) read their shards' **pixel stores** (rule ``decode_images``, ``similarity.pixels``): no file
+is opened there; the rows to encode are read from memory maps one pass ahead of the model
+(:func:`iter_store_batches`). Without stores (the evaluate clip systems, library use) images are
+decoded by a torch ``DataLoader`` whose
 worker processes open each file with PIL (JPEG *draft mode* lets libjpeg decode at 1/2, 1/4 or 1/8
 scale when the image is much larger than the model input), apply EXIF orientation, convert to RGB
 and run open_clip's resize/crop; they hand **uint8** tensors to the main process. Either way the

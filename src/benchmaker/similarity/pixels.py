@@ -5,18 +5,21 @@ image file of the shard into exactly the uint8 pixels that the model sees before
 ``benchmaker.imaging.decode`` (JPEG draft mode, EXIF orientation, first frame, 16-bit scaled, CMYK
 via ICC, transparency on white), then open_clip's resize and crop for the model's input size — and writes them to
 
-* ``pixels/{shard}.npy``: uint8 ``[n, 3, H, W]`` (channels first, as the model takes them), a plain
+* ``pixels/<key>/{shard}.npy``: uint8 ``[n, 3, H, W]`` (channels first, as the model takes them), a plain
   NumPy array file, read with memory maps (``np.load(mmap_mode="r")``); row i is the i-th distinct
   sha256 of the shard (zeros when it could not be decoded);
-* ``pixels/{shard}.parquet``: one row per distinct sha256 of the shard, in first-appearance order:
+* ``pixels/<key>/{shard}.parquet``: one row per distinct sha256 of the shard, in first-appearance order:
   ``sha256``, ``row`` (its row of the ``.npy``; null when it could not be decoded), ``reason``,
   ``detail`` (as the embed losses name them); metadata ``benchmaker.kind=pixels``,
   ``benchmaker.format``, ``benchmaker.pixels`` (the :class:`PixelSpec` id).
 
-The GPU job (``embed_images``) then only reads these arrays and runs the model: no image file is
-opened there. The pixels are the same bytes on every executor (the decoding is the one the file path
-of ``similarity.embed`` runs; the spec id is part of ``model_id``, hence of the embedding cache key),
-so an embedding from the store and one from the file are the same bits (tests/test_pixels.py).
+The GPU jobs (``embed_images``, and ``vision`` with the clip adapter, shared with the embeddings or
+not) then only read these arrays and run the model: no image file is opened there. The workflow
+keeps them under ``pixels/<key>/`` where the key names the model that decides the pixels
+(``rules/common.smk``: ``pixel_key``), so two stages on one model read one store. The pixels are
+the same bytes on every executor (the decoding is the one the file path of ``similarity.embed``
+runs; the spec id is part of ``model_id``, hence of the embedding cache key), so an embedding from
+the store and one from the file are the same bits (tests/test_pixels.py).
 
 :func:`pixel_spec` finds the model's input size, interpolation, resize mode and fill colour from
 open_clip's configuration files without building the model; the GPU job checks that the store's spec

@@ -37,10 +37,14 @@ def run(
     similarity: Mapping[str, Any] | None = None,
     similarity_runtime: Mapping[str, Any] | None = None,
     runtime: Mapping[str, Any] | None = None,
+    pixels: str | None = None,
+    pixel_index: str | None = None,
 ) -> None:
     """Annotate one shard. ``settings`` are the adapter settings that decide the output; ``runtime``
     the ones that only decide speed (batch size, workers, caches, concurrency: benchmaker.triggers),
-    passed outside Snakemake's params trigger and merged into the adapter's settings here."""
+    passed outside Snakemake's params trigger and merged into the adapter's settings here.
+    ``pixels`` / ``pixel_index``: the shard's pixel store (rule ``decode_images``,
+    ``similarity.pixels``) for the clip adapter, which then opens no image file."""
     settings = {**dict(settings), **dict(runtime or {})}
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
@@ -48,6 +52,12 @@ def run(
     loss = Losses("vision")
     annotator = get_annotator(adapter, facets=fm, settings=dict(settings), image_root=image_root,
                               cache_dir=cache_dir, threads=threads)
+    if pixels:
+        if adapter != "clip":
+            raise ValueError(f"vision adapter {adapter!r} does not read pixel stores (only 'clip' does)")
+        from ..similarity.pixels import PixelStore
+
+        annotator.stores = [PixelStore(pixels, pixel_index)]
     if embeddings:
         # one process per shard: the clip annotator's model also writes embed_images' outputs (the
         # workflow asks for this only when similarity uses the same model identity, docs/architecture.md)
@@ -57,7 +67,8 @@ def run(
             raise ValueError(f"vision adapter {adapter!r} cannot write image embeddings (only 'clip' can)")
         run_images(images=images, embeddings=embeddings, losses=embed_losses, model=dict(similarity or {}),
                    runtime=similarity_runtime, cache_dir=settings.get("embedding_cache_dir"),
-                   image_root=image_root, columns=columns, threads=threads, clip=annotator._model())
+                   image_root=image_root, columns=columns, threads=threads, clip=annotator._model(),
+                   pixels=pixels, pixel_index=pixel_index)
     runner = getattr(annotator, "runner", None)
     if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
         from .openai import attach_ledger

@@ -17,7 +17,10 @@ two stages share work when they use the same model) and the configured facet mod
   ``tags.max``) while ``p_tag / p_top1 >= vision.clip.tag_threshold``.
 * **summary**: a short template over the chosen values and tags.  ``annotator`` = ``clip:<model_id>``.
 
-Undecodable images go to the losses (item_type image). Settings (config ``vision.clip``): model,
+Under the workflow the images come from the shard's pixel store (rule ``decode_images``, a CPU job;
+``similarity.pixels``): the model job opens no image file (``stores``); without one (library use) the
+files are decoded here. Undecodable images go to the losses (item_type image), with the reason the
+store recorded. Settings (config ``vision.clip``): model,
 pretrained, device, batch_size, prompt_template, tag_threshold; optional ``precision``, ``num_workers``
 and ``embedding_cache_dir`` (default: the ``embeddings`` folder beside the vision ``cache_dir``,
 which is where ``embed_images`` caches by default).
@@ -105,6 +108,8 @@ class ClipAnnotator:
             raise ValueError(f"vision.clip.prompt_template {self.template!r} is not a valid template "
                              f"(use '{{}}' for the value, optionally '{{facet}}'): {exc}") from None
         self._clip = None
+        # the shard's pixel stores (similarity.pixels), set by the vision stage: then no file is opened
+        self.stores = None
 
     # ------------------------------------------------------------------------------------------ prompts
     def _prompt(self, value: str, facet: str | None = None) -> str:
@@ -156,7 +161,8 @@ class ClipAnnotator:
         clip = self._model()
         cache = EmbeddingCache.for_model(self.embedding_cache_dir, clip) if self.embedding_cache_dir else None
         table = embed_image_table(images, clip, image_root=self.image_root, cache=cache, losses=losses,
-                                  batch_size=self.batch_size, num_workers=self.num_workers, desc="clip vision")
+                                  batch_size=self.batch_size, num_workers=self.num_workers, desc="clip vision",
+                                  stores=self.stores)
         if table.height == 0:
             return empty_table("annotations", fm)
         emb = np.asarray(table["embedding"].to_numpy(), dtype=np.float32)
