@@ -153,13 +153,6 @@ if VISION_ADAPTER == "clip":
     PIXEL_SETS.setdefault(pixel_key(config["vision"]["clip"]), config["vision"]["clip"])
 
 
-def _names_regex(names):
-    """A wildcard constraint matching exactly these names (none: nothing)."""
-    import re
-
-    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
-
-
 def public_config():
     """The config as recorded in the dataset card: keys starting with '_' are private and dropped,
     and so are runtime knobs that change no output (benchmaker.triggers.RECORD_DROPS).
