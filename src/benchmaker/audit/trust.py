@@ -44,7 +44,8 @@ def judge_rankings(qrels: pl.DataFrame, judge2: pl.DataFrame, sample: pl.DataFra
 
 def trust_parts(*, sample: pl.DataFrame, humans: pl.DataFrame, qrels: pl.DataFrame, runs: Mapping[str, str],
                 metrics: Sequence[str], confidence: float, judge2: pl.DataFrame | None = None,
-                judge2_scope: str = "sample", draws: int = 0, seed: int = 0) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+                judge2_scope: str = "sample", draws: int = 0,
+                seed: int = 0) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
     """``audit.json``'s ``corrected`` and ``judges`` entries and the tables ``corrected`` and ``judges``."""
     info: dict[str, Any] = {"corrected": None, "judges": None, "projected": None}
     tables = {"corrected": corrected_table({}), "judges": pl.DataFrame(schema=JUDGES_SCHEMA)}
