@@ -104,33 +104,41 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--draws", type=int, default=200, help="bootstrap replicates of the nDCG/MAP/MRR imputation")
+    ap.add_argument("--every", type=int, default=0, help="also print the figures so far every N audits")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     t0 = time.perf_counter()
     stats: dict[str, dict[str, list]] = {}
-    for _ in range(a.audits):
+    for n_done in range(1, a.audits + 1):
         qrels, runs = one_benchmark(rng, a.queries, a.pool)
         true = truth(qrels, runs)
         res = corrected_scores(qrels.drop("human"), one_audit(rng, qrels, a.sample), runs, ks=[10], confidence=0.95,
                                draws=a.draws, seed=int(rng.integers(2**31)))
         for metric in ("ndcg@10", "map", "mrr", "precision@10", "dcg@10"):
-            st = stats.setdefault(metric, {k: [] for k in ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j")})
+            st = stats.setdefault(metric, {k: [] for k in ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j", "err")})
             rows = [r for r in res["rows"] if r["metric"] == metric]
             for r in rows:
                 t = true[(r["system"], metric)]
                 st["cov"].append(r["corrected_lo"] <= t <= r["corrected_hi"])
+                st["err"].append(r["corrected"] - t)
                 st["cov_h"].append(r["human_only_lo"] <= t <= r["human_only_hi"])
                 st["w"].append(r["corrected_hi"] - r["corrected_lo"])
                 st["w_h"].append(r["human_only_hi"] - r["human_only_lo"])
             order_true = sorted(SYSTEMS, key=lambda s: -true[(s, metric)])
             st["rank_c"].append([r["system"] for r in sorted(rows, key=lambda r: -r["corrected"])] == order_true)
             st["rank_j"].append([r["system"] for r in sorted(rows, key=lambda r: -r["judge"])] == order_true)
-    print(f"{a.audits} simulated audits: {a.queries} queries x {a.pool} pairs, sample {a.sample} "
-          f"(strata: judge label), 3 systems, {a.draws} imputation replicates; {time.perf_counter() - t0:.0f} s")
+        if n_done == a.audits or (a.every and n_done % a.every == 0):
+            _report(stats, a, n_done, time.perf_counter() - t0)
+
+
+def _report(stats, a, n_done: int, seconds: float) -> None:
+    print(f"{n_done} simulated audits: {a.queries} queries x {a.pool} pairs, sample {a.sample} "
+          f"(strata: judge label), 3 systems, {a.draws} imputation replicates; {seconds:.0f} s")
     for metric, st in stats.items():
         print(f"{metric}: coverage corrected {np.mean(st['cov']):.3f}, people-only {np.mean(st['cov_h']):.3f}; "
               f"mean width corrected {np.mean(st['w']):.4f}, people-only {np.mean(st['w_h']):.4f}; "
-              f"true ranking recovered: corrected {np.mean(st['rank_c']):.3f}, judge {np.mean(st['rank_j']):.3f}")
+              f"true ranking recovered: corrected {np.mean(st['rank_c']):.3f}, judge {np.mean(st['rank_j']):.3f}; "
+              f"bias {np.mean(st['err']):+.4f}, rmse {np.sqrt(np.mean(np.square(st['err']))):.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ def tables(trust: str | Path | None, audit: str | Path | None) -> list[tuple[str
 
 def card_markdown(trust: str | Path | None, audit: str | Path | None, deepen: str | Path | None) -> str:
     """The card's block (markdown), placed right after its introduction."""
-    from .report import md_table
+    from ..pages.report import md_table
 
     text = (f"## {TITLE}\n\n" + "\n".join(f"- {i}" for i in trust_items(trust, audit, deepen))
             + f"\n\nEach figure and its assumptions: {DOCS}.\n")
@@ -203,7 +203,7 @@ def card_markdown(trust: str | Path | None, audit: str | Path | None, deepen: st
 
 def summary_section(trust: str | Path | None, audit: str | Path | None, deepen: str | Path | None) -> list:
     """The report's first sections: the block, then its tables."""
-    from .report import Section
+    from ..pages.report import Section
 
     files = ["evaluate/trust.json"] if trust else []
     # plain text: the report's HTML shows a section's text as it is (no markdown)
