@@ -1,26 +1,33 @@
-"""Human-corrected nDCG@k, MAP and MRR: post-stratified multiple imputation by the approximate Bayesian
-bootstrap over the audit sample (docs/trust.md, "nDCG, MAP and MRR").
+"""Human-corrected nDCG@k, MAP and MRR: model-assisted multiple imputation of people's labels from the
+judge's and the audit sample (docs/trust.md, "Human-corrected scores").
 
 These metrics divide by quantities of the labels themselves (the ideal DCG, the number of relevant pairs), so
 the linear prediction-powered estimator of :mod:`.corrected` does not apply. Instead the people's labels of
 the pairs nobody labelled are predicted from the judge's label and the audit sample, and the metric is
 computed on the completed labels:
 
-* **Cells.** For one system, a pair's cell is (the judge's label, whether the pair is in the system's top k).
-  The second coordinate lets the judge's error rate differ on a system's own hits (a judge that favours a
-  system errs there most). A cell's distribution of people's labels is estimated from the audited pairs in
-  it, each weighted by its design weight N_h / n_h (the Hájek estimator; stratified sampling without
-  replacement, ``audit/sample.jsonl``). A cell with fewer than ``MIN_CELL`` audited pairs uses its judge
-  label's cell over both halves, and a cell with none the whole sample's distribution.
+* **Cells.** For one system, a pair's cell is (the judge's label, the bucket of the system's rank of it,
+  ``BUCKETS``). Rank buckets let the judge's error differ on a system's own top hits (a judge that favours a
+  system errs there most) and people's labels follow the system's ranking. A cell's distribution of
+  people's labels is drawn from a Dirichlet posterior: its audited pairs (their count times their
+  distribution weighted by the design weights N_h / n_h, Hájek; ``audit/sample.jsonl``) plus ``PRIOR``
+  pseudo-pair of its judge label's distribution over all ranks; a cell without audited pairs takes that
+  distribution with its judge label's count. The prior keeps a small cell whose few pairs agree from
+  claiming certainty.
+* **Design-based correction** (model-assisted, Särndal, Swensson & Wretman 1992, ch. 6: the rectifier of
+  prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
+  for each label level with the rest of the query imputed, gives its residual (people's label minus the
+  cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
 * **Imputation and interval.** Each replicate resamples the audited pairs with replacement within their
-  audit strata (Efron's bootstrap, stratified), re-estimates the cells' distributions, draws a label for
-  every unaudited pair from its cell's distribution (the audited pairs keep their people's labels), and
-  computes the metric over the evaluated queries — the approximate Bayesian bootstrap of Rubin & Schenker
-  (JASA 1986), i.e. proper multiple imputation whose replicates are draws of the metric's posterior
-  predictive distribution. The estimate is their mean, the interval their percentiles at ``confidence``.
+  audit strata (Efron's bootstrap, stratified: the correction's design variance), draws the cells'
+  distributions from their posterior, draws a label for every unaudited pair from its cell's distribution
+  (the audited pairs keep their people's labels), and computes the metric plus the correction over the
+  evaluated queries — proper multiple imputation (Rubin 1987; cf. the approximate Bayesian bootstrap of
+  Rubin & Schenker, JASA 1986), whose replicates are draws of the metric's predictive distribution. The
+  estimate is their mean, the interval their percentiles at ``confidence``.
   The interval is about this benchmark's queries (the same estimand as :mod:`.corrected`): the value people
   would give if they labelled every judged pair.
-* **People only.** The same with cells that ignore the judge's label (only the system's top k or not).
+* **People only.** The same with cells that ignore the judge's label (the rank bucket only).
 
 This is the imputation route to combining many model labels with few human ones (Oosterhuis et al., KDD 2024;
 prediction-powered inference, Angelopoulos et al., Science 2023, is its linear special case); its validity
@@ -39,6 +46,7 @@ import polars as pl
 __all__ = ["MIN_CELL", "imputed_rows", "metric_values"]
 
 MIN_CELL = 3
+PRIOR = 1.0
 BUCKETS = (1, 2, 3, 5, 11, 21)  # a pair's rank bucket starts: [1], [2], [3, 4], [5, 10], [11, 20], [21, ...); unranked
 
 
@@ -148,6 +156,21 @@ def _replicate_weights(pools: _Pools, B: int, rng: np.random.Generator) -> np.nd
     return w * pools.weight
 
 
+def _posterior(args: tuple, weight: np.ndarray, counts: np.ndarray, nb: int, n_coarse: int, n_lab: int, B: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """B draws [B, cells, L] of the cells' label distributions and their mean [cells, L]: Dirichlet with the
+    cell's audited pairs (count x its weighted distribution) plus ``PRIOR`` pseudo-pairs of its judge label's
+    distribution over all ranks; a cell with no audited pair: that distribution with its judge label's count."""
+    n_cells = nb * n_coarse
+    fine = _cell_probs(*args, weight[None], n_cells, n_coarse, n_lab, np.full(n_cells, MIN_CELL))[0]
+    coarse = _cell_probs(*args, weight[None], n_cells, n_coarse, n_lab, np.zeros(n_cells, int))[0]
+    ccount = np.bincount(args[1], minlength=n_coarse)[np.arange(n_cells) // nb]
+    alpha = np.where(counts[:, None] > 0, counts[:, None] * fine + PRIOR * coarse,
+                     np.maximum(ccount, 1)[:, None] * coarse) + 1e-9
+    g = rng.gamma(np.broadcast_to(alpha, (B, *alpha.shape)))
+    return g / g.sum(axis=2, keepdims=True), alpha / alpha.sum(axis=1, keepdims=True)
+
+
 def _influence(pools: _Pools, cell_all: np.ndarray, levels: np.ndarray, p_full: np.ndarray, fixed: np.ndarray,
                free: np.ndarray, order: np.ndarray, ranked: np.ndarray, metric: tuple[str, int],
                rng: np.random.Generator, d: int = 20) -> np.ndarray:
@@ -179,8 +202,7 @@ def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, u
     yidx = np.searchsorted(levels, pools.a_human)
     counts = np.bincount(a_cell, minlength=nb * n_coarse)
     args = (a_cell, a_cell // nb, yidx)
-    probs = _cell_probs(*args, w, nb * n_coarse, n_coarse, len(levels), counts)
-    p_full = _cell_probs(*args, pools.weight[None], nb * n_coarse, n_coarse, len(levels), counts)[0]
+    probs, p_full = _posterior(args, pools.weight, counts, nb, n_coarse, len(levels), w.shape[0], rng)
     cum = np.cumsum(probs, axis=2)[..., :-1]
     fixed = np.zeros(pools.judge.shape)
     fixed[pools.a_pos[:, 0], pools.a_pos[:, 1]] = pools.a_human
