@@ -20,8 +20,8 @@ stratified difference estimator (Särndal, Swensson & Wretman 1992, §6.3) — a
 the interval wider than the people's labels alone would (λ = 0). The interval is normal (z of
 ``audit.confidence``). Beside it: the people-only (stratified expansion) estimate and interval, and the
 judge-only value. nDCG, MAP and MRR divide by quantities of the labels themselves (the ideal DCG, the number
-of relevant pairs) and have no unbiased estimator from a pair sample; their human-scored values on the
-audited pairs alone are in ``ranking.csv``.
+of relevant pairs) and have no unbiased estimator from a pair sample: with ``draws`` they are estimated by
+model-assisted multiple imputation (:mod:`.imputed`).
 """
 
 from __future__ import annotations
@@ -162,9 +162,10 @@ def corrected_scores(qrels: pl.DataFrame, audited: pl.DataFrame, runs: Mapping[s
     return {"status": "ok", "queries": len(queries), "confidence": confidence, "z": z,
             "estimator": "PPI++ (stratified, lambda tuned) over judge labels on every pair and human labels on "
                          "the audited pairs; people-only: stratified expansion estimator",
-            "estimator_ratio": (f"nDCG@k, MAP, MRR: multiple imputation of people's labels by the approximate "
-                                f"Bayesian bootstrap ({draws} replicates, stratified), cells judge label x the "
-                                f"system's top k; people-only: cells without the judge's label") if draws > 0 else None,
+            "estimator_ratio": (f"nDCG@k, MAP, MRR: model-assisted multiple imputation of people's labels "
+                                f"({draws} replicates; cells: judge label x the system's rank bucket, Dirichlet "
+                                f"posterior; design-based residual correction, stratified bootstrap); people-only: "
+                                f"cells without the judge's label") if draws > 0 else None,
             "rows": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}
 
 
