@@ -1,6 +1,6 @@
 """Human-corrected scores against known truth: a biased judge, many simulated audits (docs/trust.md).
 
-    python benchmarks/trust_ppi.py [--audits 1000] [--queries 50] [--pool 30] [--sample 200] [--seed 1]
+    python benchmarks/trust_ppi.py [--audits 1000] [--queries 50] [--pool 30] [--sample 200] [--seed 1] [--draws 200]
 
 Each simulated benchmark draws people's (true) binary labels for ``queries x pool`` judged pairs (30 %
 relevant), three systems that rank each pool by noisy scores of different quality (A best, then B, then C),
@@ -8,7 +8,8 @@ and a judge that calls 20 % of non-relevant pairs relevant, 60 % of the non-rele
 10, and misses 10 % of relevant ones. The audit draws ``--sample`` pairs stratified by the judge's label
 (proportional allocation, at least 5 per stratum: ``benchmaker.audit.sample.allocate``, pairs drawn without
 replacement within a stratum), and :func:`benchmaker.audit.corrected.corrected_scores` estimates every
-system's precision@10 and DCG@10 as people would score them over all pairs. Printed per metric: the
+system's precision@10 and DCG@10 (PPI++) and nDCG@10, MAP and MRR (multiple imputation, ``--draws``
+replicates) as people would score them over all pairs. Printed per metric: the
 coverage of the 95 % corrected intervals and of the people-only intervals (target 0.95 ± 0.02), their mean
 widths, and how often the ranking by the corrected estimates (and the judge's) equals the true ranking.
 """
@@ -27,6 +28,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from benchmaker.audit.corrected import corrected_scores, pair_weights  # noqa: E402
+from benchmaker.audit.imputed import _Pools, metric_values  # noqa: E402
 from benchmaker.audit.sample import allocate  # noqa: E402
 
 SYSTEMS = {"A": 1.6, "B": 1.0, "C": 0.6}  # signal of the true label in each system's score
@@ -69,6 +71,14 @@ def truth(qrels: pl.DataFrame, runs) -> dict[tuple[str, str], float]:
         ranks, nq = pair_weights(run, pools, queries, 10)
         out[(name, "precision@10")] = sum(human[key] / 10 for key in ranks) / nq
         out[(name, "dcg@10")] = sum(human[key] / np.log2(r + 1) for key, r in ranks.items()) / nq
+    # nDCG@10, MAP, MRR: the library's metric code on the people's labels of every pair (no sample)
+    census = qrels.select("query_id", "image_id", pl.col("human").alias("relevance_label"))
+    pools_h = _Pools(census, census.head(0).with_columns(pl.lit(0).alias("judge_label"), pl.lit(0).alias(
+        "human_label"), pl.lit("").alias("stratum"), pl.lit(0).alias("stratum_size")), queries)
+    for name, run in runs.items():
+        order, ranked, _ = pools_h.ranking(run, queries)
+        for metric, label in (("ndcg", "ndcg@10"), ("map", "map"), ("mrr", "mrr")):
+            out[(name, label)] = float(metric_values(pools_h.judge[None], order, ranked, metric, 10)[0])
     return out
 
 
@@ -93,32 +103,42 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=30)
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--draws", type=int, default=200, help="bootstrap replicates of the nDCG/MAP/MRR imputation")
+    ap.add_argument("--every", type=int, default=0, help="also print the figures so far every N audits")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     t0 = time.perf_counter()
     stats: dict[str, dict[str, list]] = {}
-    for _ in range(a.audits):
+    for n_done in range(1, a.audits + 1):
         qrels, runs = one_benchmark(rng, a.queries, a.pool)
         true = truth(qrels, runs)
-        res = corrected_scores(qrels.drop("human"), one_audit(rng, qrels, a.sample), runs, ks=[10], confidence=0.95)
-        for metric in ("precision@10", "dcg@10"):
-            st = stats.setdefault(metric, {k: [] for k in ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j")})
+        res = corrected_scores(qrels.drop("human"), one_audit(rng, qrels, a.sample), runs, ks=[10], confidence=0.95,
+                               draws=a.draws, seed=int(rng.integers(2**31)))
+        for metric in ("ndcg@10", "map", "mrr", "precision@10", "dcg@10"):
+            st = stats.setdefault(metric, {k: [] for k in ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j", "err")})
             rows = [r for r in res["rows"] if r["metric"] == metric]
             for r in rows:
                 t = true[(r["system"], metric)]
                 st["cov"].append(r["corrected_lo"] <= t <= r["corrected_hi"])
+                st["err"].append(r["corrected"] - t)
                 st["cov_h"].append(r["human_only_lo"] <= t <= r["human_only_hi"])
                 st["w"].append(r["corrected_hi"] - r["corrected_lo"])
                 st["w_h"].append(r["human_only_hi"] - r["human_only_lo"])
             order_true = sorted(SYSTEMS, key=lambda s: -true[(s, metric)])
             st["rank_c"].append([r["system"] for r in sorted(rows, key=lambda r: -r["corrected"])] == order_true)
             st["rank_j"].append([r["system"] for r in sorted(rows, key=lambda r: -r["judge"])] == order_true)
-    print(f"{a.audits} simulated audits: {a.queries} queries x {a.pool} pairs, sample {a.sample} "
-          f"(strata: judge label), 3 systems; {time.perf_counter() - t0:.0f} s")
+        if n_done == a.audits or (a.every and n_done % a.every == 0):
+            _report(stats, a, n_done, time.perf_counter() - t0)
+
+
+def _report(stats, a, n_done: int, seconds: float) -> None:
+    print(f"{n_done} simulated audits: {a.queries} queries x {a.pool} pairs, sample {a.sample} "
+          f"(strata: judge label), 3 systems, {a.draws} imputation replicates; {seconds:.0f} s")
     for metric, st in stats.items():
         print(f"{metric}: coverage corrected {np.mean(st['cov']):.3f}, people-only {np.mean(st['cov_h']):.3f}; "
               f"mean width corrected {np.mean(st['w']):.4f}, people-only {np.mean(st['w_h']):.4f}; "
-              f"true ranking recovered: corrected {np.mean(st['rank_c']):.3f}, judge {np.mean(st['rank_j']):.3f}")
+              f"true ranking recovered: corrected {np.mean(st['rank_c']):.3f}, judge {np.mean(st['rank_j']):.3f}; "
+              f"bias {np.mean(st['err']):+.4f}, rmse {np.sqrt(np.mean(np.square(st['err']))):.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -81,14 +81,15 @@ def test_audit_in_the_workflow(tmp_path, tiny_corpus, tiny_clip, numba_cache):
     # human-corrected scores of both systems (at the cutoff of audit.metrics: precision@10, dcg@10) and their
     # scores under both judges
     corrected = pl.read_csv(res / "audit" / "report" / "corrected.csv")
-    assert info["corrected"]["status"] == "ok" and corrected.height == 4
-    assert set(corrected["system"]) == {"bm25", "clip-same"} and set(corrected["metric"]) == {"precision@10", "dcg@10"}
+    assert info["corrected"]["status"] == "ok" and corrected.height == 10
+    assert set(corrected["system"]) == {"bm25", "clip-same"}
+    assert set(corrected["metric"]) == {"precision@10", "dcg@10", "ndcg@10", "map", "mrr"}
     assert (corrected["corrected_lo"] <= corrected["corrected"]).all()
     assert (corrected["corrected"] <= corrected["corrected_hi"]).all()
     assert info["judges"]["scope"] == "sample"
     assert {r["system"] for r in info["judges"]["rows"]} == {"bm25", "clip-same"}
     block = card[card.index("## How far to trust this benchmark"):card.index("## Load it")]
-    assert "**Human-corrected scores** (precision@10" in block and "judge vs erin" in block
+    assert "**Human-corrected scores** (ndcg@10" in block and "judge vs erin" in block
 
     # a bad label file stops the report with the file and row
     (tmp_path / "erin.csv").write_text(filled.with_columns(pl.lit(5).alias("label")).write_csv())

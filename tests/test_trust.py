@@ -147,3 +147,28 @@ def test_trust_block_opens_with_each_statement(tmp_path):
     assert "differences in ndcg@10 (pool scope) below" in text
     assert "s0, s1, s2 share the vision annotator's family" in text
     assert "τ ≥ 0.93 over 3 systems (meets" in text
+
+
+def test_imputed_ndcg_map_mrr_census_and_sample():
+    from benchmaker.audit.imputed import imputed_rows
+
+    qrels, runs = _toy()
+    human = [0, 1, 0, 0, 1, 0, 1, 0]  # people: q1/a is not relevant
+    audited = qrels.select("query_id", "image_id", pl.col("relevance_label").alias("judge_label")).with_columns(
+        pl.Series("human_label", human), pl.lit("all").alias("stratum"), pl.lit(8).alias("stratum_size"))
+    doc = corrected_scores(qrels, audited, runs, ks=[2], confidence=0.95, draws=50, seed=3)
+    got = {(r["system"], r["metric"]): r for r in doc["rows"]}
+    x = got[("x", "ndcg@2")]  # census: the people's values exactly, zero-width intervals
+    d2 = 1 / np.log2(3)  # q2: a and c relevant, x ranks a, b: nDCG@2 = 1 / (1 + d2)
+    assert x["judge"] == pytest.approx((1 + 1 / (1 + d2)) / 2) and x["method"] == "imputation"
+    assert x["corrected"] == pytest.approx((d2 + 1 / (1 + d2)) / 2) and x["corrected"] == pytest.approx(
+        x["corrected_hi"]) and x["corrected_lo"] == pytest.approx(x["corrected_hi"])
+    assert got[("x", "mrr")]["corrected"] == pytest.approx((0.5 + 1) / 2)
+    assert got[("x", "map")]["corrected"] == pytest.approx((0.5 + (1 + 2 / 3) / 2) / 2)
+    assert got[("y", "mrr")]["corrected"] == pytest.approx((1 / 3 + 1 / 2) / 2)
+    assert got[("x", "precision@2")]["method"] == "ppi++" and got[("x", "ndcg@2")]["rank_corrected"] == 1
+    # half the pairs audited: an interval around the estimate, same bytes for the same seed
+    half = audited[[0, 2, 4, 6]].with_columns(pl.lit(8).alias("stratum_size"))
+    rows = imputed_rows(qrels, half, runs, ["q1", "q2"], ks=[2], confidence=0.95, draws=50, seed=3)
+    assert rows == imputed_rows(qrels, half, runs, ["q1", "q2"], ks=[2], confidence=0.95, draws=50, seed=3)
+    assert all(r["corrected_lo"] <= r["corrected_hi"] and 0 <= r["corrected"] <= 1 for r in rows)

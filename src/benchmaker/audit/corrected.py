@@ -20,8 +20,8 @@ stratified difference estimator (Särndal, Swensson & Wretman 1992, §6.3) — a
 the interval wider than the people's labels alone would (λ = 0). The interval is normal (z of
 ``audit.confidence``). Beside it: the people-only (stratified expansion) estimate and interval, and the
 judge-only value. nDCG, MAP and MRR divide by quantities of the labels themselves (the ideal DCG, the number
-of relevant pairs) and have no unbiased estimator from a pair sample; their human-scored values on the
-audited pairs alone are in ``ranking.csv``.
+of relevant pairs) and have no unbiased estimator from a pair sample: with ``draws`` they are estimated by
+model-assisted multiple imputation (:mod:`.imputed`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ CORRECTED_COLUMNS = {"system": pl.String, "metric": pl.String, "queries": pl.Int
                      "corrected": pl.Float64, "corrected_lo": pl.Float64, "corrected_hi": pl.Float64,
                      "human_only": pl.Float64, "human_only_lo": pl.Float64, "human_only_hi": pl.Float64,
                      "lambda": pl.Float64, "audited_pairs_ranked": pl.Int64, "rank_judge": pl.Int64,
-                     "rank_corrected": pl.Int64}
+                     "rank_corrected": pl.Int64, "method": pl.String}
 
 
 def corrected_ks(metrics: Sequence[str]) -> list[int]:
@@ -121,10 +121,11 @@ def _coef(metric: str, rank: np.ndarray, k: int) -> np.ndarray:
 
 
 def corrected_scores(qrels: pl.DataFrame, audited: pl.DataFrame, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
-                     *, ks: Sequence[int], confidence: float) -> dict[str, Any]:
+                     *, ks: Sequence[int], confidence: float, draws: int = 0, seed: int = 0) -> dict[str, Any]:
     """``qrels``: every judged pair (query_id, image_id, relevance_label); ``audited``: the labelled sample
     pairs (query_id, image_id, judge_label, human_label, stratum, stratum_size); ``runs``: system -> TREC run
-    as {query: {image: score}}. Returns {"status", "queries", "confidence", "rows": [...]}."""
+    as {query: {image: score}}. Returns {"status", "queries", "confidence", "rows": [...]}. With ``draws``
+    > 0 also nDCG@k, MAP and MRR by multiple imputation with that many replicates (:mod:`.imputed`)."""
     from scipy.stats import norm
 
     if not audited.height or not runs:
@@ -151,11 +152,20 @@ def corrected_scores(qrels: pl.DataFrame, audited: pl.DataFrame, runs: Mapping[s
                 total_j = float(np.sum(c_all * _gain(metric, all_j)))
                 est = estimate(total_j, c_s * _gain(metric, y), c_s * _gain(metric, yj), strata, N, nq, z=z)
                 rows.append({"system": name, "metric": f"{metric}@{k}", "queries": nq, "judge": total_j / nq,
-                             **est, "audited_pairs_ranked": int((r_s > 0).sum())})
+                             **est, "audited_pairs_ranked": int((r_s > 0).sum()), "method": "ppi++"})
+    if draws > 0:
+        from .imputed import imputed_rows
+
+        rows = imputed_rows(qrels, audited, runs, queries, ks=ks, confidence=confidence, draws=draws,
+                            seed=seed) + rows
     _rank(rows)
     return {"status": "ok", "queries": len(queries), "confidence": confidence, "z": z,
             "estimator": "PPI++ (stratified, lambda tuned) over judge labels on every pair and human labels on "
                          "the audited pairs; people-only: stratified expansion estimator",
+            "estimator_ratio": (f"nDCG@k, MAP, MRR: model-assisted multiple imputation of people's labels "
+                                f"({draws} replicates; cells: judge label x the system's rank bucket, Dirichlet "
+                                f"posterior; design-based residual correction, stratified bootstrap); people-only: "
+                                f"cells without the judge's label") if draws > 0 else None,
             "rows": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}
 
 

@@ -279,7 +279,8 @@ def _trust(sample: pl.DataFrame, humans: pl.DataFrame, qrels: pl.DataFrame, judg
 
     s = filled("audit", settings)
     return trust_parts(sample=sample, humans=humans, qrels=qrels, runs=runs, metrics=list(s["metrics"]),
-                       confidence=float(s["confidence"]), judge2=judge2, judge2_scope=judge2_scope)
+                       confidence=float(s["confidence"]), judge2=judge2, judge2_scope=judge2_scope,
+                       draws=int(s["bootstrap"]), seed=int(s["seed"]))
 
 
 def _json_default(o: Any):

@@ -44,7 +44,8 @@ def judge_rankings(qrels: pl.DataFrame, judge2: pl.DataFrame, sample: pl.DataFra
 
 def trust_parts(*, sample: pl.DataFrame, humans: pl.DataFrame, qrels: pl.DataFrame, runs: Mapping[str, str],
                 metrics: Sequence[str], confidence: float, judge2: pl.DataFrame | None = None,
-                judge2_scope: str = "sample") -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+                judge2_scope: str = "sample", draws: int = 0,
+                seed: int = 0) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
     """``audit.json``'s ``corrected`` and ``judges`` entries and the tables ``corrected`` and ``judges``."""
     info: dict[str, Any] = {"corrected": None, "judges": None, "projected": None}
     tables = {"corrected": corrected_table({}), "judges": pl.DataFrame(schema=JUDGES_SCHEMA)}
@@ -53,7 +54,7 @@ def trust_parts(*, sample: pl.DataFrame, humans: pl.DataFrame, qrels: pl.DataFra
         audited = sample.select("item_id", "query_id", "image_id", "judge_label", "stratum", "stratum_size").join(
             consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
         doc = corrected_scores(qrels.select("query_id", "image_id", "relevance_label"), audited, loaded,
-                               ks=corrected_ks(metrics), confidence=confidence)
+                               ks=corrected_ks(metrics), confidence=confidence, draws=draws, seed=seed)
         doc["audited_pairs"] = audited.height
         info["corrected"] = doc
         tables["corrected"] = corrected_table(doc)

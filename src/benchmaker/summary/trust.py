@@ -86,14 +86,18 @@ def _corrected(audit: Mapping[str, Any] | None) -> str | None:
     doc = (audit or {}).get("corrected") or {}
     if doc.get("status") != "ok" or not doc.get("rows"):
         return None
-    metric = next((r["metric"] for r in doc["rows"] if r["metric"].startswith("precision@")), doc["rows"][0]["metric"])
+    metric = next((r["metric"] for pre in ("ndcg@", "precision@") for r in doc["rows"] if r["metric"].startswith(pre)),
+                  doc["rows"][0]["metric"])
+    how = ("multiple imputation of people's labels from the judge's (model-assisted; nominal intervals that "
+           "covered 92 % in docs/trust.md's simulation)" if metric.startswith("ndcg@") else
+           "prediction-powered inference")
     rows = sorted((r for r in doc["rows"] if r["metric"] == metric), key=lambda r: r["rank_corrected"])
     pct = round(100 * float(doc["confidence"]))
     parts = [f"{r['system']} {_f(r['corrected'])} [{_f(r['corrected_lo'])}, {_f(r['corrected_hi'])}] "
              f"(judge {_f(r['judge'])})" for r in rows]
     judge_order = " > ".join(r["system"] for r in sorted(rows, key=lambda r: r["rank_judge"]))
     same = [r["rank_judge"] for r in rows] == sorted(r["rank_judge"] for r in rows)
-    return (f"**Human-corrected scores** ({metric}, pool scope, {pct} % intervals, prediction-powered inference over "
+    return (f"**Human-corrected scores** ({metric}, pool scope, {pct} % intervals, {how} over "
             f"the judge's labels on every pair and people's on {doc.get('audited_pairs')} audited pairs): "
             + "; ".join(parts) + ". " + ("The judge's ranking is the same." if same else
                                          f"The judge alone ranks them {judge_order}.")

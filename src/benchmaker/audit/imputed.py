@@ -1,0 +1,259 @@
+"""Human-corrected nDCG@k, MAP and MRR: model-assisted multiple imputation of people's labels from the
+judge's and the audit sample (docs/trust.md, "Human-corrected scores").
+
+These metrics divide by quantities of the labels themselves (the ideal DCG, the number of relevant pairs), so
+the linear prediction-powered estimator of :mod:`.corrected` does not apply. Instead the people's labels of
+the pairs nobody labelled are predicted from the judge's label and the audit sample, and the metric is
+computed on the completed labels:
+
+* **Cells.** For one system, a pair's cell is (the judge's label, the bucket of the system's rank of it,
+  ``BUCKETS``). Rank buckets let the judge's error differ on a system's own top hits (a judge that favours a
+  system errs there most) and people's labels follow the system's ranking. A cell's distribution of
+  people's labels is drawn from a Dirichlet posterior: its audited pairs (their count times their
+  distribution weighted by the design weights N_h / n_h, Hájek; ``audit/sample.jsonl``) plus ``PRIOR``
+  pseudo-pair of its judge label's distribution over all ranks; a cell without audited pairs takes that
+  distribution with its judge label's count. The prior keeps a small cell whose few pairs agree from
+  claiming certainty.
+* **Design-based correction** (model-assisted, Särndal, Swensson & Wretman 1992, ch. 6: the rectifier of
+  prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
+  for each label level with the rest of the query imputed, gives its residual (people's label minus the
+  cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
+* **Imputation and interval.** Each replicate resamples the audited pairs with replacement within their
+  audit strata (Efron's bootstrap, stratified: the correction's design variance), draws the cells'
+  distributions from their posterior, draws a label for every unaudited pair from its cell's distribution
+  (the audited pairs keep their people's labels), and computes the metric plus the correction over the
+  evaluated queries — proper multiple imputation (Rubin 1987; cf. the approximate Bayesian bootstrap of
+  Rubin & Schenker, JASA 1986), whose replicates are draws of the metric's predictive distribution. The
+  estimate is their mean, the interval their percentiles at ``confidence``.
+  The interval is about this benchmark's queries (the same estimand as :mod:`.corrected`): the value people
+  would give if they labelled every judged pair.
+* **People only.** The same with cells that ignore the judge's label (the rank bucket only).
+
+This is the imputation route to combining many model labels with few human ones (Oosterhuis et al., KDD 2024;
+prediction-powered inference, Angelopoulos et al., Science 2023, is its linear special case); its validity
+rests on the cells: within a cell, the people's label must not depend on anything else that the metric
+weighs. benchmarks/trust_ppi.py measures it against known truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+__all__ = ["MIN_CELL", "imputed_rows", "metric_values"]
+
+MIN_CELL = 3
+PRIOR = 1.0
+BUCKETS = (1, 2, 3, 5, 11, 21)  # a pair's rank bucket starts: [1], [2], [3, 4], [5, 10], [11, 20], [21, ...); unranked
+
+
+def rank_buckets(rank: np.ndarray) -> np.ndarray:
+    """The bucket of each pair's rank (0 = unranked -> the last bucket)."""
+    b = np.searchsorted(np.asarray(BUCKETS), rank, side="right") - 1
+    return np.where(rank > 0, b, len(BUCKETS) - 1)
+_BLOCK_CELLS = 1_000_000  # replicates x pairs per vectorised block
+
+
+def metric_values(labels: np.ndarray, order: np.ndarray, ranked: np.ndarray, metric: str, k: int) -> np.ndarray:
+    """Per replicate, the mean over queries of ``metric`` (``ndcg``: gain = label, log2 discount, ranx's;
+    ``map``, ``mrr``: label > 0 is relevant). ``labels`` [B, Q, P] in pool order (0 for padding), ``order``
+    [Q, P] the system's ranking as pool positions, ``ranked`` [Q, P] whether rank position r holds a pair."""
+    r = np.take_along_axis(labels, np.broadcast_to(order, labels.shape), axis=2) * ranked
+    pos = np.arange(1, labels.shape[2] + 1, dtype=float)
+    if metric == "ndcg":
+        disc = 1.0 / np.log2(pos[:k] + 1.0)
+        dcg = (r[..., :k] * disc[: r.shape[2]]).sum(axis=2)
+        ideal = (-np.sort(-labels, axis=2)[..., :k] * disc[: labels.shape[2]]).sum(axis=2)
+        per_q = np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
+    else:
+        rel = (r > 0).astype(float)
+        if metric == "mrr":
+            first = np.argmax(rel, axis=2)
+            per_q = np.where(rel.max(axis=2) > 0, 1.0 / (first + 1.0), 0.0)
+        else:
+            nrel = (labels > 0).sum(axis=2)
+            ap = (np.cumsum(rel, axis=2) / pos * rel).sum(axis=2)
+            per_q = np.divide(ap, nrel, out=np.zeros_like(ap), where=nrel > 0)
+    return per_q.mean(axis=1)
+
+
+def _cell_probs(cells: np.ndarray, coarse: np.ndarray, yidx: np.ndarray, w: np.ndarray, n_cells: int,
+                n_coarse: int, n_lab: int, counts: np.ndarray) -> np.ndarray:
+    """[B, n_cells, n_lab] label distributions per cell from weights ``w`` [B, n] (fallbacks as documented)."""
+    B = w.shape[0]
+    fine = np.zeros((B, n_cells, n_lab))
+    crs = np.zeros((B, n_coarse, n_lab))
+    np.add.at(fine, (slice(None), cells, yidx), w)
+    np.add.at(crs, (slice(None), coarse, yidx), w)
+    glob = crs.sum(axis=1, keepdims=True)
+    fine_tot, crs_tot = fine.sum(axis=2, keepdims=True), crs.sum(axis=2, keepdims=True)
+    coarse_of = np.arange(n_cells) // (n_cells // n_coarse)
+    use_fine = (counts >= MIN_CELL)[None, :, None] & (fine_tot > 0)
+    c_rows = np.where(crs_tot > 0, crs / np.maximum(crs_tot, 1e-300), glob / glob.sum(axis=2, keepdims=True))
+    return np.where(use_fine, fine / np.maximum(fine_tot, 1e-300), c_rows[:, coarse_of, :])
+
+
+class _Pools:
+    """The evaluated queries' judged pools as padded arrays [Q, P]."""
+
+    def __init__(self, qrels: pl.DataFrame, audited: pl.DataFrame, queries: Sequence[str]):
+        qpos = {q: n for n, q in enumerate(queries)}
+        pools: dict[str, list[tuple[str, int]]] = {}
+        for q, i, lab in qrels.select("query_id", "image_id", "relevance_label").iter_rows():
+            if q in qpos:
+                pools.setdefault(q, []).append((i, int(lab)))
+        self.Q, self.P = len(queries), max((len(v) for v in pools.values()), default=1)
+        self.ids = [[i for i, _ in pools.get(q, [])] for q in queries]
+        self.judge = np.zeros((self.Q, self.P))
+        self.valid = np.zeros((self.Q, self.P), bool)
+        self.where: dict[tuple[str, str], tuple[int, int]] = {}
+        for q in queries:
+            for j, (i, lab) in enumerate(pools.get(q, [])):
+                self.judge[qpos[q], j], self.valid[qpos[q], j] = lab, True
+                self.where[(q, i)] = (qpos[q], j)
+        keep = [n for n, key in enumerate(zip(audited["query_id"].to_list(), audited["image_id"].to_list()))
+                if key in self.where]
+        a = audited[keep].unique(subset=["query_id", "image_id"], keep="first", maintain_order=True)
+        self.a_pos = np.asarray([self.where[key] for key in zip(a["query_id"].to_list(), a["image_id"].to_list())],
+                                dtype=int).reshape(-1, 2)
+        self.a_human = a["human_label"].to_numpy().astype(float)
+        self.a_judge = a["judge_label"].to_numpy().astype(float)
+        strata = a["stratum"].to_list()
+        N = {h: int(n) for h, n in audited.select("stratum", "stratum_size").unique().iter_rows()}
+        self.strata = np.asarray(strata, dtype=object)
+        n_h = {h: strata.count(h) for h in set(strata)}
+        self.weight = np.asarray([N[h] / n_h[h] for h in strata], dtype=float)
+        self.audited = np.zeros((self.Q, self.P), bool)
+        if len(self.a_pos):
+            self.audited[self.a_pos[:, 0], self.a_pos[:, 1]] = True
+
+    def ranking(self, run: Mapping[str, Mapping[str, float]], queries: Sequence[str]) -> tuple[np.ndarray, ...]:
+        """The system's ranking of each pool (ties: image id): ``order`` [Q, P] pool positions by rank,
+        ``ranked`` [Q, P] whether that rank holds a pair, ``rank`` [Q, P] each pool pair's rank (0: unranked)."""
+        order = np.zeros((self.Q, self.P), int)
+        ranked = np.zeros((self.Q, self.P), bool)
+        rank = np.zeros((self.Q, self.P), int)
+        for n, q in enumerate(queries):
+            docs = run.get(q) or {}
+            pos = {i: j for j, i in enumerate(self.ids[n])}
+            hits = sorted(((d, s) for d, s in docs.items() if d in pos), key=lambda t: (-t[1], t[0]))
+            for r, (d, _) in enumerate(hits):
+                order[n, r], ranked[n, r], rank[n, pos[d]] = pos[d], True, r + 1
+        return order, ranked, rank
+
+
+def _replicate_weights(pools: _Pools, B: int, rng: np.random.Generator) -> np.ndarray:
+    """[B, n] design weight x multiplicity of each audited pair in a with-replacement resample within strata."""
+    w = np.zeros((B, len(pools.strata)))
+    for h in np.unique(pools.strata):
+        idx = np.flatnonzero(pools.strata == h)
+        draw = idx[rng.integers(0, len(idx), size=(B, len(idx)))]
+        for b in range(B):
+            w[b] += np.bincount(draw[b], minlength=len(pools.strata))
+    return w * pools.weight
+
+
+def _posterior(args: tuple, weight: np.ndarray, counts: np.ndarray, nb: int, n_coarse: int, n_lab: int, B: int,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """B draws [B, cells, L] of the cells' label distributions and their mean [cells, L]: Dirichlet with the
+    cell's audited pairs (count x its weighted distribution) plus ``PRIOR`` pseudo-pairs of its judge label's
+    distribution over all ranks; a cell with no audited pair: that distribution with its judge label's count."""
+    n_cells = nb * n_coarse
+    fine = _cell_probs(*args, weight[None], n_cells, n_coarse, n_lab, np.full(n_cells, MIN_CELL))[0]
+    coarse = _cell_probs(*args, weight[None], n_cells, n_coarse, n_lab, np.zeros(n_cells, int))[0]
+    ccount = np.bincount(args[1], minlength=n_coarse)[np.arange(n_cells) // nb]
+    alpha = np.where(counts[:, None] > 0, counts[:, None] * fine + PRIOR * coarse,
+                     np.maximum(ccount, 1)[:, None] * coarse) + 1e-9
+    g = rng.gamma(np.broadcast_to(alpha, (B, *alpha.shape)))
+    return g / g.sum(axis=2, keepdims=True), alpha / alpha.sum(axis=1, keepdims=True)
+
+
+def _influence(pools: _Pools, cell_all: np.ndarray, levels: np.ndarray, p_full: np.ndarray, fixed: np.ndarray,
+               free: np.ndarray, order: np.ndarray, ranked: np.ndarray, metric: tuple[str, int],
+               rng: np.random.Generator, d: int = 20) -> np.ndarray:
+    """[n, L]: each audited pair's query's metric with that pair's label set to each level, the query's other
+    unaudited pairs imputed from ``p_full`` (mean over ``d`` draws)."""
+    q, j = pools.a_pos[:, 0], pools.a_pos[:, 1]
+    n, P, L = len(q), pools.P, len(levels)
+    cum = np.cumsum(p_full, axis=1)[:, :-1][cell_all[q]]  # [n, P, L-1]
+    lab = levels[(rng.random((d, n, P))[..., None] >= cum[None]).sum(axis=3)]
+    lab = np.where(free[q][None], lab, fixed[q][None])
+    lab = np.broadcast_to(lab, (L, d, n, P)).copy()
+    lab[:, :, np.arange(n), j] = levels[:, None, None]
+    shape = (L * d * n, 1, P)
+    vals = metric_values(lab.reshape(shape), np.broadcast_to(order[q], (L, d, n, P)).reshape(shape),
+                         np.broadcast_to(ranked[q], (L, d, n, P)).reshape(shape), metric[0], metric[1])
+    return vals.reshape(L, d, n).mean(axis=1).T
+
+
+def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, use_judge: bool,
+           metrics: Sequence[tuple[str, int]], order: np.ndarray, ranked: np.ndarray,
+           rng: np.random.Generator) -> dict[tuple[str, int], np.ndarray]:
+    """Per metric, B values: the imputed metric plus the design-based correction of the imputation model's
+    error (model-assisted; cells with or without the judge's label)."""
+    jidx = np.searchsorted(levels, pools.judge) if use_judge else np.zeros(pools.judge.shape, int)
+    n_coarse = len(levels) if use_judge else 1
+    nb = len(BUCKETS)
+    cell_all = jidx * nb + topk
+    a_cell = cell_all[pools.a_pos[:, 0], pools.a_pos[:, 1]]
+    yidx = np.searchsorted(levels, pools.a_human)
+    counts = np.bincount(a_cell, minlength=nb * n_coarse)
+    args = (a_cell, a_cell // nb, yidx)
+    probs, p_full = _posterior(args, pools.weight, counts, nb, n_coarse, len(levels), w.shape[0], rng)
+    cum = np.cumsum(probs, axis=2)[..., :-1]
+    fixed = np.zeros(pools.judge.shape)
+    fixed[pools.a_pos[:, 0], pools.a_pos[:, 1]] = pools.a_human
+    free = pools.valid & ~pools.audited
+    out: dict[tuple[str, int], list[np.ndarray]] = {m: [] for m in metrics}
+    step = max(1, _BLOCK_CELLS // max(1, pools.Q * pools.P))
+    for b0 in range(0, w.shape[0], step):
+        c = cum[b0:b0 + step][:, cell_all, :]  # [b, Q, P, L-1]
+        u = rng.random(c.shape[:3])
+        lab = levels[(u[..., None] >= c).sum(axis=3)]
+        lab = np.where(free, lab, fixed)
+        for m in metrics:
+            out[m].append(metric_values(lab, order, ranked, m[0], m[1]))
+    res = {}
+    unsampled = w * (1.0 - 1.0 / pools.weight)  # [B, n]: each audited pair's share of the unaudited pairs
+    for m in metrics:
+        e = _influence(pools, cell_all, levels, p_full, fixed, free, order, ranked, m, rng)  # [n, L]
+        resid = e[np.arange(len(yidx)), yidx][None] - (probs[:, a_cell, :] * e[None]).sum(axis=2)  # [B, n]
+        res[m] = np.concatenate(out[m]) + (unsampled * resid).sum(axis=1) / pools.Q
+    return res
+
+
+def imputed_rows(qrels: pl.DataFrame, audited: pl.DataFrame, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
+                 queries: Sequence[str], *, ks: Sequence[int], confidence: float, draws: int,
+                 seed: int) -> list[dict[str, Any]]:
+    """Rows of ``corrected.csv`` for ``ndcg@k`` (each k), ``map`` and ``mrr`` (cells at the first k)."""
+    pools = _Pools(qrels, audited, queries)
+    if not len(pools.a_pos):
+        return []
+    levels = np.unique(np.concatenate([pools.judge[pools.valid], pools.a_human]))
+    metrics = [("ndcg", k) for k in ks] + [("map", ks[0]), ("mrr", ks[0])]
+    lo, hi = (1 - confidence) / 2, (1 + confidence) / 2
+    rows = []
+    for s_n, name in enumerate(sorted(runs)):
+        order, ranked, rank = pools.ranking(runs[name], queries)
+        judge = {m: float(metric_values(pools.judge[None], order, ranked, m[0], m[1])[0]) for m in metrics}
+        by_k: dict[int, dict[str, dict]] = {}
+        for k in sorted({m[1] for m in metrics}):
+            topk = rank_buckets(rank)
+            rng = np.random.default_rng([seed, s_n, k])
+            w = _replicate_weights(pools, draws, rng)
+            mk = [m for m in metrics if m[1] == k]
+            by_k[k] = {"c": _draws(pools, topk, levels, w, True, mk, order, ranked, rng),
+                       "h": _draws(pools, topk, levels, w, False, mk, order, ranked, rng),
+                       "n": int(((rank > 0) & (rank <= k))[pools.a_pos[:, 0], pools.a_pos[:, 1]].sum())}
+        for m in metrics:
+            c, h = by_k[m[1]]["c"][m], by_k[m[1]]["h"][m]
+            rows.append({"system": name, "metric": f"ndcg@{m[1]}" if m[0] == "ndcg" else m[0],
+                         "queries": len(queries), "judge": judge[m], "corrected": float(c.mean()),
+                         "corrected_lo": float(np.quantile(c, lo)), "corrected_hi": float(np.quantile(c, hi)),
+                         "human_only": float(h.mean()), "human_only_lo": float(np.quantile(h, lo)),
+                         "human_only_hi": float(np.quantile(h, hi)), "lambda": None,
+                         "audited_pairs_ranked": by_k[m[1]]["n"], "method": "imputation"})
+    return rows
