@@ -21,6 +21,7 @@ include: "rules/staging.smk"
 include: "rules/preprocess.smk"
 include: "rules/vision.smk"
 include: "rules/plan.smk"
+include: "rules/queries.smk"
 include: "rules/judge.smk"
 include: "rules/similarity.smk"
 include: "rules/audit.smk"  # before summary/export: they take its optional input

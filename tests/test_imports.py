@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
-STAGES = {"preprocess", "vision", "plan", "judge", "similarity", "summary", "export", "audit", "evaluate",
+STAGES = {"preprocess", "vision", "plan", "queries", "judge", "similarity", "summary", "export", "audit", "evaluate",
           "deepen"}
 ENTRY = {"cli", "upstream", "preflight", "estimate"}
 

@@ -17,8 +17,8 @@ from benchmaker.formats import FacetModel, read_table
 from benchmaker.losses import read_losses
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "plan", "judge", "embed_images",
-                 "embed_queries", "score", "summary", "export", "all"}
+RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "plan", "queries", "judge",
+                 "embed_images", "embed_queries", "score", "summary", "export", "all"}
 
 
 job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
@@ -31,7 +31,8 @@ def test_dry_run_lists_every_job(tmp_path, tiny_cfg):
     stats = job_stats(r.stdout + r.stderr)
     n = tiny_cfg["n_shards"]
     assert stats == {
-        "all": 1, "preprocess": n, "merge_images": 1, "vision": n, "merge_annotations": 1, "plan": 1, "judge": 1,
+        "all": 1, "preprocess": n, "merge_images": 1, "vision": n, "merge_annotations": 1, "plan": 1, "queries": 1,
+        "judge": 1,
         "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
     } | {k: v for k, v in stats.items() if k not in RULES_PER_RUN}
 
@@ -157,6 +158,23 @@ def test_judge_change_reruns_only_judge_and_downstream(full_run):
     stats = job_stats(r.stdout + r.stderr)
     assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all",
                           "audit_sample", "audit_labelling", "audit_report"}, stats  # the audit reads qrels
+
+
+@pytest.mark.slow
+def test_query_writer_change_rewrites_the_queries_and_relabels(full_run):
+    """A change of the query writer's settings writes the queries again and labels again (the judge
+    reads queries.jsonl), and nothing before them; a labelling change (above) never rewrites a query."""
+    tmp, cfg, _ = full_run
+    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
+                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
+                              columns={"query_id": "qid", "relevance_label": "relevant"})
+    raw["queries"] = {"rules": {"query_tags": 3}}
+    cfg2 = support.write_config(tmp / "config_queries.yaml", raw)
+    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert set(stats) == {"queries", "judge", "embed_queries", "score", "summary", "export", "all",
+                          "audit_sample", "audit_labelling", "audit_report"}, stats
 
 
 @pytest.mark.slow

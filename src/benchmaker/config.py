@@ -71,6 +71,7 @@ def _schema_ordered(instance: Any, node: dict, schema: dict) -> Any:
 def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = None) -> dict:
     """Validate a config mapping, fill defaults, run cross-key checks. Returns a new dict."""
     cfg = copy.deepcopy(dict(cfg))
+    _moved_keys(cfg)
     schema = load_schema()
     validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(list(e.absolute_path)), _path(e)))
@@ -90,6 +91,23 @@ def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = Non
     if base_dir is not None:
         cfg.setdefault("_base_dir", str(Path(base_dir).resolve()))
     return cfg
+
+
+# settings that moved to another section: (old path, new path); a config that still has one gets one
+# error naming the new place instead of the schema's "additional property" message
+MOVED = (("judge.rules.query_tags", "queries.rules.query_tags"),)
+
+
+def _moved_keys(cfg: Mapping[str, Any]) -> None:
+    found = []
+    for old, new in MOVED:
+        node: Any = cfg
+        for part in old.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            found.append(f"{old}: moved to {new} (the query writer, docs/judge-rules.md); write `{new}: {node}`")
+    if found:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(found))
 
 
 def _mark_smoke_test(cfg: dict) -> None:

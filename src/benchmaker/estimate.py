@@ -20,7 +20,7 @@ The judge is priced from the real query plan and annotations when they exist (th
 and their cache keys); before that, from ``paths.pools_file`` when set (its queries and pool sizes),
 else from ``plan`` (queries x candidates), with annotation rows of the typical length the facet
 model yields. Queries that ``paths.judge_reuse_file`` fully labels are free (never sent) and counted
-as ``reused`` (:mod:`benchmaker.judge.reuse`).
+as ``reused`` (:mod:`benchmaker.reuse`).
 """
 
 from __future__ import annotations
@@ -192,8 +192,8 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
     paths.judge_reuse_file)."""
     from .formats import read_table
     from .judge.openai import judge_items
-    from .judge.reuse import read_reuse_file, reusable, split_reused
     from .losses import Losses
+    from .reuse import read_reuse_file, reusable, split_reused
 
     reuse_path = cfg["paths"].get("judge_reuse_file")
     graded = s.get("labels") == "graded"
@@ -204,7 +204,7 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
         ann = read_table("annotations", ann_p, columns=cols, facets=fm)
         imgs = read_table("images", img_p, columns=cols)
         n_all = plan.height
-        plan = split_reused(plan, reuse_path, graded=graded, columns=cols)[0]
+        plan = _with_query_texts(split_reused(plan, reuse_path, graded=graded, columns=cols)[0], results, cols)
         items = judge_items(plan, ann, imgs, fm, s, cfg["paths"]["image_root"], Losses("judge"))
         return ((it.spec, len(keys)) for it, keys in items), "query_plan.jsonl + annotations.jsonl", \
             n_all - plan.height
@@ -213,8 +213,8 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
     def typical(qid: str, n_seed: int, n_c: int, q: int):
         rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
         keys = candidate_keys(qid, [r["image_id"] for r in rows])
-        return judge_spec(query_id=qid, seed_rows=rows[:n_seed], candidates=rows, keys=keys, meta_row={},
-                          fm=fm, settings=s), n_c
+        return judge_spec(query_text=_TYPICAL_QUERY, narrative=_TYPICAL_NARRATIVE, candidates=rows, keys=keys,
+                          meta_row={}, fm=fm, settings=s), n_c
 
     pools_file = cfg["paths"].get("pools_file")
     if pools_file:
@@ -315,6 +315,7 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
             cols = cfg["columns"]
             plan = restrict_plan(read_table("query_plan", results / "query_plan.jsonl", columns=cols),
                                  read_sample(str(sample_p)))
+            plan = _with_query_texts(plan, results, cols)
             items = judge_items(plan, read_table("annotations", results / "annotations.jsonl", columns=cols,
                                                  facets=fm),
                                 read_table("images", results / "images.jsonl", columns=cols), fm, st.s,
@@ -335,3 +336,22 @@ def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: st
     for spec, n in specs:
         st.add(spec, n, check_cache=real)
     return st.line() | {"source": source, "reused": 0}
+
+
+# -- the query writer (the ``queries`` stage, docs/judge-rules.md "Method") ------------------------------
+# a written query's typical length, for labelling requests priced before queries.jsonl exists
+_TYPICAL_QUERY = "a photo of the query's subject in its setting, with two distinctive details"
+_TYPICAL_NARRATIVE = ("A relevant image shows the query's subject as its main content, clearly visible; an image "
+                      "that shows it only as a background detail is not relevant.")
+
+
+def _with_query_texts(plan, results: Path, columns):
+    """The plan with each query's text and narrative: queries.jsonl's once written, else typical ones."""
+    import polars as pl
+
+    q = results / "queries.jsonl"
+    if q.exists():
+        from .judge import with_queries
+
+        return with_queries(plan, str(q), columns)
+    return plan.with_columns(pl.lit(_TYPICAL_QUERY).alias("query_text"), pl.lit(_TYPICAL_NARRATIVE).alias("narrative"))

@@ -47,6 +47,9 @@ FACTORS: dict[str, tuple[int, float, tuple[str, ...]]] = {
     "plan": (PY_BASE, 8.0, ("annotations", "images")),
     # the plan + the planned images' rows of annotations/images, read in 64 MB blocks (+ BLOCK_MB)
     "judge": (PY_BASE + 400, 15.0, ("plan",)),
+    # the same reads as the judge (the writer ranks tags over the planned images' rows), one small
+    # request per query
+    "queries": (PY_BASE + 400, 15.0, ("plan",)),
     "score": (PY_BASE, 6.0, ("qrels", "query_embeddings")),
     # the pairs + the scored images' rows; corpus counts aggregated over 64 MB blocks (+ 400)
     "summary": (PY_BASE + 700, 6.0, ("scored", "plan")),

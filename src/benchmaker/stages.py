@@ -64,6 +64,10 @@ STAGES: dict[str, Stage] = {
                     costs="costs/vision/{shard}.jsonl"),   # the merge stage merges its shards' losses
     "merge": Stage({"merge_annotations": "benchmaker.merge:merge_annotations"}, losses="losses/vision.jsonl"),
     "plan": Stage({"plan": "benchmaker.plan:run"}, losses="losses/plan.jsonl"),
+    "queries": Stage({"queries": "benchmaker.queries:run", "queries_build": "benchmaker.queries.openai:build",
+                      "queries_submit": "benchmaker.queries.openai:submit",
+                      "queries_collect": "benchmaker.queries.openai:collect"},
+                     losses="losses/queries.jsonl", costs="costs/queries.jsonl"),
     "judge": Stage({"judge": "benchmaker.judge:run", "judge_build": "benchmaker.judge.openai:build",
                     "judge_submit": "benchmaker.judge.openai:submit",
                     "judge_collect": "benchmaker.judge.openai:collect"},
