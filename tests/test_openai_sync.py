@@ -357,3 +357,25 @@ def test_judge_schema_of_a_huge_pool_stays_within_the_enum_limit():
     assert validate_answer(ans, sch, check_answer(big)) is None
     assert judgments_by_key(ans)["c226"]["label"] == 3
     assert validate_answer({**ans, "judgments": ans["judgments"][1:]}, sch, check_answer(big)) is not None
+
+
+def test_labelling_with_images_sends_each_candidate_once_at_low_detail(fake, tmp_path, tiny_corpus):
+    """``send_thumbnails``: the judge sees each candidate's image (one per candidate, after its key, at
+    the judge's image_detail: low by default), besides its annotation row; the seed is one of them."""
+    imgs = images_frame(tiny_corpus, 6)
+    plan, ann = _plan_and_ann(imgs)
+    plan = _written(fake, tmp_path, tiny_corpus, plan, ann, imgs)[0]
+    fake.answer = lambda body, schema: fake_openai.answer_for(fake_openai.request_text(body), schema)
+    j = OpenAIJudge(facets=FM, settings={**SETTINGS, "base_url": fake.base_url, "send_thumbnails": True},
+                    image_root=str(tiny_corpus), cache_dir=None)
+    loss = Losses("judge")
+    judged = j.judge(plan, ann, imgs, loss)
+    assert len(loss) == 0 and judged.height == 6
+    for b in [b for m, p, b in fake.log if p == "/v1/responses"]:
+        parts = b["input"][0]["content"]
+        keys = fake_openai.data_keys(fake_openai.request_text(b))
+        images = [p for p in parts if p["type"] == "input_image"]
+        assert len(images) == len(keys) and {p["detail"] for p in images} == {"low"}
+        # each image right after its key
+        labels = [parts[i - 1]["text"] for i, p in enumerate(parts) if p["type"] == "input_image"]
+        assert labels == [f"{k}:" for k in sorted(keys)]

@@ -108,7 +108,15 @@ def test_end_to_end_contracts(full_run):
     assert plan.height >= 1
     qrels = read_table("qrels", res / "qrels.jsonl", columns=cols)
     judge_losses = read_losses(res / "losses" / "judge.jsonl")
-    assert qrels["query_id"].n_unique() + judge_losses.filter(pl.col("item_type") == "query").height == plan.height
+    # every planned query is written (queries.jsonl, from its seed alone) or lost writing it, and every
+    # written one labelled or lost labelling: no query is counted twice, none is dropped silently
+    queries = read_table("queries", res / "queries.jsonl", columns=cols)
+    query_losses = read_losses(res / "losses" / "queries.jsonl")
+    assert queries.height + query_losses.height == plan.height and set(queries["writer"]) == {"rules"}
+    assert qrels["query_id"].n_unique() + judge_losses.filter(pl.col("item_type") == "query").height == queries.height
+    assert qrels.select("query_id", "query_text", "narrative").unique(maintain_order=True).rows() == \
+        queries.filter(pl.col("query_id").is_in(qrels["query_id"].unique().to_list())) \
+        .select("query_id", "query_text", "narrative").rows()
     # seed row first within each query
     firsts = qrels.group_by("query_id", maintain_order=True).first()
     assert firsts["is_seed"].all()
@@ -135,6 +143,9 @@ def test_hf_dataset_loads_and_decodes(full_run):
     row = ds[0]
     assert row["image"].size[0] > 0
     assert "qid" in ds.column_names and "relevant" in ds.column_names
+    assert "narrative" in ds.column_names and row["narrative"].startswith("A relevant image shows")
+    beir = [json.loads(x) for x in (ds_dir / "beir" / "queries.jsonl").read_text().splitlines()]
+    assert beir[0]["metadata"]["narrative"].startswith("A relevant image shows")
 
 
 @pytest.mark.slow
