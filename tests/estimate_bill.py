@@ -70,6 +70,8 @@ def measure(raw: dict, tmp: Path, *, pilot: float = 0.0) -> dict[str, dict]:
     from benchmaker.judge.openai import judge_items, merged_settings
     from benchmaker.losses import Losses
     from benchmaker.providers.runners import provider_runner
+    from benchmaker.providers.settings import query_settings
+    from benchmaker.queries.openai import query_items, writer_settings
     from benchmaker.vision.openai import vision_items
 
     path = tmp / "config.yaml"
@@ -111,6 +113,16 @@ def measure(raw: dict, tmp: Path, *, pilot: float = 0.0) -> dict[str, dict]:
                           "candidates": [{"image_id": ids[(q + j) % len(ids)], "pool": "x", "reason": "x"}
                                          for j in range(n_c)]}
                          for q in range(int(p["num_seeds"]))])
+    # the queries stage: one request per query from its seed alone, on the judge's adapter
+    ws = writer_settings(query_settings(cfg["queries"], cfg["judge"]))
+    wrunner = provider_runner(ad, stage="queries", item_type="query", settings=ws, cache_dir=str(cache / "queries"))
+    witems = list(query_items(plan, ann, imgs, fm, wrunner.settings, cfg["paths"]["image_root"], Losses("queries")))
+    written = wrunner.run_sync(witems, Losses("queries"))
+    out["queries"] = {"estimate": before["queries"], "bill": _bill([r for r in wrunner.cost_rows if not r["cached"]])}
+    plan = plan.with_columns(pl.col("query_id").replace_strict({q: a["query_text"] for q, a in written.items()})
+                             .alias("query_text"),
+                             pl.col("query_id").replace_strict({q: a["narrative"] for q, a in written.items()})
+                             .alias("narrative"))
     js = merged_settings({**cfg["judge"][ad], "labels": cfg["judge"]["labels"], "rationale": cfg["judge"]["rationale"]})
     runner = provider_runner(ad, stage="judge", item_type="query", settings=js, cache_dir=str(cache / "judge"))
     jitems = [it for it, _ in judge_items(plan, ann, imgs, fm, runner.settings, cfg["paths"]["image_root"],

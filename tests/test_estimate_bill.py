@@ -26,7 +26,7 @@ def _example(tmp_path: Path, adapter: str, settings: dict) -> dict:
     })
 
 
-def _check(name: str, res: dict, stages=("vision", "judge"), tol: float = 0.15) -> None:
+def _check(name: str, res: dict, stages=("vision", "queries", "judge"), tol: float = 0.15) -> None:
     print("\n" + HEADER + "\n" + "\n".join(table(name, res)))
     for st in stages:
         e, b = res[st]["estimate"], res[st]["bill"]
@@ -63,8 +63,8 @@ def test_estimate_within_15_percent_gemini_example(gfake, tmp_path):
                                         "model": "gemini-2.5-flash", "image_detail": "auto"})
     res = measure(raw, tmp_path)
     _check("gemini", res)
-    assert gfake.billed_usd() == pytest.approx(res["vision"]["bill"]["usd"] + res["judge"]["bill"]["usd"],
-                                               rel=1e-6)
+    assert gfake.billed_usd() == pytest.approx(
+        res["vision"]["bill"]["usd"] + res["queries"]["bill"]["usd"] + res["judge"]["bill"]["usd"], rel=1e-6)
 
 
 def test_estimate_calibrates_on_a_pilot_when_the_model_reasons_more(fake, tmp_path):

@@ -1,9 +1,9 @@
 """A whole run (vision in batch mode, query writing and judge in sync mode, against the fake OpenAI
 server) under a seeded random series of ``kill -9`` (Snakemake and its jobs at once) at six points of
 the paid stages: an upload, a batch create (accepted by the server, never heard of by the client), a
-poll that finds a batch done, a download of its output, a query writer's request, a judge request. After each kill the README's
-resume command runs. The end: the same data bytes as an uninterrupted run, no batch created twice,
-and cost records equal to the fake's bill."""
+poll that finds a batch done, a download of its output, a query writer's request, a judge request.
+After each kill the README's resume command runs. The end: the same data bytes as an uninterrupted
+run, no batch created twice, and cost records equal to the fake's bill."""
 
 from __future__ import annotations
 

@@ -126,6 +126,11 @@ def cmd_estimate(args) -> int:
         if ln.get("reused"):
             print(f"{ln['stage']}: {ln['reused']} quer{'y' if ln['reused'] == 1 else 'ies'} answered by "
                   "paths.judge_reuse_file (labels already paid for): never sent, free, not counted above")
+        if ln.get("labelling_modes"):    # the judge priced both ways (docs/judge-rules.md, Method)
+            t, i = ln["labelling_modes"]["text_only"], ln["labelling_modes"]["with_images"]
+            print(f"{ln['stage']}: labelling text-only {t['input_tokens']:,} input tokens, {t['usd']:.4f} USD; with "
+                  f"images (send_thumbnails: one low-detail image per candidate) {i['input_tokens']:,} input tokens, "
+                  f"{i['usd']:.4f} USD (both before the cache)")
     print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
           "characters per text token, each provider's image-token rule, an allowance for reasoning tokens (or "
           "what cached answers were billed), the stable prompt prefix at the cached rate; how far to trust it: "

@@ -16,7 +16,10 @@ What it counts, per API stage:
   of the stage are cached, their real answer sizes and billed reasoning tokens replace both guesses.
   Batch mode gets ``batch_discount``.
 
-The judge is priced from the real query plan and annotations when they exist (the exact requests
+The query writer (its own line, ``queries``, on the judge's adapter) is priced from the planned
+queries' seeds (pixels at low detail and annotation rows); the judge's line also gives its price in
+both labelling modes, text-only and with each candidate's image (``labelling_modes``). The judge is
+priced from the real query plan and annotations when they exist (the exact requests
 and their cache keys); before that, from ``paths.pools_file`` when set (its queries and pool sizes),
 else from ``plan`` (queries x candidates), with annotation rows of the typical length the facet
 model yields. Queries that ``paths.judge_reuse_file`` fully labels are free (never sent) and counted
@@ -213,8 +216,9 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
     def typical(qid: str, n_seed: int, n_c: int, q: int):
         rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
         keys = candidate_keys(qid, [r["image_id"] for r in rows])
+        thumbs = {r["image_id"]: _typical_image(r["image_id"]) for r in rows} if s.get("send_thumbnails") else None
         return judge_spec(query_text=_TYPICAL_QUERY, narrative=_TYPICAL_NARRATIVE, candidates=rows, keys=keys,
-                          meta_row={}, fm=fm, settings=s), n_c
+                          meta_row={}, fm=fm, settings=s, thumbnails=thumbs), n_c
 
     pools_file = cfg["paths"].get("pools_file")
     if pools_file:
@@ -256,13 +260,15 @@ def estimate(cfg: Mapping[str, Any]) -> list[dict]:
         lines.append(st.line() | {"source": source, "quarantined": n_quar})
     ad = cfg["judge"]["adapter"]
     if ad in API_ADAPTERS:
+        lines.append(_queries_line(cfg, fm, results, cache_root))
         s = {**cfg["judge"][ad], "labels": cfg["judge"]["labels"], "rationale": cfg["judge"]["rationale"]}
         st = _Stage("judge", ad, s, f"{cache_root}/judge")
         specs, source, n_reused = _judge_specs(cfg, fm, st.s, results)
         real = source.startswith("query_plan")
         for spec, n in specs:
             st.add(spec, n, check_cache=real)
-        lines.append(st.line() | {"source": source, "reused": n_reused})
+        lines.append(st.line() | {"source": source, "reused": n_reused,
+                                  "labelling_modes": _labelling_modes(cfg, fm, results, s)})
         dp = cfg.get("deepen") or {}
         if dp.get("enabled"):  # pool deepening: the same judge, cache and prices (docs/deepen.md)
             from .deepen.label import estimate_specs
@@ -355,3 +361,71 @@ def _with_query_texts(plan, results: Path, columns):
 
         return with_queries(plan, str(q), columns)
     return plan.with_columns(pl.lit(_TYPICAL_QUERY).alias("query_text"), pl.lit(_TYPICAL_NARRATIVE).alias("narrative"))
+
+
+def _typical_image(image_id: str):
+    """An image of typical size as a request part (priced, never read: estimates make no request)."""
+    import hashlib
+
+    from .providers.spec import ImageRef
+
+    return ImageRef(sha256=hashlib.sha256(image_id.encode()).hexdigest(), width=1024, height=768)
+
+
+def _queries_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: str) -> dict:
+    """The query writer (``queries`` stage), on the judge's adapter: one request per planned query that
+    ``paths.judge_reuse_file`` does not fully label, each with its seeds' pixels at low detail and
+    their annotation rows. From the real plan, annotations and images once they exist (the exact
+    requests and cache keys), else ``paths.pools_file`` or the plan settings with typical rows."""
+    from .losses import Losses
+    from .providers.settings import query_settings
+    from .queries.openai import query_items, writer_settings
+    from .queries.prompts import query_spec
+
+    ad = cfg["judge"]["adapter"]
+    st = _Stage("queries", ad, writer_settings(query_settings(cfg["queries"], cfg["judge"])),
+                f"{cache_root}/queries")
+    reuse, labels = cfg["paths"].get("judge_reuse_file"), cfg["judge"]["labels"]
+    files = [results / f for f in ("query_plan.jsonl", "annotations.jsonl", "images.jsonl")]
+    if all(p.exists() for p in files):
+        from .queries import to_write
+
+        _, _, todo, imported, ann, imgs = to_write(*map(str, files), cfg["columns"], cfg["facets"], reuse, labels)
+        for it in query_items(todo, ann, imgs, fm, st.s, cfg["paths"]["image_root"], Losses("queries")):
+            st.add(it.spec)
+        return st.line() | {"source": "query_plan.jsonl + annotations.jsonl + images.jsonl", "reused": imported.height}
+    pools_file = cfg["paths"].get("pools_file")
+    if pools_file:
+        rows = [(q, n_seed) for q, _ids, n_seed in _pools_file_rows(pools_file, cfg["columns"])]
+        done: set[str] = set()
+        if reuse:
+            from .reuse import read_reuse_file, reusable
+
+            pools = ((q, ids) for q, ids, _ in _pools_file_rows(pools_file, cfg["columns"]))
+            done = set(reusable(read_reuse_file(reuse, cfg["columns"]), pools, 3 if labels == "graded" else 1)[0])
+        todo = [(q, n) for q, n in rows if q not in done]
+        source = f"paths.pools_file ({len(rows)} queries, typical annotation rows)"
+    else:
+        n_seed = int(cfg["plan"]["seeds_per_query"])
+        todo = [(f"q{q}", n_seed) for q in range(int(cfg["plan"]["num_seeds"]))]
+        rows, source = todo, f"plan settings ({len(todo)} queries x {n_seed} seed(s), typical annotation rows)"
+    for k, (qid, n_seed) in enumerate(todo):
+        seeds = [_typical_row(fm, k * 100 + j) for j in range(max(1, n_seed))]
+        st.add(query_spec(seed_rows=seeds, seed_images=[_typical_image(f"{qid}/{r['image_id']}") for r in seeds],
+                          meta_row={}, fm=fm, settings=st.s), check_cache=False)
+    return st.line() | {"source": source, "reused": len(rows) - len(todo)}
+
+
+def _labelling_modes(cfg: Mapping[str, Any], fm, results: Path, s: Mapping[str, Any]) -> dict:
+    """The judge's requests priced in both labelling modes (``send_thumbnails``: text-only, or with
+    each candidate's image at the judge's ``image_detail``), whatever the cache holds: what labelling
+    with images would add (docs/judge-rules.md, "Method")."""
+    out = {}
+    for mode, images in (("text_only", False), ("with_images", True)):
+        st = _Stage("judge", cfg["judge"]["adapter"], {**s, "send_thumbnails": images}, None)
+        specs, _, _ = _judge_specs(cfg, fm, st.s, results)
+        for spec, n in specs:
+            st.add(spec, n, check_cache=False)
+        ln = st.line()
+        out[mode] = {k: ln[k] for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens", "usd")}
+    return out
