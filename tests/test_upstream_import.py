@@ -178,6 +178,11 @@ def test_config_conversion(upstream, tmp_path, capsys):
     j = cfg["judge"]["openai"]
     assert cfg["judge"]["adapter"] == "openai" and j["prices"]["input"] == 0.125 and j["batch_discount"] == 0.0
     assert j["max_requests_per_batch"] == 500
+    # upstream's judge wrote the query and labelled: its system prompt instructs both stages here, its user
+    # prompt (write a query, then label) the query writer; the labelling keeps the built-in user prompt
+    assert j["prompts"] == {"system": "You judge relevance.", "user": None}
+    assert cfg["queries"]["prompts"] == {"system": "You judge relevance.",
+                                         "user": "Write a query and label each candidate."}
     assert cfg["similarity"]["model"] == "ViT-B-32" and cfg["similarity"]["pretrained"] == "openai"
     assert cfg["similarity"]["precision"] == "fp32" and cfg["similarity"]["logit_column"] == "clip_logit"
     p = cfg["plan"]
