@@ -163,7 +163,7 @@ def _sent_pairs(fake) -> list[tuple[str, tuple[str, ...]]]:
     for m, path, body in fake.log:
         if m == "POST" and path == "/v1/responses":
             text = fake_openai.request_text(body)
-            given = text.split("QUERY: ", 1)[1].split("\n", 1)[0]
+            given = text.split("\nQUERY: ", 1)[1].split("\n", 1)[0]
             out.append((given, tuple(fake_openai.data_keys(text))))
     return out
 

@@ -257,8 +257,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("batches", "list or cancel this benchmark's provider batches (found by their metadata)", cmd_batches)
     p.add_argument("action", choices=["list", "cancel"], help="list: show them; cancel: cancel the unfinished ones")
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
-    p.add_argument("--stage", choices=["vision", "judge"], default=None,
-                   help="only this stage's batches (default: both)")
+    p.add_argument("--stage", choices=["vision", "queries", "judge"], default=None,
+                   help="only this stage's batches (default: all; the query writer's run on the judge's client)")
     p.add_argument("--yes", action="store_true",
                    help="cancel: really cancel (without it: show what would be cancelled, exit 2)")
     p = add("check-urls", "check that every image_url of images.jsonl answers (image_transport: url)",
