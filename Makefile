@@ -4,18 +4,29 @@ PY := $(VENV)/bin/python
 CORES ?= all
 # pytest-xdist workers for `make test` (tests/conftest.py keeps tests that share state on one worker)
 TEST_WORKERS ?= 2
-STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+# What set-up installs. The stamp is named after the content of pyproject.toml and of these two lines
+# and has no prerequisite, so file times never matter: a fresh clone (newer pyproject.toml) linking an
+# installed .venv of the same requirements installs nothing; other requirements, another stamp.
+EXTRAS := test,slurm,k8s,mteb
+NO_DEPS := beir>=2.2,<3
+STAMP := $(VENV)/.installed-$(shell { cat pyproject.toml; echo '$(EXTRAS) $(NO_DEPS)'; } | sha256sum | cut -c1-12)
 
 .PHONY: example example-offline test test-heavy lint dryrun clean-example
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip >/dev/null
-	$(PY) -m pip install -e '.[test,slurm,k8s,mteb]'
-	$(PY) -m pip install --no-deps 'beir>=2.2,<3'  # tests/test_export_ir.py; see pyproject's test extra
-	$(PY) -m benchmaker.evaluate.warm  # compile ranx's numba functions once per user (docs/evaluate.md)
-	$(PY) -m benchmaker.plan.warm  # compile the planner's search once per installation (docs/planner.md)
-	rm -f $(VENV)/.installed-* && touch $(STAMP)
+# one line per step with the seconds since set-up began; pip prints its own progress in between
+$(STAMP):
+	@set -e; t0=$$(date +%s); step() { echo "== set-up [$$(( $$(date +%s) - t0 )) s] $$*"; }; \
+	step "1/6 virtual environment $(VENV)"; test -x $(PY) || python3 -m venv $(VENV); \
+	step "2/6 upgrading pip"; $(PY) -m pip install --upgrade pip; \
+	step "3/6 installing benchmaker with extras [$(EXTRAS)] (pip; the longest step: torch and friends)"; \
+	$(PY) -m pip install -e '.[$(EXTRAS)]'; \
+	step "4/6 installing $(NO_DEPS) without its dependencies (tests/test_export_ir.py; pyproject's test extra)"; \
+	$(PY) -m pip install --no-deps '$(NO_DEPS)'; \
+	step "5/6 compiling ranx's metric functions once per user (docs/evaluate.md; minutes on 2 cores)"; \
+	$(PY) -m benchmaker.evaluate.warm; \
+	step "6/6 compiling the planner's search once per installation (docs/planner.md)"; \
+	$(PY) -m benchmaker.plan.warm; \
+	rm -f $(VENV)/.installed-* && touch $(STAMP); step "done: $(STAMP)"
 
 ## Build the example benchmark end to end (no API key; downloads CLIP weights on first use).
 example: $(STAMP)

@@ -2,14 +2,34 @@
 # The stages live in rules/<stage>.smk; helpers and validation in rules/common.smk.
 
 
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
-min_version("9.0")
+# the library is importable from an installed environment; the checkout's src/ wins so that the
+# workflow always runs the library version it ships with (shared file systems, k8s source archives)
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+# the lower bound of the supported range (benchmaker.snakemake_compat.SUPPORTED, pyproject.toml)
+min_version("9.27")
+
+from benchmaker.snakemake_compat import (
+    CompatError,
+    check_snakemake,
+    configfiles_given,
+    is_main_process,
+)
+
+try:  # the supported Snakemake, its internals as the workflow uses them: one clear error otherwise
+    check_snakemake()
+except CompatError as exc:
+    raise WorkflowError(str(exc))
 
 
 # the example config, unless config files are given on the command line: `--configfile my.yaml`
 # then replaces it instead of being deep-merged into it (example facets would leak into yours)
-if not workflow.overwrite_configfiles:
+if not configfiles_given(workflow):
 
     configfile: "config/config.yaml"
 
@@ -24,11 +44,13 @@ include: "rules/plan.smk"
 include: "rules/queries.smk"
 include: "rules/judge.smk"
 include: "rules/similarity.smk"
-include: "rules/audit.smk"  # before summary/export: they take its optional input
-include: "rules/summary.smk"
-include: "rules/export.smk"
+# evaluate, deepen and the audit before summary/export: they take their optional inputs and count
+# their losses and costs
 include: "rules/evaluate.smk"
 include: "rules/deepen.smk"
+include: "rules/audit.smk"
+include: "rules/summary.smk"
+include: "rules/export.smk"
 
 
 rule all:
@@ -52,8 +74,13 @@ rule all:
 # the run's final block on failure: each failed stage's problem and fix (its <log>.error, written by
 # benchmaker.logs), printed last so that it is not buried under Snakemake's job report
 import time as _time
+from benchmaker.logs import final_block_only
 
 RUN_STARTED = _time.time()
+# a failed stage's fix is printed once, in that block (not also when the job fails, nor Snakemake's wrappers);
+# with a default storage provider (--profile nrp) a pod's <log>.error stays in the pod: it prints its block
+if is_main_process(workflow):
+    final_block_only(jobs_write_here=not STAGING)
 
 
 onsuccess:

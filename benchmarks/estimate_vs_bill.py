@@ -1,17 +1,25 @@
-"""``benchmaker estimate`` vs the bill, per stage, on three configs (tests/estimate_bill.py):
+"""``benchmaker estimate`` vs the bill, per stage (tests/estimate_bill.py: the stages' own functions
+against the token-counting fakes), on three configs, in sync and batch mode:
 
 * **example**: ``config/config.yaml`` on ``example/images`` with the OpenAI adapter for vision and
-  judge (gpt-5-mini, its defaults), against the fake OpenAI server counting tokens;
+  judge (gpt-5-mini, its defaults);
 * **gemini**: the same with the Gemini adapter (gemini-2.5-flash, ``image_detail: auto``: Gemini's
-  258-token tiles of each image's real size), against the fake Gemini server counting tokens;
+  258-token tiles of each image's real size);
 * **firebench** (with a path): FireBench's published ``config.toml`` (waggle-sensor/imsearch_benchmarks,
   ``FireBenchMaker/config.toml``) through ``benchmaker import-upstream``, unchanged except paths, on
-  generated images (its image URLs are sent, as upstream does);
+  generated images (its image URLs are sent, as upstream does) and its own plan (100 queries);
 
-each first with a model that reasons as the allowance assumes (``--reasoning 1``), then the example
-with a model that reasons twice as much, before and after a pilot of a quarter of the images.
+and with fake models whose lengths the estimator is not told (support.LengthModel):
 
-    python benchmarks/estimate_vs_bill.py [FireBenchMaker/config.toml] [--reasoning 1.0]
+* the **range** (no pilot) with the models measured so far: ``issue`` (the reasoning per request that
+  issue 34's table implies: gpt-5-mini ~80 at low, ~240 at medium, Gemini ~335) and ``upstream``
+  (upstream's one published run: ~467 at low, ~981 at medium): is the bill inside low..high, how wide;
+* the **pilot** (``--pilot`` requests per stage, default 20) with models drawn from seeds
+  (``LengthModel.drawn``: reasoning means 20..6,000 tokens per request, spreads 0.05..0.8, answers
+  0.5..1.6x as wordy): the stage's figure after its pilot (the pilot's spend + what is still to send)
+  against its whole bill.
+
+    python benchmarks/estimate_vs_bill.py [FireBenchMaker/config.toml] [--seeds 5] [--pilot 20]
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "benchmarks")
 
 import yaml  # noqa: E402
 
+SEEN = {"issue": {"low": 80, "medium": 240, "budget 1024": 335, "budget 8192": 335},
+        "upstream": {"low": 467, "medium": 981, "budget 1024": 467, "budget 8192": 981}}
+
 
 def example(tmp: Path, adapter: str, settings: dict) -> dict:
     from benchmaker.config import deep_merge
@@ -38,58 +49,78 @@ def example(tmp: Path, adapter: str, settings: dict) -> dict:
         "vision": {"adapter": adapter, adapter: settings}, "judge": {"adapter": adapter, adapter: settings}})
 
 
-def firebench(tmp: Path, toml: Path, base_url: str, n_images: int) -> dict:
+def firebench(tmp: Path, toml: Path, net: dict, n_images: int) -> dict:
     from firebench_cost import imported_config
 
     raw, _, _ = imported_config(tmp, toml, n_images)
     raw["paths"]["rights_map"] = None
-    net = {"base_url": base_url, "mode": "sync", "concurrency": 4, "prompt_cache_key": True}
     for st in ("vision", "judge"):
         ad = raw[st]["adapter"]
-        raw[st][ad] = {**raw[st].get(ad, {}), **net}
+        raw[st][ad] = {**raw[st].get(ad, {}), **net, "prompt_cache_key": True}
     return raw
 
 
+def one(name: str, mode: str, lengths, pilot: int | None, toml: Path | None, n_images: int) -> list[str]:
+    import fake_gemini
+    import fake_openai
+    from estimate_bill import STAGES, measure, table
+
+    provider = "gemini" if name == "gemini" else "openai"
+    mod = fake_gemini if provider == "gemini" else fake_openai
+    fake = mod.start()
+    fake.count_tokens, fake.lengths = True, lengths
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            net = {"base_url": fake.base_url, "mode": mode, "concurrency": 4}
+            if name == "firebench":
+                raw = firebench(tmp, toml, net, n_images)
+            elif provider == "gemini":
+                raw = example(tmp, "gemini", {**net, "model": "gemini-2.5-flash", "image_detail": "auto"})
+            else:
+                raw = example(tmp, "openai", {**net, "model": "gpt-5-mini"})
+            res = measure(raw, tmp, pilot=pilot)
+            if pilot:    # the stage's whole figure after its pilot against its whole bill
+                for st in STAGES:
+                    x = res.pop(f"{st} after pilot")
+                    e = {**x["estimate"], **{k: x["estimate"][f"total_{k}"] for k in ("usd", "low_usd", "high_usd")}}
+                    for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens"):
+                        e[k] += e["pilot"][k]
+                    res[f"{st} after {e['pilot']['requests']}"] = {"estimate": e, "bill": res.pop(st)["bill"]}
+            return table(f"{name[:4]}-{mode[0]}", res)
+    finally:
+        mod.stop(fake)
+
+
 def main() -> None:
+    from estimate_bill import HEADER
+    from support import LengthModel
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("toml", type=Path, nargs="?",
                     help="FireBenchMaker/config.toml of waggle-sensor/imsearch_benchmarks")
-    ap.add_argument("--reasoning", type=float, default=1.0, help="the fake model reasons this x the allowance")
     ap.add_argument("--images", type=int, default=120, help="generated images for the FireBench config")
+    ap.add_argument("--seeds", type=int, default=3, help="drawn models per config and mode for the pilot")
+    ap.add_argument("--pilot", type=int, default=20, help="pilot requests per stage")
     a = ap.parse_args()
-
     import fake_gemini
-    import fake_openai
-    from estimate_bill import HEADER, measure, reasoning_model, table
 
     os.environ["OPENAI_API_KEY"] = "sk-test"
     os.environ["GEMINI_API_KEY"] = fake_gemini.KEY
-    lines = [HEADER]
-    runs = [("example", "openai", 1.0, 0.0), ("gemini", "gemini", 1.0, 0.0)]
-    if a.toml:
-        runs.append(("firebench", "openai", 1.0, 0.0))
-    runs.append(("2x reason", "openai", 2.0, 0.25))
-    for name, provider, factor, pilot in runs:
-        fake = (fake_gemini if provider == "gemini" else fake_openai).start()
-        fake.count_tokens = True
-        if provider == "gemini":
-            fake.thoughts_tokens = reasoning_model("gemini", factor * a.reasoning)
-        else:
-            fake.reasoning_tokens = reasoning_model("openai", factor * a.reasoning)
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                tmp = Path(tmp)
-                net = {"base_url": fake.base_url, "mode": "sync", "concurrency": 4}
-                if name == "firebench":
-                    raw = firebench(tmp, a.toml, fake.base_url, a.images)
-                elif provider == "gemini":
-                    raw = example(tmp, "gemini", {**net, "model": "gemini-2.5-flash", "image_detail": "auto"})
-                else:
-                    raw = example(tmp, "openai", {**net, "model": "gpt-5-mini"})
-                lines += table(name, measure(raw, tmp, pilot=pilot))
-        finally:
-            (fake_gemini if provider == "gemini" else fake_openai).stop(fake)
-        print(lines[-1], flush=True)
+    configs = ["example", "gemini"] + (["firebench"] if a.toml else [])
+    lines = []
+    for name in configs:
+        for mode in ("sync", "batch"):
+            for seen, means in SEEN.items():
+                out = one(name, mode, LengthModel(7, means=means, spread=0.3), None, a.toml, a.images)
+                lines += [f"{ln} range, model {seen}" for ln in out]
+                print(lines[-1], flush=True)
+            for seed in range(a.seeds):
+                lengths = LengthModel.drawn(100 + seed)
+                out = one(name, mode, lengths, a.pilot, a.toml, a.images)
+                lines += [f"{ln} pilot, {lengths!r}" for ln in out]
+                print(lines[-1], flush=True)
+    print(HEADER)
     print("\n".join(lines))
 
 

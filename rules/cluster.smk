@@ -4,6 +4,18 @@
 import os
 
 from benchmaker.config_paths import config_paths
+from benchmaker.snakemake_compat import (
+    configfiles_given,
+    configfiles_read,
+    default_storage_prefix,
+    default_storage_provider,
+    executor_name,
+    executor_setting,
+    is_dry_run,
+    is_spawned_job,
+    set_job_configfiles,
+    storage_plugin_settings,
+)
 from benchmaker.staging import (
     StagingError,
     check_s3_prefix,
@@ -18,9 +30,9 @@ from benchmaker.staging import (
 
 # A default storage provider (--profile nrp: s3) means no shared file system: every workflow file
 # lives in the storage, and files the config names on the controller's disk must be staged there.
-STAGING = workflow.storage_settings.default_storage_provider is not None
+STAGING = default_storage_provider(workflow) is not None
 # True in a job that Snakemake spawned in a pod or a cluster job (it re-parses this file there)
-SPAWNED = workflow.remote_exec
+SPAWNED = is_spawned_job(workflow)
 # path as written -> (key, file name, is folder)
 STAGED = {}
 
@@ -58,7 +70,7 @@ def pod_volumes():
     """Mount paths of the volumes every pod gets: the kubernetes executor's persistent volumes (a
     dry run has no executor settings: then what profiles/nrp gives it, BENCHMAKER_K8S_PVC).
     """
-    vols = getattr(workflow.executor_settings, "persistent_volumes", None)
+    vols = executor_setting(workflow, "persistent_volumes")
     if vols is not None:
         return [str(v.path) for v in vols]
     return [
@@ -175,6 +187,19 @@ def model_weight_inputs(spec):
     }
 
 
+def pixel_model_inputs(wildcards):
+    """What decode_images reads of a local model: a local-dir: folder's open_clip_config.json (its
+    input size; the staged folder under --profile nrp), never the weights, so that replacing a
+    checkpoint re-embeds without decoding the images again (docs/similarity.md)."""
+    model = str(config["similarity"].get("model") or "")
+    if not model.startswith("local-dir:"):
+        return {}
+    found = model_weight_inputs(config["similarity"]).get("weights", [])
+    if STAGING:
+        return {"weights": found}
+    return {"weights": [f for f in found if Path(f).name == "open_clip_config.json"]}
+
+
 def vision_weight_inputs(wildcards):
     """Local CLIP weights of the clip vision adapter (staged under --profile nrp), else none."""
     if VISION_ADAPTER != "clip":
@@ -186,15 +211,10 @@ def vision_weight_inputs(wildcards):
 # system get the sources from an archive of the working directory only, so the controller copies
 # such files below it (.snakemake/benchmaker/configfiles/) and hands the copies to the jobs.
 if STAGING and not SPAWNED:
-    _moved = relocate_configfiles(workflow.config_settings.configfiles, os.getcwd())
-    if _moved:
-        workflow.config_settings.configfiles[:] = [
-            Path(_moved.get(str(f), str(f)))
-            for f in workflow.config_settings.configfiles
-        ]
-        workflow.configfiles[:] = [
-            _moved.get(str(f), str(f)) for f in workflow.configfiles
-        ]
+    # no --configfile: the Snakefile's own configfile: (config/config.yaml) stays first for the jobs
+    # (a job given --configfiles skips it)
+    _files = [str(f) for f in configfiles_given(workflow)] or configfiles_read(workflow)
+    _moved = relocate_configfiles(_files, os.getcwd())
     # What the controller decided from its own disk while validating the config (the smoke-test
     # verdict reads the local-dir: model folders, benchmaker.smoke) goes to the jobs as a last config
     # file: a pod re-validates the config without those folders and would otherwise record another
@@ -202,22 +222,12 @@ if STAGING and not SPAWNED:
     from benchmaker.smoke import verdict as _smoke_verdict
 
     _verdict = controller_configfile(_smoke_verdict(config), os.getcwd())
-    if not workflow.config_settings.configfiles:
-        # no --configfile: the Snakefile's own configfile: (config/config.yaml) stays first for the
-        # jobs (a job given --configfiles skips it)
-        workflow.config_settings.configfiles[:] = [
-            Path(f).absolute() for f in workflow.configfiles
-        ]
-    workflow.config_settings.configfiles.append(Path(_verdict))
-    workflow.configfiles.append(_verdict)
-
-
-# adapters that run a model on the GPU, per stage (API adapters never do; `rules` judges on CPU)
-GPU_ADAPTERS = {"vision": {"clip"}, "judge": set()}
+    set_job_configfiles(workflow, [_moved.get(f, f) for f in _files] + [_verdict])
 
 
 def gpu_resources(uses_model):
-    """Resources of a job: a GPU only when it runs a model (CLIP), else nothing GPU-related.
+    """Resources of a job: a GPU only when it runs a model (CLIP), else nothing GPU-related. Which
+    rules run one is declared with their stage (benchmaker.stages: `gpu=`, read by needs_gpu).
 
     `gpu=1` becomes `--gpus=1` on SLURM and an `nvidia.com/gpu` request + limit + toleration on
     Kubernetes (profiles/nrp sets gpu_manufacturer by default; the executor reads it only for jobs
@@ -242,16 +252,11 @@ def gpu_resources(uses_model):
 
 
 # One clear error before anything is submitted when the S3 bucket is not usable.
-if (
-    STAGING
-    and not SPAWNED
-    and workflow.storage_settings.default_storage_provider == "s3"
-):
-    _s3 = workflow.storage_provider_settings.get("s3")
-    _s3 = _s3.get_settings(None) if _s3 is not None else None
+if STAGING and not SPAWNED and default_storage_provider(workflow) == "s3":
+    _s3 = storage_plugin_settings(workflow, "s3")
     try:
         check_s3_prefix(
-            workflow.storage_settings.default_storage_prefix,
+            default_storage_prefix(workflow),
             endpoint_url=getattr(_s3, "endpoint_url", None),
             access_key=getattr(_s3, "access_key", None),
             secret_key=getattr(_s3, "secret_key", None),
@@ -265,11 +270,25 @@ if (
 # a directory() output (summary/, hf_dataset/) before the job runs, and after the pod uploaded it
 # still answers "missing in storage". The patch (benchmaker/snakemake_compat.py, with the other uses
 # of Snakemake internals) forgets that answer before every existence check.
-if STAGING and workflow.storage_settings.default_storage_provider == "s3":
+if STAGING and default_storage_provider(workflow) == "s3":
     from benchmaker.snakemake_compat import patch_s3_fresh_dir
 
     try:
         patch_s3_fresh_dir()
+    except CompatError as exc:
+        raise WorkflowError(str(exc))
+
+
+# A pod that Kubernetes ends (OOMKilled, Evicted, past a deadline) leaves no error line: when the
+# executor reports a failed Job, the controller records what the API says ended its pod beside the
+# pod's log (benchmaker/snakemake_compat.py record_pod_status); the final block names it and the fix.
+if STAGING and not SPAWNED:
+    try:
+        from benchmaker.snakemake_compat import record_pod_status
+
+        record_pod_status()
+    except ImportError:  # no kubernetes executor installed: nothing to record
+        pass
     except CompatError as exc:
         raise WorkflowError(str(exc))
 
@@ -285,15 +304,15 @@ _CONTROLLER_CHECKED = []
 def controller_checks():
     if _CONTROLLER_CHECKED or SPAWNED or not STAGING:
         return
-    plugin = workflow.executor_plugin
-    if plugin is None:  # still parsing
+    name = executor_name(workflow)
+    if name is None:  # still parsing
         return
     _CONTROLLER_CHECKED.append(True)
-    if workflow.dryrun or getattr(plugin, "name", None) != "kubernetes":
+    if is_dry_run(workflow) or name != "kubernetes":
         return
     from benchmaker.kube import KubeError, cancel_jobs, check_namespace, previous_jobs
 
-    ns = workflow.executor_settings.namespace
+    ns = executor_setting(workflow, "namespace")
     try:
         check_namespace(ns)
         # A controller that died (killed, evicted, restarted) leaves its Jobs running: cancel this
@@ -304,7 +323,7 @@ def controller_checks():
         # after a crash `--unlock` (the README's resume line) removes it.
         if any(Path(".snakemake/locks").glob("*")):
             return
-        orphans = previous_jobs(ns, workflow.storage_settings.default_storage_prefix)
+        orphans = previous_jobs(ns, default_storage_prefix(workflow))
         if orphans:
             rules = sorted({j.rule for j in orphans})
             print(
@@ -351,7 +370,7 @@ LOCKED_AT_PARSE = not SPAWNED and any(Path(".snakemake/locks").glob("*"))
 def slurm_recovery():
     if SPAWNED or LOCKED_AT_PARSE:
         return
-    if getattr(workflow.executor_plugin, "name", None) != "slurm":
+    if executor_name(workflow) != "slurm":
         return
     from benchmaker.slurm import SlurmError, cancel_jobs, previous_jobs
 

@@ -1,23 +1,24 @@
 # Validation, shard list and input functions shared by every rule file. No rules here.
 import os
+import re as _re
 import sys
 from pathlib import Path
 
-# the library is importable from an installed environment; the checkout's src/ wins so that the
-# workflow always runs the library version it ships with (shared file systems, k8s source archives)
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-
+# the checkout's src/ is first on sys.path (the Snakefile puts it there)
 from snakemake.utils import validate
 
-from benchmaker.snakemake_compat import CompatError, check_snakemake, not_a_trigger
-
-try:  # Snakemake internals used by the workflow: benchmaker/snakemake_compat.py
-    check_snakemake()
-except CompatError as exc:
-    raise WorkflowError(str(exc))
+# Snakemake internals used by the workflow: benchmaker/snakemake_compat.py (the Snakefile checked
+# the Snakemake version first)
+from benchmaker.snakemake_compat import (
+    CompatError,
+    default_storage_provider,
+    is_main_process,
+    not_a_trigger,
+)
 
 from benchmaker.config import ConfigError, validate_config, results_dir
-from benchmaker.sharding import shard_names
+from benchmaker.config_paths import looks_like_path
+from benchmaker.sharding import shard_groups, shard_names
 from benchmaker.versions import stage_version
 
 # which settings are rerun triggers: the schema's `x-runtime: true` marker (benchmaker/triggers.py);
@@ -29,7 +30,11 @@ try:
     # missing paths fail here, before planning (benchmaker.preflight; `benchmaker validate-config` runs the same)
     from benchmaker.preflight import workflow_preflight
 
-    workflow_preflight(_validated, workflow)
+    workflow_preflight(
+        _validated,
+        main_process=is_main_process(workflow),
+        remote_storage=default_storage_provider(workflow) is not None,
+    )
 except ConfigError as exc:
     raise WorkflowError(str(exc))
 config.clear()
@@ -95,6 +100,12 @@ def plan_inputs(wildcards):
     return out
 
 
+def _names_regex(names):
+    """A wildcard constraint matching exactly ``names`` (none: matches nothing); used by similarity.smk,
+    included before evaluate_common.smk."""
+    return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
+
+
 def judge_reuse_inputs(wildcards):
     """Labels already paid for (paths.judge_reuse_file, benchmaker.judge.reuse), staged under nrp."""
     if config["paths"]["judge_reuse_file"]:
@@ -106,6 +117,16 @@ def similarity_model_params():
     """Only what changes image embeddings (never column names or the judge)."""
     sim = config["similarity"]
     return {k: sim[k] for k in ("model", "pretrained", "precision")}
+
+
+def pixel_model_params():
+    """What decides decode_images' pixels: the model, and the pretrained tag (a tag may bring its own
+    input size or resize mode; a checkpoint file does not: similarity.pixels.pixel_spec).
+    """
+    sim = config["similarity"]
+    pretrained = sim.get("pretrained")
+    tag = pretrained and not looks_like_path(pretrained)
+    return {"model": sim["model"], "pretrained": pretrained if tag else None}
 
 
 def public_config():
@@ -130,7 +151,14 @@ def public_config():
 # out of the totals: the evaluate systems when systems are configured, the second judge when the audit
 # runs one (rules/audit_common.smk), the deepened systems when deepening is on. The summary and the
 # export then wait for those jobs (the evaluate aggregate only when the leaderboard is in the report).
-from benchmaker.stages import counted_files, counted_stages, outside_stages
+from benchmaker.stages import (
+    ESTIMATE_FILE,
+    PILOT_COSTS_FILE,
+    counted_files,
+    counted_stages,
+    needs_gpu,
+    outside_stages,
+)
 
 
 def counted_items():
@@ -158,17 +186,35 @@ def outside_loss_stages():
     return outside_stages(counted_items())
 
 
+def pilot_cost_files():
+    """The pilot's cost rows (`benchmaker estimate --pilot`, benchmaker.estimate.PILOT_COSTS_FILE) when a
+    pilot was sent: paid outside the workflow, counted in its totals under their own stage.
+    """
+    p = f"{RESULTS}/{PILOT_COSTS_FILE}"
+    return [p] if os.path.exists(p) else []
+
+
 def cost_files(wildcards=None):
     """The cost files of the paying stages (empty files for the offline adapters and the systems that
-    pay nothing) that the report's and the card's API costs total."""
-    return counted_files("costs", RESULTS, counted_items())
+    pay nothing) that the report's and the card's API costs total, and the pilot's (pilot_cost_files).
+    """
+    return counted_files("costs", RESULTS, counted_items()) + pilot_cost_files()
 
 
 def cost_stages():
     """The stage each of cost_files() is counted under (its rows are relabelled at read): the stage's
     name, or `evaluate: <system>`, `deepen: <system>` (benchmaker/stages.py `counted_as`); the totals
-    name them all, the ones that paid nothing too."""
-    return counted_stages("costs", counted_items())
+    name them all, the ones that paid nothing too. The pilot's rows: their own stage (None).
+    """
+    return counted_stages("costs", counted_items()) + [None] * len(pilot_cost_files())
+
+
+def estimate_inputs(wildcards=None):
+    """{"estimate": <results>/estimate/estimate.json} for the summary when an estimate was recorded
+    (`benchmaker estimate --record` or `--pilot`): the report shows it beside the bill.
+    """
+    p = f"{RESULTS}/{ESTIMATE_FILE}"
+    return {"estimate": p} if os.path.exists(p) else {}
 
 
 def similarity_weight_inputs(wildcards):
@@ -188,7 +234,7 @@ from benchmaker.preprocess.listing import write_listings
 
 LISTING = f"{RESULTS}/shards/listing"
 
-if workflow.is_main_process:
+if is_main_process(workflow):
     try:
         _listing = write_listings(
             IMAGE_ROOT,
@@ -208,156 +254,3 @@ if workflow.is_main_process:
             f"{len(_listing.changed)} shard(s) changed ({_names}) -> their preprocess jobs are out of date",
             file=sys.stderr,
         )
-
-
-# ---- evaluate (rules/evaluate.smk, docs/evaluate.md) ----
-import re as _re
-
-from benchmaker.evaluate.systems import (
-    LIVE_KINDS,
-    check_systems,
-    has_corpus_scope,
-    reuses_similarity_embeddings,
-    runs_model,
-    sees_judge_text,
-)
-
-try:
-    EVAL_SYSTEMS = check_systems(config.get("evaluate") or {})
-except ConfigError as exc:
-    raise WorkflowError(str(exc))
-EVAL = f"{RESULTS}/evaluate"
-EVAL_BY_NAME = {s["name"]: s for s in EVAL_SYSTEMS}
-
-
-def _evaluate_baseline():
-    """The files of evaluate.compare.baseline (a kept evaluation; a history folder: its latest snapshot)."""
-    from benchmaker.evaluate.compare import baseline_files
-    from benchmaker.errors import UserError
-
-    base = ((config.get("evaluate") or {}).get("compare") or {}).get("baseline")
-    if not base or not EVAL_SYSTEMS:
-        return []
-    try:
-        files = baseline_files(base)
-    except UserError as exc:
-        raise WorkflowError(f"evaluate.compare.baseline: {exc}")
-    if os.path.abspath(os.path.dirname(files[0])) == os.path.abspath(EVAL):
-        raise WorkflowError(
-            "evaluate.compare.baseline: names this run's own evaluate/ folder; keep a copy first "
-            "(benchmaker keep-evaluation RESULTS HISTORY) and name the copy or the history folder"
-        )
-    return files
-
-
-# the evaluate rule compares with it (evaluate/comparison.*; the report flags regressions)
-EVAL_BASELINE = _evaluate_baseline()
-# numba's JIT cache for ranx: per user, shared by every benchmark (compiling costs ~30 s per fresh
-# folder otherwise); keyed by numba on source and CPU, so sharing is safe. NUMBA_CACHE_DIR wins.
-NUMBA_CACHE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-    "benchmaker",
-    "numba",
-)
-
-
-def evaluate_uses_gpu(system):
-    """Whether a system's job runs a model itself (it then gets GPU resources: rule evaluate_model);
-    a clip system with the similarity stage's model reuses its embeddings instead (CPU job).
-    """
-    return runs_model(system, config["similarity"])
-
-
-def evaluate_report_inputs(wildcards=None):
-    """{"evaluation": leaderboard.csv} for summary and export when systems are configured and
-    evaluate.report is true (the leaderboard then appears in report.html and the dataset card).
-    """
-    if EVAL_SYSTEMS and config["evaluate"]["report"]:
-        return {"evaluation": f"{EVAL}/leaderboard.csv"}
-    return {}
-
-
-def _names_regex(names):
-    return "|".join(_re.escape(n) for n in names) if names else "(?!x)x"
-
-
-EVAL_MODEL_NAMES = [s["name"] for s in EVAL_SYSTEMS if evaluate_uses_gpu(s)]
-# the systems whose runs rank the whole corpus: the evaluate rule writes their sage view (docs/evaluate.md)
-EVAL_SAGE_NAMES = [s["name"] for s in EVAL_SYSTEMS if has_corpus_scope(s)]
-# rerankers call an API: like the API vision/judge rules they run on the controller (keys, no time limit);
-# so do the live systems (http, milvus): they query a running service where its network and keys are
-EVAL_API_NAMES = [
-    s["name"] for s in EVAL_SYSTEMS if s["kind"] == "rerank" or s["kind"] in LIVE_KINDS
-]
-EVAL_OTHER_NAMES = [
-    s["name"]
-    for s in EVAL_SYSTEMS
-    if not evaluate_uses_gpu(s) and s["name"] not in EVAL_API_NAMES
-]
-
-
-def evaluate_system_inputs(wildcards):
-    s = EVAL_BY_NAME[wildcards.system]
-    out = {"qrels": f"{RESULTS}/qrels.jsonl", "images": f"{RESULTS}/images.jsonl"}
-    if s["kind"] == "bm25":
-        out["annotations"] = f"{RESULTS}/annotations.jsonl"
-    if s["kind"] == "hybrid":
-        out["component_runs"] = [f"{EVAL}/runs/{n}.trec" for n in s["systems"]]
-    if s["kind"] == "rerank":
-        out["component_runs"] = [f"{EVAL}/runs/{s['base']}.trec"]
-    if s["kind"] == "trec_run":
-        out["external"] = workflow_input(s["path"])
-    # the similarity stage's embeddings when the system's model is its model (no model in the job);
-    # else local weights (staged under --profile nrp: rules/cluster.smk)
-    if reuses_similarity_embeddings(s, config["similarity"]):
-        out["image_embeddings"] = expand(
-            f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
-        )
-        out["query_embeddings"] = f"{RESULTS}/embeddings/queries.parquet"
-        out["embed_losses"] = expand(
-            f"{RESULTS}/losses/embed/{{shard}}.jsonl", shard=SHARDS
-        )
-    elif s["kind"] == "clip":
-        out.update(model_weight_inputs(s))
-    return out
-
-
-def _evaluate_system(wildcards):
-    """The system's own settings, with whether it sees what the judge saw (derived from the systems
-    it fuses or reranks): editing another system never reruns this one."""
-    s = EVAL_BY_NAME[wildcards.system]
-    return {**s, "sees_judge_text": sees_judge_text(s, EVAL_SYSTEMS)}
-
-
-def evaluate_system_params(wildcards, threads):
-    """The `system` param: every setting of the system, runtime knobs included (a function of
-    threads, so never compared: not_a_trigger). What reruns it: evaluate_system_triggers.
-    """
-    return _evaluate_system(wildcards)
-
-
-def evaluate_system_triggers(wildcards):
-    """The part of the system's settings that decides its run (schema evaluate.systems, without the
-    `x-runtime: true` knobs: batch size, workers, a reranker's concurrency and polling).
-    """
-    return output_settings(_evaluate_system(wildcards), "evaluate.systems.[]")
-
-
-# ---- deepen (rules/deepen.smk, docs/deepen.md): opt-in, after evaluate ----
-from benchmaker.deepen.pairs import deepen_systems
-
-try:
-    DEEPEN_SYSTEMS = deepen_systems(config.get("deepen") or {}, EVAL_SYSTEMS)
-except ConfigError as exc:
-    raise WorkflowError(str(exc))
-DEEPEN_ON = bool(DEEPEN_SYSTEMS)
-DEEPEN = f"{RESULTS}/deepen"
-
-
-def deepen_report_inputs(wildcards=None):
-    """{"deepen": deepen/report.json} for summary and export when deepening is on and deepen.report
-    is true (the report and the card then show what deepening changed; the dataset gets the deepened
-    qrels)."""
-    if DEEPEN_ON and config["deepen"]["report"]:
-        return {"deepen": f"{DEEPEN}/report.json"}
-    return {}

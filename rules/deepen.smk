@@ -4,7 +4,11 @@
 # settings, prompts, response cache and a crash-safe ledger; then one `deepen` job merges the labels
 # with their provenance, scores every run again on the deepened qrels (the evaluate aggregate) and
 # writes the report with leave-one-system-out. Static: 1 + len(systems) jobs, no checkpoint.
-# DEEPEN_ON, DEEPEN_SYSTEMS, deepen_report_inputs: rules/common.smk.
+# DEEPEN_ON, DEEPEN_SYSTEMS, deepen_report_inputs: rules/deepen_common.smk.
+
+
+include: "deepen_common.smk"
+
 
 DEEPEN_SETTINGS = {
     **{
@@ -69,9 +73,7 @@ if DEEPEN_ON:
             before=f"{EVAL}/leaderboard.csv",
             images=f"{RESULTS}/images.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
-            image_embeddings=expand(
-                f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
-            ),
+            image_embeddings=IMAGE_EMBEDDINGS,
         output:
             deepened=f"{DEEPEN}/qrels.jsonl",
             report_json=f"{DEEPEN}/report.json",

@@ -4,12 +4,15 @@
 # corpus-ranked run (evaluate/sage/<name>.csv, sage_leaderboard.csv: as the Sage evaluator reports it).
 # Part of `all` only when systems are configured; `snakemake evaluate` always works (no systems = an
 # empty leaderboard).
-# Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/common.smk.
+# Helpers (EVAL_SYSTEMS, evaluate_uses_gpu, input/param functions) live in rules/evaluate_common.smk.
 # Resources: a GPU (gpu_resources, rules/cluster.smk) only for the systems that run a model
 # (evaluate_model: clip, unless its model is the similarity stage's: then evaluate_system ranks that
 # stage's embeddings files, evaluate_settings.reuses_similarity_embeddings); mem_mb from the input
 # sizes (benchmaker/resources.py, rules/resources.smk, where evaluate_model_mem_mb lives: Snakemake's
 # lint wants no functions beside rules).
+
+
+include: "evaluate_common.smk"
 
 
 rule evaluate_model:
@@ -35,7 +38,7 @@ rule evaluate_model:
     # (as embed_images); a milvus system embeds its queries only (no such setting: no workers)
     threads: lambda wc: int(EVAL_BY_NAME[wc.system].get("num_workers", 0)) + 1
     resources:
-        **gpu_resources(True),
+        **gpu_resources(needs_gpu("evaluate_model")),
         mem_mb=evaluate_model_mem_mb,
         runtime=RES.runtime("embed_images"),
     params:
@@ -70,7 +73,7 @@ rule evaluate_system:
         "../envs/benchmaker.yaml"
     threads: 1
     resources:
-        **gpu_resources(False),
+        **gpu_resources(needs_gpu("evaluate_system")),
         mem_mb=RES.mem_mb("evaluate_system"),
     params:
         system=evaluate_system_params,
@@ -109,11 +112,7 @@ rule evaluate:
         annotations=f"{RESULTS}/annotations.jsonl",
         runs=[f"{EVAL}/runs/{s['name']}.trec" for s in EVAL_SYSTEMS],
         metas=[f"{EVAL}/runs/{s['name']}.json" for s in EVAL_SYSTEMS],
-        image_embeddings=(
-            expand(f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS)
-            if EVAL_SYSTEMS
-            else []
-        ),
+        image_embeddings=IMAGE_EMBEDDINGS if EVAL_SYSTEMS else [],
         # under a default storage (NRP) the folder the config names, staged (rules/cluster.smk)
         baseline=(
             workflow_input(config["evaluate"]["compare"]["baseline"])
@@ -128,7 +127,15 @@ rule evaluate:
         per_query=f"{EVAL}/per_query.csv",
         sage_leaderboard=f"{EVAL}/sage_leaderboard.csv",
         sage=[f"{EVAL}/sage/{n}.csv" for n in EVAL_SAGE_NAMES],
-        comparison=[f"{EVAL}/comparison.csv"] if EVAL_BASELINE else [],
+        # comparison.csv first (the stage writes the three files beside it: compare.COMPARISON_FILES)
+        comparison=(
+            [f"{EVAL}/{name}" for name in EVAL_COMPARISON_FILES]
+            if EVAL_BASELINE
+            else []
+        ),
+        # how far to trust it: power of the comparisons, circularity (benchmaker.evaluate.trust)
+        trust=f"{EVAL}/trust.json",
+        power=f"{EVAL}/power.csv",
     log:
         f"{LOGS}/evaluate.log",
     benchmark:
@@ -145,6 +152,8 @@ rule evaluate:
         },
         facets=FACETS,
         columns=COLUMNS,
+        # the judge's and the vision annotator's models: circularity (benchmaker.families)
+        models=PIPELINE_MODELS,
         numba_cache_dir=not_a_trigger(NUMBA_CACHE),
         version=stage_version("evaluate"),
     script:

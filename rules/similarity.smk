@@ -1,33 +1,78 @@
-# CLIP similarity: embed images per shard (GPU), embed the query texts, score every qrels pair.
-# embed_images depends only on the image shard and the similarity model (model, pretrained, precision)
-# plus its code version: changing the judge or the queries never re-embeds images; changing the model
-# does. Across runs and benchmarks, images are also reused through the embedding cache
-# (<cache_dir>/<model key>/part-*.{emb,keys}.npy + a sorted key index, keyed by image sha256 + model
-# identity; docs/similarity.md).
+# CLIP similarity: decode each shard's images once on a CPU job (decode_images -> pixels/{shard}.npy
+# + .parquet, the model's input pixels), embed them on the model jobs (embed_images, one per group of
+# consecutive shards: similarity.gpu_jobs; no image file opened there), embed the query texts, score
+# every qrels pair. decode_images and embed_images depend only on the image shards and the similarity
+# model (model, pretrained, precision) plus their code version: changing the judge or the queries never
+# re-embeds images; changing the model does. Across runs and benchmarks, images are also reused through
+# the embedding cache (<cache_dir>/<model key>/part-*.{emb,keys}.npy + a sorted key index, keyed by
+# image sha256 + model identity; docs/similarity.md).
 
 
-# with CLIP_SHARED (rules/vision.smk) the vision rule writes these outputs with its own model load
+# with CLIP_SHARED (rules/vision.smk) the vision rule writes the embeddings with its own model load
 if not CLIP_SHARED:
+
+    rule decode_images:
+        input:
+            unpack(pixel_model_inputs),
+            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+        output:
+            pixels=f"{RESULTS}/pixels/{{shard}}.npy",
+            index=f"{RESULTS}/pixels/{{shard}}.parquet",
+        log:
+            f"{LOGS}/decode_images/{{shard}}.log",
+        benchmark:
+            f"{BENCH}/decode_images/{{shard}}.tsv"
+        conda:
+            "../envs/benchmaker.yaml"
+        # the main process writes the store; num_workers DataLoader processes decode images
+        threads: config["similarity"]["num_workers"] + 1
+        resources:
+            mem_mb=RES.mem_mb("decode_images", **CLIP_LOADER),
+            runtime=RES.runtime("decode_images"),
+            disk_mb=RES.disk_mb("decode_images"),
+        params:
+            # the model's input size, interpolation and resize mode decide the pixels (never the
+            # precision, the device or a checkpoint file's weights)
+            model=pixel_model_params(),
+            image_root=IMAGE_ROOT,
+            columns=COLUMNS,
+            version=stage_version("embed"),
+        script:
+            "../scripts/decode_images.py"
 
     rule embed_images:
         input:
             unpack(similarity_weight_inputs),
-            images=f"{RESULTS}/shards/images/{{shard}}.jsonl",
+            images=lambda wc: expand(
+                f"{RESULTS}/shards/images/{{shard}}.jsonl",
+                shard=EMBED_GROUPS[wc.group],
+            ),
+            pixels=lambda wc: expand(
+                f"{RESULTS}/pixels/{{shard}}.npy", shard=EMBED_GROUPS[wc.group]
+            ),
+            pixel_index=lambda wc: expand(
+                f"{RESULTS}/pixels/{{shard}}.parquet", shard=EMBED_GROUPS[wc.group]
+            ),
         output:
-            embeddings=f"{RESULTS}/embeddings/images/{{shard}}.parquet",
-            losses=f"{RESULTS}/losses/embed/{{shard}}.jsonl",
+            embeddings=f"{RESULTS}/embeddings/images/{{group}}.parquet",
+            losses=f"{RESULTS}/losses/embed/{{group}}.jsonl",
         log:
-            f"{LOGS}/embed_images/{{shard}}.log",
+            f"{LOGS}/embed_images/{{group}}.log",
         benchmark:
-            f"{BENCH}/embed_images/{{shard}}.tsv"
+            f"{BENCH}/embed_images/{{group}}.tsv"
+        wildcard_constraints:
+            group=_names_regex(EMBED_GROUPS),
         conda:
             "../envs/benchmaker.yaml"
-        # the main process feeds the model; num_workers DataLoader processes decode images
-        threads: config["similarity"]["num_workers"] + 1
+        # the model's thread + one that reads the next pass's pixels from the store
+        threads: 2
         resources:
-            **gpu_resources(True),
-            mem_mb=RES.mem_mb("embed_images", **CLIP_LOADER),
+            **gpu_resources(needs_gpu("embed_images")),
+            # no decoding workers: two passes of pixels in flight (the CUDA pass is 256 rows)
+            mem_mb=RES.mem_mb("embed_images", batch_size=512, num_workers=0),
             runtime=RES.runtime("embed_images"),
+            # a pod downloads its group's pixel stores (NRP: no shared file system)
+            disk_mb=RES.disk_mb("embed_images"),
         params:
             model=similarity_model_params(),
             device=config["similarity"]["device"],
@@ -76,10 +121,8 @@ rule score:
     input:
         qrels=f"{RESULTS}/qrels.jsonl",
         query_embeddings=f"{RESULTS}/embeddings/queries.parquet",
-        image_embeddings=expand(
-            f"{RESULTS}/embeddings/images/{{shard}}.parquet", shard=SHARDS
-        ),
-        embed_losses=expand(f"{RESULTS}/losses/embed/{{shard}}.jsonl", shard=SHARDS),
+        image_embeddings=IMAGE_EMBEDDINGS,
+        embed_losses=EMBED_LOSSES,
     output:
         scored=f"{RESULTS}/qrels_with_score.jsonl",
         losses=f"{RESULTS}/losses/similarity.jsonl",

@@ -6,6 +6,8 @@ rule summary:
         unpack(evaluate_report_inputs),
         # the deepening report, only when deepen.enabled (rules/deepen.smk)
         unpack(deepen_report_inputs),
+        # the recorded estimate, only when `benchmaker estimate --record/--pilot` wrote one (rules/common.smk)
+        unpack(estimate_inputs),
         # the losses and cost files of the stages (benchmaker/stages.py; rules/common.smk)
         losses=loss_files(),
         costs=cost_files(),

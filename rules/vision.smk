@@ -36,6 +36,14 @@ CLIP_SHARED = bool(
         for k in ("model", "pretrained", "precision", "device")
     )
 )
+# embed_images: one model job per group of consecutive shards (similarity.gpu_jobs), each writing one
+# embeddings file and one losses file for its group; with CLIP_SHARED the vision job of each shard
+# writes them, so a group is a shard (benchmaker.sharding.shard_groups)
+EMBED_GROUPS = shard_groups(
+    SHARDS, len(SHARDS) if CLIP_SHARED else config["similarity"]["gpu_jobs"]
+)
+IMAGE_EMBEDDINGS = [f"{RESULTS}/embeddings/images/{g}.parquet" for g in EMBED_GROUPS]
+EMBED_LOSSES = [f"{RESULTS}/losses/embed/{g}.jsonl" for g in EMBED_GROUPS]
 SHARED_OUTPUT = (
     {
         "embeddings": f"{RESULTS}/embeddings/images/{{shard}}.parquet",
@@ -171,7 +179,7 @@ else:
             "../envs/benchmaker.yaml"
         threads: config["similarity"]["num_workers"] + 1 if CLIP_SHARED else 2
         resources:
-            **gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"]),
+            **gpu_resources(needs_gpu("vision", VISION_ADAPTER)),
             mem_mb=RES.mem_mb(
                 "vision_clip" if VISION_ADAPTER == "clip" else "vision_api",
                 **CLIP_LOADER,

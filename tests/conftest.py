@@ -14,6 +14,10 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# strict mode in every workflow run of the suite (and every stage run in-process): each job reads its
+# inputs from a folder holding only what its rule declares, as in a pod (benchmaker/strict.py,
+# docs/architecture.md); BENCHMAKER_STRICT=0 turns it off
+os.environ.setdefault("BENCHMAKER_STRICT", "1")
 
 from benchmaker import _tvshim  # noqa: E402
 

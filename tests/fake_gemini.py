@@ -151,6 +151,9 @@ class Fake:
         # (support.typical_answer) instead of USAGE; thoughts_tokens per answer
         self.count_tokens = False
         self.thoughts_tokens: int | Callable[[dict], int] = 64      # per answer, or a function of the request
+        # a model's answer and thinking lengths (support.LengthModel: seeded, unknown to benchmaker);
+        # when set, it decides them instead of ``thoughts_tokens``
+        self.lengths: support.LengthModel | None = None
         self.prefixes: dict[str, set] = {}
         self.bill: list[dict] = []
         self.server: ThreadingHTTPServer | None = None
@@ -225,15 +228,22 @@ class Fake:
         if self.count_tokens:
             n_in, n_cached = self.tokens_of(req, model)
             th = self.thoughts_tokens
+            digest = hashlib.sha1(json.dumps(req, sort_keys=True).encode()).hexdigest()
+            keys = data_keys(request_text(req))
             if self.answer is self._default_answer:
-                obj = support.typical_answer(request_schema(req), hashlib.sha1(
-                    json.dumps(req, sort_keys=True).encode()).hexdigest(), data_keys(request_text(req)))
+                obj = support.typical_answer(request_schema(req), digest, keys,
+                                             wordiness=self.lengths.wordiness if self.lengths else 1.0)
                 text = json.dumps(obj)
             else:
                 text = json.dumps(self.answer(req, request_schema(req)))
+            if self.lengths is not None:     # the model reasons by its thinking budget, as the fake's model does
+                tc = (req.get("generationConfig") or {}).get("thinkingConfig") or {}
+                budget = tc.get("thinkingBudget", tc.get("thinking_budget"))
+                n_th = self.lengths.reasoning(None if budget is None else f"budget {budget}", digest, len(keys))
+            else:
+                n_th = int(th(req) if callable(th) else th)
             self.usage = {"promptTokenCount": n_in, "cachedContentTokenCount": n_cached,
-                          "candidatesTokenCount": -(-len(text) // 4),
-                          "thoughtsTokenCount": int(th(req) if callable(th) else th)}
+                          "candidatesTokenCount": -(-len(text) // 4), "thoughtsTokenCount": n_th}
         self._charge(model, mode)
         usage = dict(self.usage)
         usage["totalTokenCount"] = usage["promptTokenCount"] + usage["candidatesTokenCount"] + usage[

@@ -28,6 +28,15 @@ pods that see the controller's disk. A PVC mount
 ``<claim>:<path>`` is honoured only if the claim is in ``pvcs`` and ``path`` exists on this machine
 (the folder the claim would hold). The pod's status follows the process's exit code.
 
+Statuses are the API server's: a failed Job has ``failed: 1`` and a ``Failed`` condition
+(``BackoffLimitExceeded``), a finished one a ``Complete`` condition; a pod's ``snakemake`` container
+is ``terminated`` with its exit code and reason (``Completed``, ``Error``). ``fates`` ends chosen pods
+as the cluster would (keyed by a regular expression matched against the Job's ``rule:wildcards``
+target): ``OOMKilled`` (the container killed with SIGKILL once it runs: exit 137, reason
+``OOMKilled``), ``Evicted`` (the kubelet: pod ``phase: Failed, reason: Evicted`` with the kubelet's
+message, the container ``ContainerStatusUnknown``, exit 137) and ``DeadlineExceeded`` (the Job's
+``activeDeadlineSeconds``: the job controller deletes the pod, no log, the Job's condition says so).
+
 ``pod_quota=N`` models a namespace ResourceQuota on pods (NRP namespaces have one): at most N pods
 exist at once; a Job created beyond that is accepted but has no pod yet and an empty status (no
 ``active`` count, as the API server reports it until its job controller can create the pod), and
@@ -56,7 +65,8 @@ QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 class FakeKube:
     def __init__(self, *, namespace: str, run_jobs: bool = False, base_env: dict | None = None,
                  pvcs: set[str] | None = None, job_timeout: float = 600,
-                 hide_paths: list[str] | None = None, pod_quota: int | None = None):
+                 hide_paths: list[str] | None = None, pod_quota: int | None = None,
+                 fates: dict[str, str] | None = None):
         self.namespace = namespace
         self.run_jobs = run_jobs
         self.base_env = dict(base_env or {})
@@ -64,6 +74,7 @@ class FakeKube:
         self.job_timeout = job_timeout
         self.hide_paths = list(hide_paths or ())
         self.pod_quota = pod_quota
+        self.fates = dict(fates or {})        # target regex -> OOMKilled | Evicted | DeadlineExceeded
         self.waiting: list[str] = []         # Jobs accepted but without a pod (over pod_quota), in order
         self.secrets: dict[str, dict] = {}
         self.deleted_secrets: list[str] = []
@@ -326,11 +337,16 @@ class FakeKube:
             deleted = self.state[name].get("deleted")
         if deleted:  # the Job was deleted while its pod started
             self._kill(proc)
+        fate = self._fate(body)
         try:
-            code = proc.wait(timeout=self.job_timeout)
+            code = proc.wait(timeout=0.5 if fate else self.job_timeout)
         except subprocess.TimeoutExpired:
             self._kill(proc)
-            code = 124
+            code = 137 if fate else 124
+        if fate:  # the kernel's OOM killer, the kubelet's eviction, the job controller's deadline
+            code = 137
+            with self.lock:
+                self.state[name]["fate"] = fate
         logfile.seek(0)
         log = logfile.read()
         logfile.close()
@@ -351,11 +367,26 @@ class FakeKube:
             pass
         proc.wait()
 
+    def _fate(self, body: dict) -> str | None:
+        args = " ".join(body["spec"]["template"]["spec"]["containers"][0].get("args") or [])
+        m = re.search(r"--target-jobs '([^']+)'", args)
+        return next((f for pat, f in self.fates.items() if m and re.search(pat, m.group(1))), None)
+
     def _status_of(self, name: str) -> dict:
         st = self.state[name]
         if name in self.waiting:  # accepted, no pod yet: the API server reports no counts at all
             return {}
-        return {"active": 1} if st["exit"] is None else ({"succeeded": 1} if st["exit"] == 0 else {"failed": 1})
+        if st["exit"] is None:
+            return {"active": 1}
+        t = "2026-01-01T00:00:00Z"
+        if st["exit"] == 0:
+            return {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": t}]}
+        reason, message = (("DeadlineExceeded", "Job was active longer than specified deadline")
+                           if st.get("fate") == "DeadlineExceeded" else
+                           ("BackoffLimitExceeded", "Job has reached the specified backoff limit"))
+        return {"failed": 1, "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": reason, "message": message, "lastTransitionTime": t},
+            {"type": "Failed", "status": "True", "reason": reason, "message": message, "lastTransitionTime": t}]}
 
     def _start_waiting(self) -> None:
         """Give the oldest waiting Jobs their pods while the quota allows (call with the lock held)."""
@@ -403,13 +434,26 @@ class FakeKube:
     def _pods(self, job: str) -> dict:
         st = self.state.get(job)
         items = []
-        if st is not None and not st.get("deleted") and job not in self.waiting:
-            state = ({"running": {"startedAt": "2026-01-01T00:00:00Z"}} if st["exit"] is None else
-                     {"terminated": {"exitCode": st["exit"], "reason": "Completed" if st["exit"] == 0 else "Error"}})
-            items.append({"metadata": {"name": f"{job}-p0d", "labels": {"job-name": job}},
-                          "status": {"phase": "Running" if st["exit"] is None else
-                                     ("Succeeded" if st["exit"] == 0 else "Failed"),
-                                     "containerStatuses": [{"name": "snakemake", "ready": False,
-                                                            "restartCount": 0, "image": "x",
-                                                            "imageID": "", "state": state}]}})
+        fate = (st or {}).get("fate")
+        if st is not None and not st.get("deleted") and job not in self.waiting and fate != "DeadlineExceeded":
+            t = "2026-01-01T00:00:00Z"
+            pod_status: dict = {"phase": "Running" if st["exit"] is None else
+                                ("Succeeded" if st["exit"] == 0 else "Failed")}
+            if st["exit"] is None:
+                state = {"running": {"startedAt": t}}
+            elif fate == "OOMKilled":
+                state = {"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": t, "finishedAt": t}}
+            elif fate == "Evicted":
+                state = {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown", "startedAt": t,
+                                        "finishedAt": t,
+                                        "message": "The container could not be located when the pod was terminated"}}
+                pod_status.update(reason="Evicted", message=(
+                    "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. "
+                    "Container snakemake was using 5242880Ki, request is 1Gi, has larger consumption of memory. "))
+            else:
+                state = {"terminated": {"exitCode": st["exit"], "reason": "Completed" if st["exit"] == 0 else "Error",
+                                        "startedAt": t, "finishedAt": t}}
+            pod_status["containerStatuses"] = [{"name": "snakemake", "ready": False, "restartCount": 0,
+                                                "image": "x", "imageID": "", "state": state}]
+            items.append({"metadata": {"name": f"{job}-p0d", "labels": {"job-name": job}}, "status": pod_status})
         return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}

@@ -163,6 +163,9 @@ class Fake:
         self.killed: list[str] = []
         self.count_tokens = False            # usage from the request (tokens_of) instead of USAGE
         self.reasoning_tokens: int | Callable[[dict], int] = 64      # per answer, or a function of the body
+        # a model's answer and reasoning lengths (support.LengthModel: seeded, unknown to benchmaker);
+        # when set, it decides them instead of ``reasoning_tokens``
+        self.lengths: support.LengthModel | None = None
         self.prefixes: dict[tuple, set] = {}
         self.server: ThreadingHTTPServer | None = None
 
@@ -303,17 +306,23 @@ class Fake:
             return 500, {"error": {"message": "server error", "type": "server_error"}}
         if kind == "http_400":
             return 400, {"error": {"message": "bad request", "type": "invalid_request_error"}}
+        digest = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        keys = data_keys(request_text(body))
         if self.count_tokens and self.answer is self._default_answer:
             # a model's typical answer length (support.typical_answer), varying per request
-            obj = support.typical_answer(schema, hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest(),
-                                         data_keys(request_text(body)))
+            obj = support.typical_answer(schema, digest, keys,
+                                         wordiness=self.lengths.wordiness if self.lengths else 1.0)
             text = json.dumps(obj, separators=COMPACT)
         else:
             text = json.dumps(self.answer(body, schema), separators=COMPACT)
         if self.count_tokens:
             n_in, n_cached, _ = self.tokens_of(body)
             r = self.reasoning_tokens
-            n_reason = int(r(body) if callable(r) else r)
+            if self.lengths is not None:
+                effort = (body.get("reasoning") or {}).get("effort") or body.get("reasoning_effort")
+                n_reason = self.lengths.reasoning(effort, digest, len(keys))
+            else:
+                n_reason = int(r(body) if callable(r) else r)
             self.usage = {"input_tokens": n_in, "cached_tokens": n_cached,
                           "output_tokens": -(-len(text) // 4) + n_reason, "reasoning_tokens": n_reason}
         self._charge(body["model"], mode, custom_id)

@@ -237,15 +237,17 @@ _WORDS = ("smoke rising above the forested ridge under a hazy sky with distant m
           "near a road in daylight seen from a fixed camera looking across the valley toward low clouds").split()
 
 
-def typical_answer(schema: dict, seed: str, keys: list[str] | None = None) -> object:
+def typical_answer(schema: dict, seed: str, keys: list[str] | None = None, *, wordiness: float = 1.0) -> object:
     """A valid answer of the length a model typically writes, varying per request (``seed``): a string
-    whose description says "at most N words" has 60-100 % of N words, other strings 6-14 words; an
-    array of enum values holds between minItems and maxItems distinct values; numbers are two-decimal
-    confidences (an integer of maximum 100: a percentage of two digits); a judge's ``judgments`` list
-    holds one entry per candidate key (``keys``), an object one per key of its schema."""
+    whose description says "at most N words" has 60-100 % of N words, other strings 6-14 words (both
+    times ``wordiness``, a model's own habit: :class:`LengthModel`); an array of enum values holds
+    between minItems and maxItems distinct values; numbers are two-decimal confidences (an integer of
+    maximum 100: a percentage of two digits); a judge's ``judgments`` list holds one entry per candidate
+    key (``keys``), an object one per key of its schema."""
     rnd = random.Random(seed)
 
     def words(n: int) -> str:
+        n = max(1, round(n * wordiness))
         return " ".join(rnd.choice(_WORDS) for _ in range(n)).capitalize() + "."
 
     def one(s: dict, name: str) -> object:
@@ -277,3 +279,43 @@ def typical_answer(schema: dict, seed: str, keys: list[str] | None = None) -> ob
     if isinstance(obj, dict) and j is not None and keys is not None and str(j.get("type", "")).lower() == "array":
         obj["judgments"] = [{**one(j["items"], "judgments"), "key": k} for k in keys]
     return obj
+
+
+class LengthModel:
+    """How long a fake model answers and how much it reasons, drawn from seeded distributions that
+    nothing in ``benchmaker`` knows (never derived from its allowances): per ``reasoning_effort`` a
+    mean number of reasoning tokens per request (``means``; the ones not given drawn log-uniformly
+    between 20 and 6,000 from ``seed``), growing by ``per_key`` of it per candidate of a judge request,
+    varying per request log-normally with ``spread`` (sigma); the free-text answers' length times
+    ``wordiness``. :meth:`drawn` draws all of it from a seed: different means and spreads per run
+    (sigma 0.05..0.5: a coefficient of variation up to 0.53 per request).
+    The fakes use it when set (``fake.lengths``) in their token-counting mode."""
+
+    def __init__(self, seed: int, *, means: dict | None = None, spread: float = 0.3, per_key: float = 0.0,
+                 wordiness: float = 1.0):
+        self.seed, self.spread, self.per_key = int(seed), float(spread), float(per_key)
+        self.wordiness = float(wordiness)
+        self.means = dict(means or {})
+
+    @classmethod
+    def drawn(cls, seed: int, *, lo: float = 20.0, hi: float = 6000.0) -> "LengthModel":
+        r = random.Random(f"lengths-{seed}")
+        return cls(seed, spread=r.uniform(0.05, 0.5), per_key=r.choice([0.0, r.uniform(0.0, 0.1)]),
+                   wordiness=r.uniform(0.5, 1.6), means={e: lo * (hi / lo) ** r.random()
+                                                         for e in ("minimal", "low", "medium", "high", None)})
+
+    def mean(self, effort: str | None) -> float:
+        if effort not in self.means:
+            r = random.Random(f"lengths-{self.seed}-{effort}")
+            self.means[effort] = 20.0 * 300.0 ** r.random()
+        return self.means[effort]
+
+    def reasoning(self, effort: str | None, request_key: str, n_keys: int = 0) -> int:
+        """Reasoning tokens of one request (``request_key``: a digest of its body)."""
+        r = random.Random(f"{self.seed}-{request_key}")
+        return max(0, round(self.mean(effort) * (1 + self.per_key * n_keys) * r.lognormvariate(0.0, self.spread)))
+
+    def __repr__(self) -> str:
+        means = ", ".join(f"{k}: {v:.0f}" for k, v in self.means.items())
+        return (f"LengthModel(seed={self.seed}, reasoning means {{{means}}}, spread {self.spread:.2f}, "
+                f"per_key {self.per_key:.3f}, wordiness {self.wordiness:.2f})")

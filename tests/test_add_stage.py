@@ -1,17 +1,21 @@
 """Adding a stage touches four places (docs/architecture.md, "Adding a stage"): its function, its rule
 (a rule file and its ``include:``), one entry in ``benchmaker/stages.py`` and its settings in
-``config/schema.yaml``. A toy stage that loses an item and pays for a request is added to a copy of the
-workflow in exactly those places and run for real: it gets its stage version, the shared script runs its
-function, its settings reach it with the schema's defaults, its losses and its cost appear in the
-summary's totals and its losses table (the entry in stages.py names its files), a runtime knob reruns
-nothing and a setting that decides its output reruns it (and the summary that counts it) alone.
-Every other registry is derived: no other stage's version changes by the addition.
+``config/schema.yaml``. A toy stage that loses an item, pays for a request, needs memory by the size of
+its input and runs a model on a GPU is added to a copy of the workflow in exactly those places and run
+for real: it gets its stage version, the shared script runs its function, its settings reach it with
+the schema's defaults, its job asks for the memory its declared model gives for its input's size and
+for a GPU, its losses and its cost appear in the summary's totals and its losses table (the entry in
+stages.py names its files), a runtime knob reruns nothing and a setting that decides its output reruns
+it (and the summary that counts it) alone. Every other registry is derived: no other stage's version
+changes by the addition.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +36,7 @@ from benchmaker.formats import write_table
 from benchmaker.losses import Losses
 
 
-def run(*, out: str, losses: str, costs: str, settings: dict, workers: int = 1) -> None:
+def run(*, images: str, out: str, losses: str, costs: str, settings: dict, workers: int = 1) -> None:
     Path(out).write_text(json.dumps(settings, sort_keys=True) + "\\n")
     lost = Losses("toy")
     lost.add("image", "toy-image", "toy_reason", "the toy lost it")
@@ -43,12 +47,17 @@ def run(*, out: str, losses: str, costs: str, settings: dict, workers: int = 1) 
 '''
 TOY_RULE = '''
 rule toy:
+    input:
+        images=f"{RESULTS}/images.jsonl",
     output:
         out=f"{RESULTS}/toy.json",
         losses=f"{RESULTS}/losses/toy.jsonl",
         costs=f"{RESULTS}/costs/toy.jsonl",
     log:
         f"{LOGS}/toy.log",
+    resources:
+        mem_mb=RES.mem_mb("toy"),
+        **gpu_resources(needs_gpu("toy")),
     params:
         settings=output_settings(config["toy"], "toy"),
         workers=not_a_trigger(config["toy"]["workers"]),
@@ -56,6 +65,7 @@ rule toy:
     script:
         "../scripts/stage.py"
 '''
+TOY_MB_PER_MB = 50_000.0  # MB of memory per MB of images.jsonl: the tiny corpus's file asks for more than the minimum
 TOY_SCHEMA = '''  toy:
     type: object
     additionalProperties: false
@@ -77,7 +87,9 @@ def _add_toy_stage(root: Path) -> list[str]:
     anchor = "STAGES: dict[str, Stage] = {\n"
     assert anchor in text
     stages.write_text(text.replace(anchor, anchor + '    "toy": Stage({"toy": "benchmaker.toy:run"}, '
-                                   'losses="losses/toy.jsonl", costs="costs/toy.jsonl"),\n'))
+                                   'losses="losses/toy.jsonl", costs="costs/toy.jsonl", '
+                                   f'memory={{"toy": Memory(PY_MB, {{"images": {TOY_MB_PER_MB}}})}}, '
+                                   'gpu={"toy": True}),\n'))
     schema = root / "config/schema.yaml"                                             # 4. its settings
     text = schema.read_text()
     assert "\nproperties:\n" in text
@@ -125,6 +137,13 @@ def test_a_new_stage_takes_four_places(tmp_path, tiny_cfg):
     assert r.returncode == 0, r.stderr[-3000:]
     out = results / "toy.json"
     assert json.loads(out.read_text()) == {"greeting": "hello"}  # the schema's default, no runtime knob
+    # its job asked for the memory of its declared model at its input's size, and for a GPU
+    size_mb = (results / "images.jsonl").stat().st_size / 1e6
+    want = int(math.ceil(max(500, 250 + TOY_MB_PER_MB * size_mb) / 100) * 100)
+    assert want > 500, size_mb
+    job = r.stderr.split("rule toy:", 1)[1].split("\n\n", 1)[0]
+    resources = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", job).group(1).split(", "))
+    assert resources["mem_mb"] == str(want) and resources["gpu"] == "1", job
     # the summary counted the toy's losses and its spend, beside the other stages'
     numbers = json.loads((results / "summary" / "summary.json").read_text())
     assert numbers["losses"]["toy"] == {"toy_reason": 1}, numbers["losses"]

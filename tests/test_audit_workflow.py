@@ -23,16 +23,26 @@ def _cfg(tmp, tiny_corpus, tiny_clip, **audit):
     return support.tiny_config(tmp, tiny_corpus, tiny_clip, audit={"sample_size": 12, "bootstrap": 50, **audit})
 
 
+def _with_systems(cfg: dict, tiny_clip) -> dict:
+    """Two cheap systems (bm25; the similarity stage's model, ranking its embeddings): the audit scores them
+    under people's and the second judge's labels (docs/trust.md)."""
+    return {**cfg, "evaluate": {"k": [5], "systems": [
+        {"name": "bm25", "kind": "bm25"},
+        {"name": "clip-same", "kind": "clip", "model": f"local-dir:{tiny_clip}", "pretrained": None,
+         "device": "cpu", "num_workers": 0}]}}
+
+
 @pytest.mark.slow
-def test_audit_in_the_workflow(tmp_path, tiny_corpus, tiny_clip):
-    cfg = _cfg(tmp_path, tiny_corpus, tiny_clip)
+def test_audit_in_the_workflow(tmp_path, tiny_corpus, tiny_clip, numba_cache):
+    cfg = _with_systems(_cfg(tmp_path, tiny_corpus, tiny_clip), tiny_clip)
+    env = {"NUMBA_CACHE_DIR": str(numba_cache)}
     path = support.write_config(tmp_path / "config.yaml", cfg)
     r = support.snakemake(["-n", "-c1"], tmp_path, path)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
     assert stats["audit_sample"] == 1 and stats["audit_labelling"] == 1 and stats["audit_report"] == 1
     assert "audit_judge2" not in stats
-    r = support.snakemake(["-c2", "--show-failed-logs"], tmp_path, path, timeout=1500)
+    r = support.snakemake(["-c2", "--show-failed-logs"], tmp_path, path, timeout=1500, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     res = tmp_path / "results" / "tiny"
     sample = read_sample(res / "audit" / "sample.jsonl")
@@ -41,19 +51,23 @@ def test_audit_in_the_workflow(tmp_path, tiny_corpus, tiny_clip):
     assert "Not audited yet" in (res / "summary" / "report.md").read_text()
     card = (res / "hf_dataset" / "README.md").read_text()
     assert "## Judge audit" in card and "Not audited yet" in card
+    # before any label: what labelling the sample would buy (docs/trust.md)
+    assert json.loads((res / "audit" / "report" / "audit.json").read_text())["projected"]["status"] == "ok"
+    assert "not audited yet: labelling the" in card
     sample_bytes = (res / "audit" / "sample.jsonl").read_bytes()
 
     # a person fills in sample.csv; listing the file reruns the report and what shows it, never the sample
     filled = pl.read_csv(res / "audit" / "labelling" / "sample.csv").with_columns(
         pl.Series("label", [k % 2 for k in range(sample.height)]), pl.lit("erin").alias("rater"))
     filled.write_csv(tmp_path / "erin.csv")
-    cfg2 = _cfg(tmp_path, tiny_corpus, tiny_clip, human_labels=[{"path": str(tmp_path / "erin.csv")}],
-                second_judge={"name": "loose", "judge": {"rules": {"relevant_min_jaccard": 0.0}}})
+    cfg2 = _with_systems(_cfg(tmp_path, tiny_corpus, tiny_clip, human_labels=[{"path": str(tmp_path / "erin.csv")}],
+                              second_judge={"name": "loose", "judge": {"rules": {"relevant_min_jaccard": 0.0}}}),
+                         tiny_clip)
     path2 = support.write_config(tmp_path / "config2.yaml", cfg2)
     r = support.snakemake(["-n", "-c1"], tmp_path, path2)
     assert r.returncode == 0, r.stderr[-3000:]
     assert set(job_stats(r.stdout + r.stderr)) == {"audit_judge2", "audit_report", "summary", "export", "all"}
-    r = support.snakemake(["-c2", "--show-failed-logs"], tmp_path, path2, timeout=1500)
+    r = support.snakemake(["-c2", "--show-failed-logs"], tmp_path, path2, timeout=1500, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     assert (res / "audit" / "sample.jsonl").read_bytes() == sample_bytes
     info = json.loads((res / "audit" / "report" / "audit.json").read_text())
@@ -64,6 +78,17 @@ def test_audit_in_the_workflow(tmp_path, tiny_corpus, tiny_clip):
     card = (res / "hf_dataset" / "README.md").read_text()
     assert "Not audited yet" not in card and "judge vs erin" in card
     assert (res / "hf_dataset" / "audit" / "human_labels.jsonl").is_file()
+    # human-corrected scores of both systems (at the cutoff of audit.metrics: precision@10, dcg@10) and their
+    # scores under both judges
+    corrected = pl.read_csv(res / "audit" / "report" / "corrected.csv")
+    assert info["corrected"]["status"] == "ok" and corrected.height == 4
+    assert set(corrected["system"]) == {"bm25", "clip-same"} and set(corrected["metric"]) == {"precision@10", "dcg@10"}
+    assert (corrected["corrected_lo"] <= corrected["corrected"]).all()
+    assert (corrected["corrected"] <= corrected["corrected_hi"]).all()
+    assert info["judges"]["scope"] == "sample"
+    assert {r["system"] for r in info["judges"]["rows"]} == {"bm25", "clip-same"}
+    block = card[card.index("## How far to trust this benchmark"):card.index("## Load it")]
+    assert "**Human-corrected scores** (precision@10" in block and "judge vs erin" in block
 
     # a bad label file stops the report with the file and row
     (tmp_path / "erin.csv").write_text(filled.with_columns(pl.lit(5).alias("label")).write_csv())

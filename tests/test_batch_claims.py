@@ -227,3 +227,67 @@ def test_shared_requests_with_wait_false_stop_then_complete(fake, tmp_path, tiny
             continue
     vo.collect(**coll)
     _check(fake, tmp_path, kws)
+
+
+def test_a_long_wait_on_another_shard_says_for_what_whom_and_until_when(tmp_path, caplog):
+    """No silent wait (issue 32): after a minute, and each minute after, a collect waiting for requests
+    another shard's batch answers logs how many, which shard holds them and when the claims expire."""
+    import logging
+    import time as _time
+
+    from benchmaker.providers.batch import WAIT_SAY_SECONDS, _say_shared_wait
+    from benchmaker.providers.claims import BATCH_CLAIM_SECONDS, Claims
+
+    other = Claims(tmp_path, stale_seconds=BATCH_CLAIM_SECONDS, owner="batch:/r/api/vision/00002")
+    assert other.claim("ab" * 32)
+    mine = Claims(tmp_path, stale_seconds=BATCH_CLAIM_SECONDS, owner="batch:/r/api/vision/00000")
+    owner, until = mine.holder("ab" * 32)
+    assert owner == "batch:/r/api/vision/00002" and abs(until - _time.time() - BATCH_CLAIM_SECONDS) < 60
+    assert mine.holder("cd" * 32) is None
+    clock = iter([0.0, 30.0, WAIT_SAY_SECONDS + 1, WAIT_SAY_SECONDS + 30, 2 * WAIT_SAY_SECONDS + 2])
+    with caplog.at_level(logging.WARNING, logger="benchmaker.providers.batch"):
+        waited = None
+        said = []
+        for _ in range(5):
+            n = len(caplog.records)
+            waited = _say_shared_wait("vision", {3: "ab" * 32, 4: "ab" * 32}, mine, waited, now=lambda: next(clock))
+            said.append(len(caplog.records) > n)
+    assert said == [False, False, True, False, True], said
+    line = caplog.records[-1].getMessage()
+    assert "2 request(s)" in line and "held by batch:/r/api/vision/00002 until " in line and "UTC" in line, line
+
+
+def test_a_collect_waiting_on_a_killed_shard_takes_its_work_over(fake, tmp_path, tiny_corpus):
+    """The resume of issue 32 with one core: shard a claimed every upload and its collect was killed
+    (-9) while downloading; shard b's collect then runs alone (a's cannot start while b's runs). b
+    does not wait for ever: a's collect is not running, so b reads the answers from a's batches
+    (nothing sent, nothing paid) and finishes; a's own collect, run after it, finishes too. Each
+    upload paid once, every image annotated in both shards, the cost files equal the bill."""
+    import signal
+
+    root = tmp_path / "corpus"
+    _corpus(root, tiny_corpus)
+    frame = images_frame(root)
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+    kws = []
+    for sub in ("a", "b"):
+        imgs = frame.filter(frame["image_id"].str.starts_with(sub + "/"))
+        kws.append(_shard(fake, tmp_path, root, sub, imgs, **FAST))
+
+    def child(kw, steps):
+        return subprocess.Popen([sys.executable, "-c", _STEPS.format(src=SRC, kw=kw, steps=steps)], env=env,
+                                start_new_session=True)
+
+    assert child(kws[0], ["build"]).wait(timeout=120) == 0
+    holder: list = []
+    fake.kill_at = ("download", 1, lambda: os.killpg(holder[0].pid, signal.SIGKILL))
+    holder.append(child(kws[0], ["collect"]))
+    assert holder[0].wait(timeout=120) == -signal.SIGKILL and fake.killed == ["download"]
+    n_paid = len(fake.bill)
+    # one core: b alone (build, submit: everything claimed by a, nothing sent; collect: takes a's over)
+    assert child(kws[1], ["build", "collect"]).wait(timeout=120) == 0
+    assert len(Path(kws[1]["requests"]).read_text().splitlines()) == 0 and len(fake.bill) == n_paid
+    assert [c for c in iter_jsonl(kws[1]["costs"]) if not c["cached"]] == []
+    assert list((Path(kws[1]["state_dir"]) / "taken-over").rglob("*.jsonl*"))  # a's results, downloaded by b
+    assert child(kws[0], ["collect"]).wait(timeout=120) == 0      # then a's resume
+    _check(fake, tmp_path, kws)

@@ -163,11 +163,11 @@ def _stats(out: str) -> dict[str, int]:
 
 
 def _shards_of(out: str, rule: str) -> set[str]:
-    """The shard wildcard of every job of ``rule`` in a dry-run listing."""
+    """The shard (or shard group: embed_images) wildcard of every job of ``rule`` in a dry-run listing."""
     found = set()
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
         if re.match(rf"(?:local)?rule {rule}:", block):
-            m = re.search(r"wildcards: shard=(\d+)", block)
+            m = re.search(r"wildcards: (?:shard|group)=([\d-]+)", block)
             if m:
                 found.add(m.group(1))
     return found
@@ -236,8 +236,10 @@ def test_added_changed_and_removed_images_rerun_exactly_their_shards(run_dir):
     r = support.snakemake(["-n", "-c1"], tmp, cfg_path)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert _stats(out) == {"preprocess": 1, "vision": 1, "embed_images": 1} | DOWNSTREAM, _stats(out)
-    assert _shards_of(out, "preprocess") == _shards_of(out, "vision") == _shards_of(out, "embed_images") == {"00002"}
+    shard_jobs = {"preprocess": 1, "vision": 1, "decode_images": 1, "embed_images": 1}
+    assert _stats(out) == shard_jobs | DOWNSTREAM, _stats(out)
+    assert (_shards_of(out, "preprocess") == _shards_of(out, "vision") == _shards_of(out, "decode_images")
+            == _shards_of(out, "embed_images") == {"00002"})
     t0 = time.time()
     time.sleep(0.05)
     r = support.snakemake(["-c1"], tmp, cfg_path, timeout=1500)
@@ -263,7 +265,8 @@ def test_added_changed_and_removed_images_rerun_exactly_their_shards(run_dir):
     r = support.snakemake(["-n", "-c1"], tmp, cfg_path)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert _stats(out) == {"preprocess": 2, "vision": 2, "embed_images": 2} | DOWNSTREAM, _stats(out)
+    shard_jobs = {"preprocess": 2, "vision": 2, "decode_images": 2, "embed_images": 2}
+    assert _stats(out) == shard_jobs | DOWNSTREAM, _stats(out)
     assert _shards_of(out, "preprocess") == _shards_of(out, "vision") == {"00000", "00001"}
     t0 = time.time()
     time.sleep(0.05)

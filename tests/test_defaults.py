@@ -1,8 +1,11 @@
 """No default is written twice: a literal in src/benchmaker that repeats a schema default beside the
 setting's name (``settings.get("batch_size") or 128``, ``settings.get("split", "test")``,
 ``setdefault``, a parameter ``batch_size=128``, a dataclass field, a ``*DEFAULTS`` dict) is an error.
-Stage code reads a section through ``benchmaker.settings_schema.filled(path, section)`` (the schema's
-defaults filled in; re-exported by benchmaker.config) or one value through ``default(path)``.
+Nor is one contradicted: a fallback read beside a setting's name (``s.get("workers") or 1`` where the
+schema says 2) that is a value of the setting's kind (a number, a non-empty list, one of its enum
+choices) and none of its schema defaults is an error too. Stage code reads a section through
+``benchmaker.settings_schema.filled(path, section)`` (the schema's defaults filled in; re-exported by
+benchmaker.config) or one value through ``default(path)``.
 
 There is no list of exceptions: every module reads the schema's defaults.
 """
@@ -88,6 +91,57 @@ def repeated_defaults(root: Path = PKG) -> set[tuple[str, str]]:
     return found
 
 
+def _setting_kinds() -> dict[str, list[dict]]:
+    """key name -> the schema nodes of the settings of that name that have a default (not null)."""
+    out: dict[str, list[dict]] = {}
+    for path, node in setting_paths():
+        if node.get("default") is not None:
+            out.setdefault(path.split(".")[-1], []).append(node)
+    return out
+
+
+def _of_the_settings_kind(value, node: dict) -> bool:
+    """``value`` is something the setting could hold: a number for a number, a non-empty list for a
+    list, a string among its enum choices (a free-text fallback such as "?" is a placeholder)."""
+    d = node["default"]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return isinstance(d, (int, float)) and not isinstance(d, bool)
+    if isinstance(value, (list, tuple)):
+        return bool(value) and isinstance(d, list)
+    return isinstance(value, str) and value in (node.get("enum") or ())
+
+
+def contradicted_defaults(root: Path = PKG) -> set[tuple[str, str, str]]:
+    """(file, key, fallback) of every fallback read beside a setting's name that the setting could
+    hold but that is none of the schema's defaults for a setting of that name."""
+    kinds = _setting_kinds()
+    found = set()
+    for f in sorted(root.rglob("*.py")):
+        for key, fallback in _get_fallbacks(ast.parse(f.read_text(), filename=str(f))):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            value = _literal(fallback)
+            nodes = kinds.get(key.value, [])
+            if value is Ellipsis or not any(_of_the_settings_kind(value, n) for n in nodes):
+                continue
+            if not any(value == n["default"] or (isinstance(value, tuple) and list(value) == n["default"])
+                       for n in nodes):
+                found.add((f.relative_to(root).as_posix(), key.value, repr(value)))
+    return found
+
+
+def _get_fallbacks(tree: ast.AST):
+    """The reads with a fallback: ``s.get("k") or X``, ``s.get("k", X)``, ``s.setdefault("k", X)``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2:
+            get, fallback = node.values
+            if isinstance(get, ast.Call) and getattr(get.func, "attr", None) == "get" and len(get.args) == 1:
+                yield get.args[0], fallback
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("get", "setdefault") \
+                and len(node.args) == 2:
+            yield node.args[0], node.args[1]
+
+
 # the workflow's files are Snakemake, not Python: the two fallback shapes by pattern
 _SMK_FALLBACK = re.compile(r'\.get\(\s*"(\w+)"\s*(?:\)\s*or\s+|,\s*)("[^"]*"|-?\d[\d.]*|True|False)')
 
@@ -116,6 +170,31 @@ def test_no_schema_default_is_repeated_in_the_workflow_or_its_scripts(tmp_path):
 def test_no_schema_default_is_repeated_in_code():
     found = repeated_defaults()
     assert found == set(), f"defaults repeated in code (use settings_schema): {sorted(found)}"
+
+
+def test_no_fallback_contradicts_the_schema_default():
+    found = contradicted_defaults()
+    assert found == set(), f"fallbacks that differ from the schema's default (read it with filled/default): " \
+                           f"{sorted(found)}"
+
+
+@pytest.mark.parametrize("code, found", [
+    ('def run(s):\n    return int(s.get("workers") or 1)\n', ("workers", "1")),            # preprocess.workers: 2
+    ('def run(s):\n    return list(s.get("metrics") or ["ndcg@10"])\n', ("metrics", "['ndcg@10']")),
+    ('def run(s):\n    return s.get("max_attempts", 1)\n', ("max_attempts", "1")),
+    ('def run(s):\n    return s.get("mode") or "sync"\n', ("mode", "'sync'")),               # llm.mode: batch
+])
+def test_the_check_finds_a_contradicting_fallback(tmp_path, code, found):
+    (tmp_path / "stage.py").write_text(code)
+    assert contradicted_defaults(tmp_path) == {("stage.py", *found)}
+
+
+def test_placeholders_and_other_meanings_are_no_contradiction(tmp_path):
+    """A free-text placeholder, a value outside the setting's choices, a default, a trivial fallback."""
+    (tmp_path / "stage.py").write_text(
+        'def run(s, img):\n    return (s.get("model", "?"), img.info.get("mode", "RGB"), s.get("workers") or 2,\n'
+        '            s.get("metrics") or [], s.get("metrics") or ("ndcg@10", "map", "mrr"))\n')
+    assert contradicted_defaults(tmp_path) == set()
 
 
 def test_the_check_finds_a_repeated_default(tmp_path):
@@ -155,7 +234,7 @@ def test_default_reads_a_setting_and_a_default_that_is_another_setting():
     assert default(f"{LLM}.retry_max_tries") == 10
     assert default("evaluate.systems.[].depth") == default("evaluate.depth") == 100   # x-default-from
     kinds = kind_defaults("evaluate.systems.[]")
-    assert kinds["clip"]["batch_size"] == 128 and kinds["milvus"]["batch_size"] == 64
+    assert kinds["clip"]["batch_size"] == 128 and kinds["milvus"]["batch_size"] == 1
     with pytest.raises(KeyError, match="no default"):
         default("evaluate.systems.[].name")
 

@@ -87,6 +87,7 @@ def runs(tmp_path_factory, tiny_corpus, tiny_clip):
     warm = config_for(shared, tiny_corpus, n_shards=10)
     warm["paths"]["results"] = "prewarm"
     warm["similarity"]["cache_dir"] = "results/.cache/embeddings"
+    warm["similarity"]["gpu_jobs"] = 10  # one embed_images job per shard: targets named by shard
     r = smk(["-c1", *(f"prewarm/tiny/embeddings/images/{i:05d}.parquet" for i in range(5))], b, warm,
             name="prewarm.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]

@@ -1,47 +1,54 @@
-"""``benchmaker estimate`` within 15 % of the bill (tests/estimate_bill.py) on the example's images and
-config with the OpenAI and the Gemini adapters, against the strict fakes counting tokens as each
-provider documents; and a model that reasons twice what the allowance assumes: the estimate is off
-before anything is cached, and within 15 % of the rest once a pilot's answers are cached."""
+"""``benchmaker estimate`` against the bill (tests/estimate_bill.py: the stages' own functions against
+the strict fakes counting tokens as each provider documents), with models whose answer and reasoning
+lengths the estimator is never told (support.LengthModel):
+
+* before any pilot, the range holds for models like the ones measured so far (the issue's table and
+  upstream's one published run) and is at most 4x wide;
+* after a pilot (at least 20 requests per stage, stratified, cached for the run), each stage's
+  estimate is within 15 % of its bill, for models drawn with different means and spreads, far from
+  the allowance too, in sync and batch mode, OpenAI and Gemini;
+* the requests counted are the ones the run then sends: after an image change and a prompt change
+  (here, on a finished run) and a plan edit (tests/test_openai_workflow.py, the workflow itself).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
-from estimate_bill import HEADER, measure, reasoning_model, table
+from estimate_bill import HEADER, STAGES, measure, run_judge, run_plan, run_queries, run_vision, table
+from support import LengthModel
 
 from benchmaker.config import deep_merge
 
 ROOT = Path(__file__).resolve().parents[1]
+# reasoning tokens per request billed by the models measured so far: the issue's table (issue 34: output
+# per request minus its answer: gpt-5-mini ~80 at low, ~90 / ~240 for the judge at low / medium; Gemini
+# 2.5 Flash ~335 at its low thinking budget) and upstream's one published run (717 - ~250 at low,
+# 1,481 - ~500 at medium)
+SEEN = {"issue": {"low": 80, "medium": 240, "budget 1024": 335},
+        "upstream": {"low": 467, "medium": 981, "budget 1024": 467}}
 
 
-def _example(tmp_path: Path, adapter: str, settings: dict) -> dict:
+def _example(tmp_path: Path, adapter: str, settings: dict, **over) -> dict:
     raw = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     return deep_merge(raw, {
         "paths": {"image_root": str(ROOT / "example" / "images"), "results": str(tmp_path / "results"),
                   "rights_map": str(ROOT / "example" / "rights_map.json")},
-        "vision": {"adapter": adapter, adapter: settings},
-        "judge": {"adapter": adapter, adapter: settings},
-    })
+        "vision": {"adapter": adapter, adapter: settings}, "judge": {"adapter": adapter, adapter: settings}, **over})
 
 
-def _check(name: str, res: dict, stages=("vision", "queries", "judge"), tol: float = 0.15) -> None:
-    print("\n" + HEADER + "\n" + "\n".join(table(name, res)))
-    for st in stages:
-        e, b = res[st]["estimate"], res[st]["bill"]
-        assert e["requests"] == b["requests"], st
-        assert e["usd"] == pytest.approx(b["usd"], rel=tol), (st, e, b)
+def _corpus(root: Path, n: int) -> Path:
+    """``n`` images of many sizes (64 to 1,400 px: one to many image tiles), so requests differ in size."""
+    from PIL import Image
 
-
-def test_estimate_within_15_percent_openai_example(fake, tmp_path):
-    fake.count_tokens = True
-    fake.reasoning_tokens = reasoning_model("openai", 1.0)
-    raw = _example(tmp_path, "openai", {"base_url": fake.base_url, "mode": "sync", "concurrency": 2,
-                                        "model": "gpt-5-mini"})
-    res = measure(raw, tmp_path)
-    _check("example", res)
-    assert res["vision"]["estimate"]["usd"] > 0 and res["judge"]["bill"]["requests"] == raw["plan"]["num_seeds"]
+    root.mkdir(parents=True)
+    for i in range(n):
+        w, h = 64 + (i * 97) % 1337, 48 + (i * 61) % 900
+        Image.new("RGB", (w, h), ((37 * i) % 256, (91 * i) % 256, (53 * i) % 256)).save(root / f"im{i:03d}.jpg")
+    return root
 
 
 @pytest.fixture()
@@ -54,32 +61,121 @@ def gfake(monkeypatch):
     fake_gemini.stop(f)
 
 
-def test_estimate_within_15_percent_gemini_example(gfake, tmp_path):
-    """Gemini's own image rule (no media resolution sent: 258 per 768-px tile, the fake reads each
-    image's real size) and thinking tokens billed as output."""
-    gfake.count_tokens = True
-    gfake.thoughts_tokens = reasoning_model("gemini", 1.0)
-    raw = _example(tmp_path, "gemini", {"base_url": gfake.base_url, "mode": "sync", "concurrency": 2,
-                                        "model": "gemini-2.5-flash", "image_detail": "auto"})
-    res = measure(raw, tmp_path)
-    _check("gemini", res)
-    assert gfake.billed_usd() == pytest.approx(
-        res["vision"]["bill"]["usd"] + res["queries"]["bill"]["usd"] + res["judge"]["bill"]["usd"], rel=1e-6)
+def _llm(provider: str, base_url: str, mode: str) -> dict:
+    s = {"base_url": base_url, "mode": mode, "concurrency": 4}
+    if provider == "gemini":
+        return s | {"model": "gemini-2.5-flash", "image_detail": "auto"}
+    return s | {"model": "gpt-5-mini"}
 
 
-def test_estimate_calibrates_on_a_pilot_when_the_model_reasons_more(fake, tmp_path):
-    """A model that reasons 2x the allowance: before anything is cached the estimate is far too low
-    (the documented uncertainty); after a pilot of a quarter of the images it is within 15 % of the
-    rest, because the cached answers' billed reasoning replaces the allowance."""
+def test_every_paid_stage_has_an_estimate_entry():
+    """A stage with a cost file (benchmaker/stages.py) is priced by its entry in estimate.PAID, or is
+    in NOT_ESTIMATED with why: a new paid stage cannot be left out of the estimate silently."""
+    from benchmaker.estimate import NOT_ESTIMATED, PAID
+    from benchmaker.stages import STAGES
+
+    paid = {name for name, st in STAGES.items() if st.costs is not None}
+    assert set(PAID) | set(NOT_ESTIMATED) == paid, sorted(paid ^ (set(PAID) | set(NOT_ESTIMATED)))
+    assert not set(PAID) & set(NOT_ESTIMATED)
+
+
+@pytest.mark.parametrize("provider,seen", [("openai", "issue"), ("gemini", "issue"), ("openai", "upstream")])
+def test_range_holds_before_any_pilot(provider, seen, fake, gfake, tmp_path):
+    f = gfake if provider == "gemini" else fake
+    f.count_tokens = True
+    f.lengths = LengthModel(7, means=SEEN[seen], spread=0.3)
+    res = measure(_example(tmp_path, provider, _llm(provider, f.base_url, "sync")), tmp_path)
+    print("\n" + HEADER + "\n" + "\n".join(table(f"{provider} {seen}", res)))
+    for st in STAGES:
+        e, b = res[st]["estimate"], res[st]["bill"]
+        assert e["requests"] == b["requests"] > 0, st
+        assert e["low_usd"] <= b["usd"] <= e["high_usd"], (st, e, b)
+        assert e["high_usd"] <= 4 * e["low_usd"], st
+        assert "reasoning" in " ".join(e["assumes"])
+    assert f.billed_usd() == pytest.approx(sum(res[st]["bill"]["usd"] for st in STAGES), rel=1e-6)
+
+
+@pytest.mark.parametrize("provider,mode,seed", [("openai", "sync", 11), ("openai", "batch", 12),
+                                                ("gemini", "batch", 13)])
+def test_a_pilot_calibrates_on_models_the_estimator_does_not_know(provider, mode, seed, fake, gfake, tmp_path):
+    """Models drawn from a seed (reasoning 20..6,000 tokens per request, spreads 0.05..0.5, answers
+    0.5..1.6x as wordy): after a pilot of 20 requests per stage the stage's estimate (the pilot's spend
+    plus what is still to send) is within 15 % of its bill; the pilot's answers are reused by the run."""
+    f = gfake if provider == "gemini" else fake
+    f.count_tokens = True
+    f.lengths = LengthModel.drawn(seed)
+    raw = _example(tmp_path, provider, _llm(provider, f.base_url, mode),
+                   plan={"num_seeds": 40})
+    raw["paths"]["image_root"] = str(_corpus(tmp_path / "images", 160))
+    raw["paths"]["rights_map"] = None
+    res = measure(raw, tmp_path, pilot=20)
+    print(f"\n{f.lengths}\n" + HEADER + "\n" + "\n".join(table(f"{provider} {mode}", res)))
+    for st in STAGES:
+        x = res[f"{st} after pilot"]
+        e, b, p = x["estimate"], x["bill"], x["pilot"]
+        assert p["requests"] == e["pilot"]["requests"] == 20, st          # min 20, and 2 % of 160 or 40 is less
+        assert e["requests"] == b["requests"] > 0, st                      # the pilot's answers are not sent again
+        assert e["total_usd"] == pytest.approx(b["usd"] + p["usd"], rel=0.15), (st, e, b, p)
+        assert e["calibrated_on"] >= 20 and "measured on" in e["output_from"]
+    assert len(f.bill) == sum(res[st]["bill"]["requests"] for st in STAGES)   # nothing paid twice
+
+
+def test_counts_what_the_run_sends_after_an_image_and_a_prompt_change(fake, tmp_path):
+    """On a finished run: a changed image is one vision request (and the judge waits for its
+    annotation: a range); a changed vision prompt is every image again; the run then sends exactly
+    that (the fake counts)."""
+    from benchmaker.config import load_config
+    from benchmaker.estimate import estimate
+
     fake.count_tokens = True
-    fake.reasoning_tokens = reasoning_model("openai", 2.0)
-    raw = _example(tmp_path, "openai", {"base_url": fake.base_url, "mode": "sync", "concurrency": 2,
-                                        "model": "gpt-5-mini", "image_detail": "high"})
-    raw["judge"]["adapter"] = "rules"
-    res = measure(raw, tmp_path, pilot=0.25)
-    print("\n" + HEADER + "\n" + "\n".join(table("2x reason", res)))
-    v, after = res["vision"], res["vision_after_pilot"]
-    assert v["estimate"]["usd"] < 0.85 * v["bill"]["usd"]
-    assert "cached answers" in after["estimate"]["output_from"]
-    assert after["estimate"]["requests"] == after["bill"]["requests"] > 0
-    assert after["estimate"]["usd"] == pytest.approx(after["bill"]["usd"], rel=0.15)
+    fake.lengths = LengthModel.drawn(21)
+    raw = _example(tmp_path, "openai", _llm("openai", fake.base_url, "sync"))
+    raw["paths"]["image_root"] = str(_corpus(tmp_path / "images", 30))
+    raw["paths"]["rights_map"] = None
+    measure(raw, tmp_path)
+    cfg_path = tmp_path / "config.yaml"
+    res, cache = tmp_path / "results" / raw["benchmark"]["name"], tmp_path / "results" / ".cache"
+    lines = {ln["stage"]: ln for ln in estimate(load_config(str(cfg_path)))}
+    assert all(lines[st]["requests"] == 0 for st in STAGES)   # all answered
+    assert lines["queries"]["source"].startswith("the planner's plan")
+    assert lines["judge"]["source"].startswith("the planner's plan")
+    from PIL import Image
+
+    Image.new("RGB", (300, 200), (1, 2, 3)).save(Path(raw["paths"]["image_root"]) / "im005.jpg")
+    lines = {ln["stage"]: ln for ln in estimate(load_config(str(cfg_path)))}
+    assert lines["vision"]["requests"] == 1 and "inspection" in lines["vision"]["source"]
+    assert lines["judge"]["source"].startswith("plan quotas")       # the plan waits for that annotation
+    assert lines["queries"]["source"].startswith("plan quotas")
+    from benchmaker.estimate import _images
+    from benchmaker.formats import write_table
+
+    cfg = load_config(str(cfg_path))
+    write_table(_images(cfg, res)[0], "images", str(res / "images.jsonl"), columns=cfg["columns"])
+    n = len(fake.bill)
+    run_vision(cfg, res, cache)
+    assert len(fake.bill) - n == 1
+    lines = {ln["stage"]: ln for ln in estimate(cfg)}
+    n = len(fake.bill)
+    run_plan(cfg, res)
+    run_queries(cfg, res, cache)
+    assert len(fake.bill) - n == lines["queries"]["requests"]
+    n = len(fake.bill)
+    run_judge(cfg, res, cache)
+    assert len(fake.bill) - n == lines["judge"]["requests"]
+    raw["vision"]["openai"]["prompts"] = {"user": "Describe the image as JSON."}
+    cfg_path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(str(cfg_path))
+    assert {ln["stage"]: ln for ln in estimate(cfg)}["vision"]["requests"] == 30
+    n = len(fake.bill)
+    run_vision(cfg, res, cache)
+    assert len(fake.bill) - n == 30
+
+
+def test_recorded_estimate_is_validated(tmp_path):
+    from benchmaker.estimate_file import read_estimate
+    from benchmaker.formats import FormatError
+
+    p = tmp_path / "estimate.json"
+    p.write_text(json.dumps({"version": 1, "stages": {"vision": {"usd": "cheap"}}}))
+    with pytest.raises(FormatError, match="benchmaker estimate CONFIG --record"):
+        read_estimate(p)

@@ -194,7 +194,8 @@ def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch
     assert set(board.filter(pl.col("scope") == "corpus")["system"]) == set(names)
     bm25_row = board.filter((pl.col("system") == "bm25") & (pl.col("scope") == "pool")).row(0, named=True)
     assert bm25_row["sees_judge_text"] is True
-    assert board.filter(pl.col("system") == "clip")["sees_judge_text"].to_list() == [False] * 3
+    assert board.filter(pl.col("system") == "clip")["sees_judge_text"].to_list() == [False] * 4
+    assert set(board.filter(pl.col("scope") == "exported")["system"]) == {"clip", "bm25"}  # collection kinds
     # values equal ranx's own on the TREC files: corpus scope of the external run (depth >= its length)
     qrels = pl.read_ndjson(bench / "qrels.jsonl")
     qfile = bench / "qrels.txt"
@@ -205,6 +206,21 @@ def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch
     want = evaluate(q, Run.from_file(str(d / "ext.trec"), kind="trec"),
                     ["ndcg@5", "map", "mrr", "precision@5", "recall@5", "hit_rate@5"], make_comparable=True)
     row = board.filter((pl.col("system") == "ext") & (pl.col("scope") == "corpus")).row(0, named=True)
+    for m, v in want.items():
+        assert row[m] == pytest.approx(v, abs=1e-6), m
+    # the exported scope: clip's ranking of the exported images only (each judged image once), scored over
+    # every query of the export, the one without a positive included (as mteb and trec_eval score it)
+    exported = set(qrels["image_id"].map_elements(trec_id, return_dtype=pl.String))
+    depth = json.loads((d / "clip.json").read_text())["collection_depth"]
+    kept: dict[str, list[str]] = {}
+    for line in (d / "clip.trec").read_text().splitlines():  # file order = score order (no ties)
+        if line.split()[2] in exported and len(kept.setdefault(line.split()[0], [])) < depth:
+            kept[line.split()[0]].append(line)
+    (bench / "exported.trec").write_text("".join(x + "\n" for v in kept.values() for x in v))
+    want = evaluate(Qrels.from_file(str(qfile), kind="trec"), Run.from_file(str(bench / "exported.trec"), kind="trec"),
+                    ["ndcg@5", "map", "mrr"], make_comparable=True)
+    row = board.filter((pl.col("system") == "clip") & (pl.col("scope") == "exported")).row(0, named=True)
+    assert row["queries"] == 4
     for m, v in want.items():
         assert row[m] == pytest.approx(v, abs=1e-6), m
     # drill-downs and significance

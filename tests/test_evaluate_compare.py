@@ -125,7 +125,7 @@ def test_compare_refuses_other_judgments_and_names_missing_folders(big, tmp_path
 def test_evaluate_with_a_baseline_flags_regressions_in_the_report(big, tmp_path):
     from benchmaker.evaluate import stage
     from benchmaker.evaluate.report import summary_sections
-    from benchmaker.summary.report import md_table
+    from benchmaker.pages.report import md_table
 
     hist = tmp_path / "history"
     old = _evaluate(big, 1.0, "v1", tmp_path / "old")

@@ -31,12 +31,17 @@ def _ranking(text: str, images: list[str]) -> list[str]:
     return sorted(images, key=lambda i: (not i.startswith(color + "/"), i))
 
 
-class Service:
-    """A strict search service: POST /v1/search, bearer token, exact JSON body; fails once with 503."""
+SLOW = {"a green thing": 0.15}  # known queries the services delay (seconds)
 
-    def __init__(self, images: list[str], depth: int):
-        self.images, self.depth = images, depth
+
+class Service:
+    """A strict search service: POST /v1/search, bearer token, exact JSON body; fails once with 503; counts
+    every request it receives (``received``) and answers the queries of ``slow`` that much later."""
+
+    def __init__(self, images: list[str], depth: int, slow: dict[str, float] | None = None):
+        self.images, self.depth, self.slow = images, depth, dict(slow or {})
         self.requests: list[dict] = []
+        self.received = 0
         self.failed_once: set[str] = set()
         self.lock = threading.Lock()
         svc = self
@@ -56,6 +61,8 @@ class Service:
                 self.wfile.write(data)
 
             def do_POST(self):  # noqa: N802
+                with svc.lock:
+                    svc.received += 1
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path != "/v1/search?collection=bench":
                     return self._send(404, {"error": f"unknown path {self.path}"})
@@ -77,7 +84,7 @@ class Service:
                     svc.failed_once.add(req["query"])
                 if first and "blue" in req["query"]:
                     return self._send(503, {"error": "busy"}, {"Retry-After": "0"})
-                time.sleep(0.005)
+                time.sleep(svc.slow.get(req["query"], 0.005))
                 ranked = _ranking(req["query"], svc.images)[:req["limit"] - 1]
                 hits = [{"object": {"url": f"https://img.example/{i}"}, "score": f"{1.0 - n / 100:.2f}"}
                         for n, i in enumerate(ranked)]
@@ -137,7 +144,7 @@ def test_http_config_errors_name_the_key():
 
 def test_http_system_end_to_end(bench, monkeypatch):  # noqa: F811
     images = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
-    svc = Service(images, depth=8)
+    svc = Service(images, depth=8, slow=SLOW)
     try:
         monkeypatch.delenv("SEARCH_TOKEN", raising=False)
         s = _http_system(svc.url)
@@ -145,10 +152,14 @@ def test_http_system_end_to_end(bench, monkeypatch):  # noqa: F811
             _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
         monkeypatch.setenv("SEARCH_TOKEN", TOKEN)
         meta = _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
-        # 4 queries, one retried after a 503
-        assert len(svc.requests) == 5 and meta["timing"]["requests_sent"] == 4
+        # 4 queries, one retried after a 503: 5 requests reached the server, 5 are reported, 1 of them a retry
+        t = meta["timing"]
+        assert svc.received == len(svc.requests) == 5 and t["requests_sent"] == 5 and t["retries"] == 1
         assert meta["system_version"] == "v1" and meta["scopes"] == ["pool", "corpus"]
-        assert meta["timing"]["latency_ms_mean"] >= 5 and meta["timing"]["query_latency_ms"] >= 5
+        assert t["latency_ms_mean"] >= 5 and t["query_latency_ms"] == t["latency_ms_mean"]
+        # per-query timings: the one slow query (150 ms) is the maximum and pulls p95, not the median
+        assert t["latency_queries"] == 4 and t["latency_ms_max"] >= 150 and t["latency_ms_p95"] >= 120
+        assert t["latency_ms_p50"] < 100 and t["latency_ms_p50"] < t["latency_ms_mean"] < t["latency_ms_max"]
         assert "concurrency" not in meta["settings"]
         run = read_run(bench / "evaluate" / "runs" / "live.trec")
         for qid, text in (("q 0", "a red thing"), ("q 1", "a blue thing")):
@@ -162,6 +173,7 @@ def test_http_system_end_to_end(bench, monkeypatch):  # noqa: F811
         # the same deployment again: answered by the cache, nothing sent
         meta2 = _run_system(bench, s, [s], llm_cache_dir=str(bench / "cache"))
         assert len(svc.requests) == 5 and meta2["timing"]["cached_answers"] == 4
+        assert meta2["timing"]["requests_sent"] == meta2["timing"]["retries"] == 0
         assert meta2["timing"]["latency_from_cache"] is True
         # a new version queries the service again
         s2 = {**s, "version": "v2"}
@@ -212,8 +224,33 @@ def test_milvus_lite_system_equals_exact_clip_ranking(bench, tiny_clip, tmp_path
     m = {"name": "vdb", "kind": "milvus", "db_file": db, "collection": "bench_images", "model": model,
          "device": "cpu", "depth": 6, "version": "lite-1"}
     systems.check_systems({"systems": [m]})
-    meta = _run_system(bench, m, [m])
-    assert meta["system_version"] == "lite-1" and meta["timing"]["latency_ms_mean"] is not None
+    slow = {tuple(np.round(v, 5)) for v in clip.encode_texts(list(SLOW))[0]}
+    calls = []
+
+    class Counting:  # the real client, counting every search and answering the known queries later
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def search(self, *a, **kw):
+            calls.append(kw.get("filter") or "")
+            if any(tuple(np.round(np.asarray(v, dtype=np.float32), 5)) in slow for v in kw["data"]):
+                time.sleep(0.15)
+            return self.real.search(*a, **kw)
+
+    from benchmaker.evaluate import milvus
+
+    real_connect = milvus.connect
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(milvus, "connect", lambda s: Counting(real_connect(s)))
+        meta = _run_system(bench, m, [m])
+    t = meta["timing"]
+    assert meta["system_version"] == "lite-1" and t["search_calls"] == 4  # batch_size 1: one call per query
+    assert t["requests_sent"] == len(calls) == 4 + sum(1 for c in calls if c)  # + the pool searches
+    assert t["latency_queries"] == 4 and t["latency_ms_max"] >= 150 and t["latency_ms_p95"] >= 120
+    assert t["latency_ms_p50"] < 100
     ev = bench / "evaluate" / "runs"
     a, b = read_run(ev / "clip.trec"), read_run(ev / "vdb.trec")
     # every query: the same images, the same order, the same scores (float32 search vs exact cosine)

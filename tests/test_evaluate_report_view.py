@@ -50,7 +50,7 @@ def test_quality_vs_compute_reads_at_every_scale():
 def test_leaderboard_fits_a_1280px_window(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from benchmaker.summary.report import write_report
+    from benchmaker.pages.report import write_report
 
     src = tmp_path / "evaluate"
     src.mkdir()

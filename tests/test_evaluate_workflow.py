@@ -115,6 +115,14 @@ def test_evaluate_target_end_to_end(tmp_path, tiny_cfg, tiny_clip):
         "tiny-clip": False, "bm25": True, "fused": True, "ext": False}
     for f in ("drilldown.csv", "significance.csv", "per_query.csv"):
         assert (res / "evaluate" / f).is_file()
+    # how far to trust it (docs/trust.md): the MDD of every pair of the 4 systems (pool scope), circularity:
+    # the tiny CLIP is the vision annotator's model, the hybrid fuses it, the external run names no model
+    trust = json.loads((res / "evaluate" / "trust.json").read_text())
+    assert trust["power"]["status"] == "ok"
+    power = pl.read_csv(res / "evaluate" / "power.csv")
+    assert power.filter((pl.col("scope") == "pool") & (pl.col("metric") == "ndcg@5")).height == 6
+    assert trust["circularity"]["circular"] == ["fused", "tiny-clip"]
+    assert trust["circularity"]["unknown"] == ["ext"]
     # the sage view (docs/evaluate.md): one file per corpus-ranked system, in imsearch_eval's columns
     from benchmaker.evaluate.sage import sage_columns
 

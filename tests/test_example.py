@@ -74,10 +74,23 @@ def test_example_end_to_end_offline(tmp_path, tiny_clip, numba_cache):
     # the leaderboard of the offline example's systems, in the report and the card
     board = pl.read_csv(res / "evaluate" / "leaderboard.csv")
     assert set(board["system"]) == {s["name"] for s in offline["systems"]}
-    assert set(board["scope"]) == {"pool", "corpus", "condensed"}
+    assert set(board["scope"]) == {"pool", "corpus", "condensed", "exported"}  # exported: what mteb computes
     assert "Retrieval leaderboard" in (res / "summary" / "report.html").read_text()
     # the clip system has the similarity stage's model: it ranked that stage's embeddings, loaded nothing
     timing = json.loads((res / "evaluate" / "runs" / "tiny-clip.json").read_text())["timing"]
     assert timing["embeddings"] == "similarity stage" and timing["images_per_s"] is None, timing
     assert not re.search(r"model load \d+ in this job", (res / "logs" / "evaluate" / "tiny-clip.log").read_text())
     assert "## Leaderboard" in card
+    # how far to trust it (docs/trust.md): the block opens the card and the report; power from the two
+    # systems' per-query differences, the tiny CLIP named as the vision annotator's own family, what
+    # labelling the audit sample would buy
+    trust = json.loads((res / "evaluate" / "trust.json").read_text())
+    assert trust["power"]["status"] == "ok" and trust["power"]["rows"][0]["pairs_compared"] == 1
+    assert trust["circularity"]["circular"] == ["tiny-clip"]
+    assert card.index("## How far to trust this benchmark") < card.index("## Load it")
+    assert "share the vision annotator's family" in card or "shares the vision annotator's family" in card
+    assert "not audited yet: labelling the" in card and "human-corrected" in card
+    report = (res / "summary" / "report.md").read_text()
+    assert report.index("## How far to trust this benchmark") < report.index("## Key numbers")
+    published = json.loads((res / "hf_dataset" / "evaluate" / "trust.json").read_text())
+    assert published["power"] == trust["power"]  # model paths in circularity: in their public form

@@ -31,9 +31,10 @@ def assert_quiet_failure(r, *needles: str, log_glob: str | None = None, workdir=
     # after the block only Snakemake's own trailer (log path, elapsed time, its one-line error)
     tail = out.split(BAR)[-1].strip().splitlines()
     assert len(tail) <= 5, tail
-    # the same block is printed at most twice: where the job failed, and last
+    # the block is printed once, last (not also where the job failed), without Snakemake's wrapper lines
     first_line = block.strip().splitlines()[0]
-    assert out.count(first_line) <= 2
+    assert out.count(first_line) == 1, out[-6000:]
+    assert "RuleException" not in out and "returned non-zero exit status" not in out, out[-6000:]
     if log_glob:
         logs = sorted(workdir.glob(log_glob))
         assert logs and any("Traceback" in p.read_text() for p in logs), logs

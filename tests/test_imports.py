@@ -1,11 +1,14 @@
-"""The import graph of src/benchmaker has no cycle, and no arrow goes from a lower layer up to a
-higher one. Every import counts: module level, inside functions (lazy imports of heavy modules) and
-under ``if TYPE_CHECKING``; a package's own ``__init__`` (imported implicitly with any of its
-modules) is not an edge.
+"""The import graph of src/benchmaker has no cycle, between modules or between packages, and no
+arrow goes from a lower layer up to a higher one. Every import counts: module level, inside functions
+(lazy imports of heavy modules) and under ``if TYPE_CHECKING``; a package's own ``__init__``
+(imported implicitly with any of its modules) is not an edge.
 
-Layers, lowest first: the foundation (configuration, formats, files, logging, the runner), the
-provider engine (``providers/``), the stages (one package each), the entry points (cli, upstream,
-preflight, estimate: the CLI's cost estimate builds the requests every paid stage would send).
+Layers, lowest first: the foundation (configuration, formats, files, logging, the runner: the modules
+at the top of the package), the pages (``pages/``: report, charts and output folders every stage that
+publishes a page writes with), the provider engine (``providers/``), the stages (one package each),
+the entry points (cli, upstream, preflight, estimate: the CLI's cost estimate builds the requests every
+paid stage would send). Between the stages the package graph has no cycle: a stage package may use a
+stage below it (deepen uses evaluate's runs) and is then above it, never both ways.
 """
 
 from __future__ import annotations
@@ -13,10 +16,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
 PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
+LAYERS = {"pages": 1, "providers": 2}
 STAGES = {"preprocess", "vision", "plan", "queries", "judge", "similarity", "summary", "export", "audit", "evaluate",
           "deepen"}
 ENTRY = {"cli", "upstream", "preflight", "estimate"}
+LAYERS |= {s: 3 for s in STAGES} | {e: 4 for e in ENTRY}
 
 
 def _name(f: Path) -> str:
@@ -50,36 +59,57 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
-    """The groups of modules that import each other (strongly connected components of 2+)."""
-    def reach(start: str) -> set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for n in g[todo.pop()]:
-                if n not in seen:
-                    seen.add(n)
-                    todo.append(n)
-        return seen
+    """The groups of nodes that import each other: the strongly connected components of 2+ nodes
+    (scipy's), each sorted, in sorted order."""
+    nodes = sorted(g)
+    at = {n: i for i, n in enumerate(nodes)}
+    edges = [(at[a], at[b]) for a in nodes for b in g[a]]
+    rows, cols = zip(*edges) if edges else ((), ())
+    adjacency = csr_matrix((np.ones(len(edges)), (rows, cols)), shape=(len(nodes), len(nodes)))
+    _, label = connected_components(adjacency, directed=True, connection="strong")
+    groups: dict[int, list[str]] = {}
+    for n in nodes:
+        groups.setdefault(int(label[at[n]]), []).append(n)
+    return sorted(c for c in groups.values() if len(c) > 1)
 
-    reached = {m: reach(m) for m in g}
-    groups = {frozenset({m} | {n for n in reached[m] if m in reached[n]}) for m in g if m in reached[m]}
-    return sorted(sorted(c) for c in groups)
+
+def top(mod: str) -> str:
+    """The top-level module or package ``mod`` is in: benchmaker.summary.stage -> summary."""
+    return mod.split(".")[1] if "." in mod else ""
+
+
+def package_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """top-level module or package -> those it imports (the module graph, folded by :func:`top`)."""
+    pg: dict[str, set[str]] = {top(m): set() for m in g}
+    for a, targets in g.items():
+        pg[top(a)] |= {top(b) for b in targets if top(b) != top(a)}
+    return pg
 
 
 def layer(mod: str) -> int:
-    top = mod.split(".")[1] if "." in mod else ""
-    if top in ENTRY:
-        return 3
-    if top in STAGES:
-        return 2
-    if top == "providers":
-        return 1
-    return 0
+    """0 for a foundation module; the layer of a package is named in LAYERS."""
+    return LAYERS.get(top(mod), 0)
+
+
+def test_every_package_is_in_a_layer():
+    """A new package is placed on purpose: in LAYERS (a stage, the pages, ...), never by default in
+    the foundation."""
+    packages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert packages - set(LAYERS) == set(), f"packages in no layer (add them to LAYERS): {packages - set(LAYERS)}"
 
 
 def test_the_import_graph_has_no_cycle():
     g = import_graph()
     assert sum(map(len, g.values())) > 100
     assert not cycles(g), f"import cycles: {cycles(g)}"
+
+
+def test_the_package_graph_has_no_cycle():
+    """Two packages never import each other, even through other modules (summary's stage imports the
+    evaluate report, which must then not import the summary package)."""
+    pg = package_graph(import_graph())
+    assert {"summary", "evaluate", "pages"} <= set(pg) and "pages" in pg["evaluate"]
+    assert not cycles(pg), f"package cycles: {cycles(pg)}"
 
 
 def test_no_import_goes_up_a_layer():
@@ -102,6 +132,17 @@ def test_the_check_finds_a_cycle(tmp_path, monkeypatch):
     _package(tmp_path, monkeypatch, {"a.py": "from .sub import b\n", "sub/__init__.py": "",
                                      "sub/b.py": "def f():\n    from .. import a\n"})
     assert cycles(import_graph()) == [["benchmaker.a", "benchmaker.sub.b"]]
+
+
+def test_the_check_finds_a_package_cycle(tmp_path, monkeypatch):
+    """Two stage packages that use each other's modules, with no module cycle: a package cycle."""
+    _package(tmp_path, monkeypatch, {
+        "summary/__init__.py": "", "summary/stage.py": "from ..evaluate.report import section\n",
+        "summary/report.py": "x = 1\n", "evaluate/__init__.py": "",
+        "evaluate/report.py": "def section():\n    from ..summary.report import x\n"})
+    g = import_graph()
+    assert not cycles(g)
+    assert cycles(package_graph(g)) == [["evaluate", "summary"]]
 
 
 def test_the_check_finds_an_upward_import(tmp_path, monkeypatch):

@@ -82,3 +82,23 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     assert set(job_stats(r3.stdout + r3.stderr)) - {"total"} == {"queries", "judge"}
     assert fake.count("POST", "/v1/batches") == n_batches
     assert fake.count("POST", "/v1/responses") == sent + n_queries + n_judge
+    sent = fake.count("POST", "/v1/responses")
+    # a plan edit on the finished benchmark: `benchmaker estimate` plans the queries as the plan rule will
+    # (the planner's own code on the annotations the run has) and counts exactly the requests the run
+    # then sends (issue 34: it read the old query_plan.jsonl and counted none)
+    from benchmaker.config import load_config
+    from benchmaker.estimate import estimate
+
+    lines = {ln["stage"]: ln for ln in estimate(load_config(str(config)))}
+    assert lines["judge"]["requests"] == lines["queries"]["requests"] == lines["vision"]["requests"] == 0
+    cfg["plan"]["num_seeds"] = 6
+    cfg["plan"]["pos_total"] = 2
+    config = write_config(tmp_path / "config.yaml", cfg)
+    lines = {ln["stage"]: ln for ln in estimate(load_config(str(config)))}
+    assert lines["judge"]["source"].startswith("the planner's plan") and lines["vision"]["requests"] == 0
+    assert lines["queries"]["source"].startswith("the planner's plan")
+    r4 = snakemake(["--cores", "2", target], tmp_path, config, env=env)
+    assert r4.returncode == 0, r4.stderr[-4000:]
+    assert lines["judge"]["requests"] > 0 and lines["queries"]["requests"] > 0
+    assert fake.count("POST", "/v1/responses") - sent == lines["queries"]["requests"] + lines["judge"]["requests"]
+    assert fake.count("POST", "/v1/batches") == n_batches

@@ -180,7 +180,7 @@ def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_c
     checked = json.loads(r.stdout.strip().splitlines()[-1])
     expected = {"preprocess", "vision", "vision_build", "vision_submit", "vision_collect", "merge_annotations",
                 "plan", "judge", "judge_build", "judge_submit", "judge_collect", "queries", "queries_build",
-                "queries_submit", "queries_collect", "embed_images", "embed_queries",
+                "queries_submit", "queries_collect", "decode_images", "embed_images", "embed_queries",
                 "score", "summary", "export", "upload"}
     assert expected <= set(checked), expected - set(checked)
     for rule in ("judge", "judge_build", "judge_collect", "queries", "queries_build", "queries_collect"):
@@ -250,7 +250,7 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
 
 
 def test_a_jobs_own_temporaries_left_by_a_killed_attempt_are_removed(tmp_path):
-    """A SIGKILL skips every cleanup: what atomic_path, the merge's spill folder and summary.outdir
+    """A SIGKILL skips every cleanup: what atomic_path, the merge's spill folder and pages.outdir
     left next to an output is removed before the job runs again; nothing else is touched."""
     out = tmp_path / "annotations.jsonl"
     stale = [".annotations.jsonl.k2j_9x0a.tmp", ".annotations.jsonl.parts.ad8jrp5f", ".annotations.jsonl.old.4242",
@@ -269,3 +269,46 @@ def test_a_jobs_own_temporaries_left_by_a_killed_attempt_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + ["merge.log"])
     text = log.read_text()
     assert all(f"removed {name}, left by an interrupted earlier attempt" in text for name in stale), text
+
+
+def test_strict_mode_gives_a_stage_only_its_declared_inputs(tmp_path):
+    """BENCHMAKER_STRICT=1 (on in the test suite): the inputs are links in a folder of their own, so a
+    read of a file beside a declared one fails as it would in a pod; the folder goes afterwards."""
+    from benchmaker.strict import sandbox_inputs, strict_on
+
+    (tmp_path / "board.csv").write_text("a\n")
+    (tmp_path / "beside.csv").write_text("b\n")
+    kwargs = {"evaluation": str(tmp_path / "board.csv"), "out": str(tmp_path / "out.csv"), "n": 3}
+    kinds = {"evaluation": "input", "out": "output", "n": "param"}
+    assert not strict_on({"BENCHMAKER_STRICT": "0"}) and strict_on({"BENCHMAKER_STRICT": "true"})
+    with sandbox_inputs(kwargs, kinds, environ={"BENCHMAKER_STRICT": "1"}) as got:
+        board = Path(got["evaluation"])
+        assert board.read_text() == "a\n" and got["out"] == kwargs["out"] and got["n"] == 3
+        assert not (board.parent / "beside.csv").exists()
+    assert not board.parent.exists()
+    with sandbox_inputs(kwargs, kinds, environ={"BENCHMAKER_STRICT": "1"}, on=False) as got:
+        assert got == kwargs
+
+
+def test_strict_mode_catches_a_read_beside_the_leaderboard(tmp_path):
+    """Issue 32's case: summary and export read the result files beside evaluate/leaderboard.csv. Given
+    only the leaderboard (as its rule once declared), strict mode's folder lacks them and the reader
+    says which; with them declared (rules/common.smk evaluate_report_inputs) it reads them all."""
+    from benchmaker.errors import UserError
+    from benchmaker.evaluate.report import RESULT_FILES, check_results
+    from benchmaker.strict import sandbox_inputs
+
+    ev = tmp_path / "evaluate"
+    (ev / "sage").mkdir(parents=True)
+    for f in RESULT_FILES:
+        (ev / f).write_text("system,x\nclip,1\n")
+    (ev / "sage" / "clip.csv").write_text("a\n1\n")
+    strict = {"BENCHMAKER_STRICT": "1"}
+    with sandbox_inputs({"evaluation": str(ev / "leaderboard.csv")}, {"evaluation": "input"}, environ=strict) as kw:
+        with pytest.raises(UserError, match=r"drilldown\.csv.*missing beside leaderboard\.csv.*evaluate_report_inputs"):
+            check_results(kw["evaluation"])
+    check_results(ev / "leaderboard.csv")                     # not strict: the folder has them all
+    declared = {"evaluation": str(ev / "leaderboard.csv"),
+                "evaluation_files": [str(ev / f) for f in RESULT_FILES[1:]] + [str(ev / "sage" / "clip.csv")]}
+    with sandbox_inputs(declared, dict.fromkeys(declared, "input"), environ=strict) as kw:
+        check_results(kw["evaluation"])

@@ -85,16 +85,22 @@ def test_no_per_rule_resources_in_cluster_profiles(name):
 
 
 def test_gpu_rules_ask_through_gpu_resources():
-    """Every rule that can run a model asks for its GPU through gpu_resources(<uses a model>)."""
+    """Every rule that can run a model asks for its GPU through gpu_resources(needs_gpu(<rule>)): what
+    its stage declares (benchmaker.stages, ``gpu=``)."""
+    from benchmaker.stages import needs_gpu
+
     sim = (ROOT / "rules" / "similarity.smk").read_text()
     block = sim.split(f"rule {GPU_RULE}:")[1].split("\nrule ")[0]
-    assert "**gpu_resources(True)" in block
+    assert f'**gpu_resources(needs_gpu("{GPU_RULE}"))' in block and needs_gpu(GPU_RULE)
     vision = (ROOT / "rules" / "vision.smk").read_text()
     block = vision.split("rule vision:")[1].split("\nrule ")[0]
-    assert '**gpu_resources(VISION_ADAPTER in GPU_ADAPTERS["vision"])' in block
+    assert '**gpu_resources(needs_gpu("vision", VISION_ADAPTER))' in block
+    assert needs_gpu("vision", "clip") and not needs_gpu("vision", "openai") and not needs_gpu("vision", "metadata")
     evaluate = (ROOT / "rules" / "evaluate.smk").read_text()
-    assert "**gpu_resources(True)" in evaluate.split("rule evaluate_model:")[1].split("\nrule ")[0]
-    assert "**gpu_resources(False)" in evaluate.split("rule evaluate_system:")[1].split("\nrule ")[0]
+    assert '**gpu_resources(needs_gpu("evaluate_model"))' in evaluate.split("rule evaluate_model:")[1].split(
+        "\nrule ")[0] and needs_gpu("evaluate_model")
+    assert '**gpu_resources(needs_gpu("evaluate_system"))' in evaluate.split("rule evaluate_system:")[1].split(
+        "\nrule ")[0] and not needs_gpu("evaluate_system")
     for smk in sorted((ROOT / "rules").glob("*.smk")):
         text = smk.read_text()
         assert not re.search(r"^\s+gpu\s*=", text, flags=re.M), f"{smk.name}: a literal gpu= resource"

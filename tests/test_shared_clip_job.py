@@ -53,10 +53,12 @@ def test_dry_run_has_no_embed_images_when_shared(tmp_path, tiny_cfg):
     r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert stats["vision"] == n and "embed_images" not in stats and stats["score"] == 1
+    assert stats["vision"] == n and "embed_images" not in stats and "decode_images" not in stats
+    assert stats["score"] == 1
     # a different model for similarity: two jobs per shard again
     tiny_cfg["similarity"]["precision"] = "fp16"
     cfg = support.write_config(tmp_path / "config.yaml", tiny_cfg)
     r = support.snakemake(["-n", "-c1"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert job_stats(r.stdout + r.stderr)["embed_images"] == n
+    stats = job_stats(r.stdout + r.stderr)
+    assert stats["embed_images"] == n and stats["decode_images"] == n

@@ -193,6 +193,31 @@ def test_cluster_jobs_are_marked_incomplete_before_they_are_submitted(monkeypatc
     assert events == ["printed"]
 
 
+def test_a_failed_pods_status_is_recorded_when_the_kubernetes_executor_reports_it(monkeypatch, tmp_path):
+    """The kubernetes executor deletes a failed Job right after reporting it: the patch records what
+    the API says ended its pod first (tests/test_kube_recovery.py reads such records against the fake
+    API), and an API error never stops the report."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_kubernetes import Executor
+
+    monkeypatch.setattr(Executor, "report_job_error", Executor.report_job_error)  # undone after the test
+    reported, recorded = [], []
+    monkeypatch.setattr(Executor, "report_job_error",
+                        lambda self, job_info, msg=None, **kw: reported.append((job_info.external_jobid, msg)))
+    monkeypatch.setattr(compat, "_write_pod_status", lambda ex, job_info: recorded.append(job_info.external_jobid))
+    assert compat.record_pod_status() and compat.record_pod_status()  # idempotent
+    Executor.report_job_error(SimpleNamespace(), SimpleNamespace(external_jobid="snakejob-1"), msg="m")
+    assert recorded == ["snakejob-1"] and reported == [("snakejob-1", "m")]
+
+    def broken(ex, job_info):
+        raise RuntimeError("API down")
+
+    monkeypatch.setattr(compat, "_write_pod_status", broken)
+    Executor.report_job_error(SimpleNamespace(), SimpleNamespace(external_jobid="snakejob-2"))
+    assert reported[-1] == ("snakejob-2", None)
+
+
 def test_the_schedulers_reevaluation_timer_is_released_and_no_other_timer():
     """Snakemake's scheduler arms a non-daemon threading.Timer after each round (the process would
     wait for it at exit); release_scheduler_timers cancels those, and only those."""
@@ -218,3 +243,135 @@ def test_the_schedulers_reevaluation_timer_is_released_and_no_other_timer():
         assert other.is_alive() and not other.finished.is_set()
     finally:
         other.cancel()
+
+
+def test_the_snakefile_states_the_supported_lower_bound():
+    """One statement of the supported Snakemake: the Snakefile's min_version is SUPPORTED's lower bound
+    (pyproject's pin is SUPPORTED: test_the_supported_range_is_pyprojects_pin)."""
+    from packaging.specifiers import SpecifierSet
+
+    (minimum,) = re.findall(r'^min_version\("([\d.]+)"\)', (ROOT / "Snakefile").read_text(), re.M)
+    (lower,) = [s.version for s in SpecifierSet(compat.SUPPORTED) if s.operator == ">="]
+    assert minimum == lower
+
+
+def test_the_workflow_uses_no_snakemake_internal_outside_the_compat_module():
+    """The rules and the Snakefile reach Snakemake's ``workflow`` object only through
+    benchmaker.snakemake_compat (``workflow.basedir`` is documented API) and never import snakemake's
+    own modules but its documented ``snakemake.utils``."""
+    for path in [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]:
+        text = path.read_text()
+        uses = set(re.findall(r"\bworkflow\.(\w+)", text)) - {"basedir"}
+        assert not uses, f"{path.name} reads workflow.{', workflow.'.join(sorted(uses))}: use snakemake_compat"
+        imports = set(re.findall(r"^\s*(?:from|import) (snakemake[\w.]*)", text, re.M)) - {"snakemake.utils"}
+        assert not imports, (path.name, imports)
+
+
+PROBE = '''
+import json
+import sys
+
+sys.path.insert(0, {src!r})
+from benchmaker import snakemake_compat as c
+
+if not c.configfiles_given(workflow):
+
+    configfile: "own.yaml"
+
+
+def _s3(name):
+    s = c.storage_plugin_settings(workflow, "s3")
+    return None if s is None else getattr(s, name)
+
+
+FACTS = {{"parse": {{
+    "provider": c.default_storage_provider(workflow), "prefix": c.default_storage_prefix(workflow),
+    "s3_endpoint": _s3("endpoint_url"), "main": c.is_main_process(workflow),
+    "spawned": c.is_spawned_job(workflow), "executor": c.executor_name(workflow),
+    "dry": c.is_dry_run(workflow), "given": [str(f) for f in c.configfiles_given(workflow)],
+    "read": c.configfiles_read(workflow),
+}}}}
+c.set_job_configfiles(workflow, ["job.yaml", {last!r}])
+
+
+def probe(wildcards):
+    from snakemake.spawn_jobs import SpawnedJobArgsFactory  # what a spawned job's command line gets
+
+    FACTS["dag"] = {{"executor": c.executor_name(workflow), "dry": c.is_dry_run(workflow),
+                    "job_args": SpawnedJobArgsFactory(workflow).get_configfiles_arg()}}
+    print("FACTS=" + json.dumps(FACTS))
+    return []
+
+
+rule all:
+    input:
+        probe,
+
+
+onstart:
+    # the files the source archive ships to jobs without a shared file system
+    print("SOURCES=" + json.dumps(sorted(workflow.dag.get_sources())))
+'''
+
+
+def _probe(tmp_path, *args: str) -> tuple[dict, list | None]:
+    """Run the installed Snakemake on a Snakefile that reports what each compat function returns."""
+    import json
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "Snakefile").write_text(PROBE.format(src=str(ROOT / "src"), last=str(tmp_path / "last.yaml")))
+    for name in ("own.yaml", "job.yaml"):
+        (work / name).write_text(f"{name[:3]}: 1\n")
+    (tmp_path / "last.yaml").write_text("last: 1\n")
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    facts = json.loads(re.search(r"^FACTS=(.*)$", r.stdout, re.M).group(1))
+    sources = re.search(r"^SOURCES=(.*)$", r.stdout, re.M)
+    return facts, (json.loads(sources.group(1)) if sources else None)
+
+
+def test_the_workflow_object_functions_on_a_controller_with_default_storage(tmp_path):
+    """What rules/cluster.smk reads and changes on Snakemake's workflow object, on a real run: the
+    default storage and a storage plugin's settings, the --configfile files (outside the working
+    folder), the executor once the DAG is built, and the config files every job gets: the job's
+    command line (--configfiles) and the source archive both follow set_job_configfiles."""
+    (tmp_path / "given.yaml").write_text("given: 1\n")
+    facts, sources = _probe(tmp_path, "--configfile", str(tmp_path / "given.yaml"),
+                            "--default-storage-provider", "s3", "--default-storage-prefix", "s3://bucket/build",
+                            "--storage-s3-endpoint-url", "http://127.0.0.1:9", "--storage-s3-access-key", "a",
+                            "--storage-s3-secret-key", "b")
+    given = str(tmp_path / "given.yaml")
+    assert facts["parse"] == {"provider": "s3", "prefix": "s3://bucket/build", "s3_endpoint": "http://127.0.0.1:9",
+                              "main": True, "spawned": False, "executor": None, "dry": False, "given": [given],
+                              "read": [given]}
+    job, last = tmp_path / "work" / "job.yaml", tmp_path / "last.yaml"
+    assert facts["dag"] == {"executor": "local", "dry": False, "job_args": f"--configfiles {job} {last}"}
+    assert {"job.yaml", "../last.yaml"} <= set(sources) and not [s for s in sources if "own" in s or "given" in s]
+
+
+def test_the_workflow_object_functions_in_a_spawned_dry_run(tmp_path):
+    """A job Snakemake spawned (``--mode remote``, as in a pod) is no main process; without
+    --configfile the Snakefile's own configfile: is the one read; a dry run is known as one."""
+    facts, _ = _probe(tmp_path, "-n", "--mode", "remote")
+    assert facts["parse"] == {"provider": None, "prefix": None, "s3_endpoint": None, "main": False,
+                              "spawned": True, "executor": None, "dry": False, "given": [], "read": ["own.yaml"]}
+    assert facts["dag"]["executor"] == "dryrun" and facts["dag"]["dry"] is True
+
+
+def test_the_executor_settings_the_workflow_reads_exist():
+    """The kubernetes executor's settings rules/cluster.smk reads by name (executor_setting), and the
+    executor names it compares with (executor_name)."""
+    import dataclasses
+
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    k8s = pytest.importorskip("snakemake_executor_plugin_kubernetes")
+    assert {"namespace", "persistent_volumes"} <= {f.name for f in dataclasses.fields(k8s.ExecutorSettings)}
+    registry = ExecutorPluginRegistry()
+    assert registry.get_plugin("kubernetes").name == "kubernetes"
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    assert registry.get_plugin("slurm").name == "slurm"

@@ -136,6 +136,14 @@ def build_inputs(tmp: Path, corpus: Path, columns: dict | None = None, with_cost
             "cached_input_tokens": [0, 50, 0], "output_tokens": [10, 20, 30], "reasoning_tokens": [1, 2, 3],
             "cost_usd": [0.001, 0.002, 0.004], "cached": [False, True, False]}), "costs", d / "costs_vision.jsonl")
         kw["costs"] = [str(d / "costs_vision.jsonl")]
+        # a recorded estimate (`benchmaker estimate --record`): the bill of vision falls in its range, the judge's not
+        entry = {"model": "gpt-5-mini", "mode": "batch", "pilot_requests": 0, "pilot_usd": 0.0, "calibrated_on": 0,
+                 "output_from": "answer schema + reasoning allowance", "assumes": ["x"], "source": "plan quotas"}
+        (d / "estimate").mkdir(exist_ok=True)
+        (d / "estimate" / "estimate.json").write_text(json.dumps({"version": 1, "stages": {
+            "vision": {**entry, "requests": 2, "usd": 0.0025, "low_usd": 0.001, "high_usd": 0.005},
+            "judge": {**entry, "requests": 1, "usd": 0.01, "low_usd": 0.006, "high_usd": 0.02}}}))
+        kw["estimate"] = str(d / "estimate" / "estimate.json")
     kw["_truth"] = {"qrels": qdf, "queries": queries, "image_ids": ids, "annotated": len(ann)}
     return kw
 
@@ -149,7 +157,8 @@ EXPECTED_FILES = [
     "clip_score_analysis.png", "clip_ranking_metrics.csv", "clip_ranking_by_query.csv", "clip_ranking_by_query.png",
     "pool_mix.csv", "pool_mix.png", "plan_shortfalls.csv", "plan_shortfalls.png", "difficulty_distribution.csv",
     "difficulty_distribution.png", "losses_by_stage.csv", "quarantine_by_reason.csv", "losses.png",
-    "cost_summary.csv", "query_text_length.csv", "query_text_length_distribution.png", "random_image_sample.png",
+    "cost_summary.csv", "estimate_vs_bill.csv",
+    "query_text_length.csv", "query_text_length_distribution.png", "random_image_sample.png",
 ]
 
 
@@ -193,6 +202,19 @@ def test_every_output_exists_and_pngs_are_images(summary_run):
         assert png.name in html
     assert "| queries with reused labels (paths.judge_reuse_file, not judged again) | 1 (3 pairs) |" in (
         out / "report.md").read_text()
+
+
+def test_estimate_beside_the_bill(summary_run):
+    """The recorded estimate per stage beside the spend to date (issue 34): vision billed 0.003 (its
+    cached row's cost included, as the totals count it) inside 0.001..0.005; the judge 0.004 below its
+    range."""
+    out, n, _, _ = summary_run
+    rows = {r["stage"]: r for r in _csv(out / "estimate_vs_bill.csv")}
+    assert float(rows["vision"]["billed_usd"]) == pytest.approx(0.003) and rows["vision"]["within_range"] == "true"
+    assert rows["vision"]["billed_requests"] == "1" and rows["vision"]["estimated_requests"] == "2"
+    assert float(rows["judge"]["bill_over_estimate"]) == pytest.approx(0.4) and rows["judge"]["within_range"] == "false"
+    assert {r["stage"] for r in n["estimate_vs_bill"]} == {"vision", "judge"}
+    assert "Estimate vs bill" in (out / "report.md").read_text()
 
 
 def test_numbers_equal_hand_counts(summary_run):
@@ -455,6 +477,7 @@ def test_charts_render_in_the_helper_process_as_altair_saves_them(tmp_path):
     import altair as alt
 
     from benchmaker.chart_png import PngProcess
+    from benchmaker.pages.charts import NEUTRAL, VL_VERSION, save
     from benchmaker.summary import charts
 
     overview = pl.DataFrame({"relevance_label": [0, 1], "pairs": [3, 5], "share": [0.375, 0.625]})
@@ -462,13 +485,13 @@ def test_charts_render_in_the_helper_process_as_altair_saves_them(tmp_path):
                           "relevance_rate": [1.0, 0.25]})
     chart = charts.relevance_overview(overview, pools)
     altair_png = tmp_path / "altair.png"
-    chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).save(
-        str(altair_png), format="png", scale_factor=1.5)
-    assert alt.SCHEMA_VERSION.startswith("v" + charts.VL_VERSION[1:].replace("_", ".") + ".")
-    charts.save(chart, tmp_path / "here.png", 1.5)
+    chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14).configure_bar(
+        color=NEUTRAL).configure_point(color=NEUTRAL).save(str(altair_png), format="png", scale_factor=1.5)
+    assert alt.SCHEMA_VERSION.startswith("v" + VL_VERSION[1:].replace("_", ".") + ".")
+    save(chart, tmp_path / "here.png", 1.5)
     with PngProcess() as png:
-        charts.save(chart, tmp_path / "helper.png", 1.5, png)
-        charts.save(chart, tmp_path / "helper_small.png", 0.5, png)
+        save(chart, tmp_path / "helper.png", 1.5, png)
+        save(chart, tmp_path / "helper_small.png", 0.5, png)
     assert (tmp_path / "here.png").read_bytes() == altair_png.read_bytes()
     assert (tmp_path / "helper.png").read_bytes() == altair_png.read_bytes()
     assert (tmp_path / "helper_small.png").read_bytes() != altair_png.read_bytes()  # scale reaches the helper

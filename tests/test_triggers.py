@@ -50,15 +50,16 @@ DIRECT: dict[str, set[str] | str] = {
     # duplicate groups span shards: decided in merge_images, never a preprocess shard
     "preprocess.near_duplicate_threshold": {"merge_images"},
     "vision": set(),                   # the sections of unused adapters: recorded only
-    # the batch rules replace `vision`, and embed_images makes the embeddings the clip job shared
-    "vision.adapter": {"vision", "embed_images"},
+    # the batch rules replace `vision`, and decode_images + embed_images make the embeddings the clip
+    # job shared
+    "vision.adapter": {"vision", "decode_images", "embed_images"},
     # the clip model identity: vision reruns, and the embeddings it wrote with the shared job are
     # made by embed_images again (same bytes: the model identity is similarity's)
     "vision.clip": {"vision"},
-    "vision.clip.model": {"vision", "embed_images"},
-    "vision.clip.pretrained": {"vision", "embed_images"},
-    "vision.clip.device": {"vision", "embed_images"},
-    "vision.clip.precision": {"vision", "embed_images"},
+    "vision.clip.model": {"vision", "decode_images", "embed_images"},
+    "vision.clip.pretrained": {"vision", "decode_images", "embed_images"},
+    "vision.clip.device": {"vision", "decode_images", "embed_images"},
+    "vision.clip.precision": {"vision", "decode_images", "embed_images"},
     "plan": {"plan"},
     # the query writer runs on the judge's adapter: with the rules judge its model and prompts are
     # recorded only (tests below: with an API judge they decide the queries)
@@ -70,17 +71,17 @@ DIRECT: dict[str, set[str] | str] = {
     "judge.rationale": {"judge", "audit_judge2"},
     "judge.rules": {"judge", "audit_judge2"},
     # embeddings and what uses them; never vision, merge_annotations, plan or judge
-    "similarity": {"embed_images", "embed_queries", "evaluate"},
+    "similarity": {"decode_images", "embed_images", "embed_queries", "evaluate"},
     # device auto: the clip system (device auto) gets the similarity stage's model and ranks its
     # embeddings (evaluate_system), clip-same (device cpu) loses it and loads the model (evaluate_model)
-    "similarity.device": {"embed_images", "embed_queries", "evaluate", "evaluate_model"},
-    "similarity.model": {"embed_images", "embed_queries", "evaluate"},
-    "similarity.pretrained": {"embed_images", "embed_queries", "evaluate"},
+    "similarity.device": {"decode_images", "embed_images", "embed_queries", "evaluate", "evaluate_model"},
+    "similarity.model": {"decode_images", "embed_images", "embed_queries", "evaluate"},
+    "similarity.pretrained": {"decode_images", "embed_images", "embed_queries", "evaluate"},
     "similarity.logit_column": {"score"},
     "similarity.rank_column": {"score"},
     # embed_images becomes the producer of the embeddings the vision job wrote (the same bytes), and
     # so of clip-same's inputs
-    "similarity.share_vision_job": {"embed_images", "score", "evaluate", "evaluate_system"},
+    "similarity.share_vision_job": {"decode_images", "embed_images", "score", "evaluate", "evaluate_system"},
     "summary": {"summary"},
     "export": set(),
     "audit": set(),
@@ -161,6 +162,7 @@ NEW_VALUE = {
     "audit.second_judge.judge": {"rules": {"relevant_min_jaccard": 0.3}},
     "audit.second_judge.name": "other",
     "evaluate.k": [5, 10],
+    "evaluate.power.deltas": [0.03],
     "evaluate.facets": ["color"],
     "evaluate.systems.0.pretrained": "openai",
     "evaluate.systems.0.model": "ViT-B-16",

@@ -18,7 +18,7 @@ from benchmaker.losses import read_losses
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "plan", "queries", "judge",
-                 "embed_images", "embed_queries", "score", "summary", "export", "all"}
+                 "decode_images", "embed_images", "embed_queries", "score", "summary", "export", "all"}
 
 
 job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
@@ -32,8 +32,7 @@ def test_dry_run_lists_every_job(tmp_path, tiny_cfg):
     n = tiny_cfg["n_shards"]
     assert stats == {
         "all": 1, "preprocess": n, "merge_images": 1, "vision": n, "merge_annotations": 1, "plan": 1, "queries": 1,
-        "judge": 1,
-        "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
+        "judge": 1, "decode_images": n, "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
     } | {k: v for k, v in stats.items() if k not in RULES_PER_RUN}
 
 
@@ -43,8 +42,10 @@ def test_job_count_scales_with_shards_only(tmp_path, tiny_cfg):
     r = support.snakemake(["-n", "-c1", "--quiet", "rules"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert stats["embed_images"] == 64 and stats["vision"] == 64
+    assert stats["decode_images"] == 64 and stats["vision"] == 64
     assert stats["preprocess"] == 64
+    # the model jobs follow the work, not the shard count: similarity.gpu_jobs (4) groups of 16 shards
+    assert stats["embed_images"] == 4
     assert sum(stats.values()) < 64 * 5 + 20
 
 
@@ -201,6 +202,7 @@ def test_similarity_model_change_does_not_rerun_vision_or_judge(full_run):
     stats = job_stats(r.stdout + r.stderr)
     assert "vision" not in stats and "judge" not in stats and "plan" not in stats
     assert stats.get("embed_images") == cfg["n_shards"]
+    assert "decode_images" not in stats  # the precision decides no pixel
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 
     benchmaker validate-config CONFIG...       check config files merged like `--configfile A B` (keys,
                                                paths, API key variables, YAML syntax with file:line)
-    benchmaker estimate CONFIG... [--json]     requests, tokens and dollars before anything is submitted
+    benchmaker estimate CONFIG... [--json] [--pilot [N]] [--record]
+                                               requests, tokens and dollars before anything is submitted
     benchmaker batches list CONFIG...          this benchmark's batches (found by their metadata)
     benchmaker batches cancel CONFIG... --yes  cancel this benchmark's unfinished batches
     benchmaker check-urls CONFIG... [--out F]  every image_url of images.jsonl answers (image_transport: url)
@@ -13,6 +14,9 @@
                                                paired tests, regressions (exit 1 with --fail-on-regression)
     benchmaker keep-evaluation RESULTS HISTORY [--tag T]
                                                keep an evaluation in a history folder, to compare with later
+    benchmaker power --delta D (--from PATH | --sd S) [--systems N]
+                                               queries needed to detect a difference D between two systems
+                                               (σ_d from this benchmark, a pilot or an earlier one)
 
 Several CONFIG files are merged left to right exactly as `snakemake --configfile A B` merges them.
 Exit status: 0 success (also: nothing to do or list), 1 failure (invalid config, failed check, API or
@@ -88,37 +92,43 @@ def cmd_check_urls(args) -> int:
 
 
 # -- estimate -----------------------------------------------------------------------------------------
-def estimate(cfg: dict) -> list[dict]:
-    """See :mod:`benchmaker.estimate` (cache, quarantine, duplicates and prompt caching)."""
+def estimate(cfg: dict, *, pilot: int | None = None, record: bool = False) -> list[dict]:
+    """See :mod:`benchmaker.estimate` (cache, quarantine, duplicates, prompt caching, ranges, pilot)."""
+    from .estimate import PILOT_MIN, append_pilot_costs
     from .estimate import estimate as _estimate
+    from .estimate import record as _record
 
-    return _estimate(cfg)
+    if pilot is not None and pilot <= 0:      # --pilot without N
+        pilot = PILOT_MIN
+    lines = _estimate(cfg, pilot=pilot, on_pilot=lambda rows: append_pilot_costs(cfg, rows))
+    if record or pilot is not None:
+        _record(cfg, lines)
+    return lines
 
 
-def cmd_estimate(args) -> int:
-    cfg = _load(args.config)
-    lines = estimate(cfg)
-    if args.json:
-        print(json.dumps(lines, indent=1))
-        return 0
-    if not lines:
-        print("no API adapter configured: nothing to pay (vision "
-              f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
-        return 0
-    print(f"{'stage':8} {'model':18} {'mode':6} {'to send':>9} {'cached':>7} {'same':>6} {'input tok':>12} "
-          f"{'(cached)':>11} {'output tok':>11} {'USD':>10}")
+def _print_estimate(lines: list[dict]) -> None:
+    print(f"{'stage':12} {'model':18} {'mode':6} {'to send':>8} {'cached':>7} {'same':>5} {'input tok':>11} "
+          f"{'(cached)':>10} {'output tok':>10} {'USD':>10} {'USD low..high':>22}")
     for ln in lines:
-        print(f"{ln['stage']:8} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>9,} {ln['cached']:>7,} "
-              f"{ln['duplicates']:>6,} {ln['input_tokens']:>12,} {ln['cached_input_tokens']:>11,} "
-              f"{ln['output_tokens']:>11,} {ln['usd']:>10.4f}"
+        print(f"{ln['stage'][:12]:12} {ln['model'][:18]:18} {ln['mode']:6} {ln['requests']:>8,} {ln['cached']:>7,} "
+              f"{ln['duplicates']:>5,} {ln['input_tokens']:>11,} {ln['cached_input_tokens']:>10,} "
+              f"{ln['output_tokens']:>10,} {ln['usd']:>10.4f} {ln['low_usd']:>10.4f}..{ln['high_usd']:<10.4f}"
               + ("" if ln["price_known"] else "  (no price for this model: set prices)"))
-    print(f"{'total':8} {'':18} {'':6} {sum(x['requests'] for x in lines):>9,} {'':>7} {'':>6} "
-          f"{sum(x['input_tokens'] for x in lines):>12,} {sum(x['cached_input_tokens'] for x in lines):>11,} "
-          f"{sum(x['output_tokens'] for x in lines):>11,} {sum(x['usd'] for x in lines):>10.4f}")
+    tot = {k: sum(x[k] for x in lines) for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens",
+                                                 "usd", "low_usd", "high_usd")}
+    print(f"{'total':12} {'':18} {'':6} {tot['requests']:>8,} {'':>7} {'':>5} {tot['input_tokens']:>11,} "
+          f"{tot['cached_input_tokens']:>10,} {tot['output_tokens']:>10,} {tot['usd']:>10.4f} "
+          f"{tot['low_usd']:>10.4f}..{tot['high_usd']:<10.4f}")
     for ln in lines:
         extra = (f"; {ln['quarantined']} file(s) quarantined by preprocessing, not counted"
-                 if "quarantined" in ln else "")
+                 if ln.get("quarantined") else "")
         print(f"{ln['stage']}: from {ln['source']}{extra}; output tokens from {ln['output_from']}")
+        print(f"{ln['stage']}: the range assumes " + "; ".join(ln["assumes"]))
+        if ln.get("pilot", {}).get("requests"):
+            p = ln["pilot"]
+            print(f"{ln['stage']}: the pilot sent {p['requests']} requests (USD {p['usd']:.4f}, cached for the run); "
+                  f"the stage in all: USD {ln['total_usd']:.4f} ({ln['total_low_usd']:.4f}.."
+                  f"{ln['total_high_usd']:.4f})")
         if ln["stage"] == "deepen":
             print(f"deepen: {ln['pairs']:,} new (query, image) pairs; budget max_pairs {ln['max_pairs']}, max_usd "
                   f"{ln['max_usd']}: " + ("within budget" if ln["within_budget"] else
@@ -131,10 +141,26 @@ def cmd_estimate(args) -> int:
             print(f"{ln['stage']}: labelling text-only {t['input_tokens']:,} input tokens, {t['usd']:.4f} USD; with "
                   f"images (send_thumbnails: one low-detail image per candidate) {i['input_tokens']:,} input tokens, "
                   f"{i['usd']:.4f} USD (both before the cache)")
+
+
+def cmd_estimate(args) -> int:
+    cfg = _load(args.config)
+    lines = estimate(cfg, pilot=args.pilot, record=args.record)
+    if args.json:
+        print(json.dumps(lines, indent=1))
+        return 0
+    if not lines:
+        print("no API adapter configured: nothing to pay (vision "
+              f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
+        return 0
+    _print_estimate(lines)
     print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
-          "characters per text token, each provider's image-token rule, an allowance for reasoning tokens (or "
-          "what cached answers were billed), the stable prompt prefix at the cached rate; how far to trust it: "
-          "docs/openai.md (Estimate); actual costs are written to costs/*.jsonl.")
+          "characters per text token, each provider's image-token rule, the stable prompt prefix at the cached "
+          "rate; output: until answers of a stage are cached its reasoning is unknown, so USD is a range "
+          "(low..high, with what it assumes); `--pilot` sends a small sample of each stage's real requests (cached "
+          "for the run) and measures it. How far to trust it: docs/openai.md (Estimate); actual costs are written "
+          "to costs/*.jsonl." + (" Recorded in <results>/estimate/estimate.json (the summary shows it beside the "
+                                 "bill)." if args.record or args.pilot is not None else ""))
     return 0
 
 
@@ -254,6 +280,13 @@ def _parser() -> argparse.ArgumentParser:
     p = add("estimate", "requests, tokens and dollars before anything is submitted", cmd_estimate)
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
     p.add_argument("--json", action="store_true", help="print the estimate as JSON lines instead of a table")
+    p.add_argument("--pilot", type=int, nargs="?", const=0, default=None, metavar="N",
+                   help="first send a pilot: a stratified sample of at least N (default: estimate.PILOT_MIN, 20; "
+                        "and at least estimate.PILOT_SHARE, 2 %%) of "
+                        "each paid stage's real requests, cached for the run, and measure them (the judge's once "
+                        "every image's annotation is known: run it again after vision). Implies --record")
+    p.add_argument("--record", action="store_true",
+                   help="write the estimate to <results>/estimate/estimate.json: the summary shows it beside the bill")
     p = add("batches", "list or cancel this benchmark's provider batches (found by their metadata)", cmd_batches)
     p.add_argument("action", choices=["list", "cancel"], help="list: show them; cancel: cancel the unfinished ones")
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
@@ -299,7 +332,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any gated metric regressed")
     p.add_argument("--metric", action="append", default=None, metavar="M",
                    help="compare and gate only this metric (repeatable; default: every metric, ranx's gated)")
-    p.add_argument("--scope", action="append", default=None, choices=["pool", "corpus", "condensed"],
+    from .evaluate.scopes import SCOPES
+
+    p.add_argument("--scope", action="append", default=None, choices=list(SCOPES),
                    help="only this scope (repeatable; default: every scope both have)")
     p.add_argument("--system", action="append", default=None, metavar="NAME", help="only this system (repeatable)")
     p.add_argument("--test", choices=["student", "wilcoxon", "fisher"], default="student",
@@ -334,7 +369,71 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", default=None, help="the Hub dataset's commit (required for a Hub dataset)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, mps or auto")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the scores as JSON to FILE")
+    p.add_argument("--trec-run", default=None, metavar="FILE",
+                   help="also write mteb's ranking as a TREC run file (score it with trec_eval and the export's "
+                        "trec/qrels.txt: the leaderboard's `exported` scope, unrounded)")
+    _add_power(add)
     return ap
+
+
+def _add_power(add) -> None:
+    from .settings_schema import default
+
+    p = add("power", "queries needed to detect a difference between two systems (topic set size design)", cmd_power,
+            "How many queries a benchmark needs so that a paired t-test detects a mean difference --delta of a "
+            "metric between two systems with the given power, at --alpha corrected over the system pairs "
+            "compared (Bonferroni: alpha / pairs, Holm's first step). The standard deviation of the per-query "
+            "differences comes from --from (this benchmark's or a pilot's results folder or per_query.csv, or an "
+            "earlier benchmark's published hf_dataset folder or evaluate/trust.json: the median over its system "
+            "pairs) or --sd. With --queries N it also prints the smallest difference N queries detect "
+            "(docs/trust.md, \"Power\").")
+    p.add_argument("--delta", type=float, action="append", required=True, metavar="D",
+                   help="the difference of the metric to detect (repeatable), e.g. 0.03 nDCG@10")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from", dest="source", default=None, metavar="PATH",
+                     help="results folder, evaluate/ folder, hf_dataset folder, trust.json or per_query.csv")
+    src.add_argument("--sd", type=float, default=None, help="the per-query standard deviation of the differences")
+    p.add_argument("--metric", default="ndcg@10", help="the metric (a per_query.csv column)")
+    p.add_argument("--scope", default="pool", choices=["pool", "corpus", "condensed"], help="the scope")
+    p.add_argument("--systems", type=int, default=2, help="systems to be compared: pairs = systems*(systems-1)/2")
+    p.add_argument("--correction", choices=["holm", "bonferroni", "fdr_bh", "none"],
+                   default=default("evaluate.correction"), help="the correction over the pairs (evaluate.correction)")
+    p.add_argument("--alpha", type=float, default=default("evaluate.max_p"),
+                   help="significance level after correction (evaluate.max_p)")
+    p.add_argument("--power", type=float, default=default("evaluate.power.power"),
+                   help="probability of detecting --delta (evaluate.power.power)")
+    p.add_argument("--queries", type=int, default=None, help="also: the smallest difference this many queries detect")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def cmd_power(args) -> int:
+    from .errors import UserError
+    from .evaluate.power import mdd, pair_alpha, queries_needed, sd_from
+
+    if args.systems < 2:
+        raise UserError("--systems: a comparison needs at least two systems")
+    if args.sd is not None:
+        sd, n_src, origin = float(args.sd), None, "--sd"
+    else:
+        sd, n_src, origin = sd_from(args.source, metric=args.metric, scope=args.scope)
+    pairs = args.systems * (args.systems - 1) // 2
+    a = pair_alpha(args.alpha, pairs, args.correction)
+    out = {"metric": args.metric, "scope": args.scope, "sd_diff": round(sd, 6), "sd_from": origin,
+           "source_queries": n_src, "systems": args.systems, "pairs": pairs, "alpha": args.alpha, "alpha_pair": a,
+           "power": args.power, "queries_needed": {f"{d:g}": queries_needed(d, sd, alpha=a, power=args.power)
+                                                   for d in args.delta}}
+    if args.queries:
+        out["mdd_at_queries"] = {str(args.queries): mdd(sd, args.queries, alpha=a, power=args.power)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    print(f"{args.metric} ({args.scope}): σ_d {sd:.4f} from {origin}; {args.systems} systems = {pairs} pair(s), "
+          f"alpha {args.alpha} ({args.correction}) -> {a:.4g} per pair, power {args.power}")
+    for d, n in out["queries_needed"].items():
+        print(f"  a difference of {d} needs {n} queries")
+    for n, m in (out.get("mdd_at_queries") or {}).items():
+        print(f"  {n} queries detect differences of {m:.4f} or more")
+    return EXIT_OK
 
 
 def cmd_compare(args) -> int:
@@ -378,7 +477,8 @@ def cmd_mteb(args) -> int:
         raise UserError(f"{exc}: install the mteb extra: pip install 'benchmaker[mteb]'") from None
     try:
         out = run(dataset=args.dataset, model=args.model, pretrained=args.pretrained, mteb_model=args.mteb_model,
-                  split=args.split, revision=args.revision, output=args.out, device=args.device)
+                  split=args.split, revision=args.revision, output=args.out, trec_run=args.trec_run,
+                  device=args.device)
     except (ValueError, ModuleNotFoundError) as exc:
         raise UserError(str(exc)) from None
     print(json.dumps({k: out[k] for k in ("task", "model", "split", "main_score")}))

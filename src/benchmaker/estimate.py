@@ -1,34 +1,49 @@
-"""``benchmaker estimate``: requests, tokens and dollars still to pay, before or during a run.
+"""``benchmaker estimate``: requests, tokens and dollars still to pay, before or during a run
+(docs/openai.md, "Estimate").
 
-What it counts, per API stage:
+What it counts, per paid stage (:data:`PAID`, one entry per stage of :data:`benchmaker.stages.STAGES`
+that has a cost file):
 
-* **only what will be sent**: the images preprocessing accepts (before preprocess has run, the same
-  inspection that preprocess runs decides, so files it will quarantine are not counted); after it,
-  ``images.jsonl``;
+* **only what will be sent**: the images preprocessing accepts (the same inspection that preprocess
+  runs decides, so files it will quarantine are not counted; ``images.jsonl`` when the image folder
+  has not changed since it was written);
 * **each distinct request content once** (byte-identical images share an answer, as in the run);
-* **minus the response cache**: requests whose content key is already answered cost nothing (after
-  a partial run, only the rest is priced). Keys are the provider's own (``openai`` or ``gemini``);
+* **minus the response cache**: requests whose content key is already answered cost nothing (after a
+  partial run or an edit, only what changed is priced). Keys are the provider's own;
+* **the queries the run will plan**: once the vision answers of every image are known (in the
+  response cache), the planner's own code (:func:`benchmaker.plan.plan_frames`) plans them with the
+  current ``plan`` settings, so the judge's requests are the run's, after a plan edit, an image change
+  or a prompt change too; before that, the ``plan`` quotas (or ``paths.pools_file``'s pools) with
+  annotation rows already answered (else rows of typical length), the pools between
+  :data:`POOL_FILL` of the quotas;
+* **the query writer** (``queries``, on the judge's adapter): one request per planned query that
+  ``paths.judge_reuse_file`` does not fully label, with its seeds' pixels at low detail and their
+  annotation rows; the judge's requests carry the written query texts (from the writer's response
+  cache; a typical text for a query not written yet) and its line also gives its price in both
+  labelling modes, text-only and with each candidate's image (``labelling_modes``);
 * **prompt caching**: the stable prefix of a request (schema + system prompt, when it reaches 1,024
-  tokens) is priced at the cached-input rate for every request after the first, as the provider bills;
-* tokens: ~4 characters per text token, each provider's own image rule, output = a schema-shaped
-  answer of typical size plus an allowance for reasoning tokens (``reasoning_effort``,
-  :data:`~benchmaker.providers.tokens.REASONING_OUTPUT`); once at least ``CALIBRATE_MIN`` answers
-  of the stage are cached, their real answer sizes and billed reasoning tokens replace both guesses.
-  Batch mode gets ``batch_discount``.
+  tokens) at the cached-input rate for every request after the first, as the provider bills.
 
-The query writer (its own line, ``queries``, on the judge's adapter) is priced from the planned
-queries' seeds (pixels at low detail and annotation rows); the judge's line also gives its price in
-both labelling modes, text-only and with each candidate's image (``labelling_modes``). The judge is
-priced from the real query plan and annotations when they exist (the exact requests
-and their cache keys); before that, from ``paths.pools_file`` when set (its queries and pool sizes),
-else from ``plan`` (queries x candidates), with annotation rows of the typical length the facet
-model yields. Queries that ``paths.judge_reuse_file`` fully labels are free (never sent) and counted
-as ``reused`` (:mod:`benchmaker.reuse`).
+Tokens: ~4 characters per text token, each provider's image rule; output = a schema-shaped answer of
+typical size plus reasoning. Before any answer of the stage is cached, the reasoning is not known:
+the estimate is a **range** (``low_usd`` .. ``high_usd``) whose assumptions are :data:`RANGE` and
+``assumes`` says; ``usd`` is the allowance's figure (:data:`~benchmaker.providers.tokens.REASONING_OUTPUT`).
+Once at least :data:`CALIBRATE_MIN` answers of the stage's current requests are cached, what they
+were billed (input, output, reasoning) replaces the guesses and the range is their 95 % interval.
+
+**Pilot** (``benchmaker estimate --pilot [N]``, :func:`run_pilot`): sends a stratified sample (by
+request size) of each stage's real requests still to send, at least ``N`` (default
+:data:`PILOT_MIN`) or :data:`PILOT_SHARE` of them, through the stage's own runner and response cache,
+so the run reuses every answer; their cost rows go to ``estimate/pilot_costs.jsonl`` (the summary
+counts them). ``--record`` (implied by ``--pilot``) writes the estimate to ``estimate/estimate.json``
+(docs/formats.md ``estimate``), which the summary shows beside the bill.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +57,28 @@ from .providers.tokens import (  # noqa: F401 - re-exported
     reasoning_allowance,
     text_tokens,
 )
+from .stages import ESTIMATE_FILE, PILOT_COSTS_FILE
 
-__all__ = ["API_ADAPTERS", "REASONING_OUTPUT", "estimate", "out_tokens"]
+__all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "estimate", "out_tokens",
+           "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
 
 API_ADAPTERS = ("openai", "gemini")
 CACHE_MIN, CACHE_STEP = 1024, 128
-# with at least CALIBRATE_MIN cached answers of the stage, their billed output tokens (at most
-# CALIBRATE_MAX read) replace the schema-based guess
-CALIBRATE_MIN, CALIBRATE_MAX = 5, 200
+# with at least CALIBRATE_MIN cached answers of the stage's current requests, what they were billed (at
+# most CALIBRATE_MAX read) replaces the guesses
+CALIBRATE_MIN, CALIBRATE_MAX = 5, 400
+# a pilot sends at least PILOT_MIN requests per stage, or PILOT_SHARE of them if that is more
+PILOT_MIN, PILOT_SHARE = 20, 0.02
+# before any answer is measured: the range's assumptions, as factors of the point estimate's parts.
+# input: the 4-characters-per-token rule (measured within -1 %..+6 % of the providers' counts, docs/openai.md);
+# answer: a model's answers are 0.75..1.3x the schema's typical size; reasoning: 0.1..1.25x the allowance
+# for the request's reasoning_effort (the one published run reasoned 1.04x; models seen at 0.17..0.75x)
+RANGE = {"input": (0.97, 1.08), "answer": (0.80, 1.90), "reasoning": (0.20, 1.10)}
+# before the queries can be planned: the planner fills between these shares of the pool quotas
+# (FireBench's config on 120 images: 53 % of the quotas' tokens; a large corpus: all of them)
+POOL_FILL = (0.5, 1.0)
+# a measured factor's range is at least +-MEASURED_FLOOR of it
+MEASURED_FLOOR = 0.10
 
 
 def _prefix_tokens(spec) -> int:
@@ -58,40 +87,73 @@ def _prefix_tokens(spec) -> int:
     return (len(_schema_memo(spec.schema)[1]) + len(spec.system)) // 4
 
 
-class _Stage:
-    """Accumulates one stage's requests: distinct keys, cache hits, input / cached / output tokens."""
+def _t95(n: int) -> float:
+    from scipy.stats import t
 
-    def __init__(self, stage: str, adapter: str, settings: Mapping[str, Any], cache_dir: str | None):
+    return float(t.ppf(0.975, max(1, n - 1)))
+
+
+def _mean_ci(xs: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``xs`` and its 95 % t interval."""
+    import statistics
+
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, m, m
+    h = _t95(len(xs)) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - h, m + h
+
+
+class _Stage:
+    """Accumulates one stage's requests: distinct keys, cache hits, input / cached / output tokens, and
+    the real requests still to send (``pending``: what a pilot samples)."""
+
+    def __init__(self, stage: str, adapter: str, settings: Mapping[str, Any], cache_dir: str | None,
+                 *, item_type: str = "x"):
         from .providers.runners import provider_runner
 
-        self.stage, self.adapter = stage, adapter
-        self.runner = provider_runner(adapter, stage=stage, item_type="x", settings=dict(settings),
+        self.stage, self.adapter, self.cache_dir, self.item_type = stage, adapter, cache_dir, item_type
+        self.runner = provider_runner(adapter, stage=stage, item_type=item_type, settings=dict(settings),
                                       cache_dir=cache_dir)
         self.s = self.runner.settings
         self.items = self.cached = self.duplicates = self.requests = 0
         self.tok_in = self.tok_cached = self.tok_out = self.tok_answer = 0
+        self.tok_fixed = 0         # input tokens that do not grow with a pool (see pool_fill)
         self._seen: set[str] = set()
         self._prefixes: set[str] = set()
-        # per cached answer: (its answer's tokens, the schema's guess for it, reasoning tokens billed)
-        self._billed: list[tuple[int, int, int]] = []
+        # per cached answer: (its answer's tokens, the schema's guess for it, reasoning tokens billed,
+        # input tokens billed, the input estimate of its request)
+        self._billed: list[tuple[int, int, int, int, int]] = []
+        self.pending: list[tuple[int, Any]] = []     # (input tokens, item) of real requests to send
+        self.pool_fill = (1.0, 1.0)                 # share of the priced pools the run may send
+        self.assumes: list[str] = []
 
-    def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True) -> None:
+    def add(self, spec, n_judgments: int = 0, *, check_cache: bool = True, item=None, fixed=None) -> None:
+        """One request; ``item``: the real item (a pilot may send it); ``fixed``: the same request
+        without its pools' candidates (the part of its input that ``pool_fill`` does not scale).
+        ``check_cache=False``: a stand-in for a request not known yet (typical rows): neither looked up
+        in the cache nor merged with an identical stand-in."""
         from .providers.spec import estimate_input_tokens
 
         self.items += 1
         key = self.runner.request_key(spec)
-        if key in self._seen:
+        if check_cache and key in self._seen:
             self.duplicates += 1
             return
         self._seen.add(key)
+        n_in = estimate_input_tokens(spec, self.runner.llm, provider=self.adapter)
         if check_cache and self.runner.cache.contains(key):
             self.cached += 1
             if len(self._billed) < CALIBRATE_MAX:
-                self._calibrate(self.runner.cache.get(key) or {}, spec, n_judgments)
+                self._calibrate(self.runner.cache.get(key) or {}, spec, n_judgments, n_in)
             return
         self.requests += 1
-        n_in = estimate_input_tokens(spec, self.runner.llm, provider=self.adapter)
         self.tok_in += n_in
+        self.tok_fixed += n_in if fixed is None else estimate_input_tokens(fixed, self.runner.llm,
+                                                                           provider=self.adapter)
+        if item is not None:
+            item.key = key
+            self.pending.append((n_in, item))
         pre = _prefix_tokens(spec)
         pkey = f"{spec.system}\x00{id(spec.schema)}"
         if n_in >= CACHE_MIN and pre >= CACHE_MIN:
@@ -102,9 +164,10 @@ class _Stage:
             self._prefixes.add(pkey)
         self.tok_answer += answer_tokens(spec.schema, n_judgments)
 
-    def _calibrate(self, rec: Mapping[str, Any], spec, n_judgments: int) -> None:
+    def _calibrate(self, rec: Mapping[str, Any], spec, n_judgments: int, n_in: int) -> None:
         """What a cached answer says about this model: its visible answer's size against the schema's
-        guess, and the reasoning tokens it was billed (``reasoning_tokens``, else output - answer)."""
+        guess, the reasoning tokens it was billed (``reasoning_tokens``, else output - answer) and its
+        billed input against the input rule."""
         u = rec.get("usage") or {}
         n_out = int(u.get("output_tokens") or 0)
         obj = rec.get("answer")
@@ -113,33 +176,120 @@ class _Stage:
         shown = text_tokens(answer_text(obj))
         n_j = len(obj["judgments"]) if isinstance(obj.get("judgments"), list) else n_judgments
         reasoning = int(u.get("reasoning_tokens") or 0) or max(0, n_out - shown)
-        self._billed.append((shown, answer_tokens(spec.schema, n_j), reasoning))
+        billed_in = int(u.get("input_tokens") or 0) or n_in
+        self._billed.append((shown, answer_tokens(spec.schema, n_j), reasoning, billed_in, n_in))
+
+    def _usd(self, tok_in: float, tok_cached: float, tok_out: float) -> float:
+        return cost_usd(Usage(round(tok_in), round(min(tok_cached, tok_in)), round(tok_out), 0), self.runner.price,
+                        batch=self.s["mode"] == "batch", batch_discount=float(self.s["batch_discount"]))
+
+    def _measured(self) -> tuple[dict, str, list[str]]:
+        """Point, low and high factors (input scale, answer scale, reasoning per request) from the
+        cached answers: the ratio of their sums, widened by the 95 % interval of the per-answer mean."""
+        b = self._billed
+        n = len(b)
+
+        def factor(num: list[float], den: list[float]) -> tuple[float, float, float]:
+            point = sum(num) / max(1.0, sum(den))
+            m, lo, hi = _mean_ci([x / max(1.0, d) for x, d in zip(num, den)])
+            return point, max(0.0, point - (m - lo)), point + (hi - m)
+
+        f = {"input": factor([x[3] for x in b], [x[4] for x in b]),
+             "answer": factor([x[0] for x in b], [x[1] for x in b]),
+             "reasoning": factor([x[2] for x in b], [1.0] * n)}
+        # never narrower than MEASURED_FLOOR around the point: the rules that carry the measured
+        # factors to other requests (the schema's guess, the token rule) err by a few per cent too
+        f = {k: (p, min(lo, p * (1 - MEASURED_FLOOR)), max(hi, p * (1 + MEASURED_FLOOR)))
+             for k, (p, lo, hi) in f.items()}
+        source = (f"measured on {n} cached answers: input x{f['input'][0]:.2f} of the token rule, answer size "
+                  f"x{f['answer'][0]:.2f} of the schema's guess, {f['reasoning'][0]:.0f} reasoning tokens per answer")
+        assumes = [f"the requests still to send are like the {n} answered ones (95 % intervals of their means: "
+                   f"input x{f['input'][1]:.2f}..{f['input'][2]:.2f}, answer x{f['answer'][1]:.2f}.."
+                   f"{f['answer'][2]:.2f}, reasoning {f['reasoning'][1]:.0f}..{f['reasoning'][2]:.0f} tokens)"]
+        return f, source, assumes
+
+    def _assumed(self) -> tuple[dict, str, list[str]]:
+        allowance = reasoning_allowance(self.s)
+        r = RANGE["reasoning"]
+        f = {"input": (1.0, *RANGE["input"]), "answer": (1.0, *RANGE["answer"]),
+             "reasoning": (float(allowance), allowance * r[0], allowance * r[1])}
+        effort = self.s.get("reasoning_effort")
+        source = (f"answer schema + reasoning allowance of {allowance} tokens for reasoning_effort {effort!s} "
+                  "(assumed: the main uncertainty until answers are cached; `--pilot` measures it)")
+        assumes = [f"input tokens x{RANGE['input'][0]}..{RANGE['input'][1]} of the 4-characters rule",
+                   f"answers x{RANGE['answer'][0]}..{RANGE['answer'][1]} of the schema's typical size",
+                   f"reasoning {f['reasoning'][1]:.0f}..{f['reasoning'][2]:.0f} tokens per request "
+                   f"({r[0]}..{r[1]}x the allowance of {allowance} for reasoning_effort {effort!s})"]
+        return f, source, assumes
 
     def line(self) -> dict:
         price = self.runner.price
-        batch = self.s["mode"] == "batch"
-        allowance = reasoning_allowance(self.s)
-        if len(self._billed) >= CALIBRATE_MIN:
-            # answers already paid for say what this model really writes and how much it reasons
-            n = len(self._billed)
-            scale = sum(b[0] for b in self._billed) / max(1, sum(b[1] for b in self._billed))
-            reasoning = sum(b[2] for b in self._billed) / n
-            answer = round(self.tok_answer * scale)
-            source = (f"measured on {n} cached answers: answer size x{scale:.2f} of the schema's guess, "
-                      f"{reasoning:.0f} reasoning tokens per answer")
-        else:
-            answer, reasoning = self.tok_answer, allowance
-            source = (f"answer schema + reasoning allowance of {allowance} tokens for reasoning_effort "
-                      f"{self.s.get('reasoning_effort')!s} (assumed: the main uncertainty until answers are cached)")
-        self.tok_out = answer + round(self.requests * reasoning)
-        usd = cost_usd(Usage(self.tok_in, self.tok_cached, self.tok_out, 0), price, batch=batch,
-                       batch_discount=float(self.s["batch_discount"]))
+        calibrated = len(self._billed) >= CALIBRATE_MIN
+        f, source, assumes = self._measured() if calibrated else self._assumed()
+        lo_p, hi_p = self.pool_fill
+        if (lo_p, hi_p) != (1.0, 1.0):
+            assumes = [*assumes, f"the planner fills {lo_p:.0%}..{hi_p:.0%} of the pools priced"]
+
+        def figure(k: int, pools: float) -> tuple[float, float, float, float, float]:
+            tin = (self.tok_fixed + (self.tok_in - self.tok_fixed) * pools) * f["input"][k]
+            cached = self.tok_cached * f["input"][k]
+            answer = self.tok_answer * f["answer"][k] * pools
+            reasoning = self.requests * f["reasoning"][k]
+            return tin, cached, answer, reasoning, self._usd(tin, cached, answer + reasoning)
+
+        tin, cached, answer, reasoning, usd = figure(0, hi_p)
+        low, high = figure(1, lo_p)[4], figure(2, hi_p)[4]
+        self.tok_out = round(answer + reasoning)
         return {"stage": self.stage, "model": self.runner.llm.model, "mode": self.s["mode"],
                 "items": self.items, "requests": self.requests, "cached": self.cached,
-                "duplicates": self.duplicates, "input_tokens": self.tok_in, "cached_input_tokens": self.tok_cached,
-                "output_tokens": self.tok_out, "answer_tokens": answer,
-                "reasoning_tokens": round(self.requests * reasoning), "output_from": source, "usd": round(usd, 6),
-                "price_known": price.known}
+                "duplicates": self.duplicates, "input_tokens": round(tin), "cached_input_tokens": round(cached),
+                "output_tokens": self.tok_out, "answer_tokens": round(answer),
+                "reasoning_tokens": round(reasoning), "output_from": source, "calibrated_on": len(self._billed),
+                "usd": round(usd, 6), "low_usd": round(low, 6), "high_usd": round(high, 6),
+                "assumes": assumes + self.assumes, "price_known": price.known}
+
+
+# -- the requests of each stage --------------------------------------------------------------------------
+@dataclass
+class Context:
+    """What the stages' estimates share: the config, facet model, results folder, response caches, and
+    what earlier stages found (the images, the annotations the run will have)."""
+
+    cfg: Mapping[str, Any]
+    fm: Any
+    results: Path
+    cache_root: str
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def images(self):
+        if "images" not in self.memo:
+            self.memo["images"] = _images(self.cfg, self.results)
+        return self.memo["images"]
+
+
+def _corpus_changed(cfg: Mapping[str, Any], results: Path, p: Path) -> bool:
+    """Whether the image folder differs from ``images.jsonl`` (a file added, removed, resized or
+    modified since it was written): one ``stat`` per file, as the workflow's listings."""
+    from .formats import read_table
+    from .preprocess.scan import Candidate, scan
+    from .settings_schema import filled
+
+    pre = filled("preprocess", cfg.get("preprocess"))
+    t = p.stat().st_mtime_ns
+    q = results / "quarantine.jsonl"
+    files = {}
+    for c in scan(cfg["paths"]["image_root"], extensions=pre["extensions"], follow_symlinks=pre["follow_symlinks"],
+                  skip_hidden=pre["skip_hidden"], exclude_dirs=[results], with_stat=True):
+        if isinstance(c, Candidate):
+            if (c.mtime_ns or 0) > t:
+                return True
+            files[c.image_id] = c.size
+    known = dict(read_table("images", p, columns=cfg["columns"]).select("image_id", "file_size").iter_rows())
+    quarantined = set()
+    if q.exists():
+        quarantined = set(read_table("quarantine", q)["path"].to_list())
+    return (any(i not in files or (s is not None and files[i] != s) for i, s in known.items())
+            or any(i not in known and i not in quarantined for i in files))
 
 
 def _images(cfg: Mapping[str, Any], results: Path):
@@ -148,7 +298,7 @@ def _images(cfg: Mapping[str, Any], results: Path):
     from .formats import read_table
 
     p = results / "images.jsonl"
-    if p.exists():
+    if p.exists() and not _corpus_changed(cfg, results, p):
         q = results / "quarantine.jsonl"
         nq = 0
         if q.exists():
@@ -158,10 +308,12 @@ def _images(cfg: Mapping[str, Any], results: Path):
     from .preprocess.metadata import load_metadata, merge_metadata
     from .preprocess.rights import load_rights_map
     from .preprocess.stage import _IMAGE_COLUMNS, _image_url, inspect_corpus
+    from .settings_schema import filled
 
     pre = dict(cfg.get("preprocess") or {})
     root = Path(cfg["paths"]["image_root"])
-    accepted, quarantine, _stats, _notes = inspect_corpus(str(root), pre, workers=int(pre.get("workers") or 1),
+    workers = int(filled("preprocess", pre)["workers"])
+    accepted, quarantine, _stats, _notes = inspect_corpus(str(root), pre, workers=workers,
                                                           exclude_dirs=[results])
     # the rows preprocess will write: rights map, URLs and metadata columns (prompts may use them, so
     # they are part of the request keys that the response cache is checked against)
@@ -170,7 +322,8 @@ def _images(cfg: Mapping[str, Any], results: Path):
           .with_columns(_image_url(pre.get("image_base_url"))).select(_IMAGE_COLUMNS))
     if paths.get("metadata_jsonl"):
         df = merge_metadata(df, load_metadata(paths["metadata_jsonl"], cfg["columns"]), cfg["columns"])[0]
-    return df, "inspection of image_root (what preprocess will accept)", quarantine.height
+    how = "images.jsonl is older than the image folder: " if p.exists() else ""
+    return df, how + "inspection of image_root (what preprocess will accept)", quarantine.height
 
 
 def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, list[str], int]]:
@@ -190,35 +343,126 @@ def _pools_file_rows(path: str, columns: Mapping[str, str]) -> list[tuple[str, l
     return out
 
 
-def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path) -> tuple[Iterable, str, int]:
-    """(spec and candidate count per request to price, where they come from, queries answered by
-    paths.judge_reuse_file)."""
+def _vision_stage(ctx: Context) -> _Stage | None:
+    ad = ctx.cfg["vision"]["adapter"]
+    if ad not in API_ADAPTERS:
+        return None
+    return _Stage("vision", ad, ctx.cfg["vision"][ad], f"{ctx.cache_root}/vision", item_type="image")
+
+
+def _annotations(ctx: Context):
+    """(annotation rows the run will have, whether they cover every image): from the vision stage's
+    response cache (an API vision adapter: exactly the rows the run writes for the images it has
+    answered), else ``annotations.jsonl`` when it exists."""
+    if "annotations" in ctx.memo:
+        return ctx.memo["annotations"]
+    import polars as pl
+
     from .formats import read_table
+    from .providers.parse import validate_answer
+    from .vision.openai import answers_to_frame, vision_items
+
+    imgs = ctx.images()[0]
+    st = _vision_stage(ctx)
+    if st is None:
+        p = ctx.results / "annotations.jsonl"
+        ann = read_table("annotations", p, columns=ctx.cfg["columns"], facets=ctx.fm) if p.exists() else None
+        out = (ann, ann is not None and set(imgs["image_id"].to_list()) <= set(ann["image_id"].to_list()))
+    else:
+        answers: dict[str, dict] = {}
+        for it in vision_items(imgs, ctx.fm, st.s, ctx.cfg["paths"]["image_root"]):
+            rec = st.runner.cache.get(st.runner.request_key(it.spec))
+            obj = (rec or {}).get("answer")
+            if isinstance(obj, dict) and validate_answer(obj, it.spec.schema, it.check) is None:
+                answers[it.item_id] = obj
+        ann = answers_to_frame(answers, imgs["image_id"].to_list(), ctx.fm, f"{st.adapter}:{st.runner.llm.model}")
+        out = (ann if ann.height else None, ann.height == imgs.height and imgs.height > 0)
+    if out[0] is not None and not isinstance(out[0], pl.DataFrame):
+        out = (None, False)
+    ctx.memo["annotations"] = out
+    return out
+
+
+@dataclass
+class JudgeRequests:
+    """The judge's requests to price: (spec, candidates, item or None) each; where they come from; the
+    queries ``paths.judge_reuse_file`` answers; whether they are the run's own requests (cache-checked);
+    the share of the pools the run may send."""
+
+    specs: Iterable[tuple[Any, int, Any, Any]]     # (spec, candidates, item or None, the spec without pools)
+    source: str
+    reused: int = 0
+    real: bool = False
+    pool_fill: tuple[float, float] = (1.0, 1.0)
+
+
+def _planned(ctx: Context, ann) -> Any:
+    """The query plan the run's plan rule will write, made by the planner's own code now."""
+    from .losses import Losses
+    from .plan import plan_frames
+
+    paths, cfg = ctx.cfg["paths"], ctx.cfg
+    imgs = ctx.images()[0]
+    keep = [c for c in ("image_id", "sha256", "phash", "duplicate_group") if c in imgs.columns]
+    pools = paths.get("pools_file")
+    # as the plan rule: a pools file fixes the queries (its seeds file is then not read)
+    return plan_frames(ann, imgs.select(keep), ctx.fm, cfg["plan"], cfg["benchmark"]["name"], Losses("plan"),
+                       seeds_file=None if pools else paths.get("seeds_file"), columns=cfg["columns"],
+                       pools_file=pools)
+
+
+def judge_requests(ctx: Context, s: Mapping[str, Any]) -> JudgeRequests:
+    """The judge's requests (:class:`JudgeRequests`): the planner's plan over the annotations the run
+    will have once every image's is known, else the quotas or the pools file (see the module doc)."""
     from .judge.openai import judge_items
     from .losses import Losses
-    from .reuse import read_reuse_file, reusable, split_reused
+    from .reuse import split_reused
 
+    cfg = ctx.cfg
     reuse_path = cfg["paths"].get("judge_reuse_file")
     graded = s.get("labels") == "graded"
-    plan_p, ann_p, img_p = results / "query_plan.jsonl", results / "annotations.jsonl", results / "images.jsonl"
-    if plan_p.exists() and ann_p.exists() and img_p.exists():
-        cols = cfg["columns"]
-        plan = read_table("query_plan", plan_p, columns=cols)
-        ann = read_table("annotations", ann_p, columns=cols, facets=fm)
-        imgs = read_table("images", img_p, columns=cols)
+    ann, complete = _annotations(ctx)
+    if complete:
+        key = "plan"
+        if key not in ctx.memo:
+            ctx.memo[key] = _planned(ctx, ann)
+        plan = ctx.memo[key]
         n_all = plan.height
-        plan = _with_query_texts(split_reused(plan, reuse_path, graded=graded, columns=cols)[0], results, cols)
-        items = judge_items(plan, ann, imgs, fm, s, cfg["paths"]["image_root"], Losses("judge"))
-        return ((it.spec, len(keys)) for it, keys in items), "query_plan.jsonl + annotations.jsonl", \
-            n_all - plan.height
+        plan = split_reused(plan, reuse_path, graded=graded, columns=cfg["columns"])[0]
+        plan, written = _with_written_queries(ctx, plan)
+        items = judge_items(plan, ann, ctx.images()[0], ctx.fm, s, cfg["paths"]["image_root"], Losses("judge"))
+        # a query not written yet is priced with a typical text: never a pilot's request
+        return JudgeRequests(((it.spec, len(keys), it if it.item_id in written else None, None)
+                              for it, keys in items),
+                             f"the planner's plan ({n_all} queries, {len(written)} written) over the annotations "
+                             "the run will have", n_all - plan.height, True)
+    return _typical_judge_requests(ctx, s, ann)
+
+
+def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeRequests:
+    """Before the queries can be planned: the pools file's pools, else the ``plan`` quotas, with the
+    annotation rows already answered (cycled), else rows of typical length."""
     from .judge.prompts import candidate_keys, judge_spec
+    from .reuse import read_reuse_file, reusable
+
+    cfg, fm = ctx.cfg, ctx.fm
+    rows_known = list(ann.iter_rows(named=True)) if ann is not None else []
+    reuse_path = cfg["paths"].get("judge_reuse_file")
+    graded = s.get("labels") == "graded"
+    what = f"{len(rows_known)} annotation rows already answered" if rows_known else "typical annotation rows"
 
     def typical(qid: str, n_seed: int, n_c: int, q: int):
-        rows = [_typical_row(fm, q * n_c + j) for j in range(n_c)]
+        rows = [dict(rows_known[(q * n_c + j) % len(rows_known)], image_id=f"img{q * n_c + j}") if rows_known
+                else _typical_row(fm, q * n_c + j) for j in range(n_c)]
         keys = candidate_keys(qid, [r["image_id"] for r in rows])
-        thumbs = {r["image_id"]: _typical_image(r["image_id"]) for r in rows} if s.get("send_thumbnails") else None
-        return judge_spec(query_text=_TYPICAL_QUERY, narrative=_TYPICAL_NARRATIVE, candidates=rows, keys=keys,
-                          meta_row={}, fm=fm, settings=s, thumbnails=thumbs), n_c
+        def spec(cands: list[dict]):
+            thumbs = ({r["image_id"]: _typical_image(r["image_id"]) for r in cands} if s.get("send_thumbnails")
+                      else None)
+            return judge_spec(query_text=_TYPICAL_QUERY, narrative=_TYPICAL_NARRATIVE, candidates=cands,
+                              keys={r["image_id"]: keys[r["image_id"]] for r in cands}, meta_row={}, fm=fm,
+                              settings=s, thumbnails=thumbs)
+
+        return spec(rows), n_c, None, spec(rows[:n_seed])
 
     pools_file = cfg["paths"].get("pools_file")
     if pools_file:
@@ -228,139 +472,43 @@ def _judge_specs(cfg: Mapping[str, Any], fm, s: Mapping[str, Any], results: Path
             done = set(reusable(read_reuse_file(reuse_path, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
                                 3 if graded else 1)[0])
         todo = [r for r in rows if r[0] not in done]
-        return ((typical(q, n_seed, len(ids), k)) for k, (q, ids, n_seed) in enumerate(todo)), \
-            f"paths.pools_file ({len(rows)} queries, typical annotation rows)", len(rows) - len(todo)
-
-    p = cfg["plan"]
-    n_q = int(p["num_seeds"])
-    n_seed = int(p["seeds_per_query"])
-    n_c = n_seed + int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
-
-    return ((typical(f"q{q}", n_seed, n_c, q)) for q in range(n_q)), \
-        f"plan settings ({n_q} queries x {n_c} candidates, typical annotation rows)", 0
+        return JudgeRequests((typical(q, n_seed, len(ids), k) for k, (q, ids, n_seed) in enumerate(todo)),
+                             f"paths.pools_file ({len(rows)} queries, {what})", len(rows) - len(todo))
+    n_q, n_seed, per_query, why = _quota_pools(ctx)
+    return JudgeRequests((typical(f"q{q}", n_seed, n_seed + per_query[q], q) for q in range(n_q)),
+                         f"plan quotas ({n_q} queries x up to {n_seed + max(per_query, default=0)} candidates{why}, "
+                         f"{what}; the exact plan once every image's annotation is known)", 0, False, POOL_FILL)
 
 
-def estimate(cfg: Mapping[str, Any]) -> list[dict]:
-    """One line per API stage: items, distinct requests still to send, cache hits, duplicates, tokens, USD."""
-    from .config import results_dir
-    from .formats import FacetModel
-    from .vision.openai import vision_items
-
-    fm = FacetModel.from_config(cfg["facets"])
-    results = Path(results_dir(cfg))
-    cache_root = f"{cfg['paths']['results']}/.cache"
-    lines = []
-    ad = cfg["vision"]["adapter"]
-    if ad in API_ADAPTERS:
-        s = cfg["vision"][ad]
-        st = _Stage("vision", ad, s, f"{cache_root}/vision")
-        imgs, source, n_quar = _images(cfg, results)
-        for it in vision_items(imgs, fm, st.s, cfg["paths"]["image_root"]):
-            st.add(it.spec)
-        lines.append(st.line() | {"source": source, "quarantined": n_quar})
-    ad = cfg["judge"]["adapter"]
-    if ad in API_ADAPTERS:
-        lines.append(_queries_line(cfg, fm, results, cache_root))
-        s = {**cfg["judge"][ad], "labels": cfg["judge"]["labels"], "rationale": cfg["judge"]["rationale"]}
-        st = _Stage("judge", ad, s, f"{cache_root}/judge")
-        specs, source, n_reused = _judge_specs(cfg, fm, st.s, results)
-        real = source.startswith("query_plan")
-        for spec, n in specs:
-            st.add(spec, n, check_cache=real)
-        lines.append(st.line() | {"source": source, "reused": n_reused,
-                                  "labelling_modes": _labelling_modes(cfg, fm, results, s)})
-        dp = cfg.get("deepen") or {}
-        if dp.get("enabled"):  # pool deepening: the same judge, cache and prices (docs/deepen.md)
-            from .deepen.label import estimate_specs
-
-            st = _Stage("deepen", ad, s, f"{cache_root}/judge")
-            specs, source, pairs, real = estimate_specs(cfg, fm, st.s, results)
-            for spec, n in specs:
-                st.add(spec, n, check_cache=real)
-            ln = st.line()
-            ok = ((dp.get("max_pairs") is None or pairs <= dp["max_pairs"])
-                  and (dp.get("max_usd") is None or ln["usd"] <= dp["max_usd"]))
-            lines.append(ln | {"source": source, "pairs": pairs, "max_pairs": dp.get("max_pairs"),
-                               "max_usd": dp.get("max_usd"), "within_budget": ok})
-    j2 = _second_judge_line(cfg, fm, results, cache_root)
-    if j2 is not None:
-        lines.append(j2)
-    return lines
-
-
-def _second_judge_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: str) -> dict | None:
-    """The audit's second judge (``audit.second_judge``), when it is an API judge: priced like the
-    judge, on the audit sample's pairs (scope ``sample``: the real sample once drawn, else
-    ``audit.sample_size`` pairs) or on every query (scope ``all``), with its own response cache."""
+def _quota_pools(ctx: Context) -> tuple[int, int, list[int], str]:
+    """(queries, seeds per query, candidates beyond the seeds per query, what capped them) that the
+    planner can plan at most: ``num_seeds`` (or the seeds file's queries) of distinct unused seeds, the
+    pool quotas, and every image in at most ``max_image_reuse`` pools, seeds included
+    (:class:`benchmaker.plan.planner.Planner`)."""
     from .settings_schema import filled
 
-    audit = filled("audit", cfg.get("audit"))
-    sj = audit.get("second_judge") or {}
-    if not audit.get("enabled") or sj.get("judge") is None:
-        return None
-    from .config import deep_merge, validate_config
-
-    judge = validate_config(deep_merge({k: v for k, v in cfg.items() if not str(k).startswith("_")},
-                                       {"judge": sj["judge"]}))["judge"]
-    ad = judge["adapter"]
-    if ad not in API_ADAPTERS:
-        return None
-    s = {**judge[ad], "mode": "sync", "labels": judge["labels"], "rationale": judge["rationale"]}
-    st = _Stage("audit_judge2", ad, s, f"{cache_root}/judge-audit/{sj['name']}")
-    specs, source, _ = _judge_specs(cfg, fm, st.s, results)
-    real = source.startswith("query_plan")
-    sample_p = results / "audit" / "sample.jsonl"
-    if sj["scope"] == "sample":
-        if real and sample_p.exists():
-            from .audit.files import read_sample
-            from .audit.judge2 import restrict_plan
-            from .formats import read_table
-            from .judge.openai import judge_items
-            from .losses import Losses
-
-            cols = cfg["columns"]
-            plan = restrict_plan(read_table("query_plan", results / "query_plan.jsonl", columns=cols),
-                                 read_sample(str(sample_p)))
-            plan = _with_query_texts(plan, results, cols)
-            items = judge_items(plan, read_table("annotations", results / "annotations.jsonl", columns=cols,
-                                                 facets=fm),
-                                read_table("images", results / "images.jsonl", columns=cols), fm, st.s,
-                                cfg["paths"]["image_root"], Losses("judge"))
-            for it, keys in items:
-                st.add(it.spec, len(keys))
-            return st.line() | {"source": "audit/sample.jsonl (the sampled pairs)", "reused": 0}
-        # before the sample: audit.sample_size pairs, spread over queries as the judge's pools are
-        budget = int(audit["sample_size"])
-        for spec, n in specs:
-            if budget <= 0:
-                break
-            take = min(n, budget)
-            st.add(spec, take, check_cache=False)
-            budget -= take
-        return st.line() | {"source": f"audit.sample_size ({audit['sample_size']} pairs) over {source}",
-                            "reused": 0}
-    for spec, n in specs:
-        st.add(spec, n, check_cache=real)
-    return st.line() | {"source": source, "reused": 0}
+    p = filled("plan", ctx.cfg["plan"])
+    n_img = ctx.images()[0].height
+    n_seed = int(p["seeds_per_query"])
+    n_q = int(p["num_seeds"])
+    seeds_file = ctx.cfg["paths"].get("seeds_file")
+    if seeds_file:
+        with open(seeds_file, encoding="utf-8") as fh:
+            n_q = sum(1 for ln in fh if ln.strip())
+    n_q = min(n_q, n_img // max(1, n_seed))
+    quota = int(p["pos_total"]) + int(p["neutral_total"]) + int(p["neg_total"])
+    slots = max(0, n_img * int(p["max_image_reuse"]) - n_q * n_seed)
+    if n_q == 0 or slots >= n_q * quota:
+        return n_q, n_seed, [quota] * n_q, ""
+    per = [min(quota, slots // n_q + (q < slots % n_q)) for q in range(n_q)]
+    return n_q, n_seed, per, f" (max_image_reuse {p['max_image_reuse']} over {n_img} images: {sum(per)} in all)"
 
 
 # -- the query writer (the ``queries`` stage, docs/judge-rules.md "Method") ------------------------------
-# a written query's typical length, for labelling requests priced before queries.jsonl exists
+# a written query's typical length, for labelling requests priced before its text is known
 _TYPICAL_QUERY = "a photo of the query's subject in its setting, with two distinctive details"
 _TYPICAL_NARRATIVE = ("A relevant image shows the query's subject as its main content, clearly visible; an image "
                       "that shows it only as a background detail is not relevant.")
-
-
-def _with_query_texts(plan, results: Path, columns):
-    """The plan with each query's text and narrative: queries.jsonl's once written, else typical ones."""
-    import polars as pl
-
-    q = results / "queries.jsonl"
-    if q.exists():
-        from .judge import with_queries
-
-        return with_queries(plan, str(q), columns)
-    return plan.with_columns(pl.lit(_TYPICAL_QUERY).alias("query_text"), pl.lit(_TYPICAL_NARRATIVE).alias("narrative"))
 
 
 def _typical_image(image_id: str):
@@ -372,60 +520,366 @@ def _typical_image(image_id: str):
     return ImageRef(sha256=hashlib.sha256(image_id.encode()).hexdigest(), width=1024, height=768)
 
 
-def _queries_line(cfg: Mapping[str, Any], fm, results: Path, cache_root: str) -> dict:
-    """The query writer (``queries`` stage), on the judge's adapter: one request per planned query that
-    ``paths.judge_reuse_file`` does not fully label, each with its seeds' pixels at low detail and
-    their annotation rows. From the real plan, annotations and images once they exist (the exact
-    requests and cache keys), else ``paths.pools_file`` or the plan settings with typical rows."""
-    from .losses import Losses
+def _queries_stage(ctx: Context) -> _Stage | None:
+    """The query writer's accumulator: on the judge's adapter (None when that is offline)."""
     from .providers.settings import query_settings
-    from .queries.openai import query_items, writer_settings
+    from .queries.openai import writer_settings
+
+    ad = ctx.cfg["judge"]["adapter"]
+    if ad not in API_ADAPTERS:
+        return None
+    return _Stage("queries", ad, writer_settings(query_settings(ctx.cfg["queries"], ctx.cfg["judge"])),
+                  f"{ctx.cache_root}/queries", item_type="query")
+
+
+def _to_write(ctx: Context, ann):
+    """(the planner's plan, its queries the writer will write: those ``paths.judge_reuse_file`` does not
+    fully label), as :func:`benchmaker.queries.to_write` splits them."""
+    from .reuse import split_reused
+
+    if "plan" not in ctx.memo:
+        ctx.memo["plan"] = _planned(ctx, ann)
+    plan = ctx.memo["plan"]
+    cfg = ctx.cfg
+    todo = split_reused(plan, cfg["paths"].get("judge_reuse_file"), graded=cfg["judge"]["labels"] == "graded",
+                        columns=cfg["columns"])[0]
+    return plan, todo
+
+
+def _query_items(ctx: Context, st: _Stage, ann):
+    from .losses import Losses
+    from .queries.openai import query_items
+
+    plan, todo = _to_write(ctx, ann)
+    return plan, todo, query_items(todo, ann, ctx.images()[0], ctx.fm, st.s, ctx.cfg["paths"]["image_root"],
+                                   Losses("queries"))
+
+
+def _written(ctx: Context) -> dict[str, tuple[str, str]]:
+    """query id -> (query text, narrative) the writer has answered (its response cache): exactly the
+    texts the run will write for them, as :func:`_annotations` reads vision's answers."""
+    if "queries" in ctx.memo:
+        return ctx.memo["queries"]
+    from .providers.parse import validate_answer
+
+    out: dict[str, tuple[str, str]] = {}
+    st = _queries_stage(ctx)
+    ann, complete = _annotations(ctx)
+    if st is not None and complete:
+        for it in _query_items(ctx, st, ann)[2]:
+            obj = (st.runner.cache.get(st.runner.request_key(it.spec)) or {}).get("answer")
+            if isinstance(obj, dict) and validate_answer(obj, it.spec.schema, it.check) is None:
+                out[it.item_id] = (str(obj["query_text"]).strip(), str(obj["narrative"]).strip())
+    ctx.memo["queries"] = out
+    return out
+
+
+def _with_written_queries(ctx: Context, plan):
+    """(the plan with each query's ``query_text`` and ``narrative``: the written ones, else typical
+    ones, the ids of the written ones)."""
+    import polars as pl
+
+    written = {q: t for q, t in _written(ctx).items() if q in set(plan["query_id"].to_list())}
+    ids = plan["query_id"].to_list()
+    return plan.with_columns(
+        pl.Series("query_text", [written.get(q, (_TYPICAL_QUERY, ""))[0] for q in ids], dtype=pl.String),
+        pl.Series("narrative", [written.get(q, ("", _TYPICAL_NARRATIVE))[1] for q in ids], dtype=pl.String),
+    ), set(written)
+
+
+def _estimate_queries(ctx: Context) -> list[tuple[_Stage, dict]]:
+    """The query writer (``queries`` stage): one request per planned query that ``paths.judge_reuse_file``
+    does not fully label, each with its seeds' pixels at low detail and their annotation rows. The
+    planner's plan once every image's annotation is known (the exact requests and cache keys), else
+    stand-ins from ``paths.pools_file`` or the plan quotas with typical rows."""
     from .queries.prompts import query_spec
 
-    ad = cfg["judge"]["adapter"]
-    st = _Stage("queries", ad, writer_settings(query_settings(cfg["queries"], cfg["judge"])),
-                f"{cache_root}/queries")
-    reuse, labels = cfg["paths"].get("judge_reuse_file"), cfg["judge"]["labels"]
-    files = [results / f for f in ("query_plan.jsonl", "annotations.jsonl", "images.jsonl")]
-    if all(p.exists() for p in files):
-        from .queries import to_write
-
-        _, _, todo, imported, ann, imgs = to_write(*map(str, files), cfg["columns"], cfg["facets"], reuse, labels)
-        for it in query_items(todo, ann, imgs, fm, st.s, cfg["paths"]["image_root"], Losses("queries")):
-            st.add(it.spec)
-        return st.line() | {"source": "query_plan.jsonl + annotations.jsonl + images.jsonl", "reused": imported.height}
+    st = _queries_stage(ctx)
+    if st is None:
+        return []
+    ann, complete = _annotations(ctx)
+    if complete:
+        plan, todo, items = _query_items(ctx, st, ann)
+        for it in items:
+            st.add(it.spec, item=it)
+        return [(st, {"source": f"the planner's plan ({plan.height} queries) over the annotations the run will "
+                                "have", "reused": plan.height - todo.height})]
+    cfg, reuse = ctx.cfg, ctx.cfg["paths"].get("judge_reuse_file")
     pools_file = cfg["paths"].get("pools_file")
     if pools_file:
-        rows = [(q, n_seed) for q, _ids, n_seed in _pools_file_rows(pools_file, cfg["columns"])]
+        rows = _pools_file_rows(pools_file, cfg["columns"])
         done: set[str] = set()
         if reuse:
             from .reuse import read_reuse_file, reusable
 
-            pools = ((q, ids) for q, ids, _ in _pools_file_rows(pools_file, cfg["columns"]))
-            done = set(reusable(read_reuse_file(reuse, cfg["columns"]), pools, 3 if labels == "graded" else 1)[0])
-        todo = [(q, n) for q, n in rows if q not in done]
-        source = f"paths.pools_file ({len(rows)} queries, typical annotation rows)"
+            done = set(reusable(read_reuse_file(reuse, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
+                                3 if cfg["judge"]["labels"] == "graded" else 1)[0])
+        todo = [(q, n) for q, _ids, n in rows if q not in done]
+        n_all, source = len(rows), f"paths.pools_file ({len(rows)} queries, typical annotation rows)"
     else:
-        n_seed = int(cfg["plan"]["seeds_per_query"])
-        todo = [(f"q{q}", n_seed) for q in range(int(cfg["plan"]["num_seeds"]))]
-        rows, source = todo, f"plan settings ({len(todo)} queries x {n_seed} seed(s), typical annotation rows)"
+        n_q, n_seed, _per, why = _quota_pools(ctx)
+        todo = [(f"q{q}", n_seed) for q in range(n_q)]
+        n_all, source = n_q, f"plan quotas ({n_q} queries x {n_seed} seed(s){why}, typical annotation rows)"
     for k, (qid, n_seed) in enumerate(todo):
-        seeds = [_typical_row(fm, k * 100 + j) for j in range(max(1, n_seed))]
+        seeds = [_typical_row(ctx.fm, k * 100 + j) for j in range(max(1, n_seed))]
         st.add(query_spec(seed_rows=seeds, seed_images=[_typical_image(f"{qid}/{r['image_id']}") for r in seeds],
-                          meta_row={}, fm=fm, settings=st.s), check_cache=False)
-    return st.line() | {"source": source, "reused": len(rows) - len(todo)}
+                          meta_row={}, fm=ctx.fm, settings=st.s), check_cache=False)
+    return [(st, {"source": source, "reused": n_all - len(todo)})]
 
 
-def _labelling_modes(cfg: Mapping[str, Any], fm, results: Path, s: Mapping[str, Any]) -> dict:
+def _labelling_modes(ctx: Context, s: Mapping[str, Any]) -> dict:
     """The judge's requests priced in both labelling modes (``send_thumbnails``: text-only, or with
     each candidate's image at the judge's ``image_detail``), whatever the cache holds: what labelling
     with images would add (docs/judge-rules.md, "Method")."""
     out = {}
     for mode, images in (("text_only", False), ("with_images", True)):
-        st = _Stage("judge", cfg["judge"]["adapter"], {**s, "send_thumbnails": images}, None)
-        specs, _, _ = _judge_specs(cfg, fm, st.s, results)
-        for spec, n in specs:
-            st.add(spec, n, check_cache=False)
+        st = _Stage("judge", ctx.cfg["judge"]["adapter"], {**s, "send_thumbnails": images}, None, item_type="query")
+        req = judge_requests(ctx, st.s)
+        st.pool_fill = req.pool_fill
+        for spec, n, _item, fixed in req.specs:
+            st.add(spec, n, check_cache=False, fixed=fixed)
         ln = st.line()
         out[mode] = {k: ln[k] for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens", "usd")}
     return out
+
+
+def _judge_settings(judge: Mapping[str, Any]) -> tuple[str, dict]:
+    ad = judge["adapter"]
+    return ad, {**judge.get(ad, {}), "labels": judge["labels"], "rationale": judge["rationale"]}
+
+
+# -- the paid stages: one entry each (benchmaker.stages.STAGES names) ------------------------------------
+def _estimate_vision(ctx: Context) -> list[tuple[_Stage, dict]]:
+    from .vision.openai import vision_items
+
+    st = _vision_stage(ctx)
+    if st is None:
+        return []
+    imgs, source, n_quar = ctx.images()
+    for it in vision_items(imgs, ctx.fm, st.s, ctx.cfg["paths"]["image_root"]):
+        st.add(it.spec, item=it)
+    return [(st, {"source": source, "quarantined": n_quar})]
+
+
+def _estimate_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
+    ad, s = _judge_settings(ctx.cfg["judge"])
+    if ad not in API_ADAPTERS:
+        return []
+    st = _Stage("judge", ad, s, f"{ctx.cache_root}/judge", item_type="query")
+    req = judge_requests(ctx, st.s)
+    st.pool_fill = req.pool_fill
+    for spec, n, item, fixed in req.specs:
+        st.add(spec, n, check_cache=req.real, item=item, fixed=fixed)
+    return [(st, {"source": req.source, "reused": req.reused, "labelling_modes": _labelling_modes(ctx, s)})]
+
+
+def _estimate_deepen(ctx: Context) -> list[tuple[_Stage, dict]]:
+    """Pool deepening: the same judge, cache and prices (docs/deepen.md), with its budgets checked."""
+    dp = ctx.cfg.get("deepen") or {}
+    ad, s = _judge_settings(ctx.cfg["judge"])
+    if not dp.get("enabled") or ad not in API_ADAPTERS:
+        return []
+    from .deepen.label import estimate_specs
+
+    st = _Stage("deepen", ad, s, f"{ctx.cache_root}/judge", item_type="query")
+    specs, source, pairs, real = estimate_specs(ctx.cfg, ctx.fm, st.s, ctx.results)
+    for spec, n in specs:
+        st.add(spec, n, check_cache=real)
+    usd = st.line()["usd"]
+    ok = ((dp.get("max_pairs") is None or pairs <= dp["max_pairs"])
+          and (dp.get("max_usd") is None or usd <= dp["max_usd"]))
+    return [(st, {"source": source, "pairs": pairs, "max_pairs": dp.get("max_pairs"), "max_usd": dp.get("max_usd"),
+                  "within_budget": ok})]
+
+
+def _estimate_second_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
+    """The audit's second judge (``audit.second_judge``), when it is an API judge: priced like the
+    judge, on the audit sample's pairs (scope ``sample``: the real sample once drawn, else
+    ``audit.sample_size`` pairs) or on every query (scope ``all``), with its own response cache."""
+    from .settings_schema import filled
+
+    cfg = ctx.cfg
+    audit = filled("audit", cfg.get("audit"))
+    sj = audit.get("second_judge") or {}
+    if not audit.get("enabled") or sj.get("judge") is None:
+        return []
+    from .config import deep_merge, validate_config
+
+    judge = validate_config(deep_merge({k: v for k, v in cfg.items() if not str(k).startswith("_")},
+                                       {"judge": sj["judge"]}))["judge"]
+    ad, s = _judge_settings(judge)
+    if ad not in API_ADAPTERS:
+        return []
+    st = _Stage("audit_judge2", ad, {**s, "mode": "sync"}, f"{ctx.cache_root}/judge-audit/{sj['name']}",
+                item_type="query")
+    req = judge_requests(ctx, st.s)
+    st.pool_fill = req.pool_fill
+    sample_p = ctx.results / "audit" / "sample.jsonl"
+    if sj["scope"] != "sample":
+        for spec, n, item, fixed in req.specs:
+            st.add(spec, n, check_cache=req.real, item=item, fixed=fixed)
+        return [(st, {"source": req.source, "reused": 0})]
+    if req.real and sample_p.exists():
+        from .audit.files import read_sample
+        from .audit.judge2 import restrict_plan
+        from .judge.openai import judge_items
+        from .losses import Losses
+
+        plan, written = _with_written_queries(ctx, restrict_plan(ctx.memo["plan"], read_sample(str(sample_p))))
+        for it, keys in judge_items(plan, _annotations(ctx)[0], ctx.images()[0], ctx.fm, st.s,
+                                    cfg["paths"]["image_root"], Losses("judge")):
+            st.add(it.spec, len(keys), item=it if it.item_id in written else None)
+        return [(st, {"source": "audit/sample.jsonl (the sampled pairs)", "reused": 0})]
+    # before the sample: audit.sample_size pairs, spread over queries as the judge's pools are
+    budget = int(audit["sample_size"])
+    for spec, n, _item, _fixed in req.specs:
+        if budget <= 0:
+            break
+        take = min(n, budget)
+        st.add(spec, take, check_cache=False)
+        budget -= take
+    return [(st, {"source": f"audit.sample_size ({audit['sample_size']} pairs) over {req.source}", "reused": 0})]
+
+
+# stage (benchmaker.stages.STAGES) -> its estimate: the (accumulated stage, extra line fields) it prices.
+# A paid stage plugs in here: build its requests as the run does (its own items function) and add each to
+# a _Stage with its item (``item=``: what a pilot sends); a stage with a cost file that is not priced is
+# in NOT_ESTIMATED, with why (tests/test_estimate_bill.py checks that every one is in one of the two).
+PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
+    "vision": _estimate_vision,
+    "queries": _estimate_queries,       # before the judge: its pilot's texts are the judge's queries
+    "judge": _estimate_judge,
+    "deepen_system": _estimate_deepen,
+    "audit_judge2": _estimate_second_judge,
+}
+NOT_ESTIMATED = {"evaluate_system": "a system under evaluation is not part of the benchmark's bill "
+                                    "(its cost file is counted, docs/evaluate.md)"}
+
+
+def _context(cfg: Mapping[str, Any]) -> Context:
+    from .config import results_dir
+    from .formats import FacetModel
+
+    return Context(cfg, FacetModel.from_config(cfg["facets"]), Path(results_dir(cfg)),
+                   f"{cfg['paths']['results']}/.cache")
+
+
+def estimate(cfg: Mapping[str, Any], *, pilot: int | None = None,
+             on_pilot: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """One line per paid stage: items, distinct requests still to send, cache hits, duplicates, tokens,
+    USD (``usd`` and the range ``low_usd`` .. ``high_usd``). ``pilot``: first send a pilot of at least
+    that many of each stage's real requests (:func:`run_pilot`), stage by stage (the judge's requests
+    are known once vision's answers are); ``on_pilot`` gets each pilot's cost rows as they are paid."""
+    ctx = _context(cfg)
+    lines = []
+    for fn in PAID.values():
+        got = fn(ctx)
+        if pilot is not None and any(st.pending for st, _ in got):
+            spent = []
+            for st, _ in got:
+                rows = run_pilot(st, pilot)
+                spent += rows
+                if on_pilot is not None and rows:
+                    on_pilot(rows)
+            for k in ("annotations", "plan", "queries"):   # what the pilot answered is known now
+                ctx.memo.pop(k, None)
+            got = fn(ctx)
+            for st, extra in got:
+                extra["pilot"] = _spent([r for r in spent if r["stage"] == st.stage])
+        for st, extra in got:
+            ln = st.line() | extra
+            paid = (ln.get("pilot") or {}).get("usd", 0.0)
+            # the stage's whole figure: what this pilot paid and what is still to send
+            ln["total_usd"], ln["total_low_usd"], ln["total_high_usd"] = (round(paid + ln[k], 6) for k in (
+                "usd", "low_usd", "high_usd"))
+            lines.append(ln)
+    return lines
+
+
+def _spent(rows: list[dict]) -> dict:
+    return {"requests": sum(not r["cached"] for r in rows), "usd": round(sum(r["cost_usd"] for r in rows), 10),
+            **{k: sum(r[k] for r in rows) for k in ("input_tokens", "cached_input_tokens", "output_tokens",
+                                                     "reasoning_tokens")}}
+
+
+def pilot_size(st: _Stage, n: int) -> int:
+    """How many of the stage's requests a pilot of ``n`` sends: at least ``n`` (and PILOT_SHARE of the
+    stage's requests), less what is already measured, at most what there is to send."""
+    want = max(int(n), math.ceil(PILOT_SHARE * (st.requests + st.cached)))
+    return max(0, min(len(st.pending), want - len(st._billed)))
+
+
+def _stratified(pending: list[tuple[int, Any]], k: int) -> list[Any]:
+    """``k`` items spread over the requests ordered by size (input tokens): the middle one of each of
+    ``k`` equal strata, so small and large requests (few and many candidates, small and large images)
+    are all measured."""
+    if k <= 0:
+        return []
+    order = sorted(range(len(pending)), key=lambda i: (pending[i][0], pending[i][1].item_id))
+    n = len(order)
+    return [pending[order[min(n - 1, (2 * j + 1) * n // (2 * k))]][1] for j in range(k)]
+
+
+def run_pilot(st: _Stage, n: int) -> list[dict]:
+    """Send a stratified sample of the stage's real requests still to send (:func:`pilot_size`) through
+    its own runner (sync, whatever the stage's mode: answers now) and response cache, so the run
+    reuses every answer. Returns the pilot's cost rows (stage, tokens, USD at the sync price)."""
+    from .logs import get_logger
+    from .losses import Losses
+    from .providers.runners import provider_runner
+
+    sample = _stratified(st.pending, pilot_size(st, n))
+    if not sample:
+        return []
+    runner = provider_runner(st.adapter, stage=st.stage, item_type=st.item_type,
+                             settings={**dict(st.s), "mode": "sync"}, cache_dir=st.cache_dir)
+    losses = Losses(st.stage)
+    runner.run_sync(sample, losses)
+    get_logger("estimate").info("pilot %s: sent %d of %d requests, USD %.6f; %d lost", st.stage, len(sample),
+                                len(st.pending), sum(r["cost_usd"] for r in runner.cost_rows), len(losses))
+    return list(runner.cost_rows)
+
+
+# -- the recorded estimate (docs/formats.md ``estimate``) ----------------------------------------------
+def _record_entry(ln: Mapping[str, Any]) -> dict:
+    pilot = ln.get("pilot") or {}
+    return {"model": ln["model"], "mode": ln["mode"], "requests": ln["requests"] + int(pilot.get("requests", 0)),
+            "pilot_requests": int(pilot.get("requests", 0)), "usd": ln.get("total_usd", ln["usd"]),
+            "low_usd": ln.get("total_low_usd", ln["low_usd"]), "high_usd": ln.get("total_high_usd", ln["high_usd"]),
+            "pilot_usd": float(pilot.get("usd", 0.0)), "calibrated_on": ln["calibrated_on"],
+            "output_from": ln["output_from"], "assumes": list(ln["assumes"]), "source": ln["source"]}
+
+
+def record(cfg: Mapping[str, Any], lines: list[dict]) -> Path:
+    """Write the estimate to ``<results>/estimate/estimate.json`` (what the summary shows beside the
+    bill): per stage, what it still had to send plus what its pilot paid. A stage with nothing left to
+    send and no pilot now keeps the figure recorded before (the estimate made while it had requests to
+    price: after vision has run, ``--pilot`` for the judge keeps vision's estimate)."""
+    import json
+
+    from .config import results_dir
+    from .estimate_file import read_estimate
+    from .io import atomic_write_text
+
+    p = Path(results_dir(cfg)) / ESTIMATE_FILE
+    stages = read_estimate(p)["stages"] if p.exists() else {}
+    for ln in lines:
+        entry = _record_entry(ln)
+        if entry["requests"] or ln["stage"] not in stages:
+            stages[ln["stage"]] = entry
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(p, json.dumps({"version": 1, "stages": stages}, indent=1, sort_keys=True) + "\n")
+    return p
+
+
+def append_pilot_costs(cfg: Mapping[str, Any], rows: list[dict]) -> None:
+    """Append a pilot's cost rows (kind ``costs``) to ``<results>/estimate/pilot_costs.jsonl``."""
+    from .config import results_dir
+    from .io import dumps
+
+    p = Path(results_dir(cfg)) / PILOT_COSTS_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as fh:
+        fh.writelines(dumps(r) + "\n" for r in rows)
+        fh.flush()
+

@@ -112,7 +112,7 @@ def check_milvus(s: Mapping[str, Any], where: str) -> None:
             extra = sorted(set(leg) - {"field", "weight", "text", "search_params"})
             if extra:
                 raise ConfigError(f"{where}.legs[{j}]: unknown key(s) {extra} (field, weight, text, search_params)")
-    if not 1 <= int(s.get("depth") or 1) <= MAX_LIMIT:
+    if not 1 <= int(s["depth"]) <= MAX_LIMIT:
         raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
 
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import polars as pl
 
 from .io import atomic_path
+from .settings_schema import filled
 
 __all__ = [
     "FormatError",
@@ -83,13 +84,13 @@ class FacetModel:
 
     @classmethod
     def from_config(cls, facets: Mapping[str, Any]) -> "FacetModel":
-        tags = facets.get("tags", {}) or {}
+        tags = filled("facets.tags", facets.get("tags"))
         return cls(
             taxonomy={k: list(v) for k, v in (facets.get("taxonomy") or {}).items()},
             boolean=list(facets.get("boolean") or []),
             vocabulary=list(tags.get("vocabulary") or []),
-            min_tags=int(tags.get("min", 0)),
-            max_tags=int(tags.get("max", 1000)),
+            min_tags=int(tags["min"]),
+            max_tags=int(tags["max"]),
         )
 
     @property

@@ -63,7 +63,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 # What a stage writes next to an output before it is complete is named after the output,
 # ".<name>.<kind>" (temporary_prefix) + what tempfile or the writer adds, by kind: atomic_path's file
 # (tempfile's 8 random [a-z0-9_], then its suffix), the merge's spill folder (parts.), the folder
-# summary.outdir moves aside (old.<pid>). remove_stale_temporaries matches exactly these.
+# pages.outdir moves aside (old.<pid>). remove_stale_temporaries matches exactly these.
 _TEMPORARY_KINDS = {"": r"[a-z0-9_]{8}(?:\.[a-z]+)*", "parts.": r"[a-z0-9_]{8}", "old.": r"\d+"}
 
 

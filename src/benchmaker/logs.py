@@ -13,11 +13,18 @@ original terminal stderr, which gets warnings, errors and progress only:
 * ``BENCHMAKER_VERBOSE=1`` turns the quietening off: the terminal gets every record (DEBUG and up),
   every progress update and every repeated warning; the log file gets the third-party chatter too.
 
-An uncaught exception writes its traceback to the log file only. The terminal (and ``<log>.error``,
-which the workflow's ``onerror`` handler prints once more as the run's final block) gets a short
-block: for a user-caused error (bad config, missing file, missing key, no weights: see
-``is_user_error``) the exception's message, which names the fix; for anything else the exception
-type and message plus the log's path.
+An uncaught exception writes its traceback to the log file only, and a short block to ``<log>.error``:
+for a user-caused error (bad config, missing file, missing key, no weights: see ``is_user_error``) the
+exception's message, which names the fix; for anything else the exception type and message plus the
+log's path. The workflow's ``onerror`` handler prints those blocks as the run's final block, the one
+place a failure's fix is printed: under a Snakemake run that prints it (:func:`final_block_only`, called
+by the Snakefile, sets ``BENCHMAKER_FINAL_BLOCK=1`` for its local jobs) a failing stage prints nothing
+more; elsewhere (a stage run on its own, a job in a pod whose log the controller reads) it prints the
+block to stderr. :func:`final_block_only` also drops Snakemake's wrapper lines about such a failure
+(``RuleException: CalledProcessError ... returned non-zero exit status 1`` and the closing
+``WorkflowError: At least one job did not complete successfully``), and third-party ERROR records
+(open_clip's ``ERROR [root] Failed to download weights ...``, which the block's message repeats) go
+to the log file only.
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ from typing import Iterable, Iterator, TypeVar
 from tqdm import tqdm
 
 __all__ = ["stage_logging", "progress", "get_logger", "is_user_error", "error_block", "verbose", "failure_summary",
-           "ERROR_SUFFIX"]
+           "final_block_only", "ERROR_SUFFIX", "FINAL_BLOCK_ENV"]
 
 T = TypeVar("T")
 _FMT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 _TERM_FMT = "%(levelname)s [%(name)s] %(message)s"
 _LOG_LINE = "  full log and traceback: "
 ERROR_SUFFIX = ".error"   # <log>.error: the short failure block of a stage, read by the Snakefile's onerror
+FINAL_BLOCK_ENV = "BENCHMAKER_FINAL_BLOCK"  # "1": the Snakemake run prints every <log>.error at its end
 
 # exceptions whose message is written for the user (names the key, file or command that fixes it);
 # matched by class name along the MRO so that this module imports none of the libraries defining them
@@ -129,6 +137,9 @@ class _TermFilter(logging.Filter):
         if record.levelno < logging.ERROR and record.name.startswith(NETWORK_CHATTER):
             self.repeated += 1     # retry warnings of HTTP/Hub clients: the log has them, the error says why
             return False
+        if record.levelno >= logging.ERROR and not record.name.startswith("benchmaker"):
+            self.repeated += 1     # a library's own error line (open_clip's on root): the exception tells it
+            return False
         if record.levelno == logging.WARNING:
             key = (record.name, str(record.msg) if record.msg != "%s" else record.getMessage()[:300])
             if key in self.seen:
@@ -202,12 +213,15 @@ def stage_logging(log_path: str | None, level: int = logging.WARNING, *,
         if isinstance(exc, KeyboardInterrupt):   # Ctrl-C: Snakemake says so; no failure block
             raise
         block = error_block(exc, rule=rule, log_path=log_path)
+        told = False
         if log_path:
             try:
                 Path(str(log_path) + ERROR_SUFFIX).write_text(block + "\n", encoding="utf-8")
+                told = os.environ.get(FINAL_BLOCK_ENV) == "1" and not show_all  # the run's final block has it
             except OSError:
                 pass
-        print(block, file=sys.__stderr__, flush=True)
+        if not told:
+            print(block, file=sys.__stderr__, flush=True)
         raise
     finally:
         for h in handlers:
@@ -337,3 +351,18 @@ def failure_summary(logs_dir: str | Path, since: float) -> str | None:
             out.append(f"  (in {len(logs)} jobs) full logs and tracebacks: {logs[0]} and {len(logs) - 1} more")
     out.append("=" * 78)
     return "\n".join(out)
+
+
+def final_block_only(jobs_write_here: bool = True) -> None:
+    """In the Snakemake process: the run's final block (``onerror``) is where a failure's fix is printed,
+    once. Snakemake's wrapper lines about a failed stage are dropped and, when the jobs' ``<log>.error``
+    files land where ``onerror`` reads them (``jobs_write_here``: not in pods with their own storage, whose
+    stderr the controller reads instead), jobs inherit ``BENCHMAKER_FINAL_BLOCK=1`` and print no block of
+    their own. ``BENCHMAKER_VERBOSE=1``: nothing changes."""
+    if verbose():
+        return
+    if jobs_write_here:
+        os.environ[FINAL_BLOCK_ENV] = "1"
+    from .snakemake_compat import drop_failed_stage_wrappers
+
+    drop_failed_stage_wrappers()

@@ -176,22 +176,22 @@ def load_config_files(paths: Iterable[str | Path], *, check_paths: bool = True, 
     return cfg
 
 
-def workflow_preflight(cfg: Mapping[str, Any], workflow: Any = None) -> None:
+def workflow_preflight(cfg: Mapping[str, Any], main_process: bool = True, remote_storage: bool = False) -> None:
     """The workflow's parse-time check (rules/common.smk), in Snakemake's main process only.
 
     Missing or unreadable ``paths.*`` raise ConfigError, so that even ``snakemake -n`` stops at once;
-    skipped when a default storage provider is set (``--profile nrp``: the image folder lives on a
-    volume of the pods, not on the controller). Missing CLIP weight folders/files and unset API keys
-    are warnings here (a run of later targets, or a rerun whose model and API stages are done, needs
-    neither, and a dry-run should still plan); the stage that needs them fails with the same message
-    before doing any work. ``benchmaker validate-config`` treats all of them as errors.
+    skipped with ``remote_storage``, a default storage provider (``--profile nrp``: the image folder
+    lives on a volume of the pods, not on the controller). Nothing is checked outside the
+    ``main_process`` (a job Snakemake spawned: its controller checked). Missing CLIP weight
+    folders/files and unset API keys are warnings here (a run of later targets, or a rerun whose model
+    and API stages are done, needs neither, and a dry-run should still plan); the stage that needs
+    them fails with the same message before doing any work. ``benchmaker validate-config`` treats all of them as errors.
     """
     import sys
 
-    if workflow is not None and not getattr(workflow, "is_main_process", True):
+    if not main_process:
         return
-    storage = getattr(workflow, "storage_settings", None) if workflow is not None else None
-    remote = bool(getattr(storage, "default_storage_provider", None))
+    remote = remote_storage
     if not remote:
         problems = path_problems(cfg, models=False)
         if problems:

@@ -12,9 +12,12 @@ The formulas (docs/performance.md lists them with measured peaks) use only input
   the model held twice while loading (``2 x weights``; 600 MB for a named ViT-B-32, the file size for
   local weights).
 * per-rule factors: how many bytes of memory a byte of input JSONL becomes (polars frames, Python
-  objects while validating), measured on the benchmarks in ``benchmarks/``.
+  objects while validating), measured on the benchmarks in ``benchmarks/``. They are declared with
+  their stage (``memory=`` in :data:`benchmaker.stages.STAGES`, :class:`benchmaker.stages.Memory`);
+  :data:`MEMORY` collects them, and :func:`mem_mb` evaluates one for a job.
 * CLIP jobs add the DataLoader's in-flight batches (``batch x 3 x 224 x 224``, uint8, per worker x
-  prefetch 4, plus the float copy in the main process).
+  prefetch 4, plus the float copy in the main process); ``decode_images`` has no model, and
+  ``embed_images`` no loader (it reads two passes of the pixel store at a time).
 
 No function here reads file contents: sizes only (``os.stat``), so evaluating a request is cheap even
 for a million-image run. Nothing imports torch or Snakemake.
@@ -28,37 +31,30 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .settings_schema import default
+from .stages import PY_MB, STAGES, Memory
 
-__all__ = ["FACTORS", "disk_mb", "input_mb", "mem_mb", "runtime"]
+__all__ = ["MEMORY", "disk_mb", "input_mb", "mem_mb", "runtime"]
 
 MB = 1_000_000
-PY_BASE = 250          # interpreter + polars + benchmaker, MB resident
+PY_BASE = PY_MB        # interpreter + polars + benchmaker, MB resident
 TORCH_BASE = 700       # + torch + open_clip
 NAMED_WEIGHTS_MB = 600  # a named open_clip model whose weights are not an input (ViT-B-32 fp32 ~ 580 MB)
 MIN_MB = 500
 
-# rule -> (base MB, memory bytes per input byte over the inputs that count, inputs that count)
-FACTORS: dict[str, tuple[int, float, tuple[str, ...]]] = {
-    "preprocess": (PY_BASE, 0.0, ()),
-    "submit": (PY_BASE + 250, 0.0, ()),  # batch submit / upload: stream files, hold no tables
-    "vision_api": (PY_BASE, 12.0, ("images",)),
-    # one part at a time (the largest counts, see mem_mb), then a line per part (benchmaker.merge)
-    "merge_annotations": (PY_BASE, 8.0, ("parts",)),
-    "plan": (PY_BASE, 8.0, ("annotations", "images")),
-    # the plan + the planned images' rows of annotations/images, read in 64 MB blocks (+ BLOCK_MB)
-    "judge": (PY_BASE + 400, 15.0, ("plan",)),
-    # the same reads as the judge (the writer ranks tags over the planned images' rows), one small
-    # request per query
-    "queries": (PY_BASE + 400, 15.0, ("plan",)),
-    "score": (PY_BASE, 6.0, ("qrels", "query_embeddings")),
-    # the pairs + the scored images' rows; corpus counts aggregated over 64 MB blocks (+ 400)
-    "summary": (PY_BASE + 700, 6.0, ("scored", "plan")),
-    # the pairs (+ their images' rows, read in blocks) + one row group of image bytes per file
-    "export": (PY_BASE + 600, 6.0, ("scored", "plan")),
-    # evaluate (docs/evaluate.md): ranx + numba (~300 MB); one system's runs / every system's runs
-    "evaluate_system": (PY_BASE + 300, 8.0, ("qrels", "images", "annotations", "component_runs", "external")),
-    "evaluate": (PY_BASE + 300, 8.0, ("qrels", "images", "annotations", "runs", "image_embeddings")),
-}
+
+def _memory_models() -> dict[str, Memory]:
+    """name -> memory model, from every stage's declaration; a name declared twice is an error."""
+    out: dict[str, Memory] = {}
+    for stage, declared in STAGES.items():
+        for name, model in declared.memory.items():
+            if name in out:
+                raise ValueError(f"memory model {name!r} is declared twice (stage {stage!r} and another): one each")
+            out[name] = model
+    return out
+
+
+# name (a rule, or a variant such as vision_clip) -> its memory model (benchmaker.stages.Memory)
+MEMORY: dict[str, Memory] = _memory_models()
 
 
 def _paths(x: Any) -> list[str]:
@@ -92,9 +88,9 @@ def input_mb(input: Any, names: Iterable[str] | None = None) -> float:
     return sum(_size(p) for p in files) / MB
 
 
-def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224) -> float:
+def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224, model: bool = True) -> float:
     weights = [p for p in _paths(list(input)) if p.endswith((".safetensors", ".bin", ".pth", ".pt"))]
-    w = sum(_size(p) for p in weights) / MB if weights else NAMED_WEIGHTS_MB
+    w = (sum(_size(p) for p in weights) / MB if weights else NAMED_WEIGHTS_MB) if model else 0.0
     batch = batch_size * 3 * image_px * image_px / MB
     loader = batch * (max(0, num_workers) * 4 + 1) + batch * 4 * 2  # uint8 in flight + float copies
     return TORCH_BASE + 2 * w + loader + (num_workers * 150)  # each forked worker's private pages
@@ -102,25 +98,20 @@ def _clip_mb(input: Any, batch_size: int, num_workers: int, image_px: int = 224)
 
 def mem_mb(rule: str, *, batch_size: int = default("similarity.batch_size"),
            num_workers: int = default("similarity.num_workers")) -> Callable[..., int]:
-    """Callable ``(wildcards, input, attempt) -> MB`` for ``resources: mem_mb=``."""
+    """Callable ``(wildcards, input, attempt) -> MB`` for ``resources: mem_mb=``: the memory model
+    ``rule`` names (:data:`MEMORY`), with the CLIP loader's ``batch_size`` and ``num_workers``."""
+
+    model = MEMORY[rule]
 
     def request(wildcards, input, attempt=1) -> int:
-        if rule in ("embed_images", "vision_clip", "embed_queries"):
-            extra = 8.0 * input_mb(input, ["images"] if rule != "embed_queries" else ["qrels"])
-            mb = _clip_mb(input, batch_size, num_workers if rule != "embed_queries" else 0) + extra
-        else:
-            base, factor, names = FACTORS[rule]
-            if rule == "merge_annotations":  # parts are read one at a time
-                mb = base + factor * max((_size(p) for p in _paths(getattr(input, "parts", None))),
-                                         default=0) / MB
-            else:
-                mb = base + factor * input_mb(input, names)
-            if rule == "score":  # one shard's embeddings file at a time during the gather
-                shards = _paths(getattr(input, "image_embeddings", None))
-                mb += 3 * max((_size(p) for p in shards), default=0) / MB
-            if rule == "evaluate_system":  # a clip system ranking the similarity stage's embeddings:
-                # every image's vector at once (the frame, its float32 matrix, the ranking's copy)
-                mb += 3 * input_mb(input, ["image_embeddings", "query_embeddings"])
+        mb = float(model.base)
+        mb += sum(factor * input_mb(input, [name]) for name, factor in model.per_mb.items())
+        mb += sum(factor * max((_size(p) for p in _paths(getattr(input, name, None))), default=0) / MB
+                  for name, factor in model.per_largest_mb.items())
+        if model.model == "decode":  # torch + open_clip's transforms, no model; batches of 64 in flight
+            mb += _clip_mb(input, 64, num_workers, model=False)
+        elif model.model is not None:
+            mb += _clip_mb(input, batch_size, num_workers if model.model == "images" else 0)
         mb = max(MIN_MB, mb) * (1.5 ** (max(1, int(attempt)) - 1))
         return int(math.ceil(mb / 100.0) * 100)
 
@@ -139,7 +130,7 @@ def runtime(rule: str, *, images_per_s: float = 20.0, start_s: float = 60.0,
     """
 
     def request(wildcards, input, attempt=1) -> int:
-        if rule in ("embed_images", "vision_clip"):
+        if MEMORY[rule].model in ("images", "decode"):
             n = input_mb(input, ["images"]) * MB / bytes_per_image
             s = start_s + n / images_per_s
         else:
@@ -157,12 +148,18 @@ def disk_mb(rule: str, *, image_bytes_factor: float = 1.0) -> Callable[..., int]
     ``export``: the dataset holds each exported image's bytes once (corpus view, docs/export.md), at
     most the size of the image files listed in images.jsonl, which the job cannot know from sizes
     alone; ``image_bytes_factor`` x the images manifest size x 250 (a ~400 byte JSONL row per image
-    of ~100 KB) is the estimate, plus twice the tables. Others: 3x their inputs.
+    of ~100 KB) is the estimate, plus twice the tables. ``decode_images``: its pixel store, 150 KB per
+    image of ~400 bytes of JSONL (docs/similarity.md, "Pixel store"); ``embed_images``: its inputs (the
+    pixel stores of its group) plus 20 %. Others: 3x their inputs.
     """
 
     def request(wildcards, input) -> int:
         if rule == "export":
             mb = 250.0 * image_bytes_factor * input_mb(input, ["images"]) + 2 * input_mb(input)
+        elif rule == "decode_images":  # the pixel store: 3 x 224 x 224 bytes per image (~400 B of JSONL)
+            mb = input_mb(input, ["images"]) * MB / 400 * 3 * 224 * 224 / MB * 1.1
+        elif rule == "embed_images":  # its group's pixel stores (a pod downloads them) + the outputs
+            mb = 1.2 * input_mb(input)
         else:
             mb = 3 * input_mb(input)
         return int(max(1000, math.ceil(mb / 100.0) * 100))

@@ -31,7 +31,10 @@ __all__ = ["run_stage", "named_items", "check_kwargs", "ParamError", "TRIGGER_ON
 # (versions.py); weights (input): local CLIP checkpoint files (rules/common.smk clip_weight_inputs),
 # inputs so that replacing a checkpoint in place reruns the rule, read by the model loader itself
 # triggers (param): the output-deciding part of an API rule's settings (benchmaker.triggers.output_settings)
-TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers"})
+# evaluation_files, deepen_files (inputs): the result files beside evaluate/leaderboard.csv and
+# deepen/report.json (rules/common.smk evaluate_report_inputs, deepen_report_inputs), read from that
+# file's folder: declared so that a pod (and a strict-mode job, benchmaker.strict) is given them
+TRIGGER_ONLY: frozenset[str] = frozenset({"version", "weights", "triggers", "evaluation_files", "deepen_files"})
 # params that a stage writes into its outputs as the user wrote them (the dataset card's config, the
 # audit's settings): never mapped to a pod's local copies of staged files (jobpaths.job_paths)
 RECORDED_PARAMS: frozenset[str] = frozenset({"public_config", "settings"})
@@ -41,9 +44,9 @@ _OFFERED: frozenset[str] = frozenset({"threads"})
 
 # loaded by the runner or the rule scripts themselves, never deciding a stage's output: versions and
 # stages (the check itself and the stage registry) and staging (scripts map staged weight paths under
-# --profile nrp, rules/cluster.smk)
+# --profile nrp, rules/cluster.smk); strict (links the inputs into a sandbox, never changes bytes)
 _NOT_STAGE_CODE: frozenset[str] = frozenset({"benchmaker.versions", "benchmaker.stages", "benchmaker.staging",
-                                             "benchmaker.config_paths"})
+                                             "benchmaker.config_paths", "benchmaker.strict"})
 
 
 class ParamError(TypeError):
@@ -166,7 +169,13 @@ def run_stage(smk: Any, target: str | Callable[..., Any], **extra: Any) -> Any:
         started = process_age()
         if started is not None:  # benchmarks/example_wall.py splits a job's time with this line
             logger.info("%s %.2f s (process start to the stage's first line)", STARTUP_LINE, started)
-        result = func(**check_kwargs(smk.rule, func, kwargs, kinds))
+        # strict mode (BENCHMAKER_STRICT=1): a Snakemake job reads its inputs from a folder holding
+        # only them (benchmaker.strict)
+        from .strict import sandbox_inputs
+
+        with sandbox_inputs(kwargs, kinds, rule=smk.rule,
+                            on=type(smk).__module__.startswith("snakemake")) as job_kwargs:
+            result = func(**check_kwargs(smk.rule, func, job_kwargs, kinds))
         missed = _unversioned_modules(target, sys.modules)
         if missed:  # versions.py's import closure missed a module the stage really ran
             get_logger("runner").warning("stage version of rule %s misses modules it ran: %s (see "

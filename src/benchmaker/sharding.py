@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["shard_of", "shard_names", "shard_name"]
+__all__ = ["shard_of", "shard_names", "shard_name", "shard_groups"]
 
 
 def shard_of(image_id: str, n_shards: int) -> int:
@@ -26,3 +26,14 @@ def shard_name(index: int) -> str:
 def shard_names(n_shards: int) -> list[str]:
     return [shard_name(i) for i in range(n_shards)]
 
+
+
+def shard_groups(shards: list[str], jobs: int) -> dict[str, list[str]]:
+    """Consecutive shards split into at most ``jobs`` groups of ``ceil(len / jobs)`` shards: group
+    name -> its shards. A group of one shard is named like the shard (``00003``), a larger one by its
+    first and last shard (``00000-00015``), so the names depend only on the shard count and ``jobs``."""
+    if jobs < 1:
+        raise ValueError("jobs must be >= 1")
+    size = max(1, -(-len(shards) // jobs))
+    groups = [shards[i:i + size] for i in range(0, len(shards), size)]
+    return {(g[0] if len(g) == 1 else f"{g[0]}-{g[-1]}"): g for g in groups}

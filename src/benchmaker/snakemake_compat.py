@@ -17,6 +17,12 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
   submission returned (``RealExecutor.report_job_submission`` -> ``job.register``); the patch marks
   them before (``RemoteExecutor.run_job_pre``), so that a job submitted by a controller that died
   before it recorded the submission is not trusted either.
+* :func:`record_pod_status` -- snakemake-executor-plugin-kubernetes 0.5.1 reports a failed Job with
+  the pod's log only and deletes the Job right after (``Executor.check_active_jobs`` ->
+  ``report_job_error``); what ended the pod (``OOMKilled``, ``Evicted``, a deadline, the exit code)
+  is then lost. The patch reads the Job's and its pod's status from the API when the error is
+  reported (the Job still exists then) and writes it beside the pod's log as ``<job>.status.json``
+  (benchmaker.podlogs reads it for the run's final block).
 * :func:`explain_config_yaml_errors` -- Snakemake reads config files (``--configfile``, a profile's
   ``configfile:``, the Snakefile's ``configfile:``) in ``snakemake.common.configfile._load_configfile``
   and answers a YAML syntax error with "Config file is not valid JSON or YAML", naming neither the
@@ -32,8 +38,26 @@ The workflow (Snakefile, rules/) relies on three things Snakemake does not docum
   results are complete. The Snakefile's ``onsuccess``/``onerror`` cancel those timers (the scheduler
   has returned by then).
 
-:data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range;
-tests/test_snakemake_compat.py checks both, and each use against the installed Snakemake). The
+The workflow (Snakefile, rules/) also reads and changes Snakemake's ``workflow`` object, whose
+attributes are not documented API either. Each use is a named function here, the only code that
+touches those attributes (``workflow.basedir``, documented, is read directly):
+
+* :func:`default_storage_provider`, :func:`default_storage_prefix`, :func:`storage_plugin_settings`
+  -- ``--default-storage-provider``/``-prefix`` and a storage plugin's ``--storage-<name>-*``
+  settings (``workflow.storage_settings``, ``workflow.storage_provider_settings``).
+* :func:`is_main_process`, :func:`is_spawned_job` -- whether this process is the controller or a job
+  that Snakemake spawned on a cluster (``workflow.exec_mode``).
+* :func:`executor_name`, :func:`is_dry_run`, :func:`executor_setting` -- the executor plugin and its
+  settings, known once the DAG is built (``workflow.executor_plugin``, ``workflow.executor_settings``).
+* :func:`configfiles_given`, :func:`configfiles_read`, :func:`set_job_configfiles` -- the config files
+  of the command line (``--configfile``, which replace the Snakefile's ``configfile:``), every config
+  file read, and the ones each spawned job gets (``workflow.config_settings.configfiles``, which
+  Snakemake passes to jobs as ``--configfiles``; ``workflow.configfiles``, which its source archive
+  ships to jobs without a shared file system).
+
+:data:`SUPPORTED` is the Snakemake range these were checked with (pyproject.toml pins the same range and the
+Snakefile's ``min_version`` names its lower bound; tests/test_snakemake_compat.py checks all three, and
+each use against the installed Snakemake). The
 Snakefile calls :func:`check_snakemake` first: another Snakemake version stops with one clear error
 instead of a silent change in what reruns. This is the only module of the library that imports
 Snakemake, and only inside these functions (no stage imports it).
@@ -42,12 +66,17 @@ Snakemake, and only inside these functions (no stage imports it).
 from __future__ import annotations
 
 import functools
+import logging
 import os
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 __all__ = ["SUPPORTED", "SUPPORTED_S3_PLUGIN", "check_snakemake", "explain_config_yaml_errors",
            "keep_job_incomplete_marks", "mark_before_submission", "not_a_trigger", "patch_s3_fresh_dir",
-           "release_scheduler_timers"]
+           "drop_failed_stage_wrappers", "record_pod_status", "release_scheduler_timers", "default_storage_provider",
+           "default_storage_prefix",
+           "storage_plugin_settings", "is_main_process", "is_spawned_job", "executor_name", "is_dry_run",
+           "executor_setting", "configfiles_given", "configfiles_read", "set_job_configfiles"]
 
 SUPPORTED = ">=9.27,<10"
 SUPPORTED_S3_PLUGIN = ">=0.3.6,<0.4"
@@ -179,6 +208,51 @@ def mark_before_submission() -> bool:
     return True
 
 
+def record_pod_status() -> bool:
+    """When the kubernetes executor reports a failed Job, write what the API says ended its pod
+    (benchmaker.podlogs.pod_status) to ``<aux>/kubernetes-logs/<job>.status.json``, with the rule the
+    Job ran. Never fails the report: an API error leaves the file out. Idempotent; True when in place."""
+    import inspect
+
+    from snakemake_executor_plugin_kubernetes import Executor
+
+    original = Executor.report_job_error
+    if getattr(original, "_benchmaker_pod_status", False):
+        return True
+    if list(inspect.signature(original).parameters)[:3] != ["self", "job_info", "msg"]:
+        raise CompatError("the kubernetes executor's report_job_error changed its shape: check that a failed "
+                          "pod's status still reaches the final block (benchmaker.podlogs)")
+
+    def report_job_error(self, job_info, msg=None, **kwargs):
+        try:
+            _write_pod_status(self, job_info)
+        except Exception:  # noqa: BLE001 - the report itself must go on
+            pass
+        return original(self, job_info, msg, **kwargs)
+
+    report_job_error._benchmaker_pod_status = True
+    Executor.report_job_error = report_job_error
+    return True
+
+
+def _write_pod_status(executor: Any, job_info: Any) -> None:
+    import json
+    import re
+
+    from .podlogs import STATUS_SUFFIX, pod_status
+
+    name = job_info.external_jobid
+    api = executor.kubeapi.api_client
+    job = api.sanitize_for_serialization(executor.batchapi.read_namespaced_job_status(name, executor.namespace))
+    pods = executor.kubeapi.list_namespaced_pod(namespace=executor.namespace, label_selector=f"job-name={name}")
+    status = pod_status(job, [api.sanitize_for_serialization(p) for p in pods.items])
+    args = " ".join(" ".join([*(c.get("command") or []), *(c.get("args") or [])])
+                    for c in ((job.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [])
+    m = re.search(r"--target-jobs '?(\w+):", args)
+    status["rule"] = m.group(1) if m else getattr(getattr(job_info, "job", None), "name", None)
+    (executor.log_path / f"{name}{STATUS_SUFFIX}").write_text(json.dumps(status) + "\n", encoding="utf-8")
+
+
 def release_scheduler_timers() -> int:
     """Cancel the job scheduler's pending re-evaluation timers (see the module doc), so that the
     process exits when the run is over instead of up to ``--max-jobs-per-timespan``'s timespan later.
@@ -237,3 +311,96 @@ def explain_config_yaml_errors() -> bool:
     _load_configfile._benchmaker_yaml_mark = True
     configfile._load_configfile = _load_configfile
     return True
+
+
+# -- the workflow object (module doc, second list) -----------------------------------------------------
+
+def default_storage_provider(workflow: Any) -> str | None:
+    """``--default-storage-provider`` (``s3`` under --profile nrp), None without one."""
+    return workflow.storage_settings.default_storage_provider
+
+
+def default_storage_prefix(workflow: Any) -> str | None:
+    """``--default-storage-prefix`` (``s3://bucket/build``), None without one."""
+    return workflow.storage_settings.default_storage_prefix or None
+
+
+def storage_plugin_settings(workflow: Any, name: str) -> Any:
+    """The untagged settings of storage plugin ``name`` (``--storage-s3-endpoint-url``, ...): an object
+    with one attribute per setting, or None when the plugin is not in use."""
+    tagged = (workflow.storage_provider_settings or {}).get(name)
+    return tagged.get_settings(None) if tagged is not None else None
+
+
+def is_main_process(workflow: Any) -> bool:
+    """True in the controller: the process the user started (not a job Snakemake spawned)."""
+    return workflow.is_main_process
+
+
+def is_spawned_job(workflow: Any) -> bool:
+    """True in a job Snakemake spawned in a pod or a cluster job (``--mode remote``): it parses the
+    Snakefile again."""
+    return workflow.remote_exec
+
+
+def executor_name(workflow: Any) -> str | None:
+    """The executor plugin's name (``local``, ``dryrun``, ``kubernetes``, ``slurm``); None while the
+    Snakefile is parsed (Snakemake sets the executor once parsing is over)."""
+    plugin = workflow.executor_plugin
+    return None if plugin is None else plugin.name
+
+
+def is_dry_run(workflow: Any) -> bool:
+    """True in ``snakemake -n`` (False while the Snakefile is parsed: the executor is not known yet)."""
+    return bool(workflow.dryrun)
+
+
+def executor_setting(workflow: Any, name: str) -> Any:
+    """Setting ``name`` of the executor plugin (``--kubernetes-namespace`` is ``namespace``), None
+    when the executor has no such setting (a dry run has none)."""
+    return getattr(workflow.executor_settings, name, None)
+
+
+def configfiles_given(workflow: Any) -> list[Path]:
+    """The ``--configfile`` files (a profile's ``configfile:`` included), absolute, in order; empty
+    when none was given (then the Snakefile's own ``configfile:`` is read)."""
+    return list(workflow.config_settings.configfiles)
+
+
+def configfiles_read(workflow: Any) -> list[str]:
+    """Every config file read so far (``--configfile`` and the Snakefile's ``configfile:``), as given."""
+    return [str(f) for f in workflow.configfiles]
+
+
+def set_job_configfiles(workflow: Any, files: Sequence[str | os.PathLike]) -> None:
+    """Every job Snakemake spawns gets exactly ``files`` (in order) as its config files, and the
+    source archive (jobs without a shared file system) ships them. Call it in the controller while
+    the Snakefile is parsed."""
+    files = [Path(f).absolute() for f in files]
+    workflow.config_settings.configfiles[:] = files
+    workflow.configfiles[:] = [str(f) for f in files]
+
+
+class _SnakemakeWrappers(logging.Filter):
+    """Snakemake's wrapper lines about a failed benchmaker stage, whose block the final block prints: the
+    script's ``RuleException: CalledProcessError ... returned non-zero exit status 1`` and the closing
+    ``WorkflowError: At least one job did not complete successfully``. Other failures (a killed job, another
+    exit status, a shell command) keep Snakemake's lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = getattr(record, "exception", None)
+        msg = str(record.msg)
+        if exc == "RuleException" and "CalledProcessError" in msg and "returned non-zero exit status 1." in msg \
+                and "/.snakemake/scripts/" in msg:
+            return False
+        return not (exc == "WorkflowError" and "At least one job did not complete successfully" in msg)
+
+
+def drop_failed_stage_wrappers() -> None:
+    """Snakemake 9 logs a failed job's script error through the ``snakemake.logging`` logger, with the
+    exception's class name in the record's ``exception`` attribute: filter out the wrapper lines of a
+    failed benchmaker stage (:class:`_SnakemakeWrappers`), whose fix the run's final block prints
+    (tests/test_first_hour_failure.py runs a real failure and fails if Snakemake changes this)."""
+    lg = logging.getLogger("snakemake.logging")
+    if not any(isinstance(f, _SnakemakeWrappers) for f in lg.filters):
+        lg.addFilter(_SnakemakeWrappers())

@@ -1,5 +1,6 @@
 """Every stage of the workflow, declared once: the rules that run it, the library function each
-rule's job calls (``"module:function"``) and the losses and cost files of it that the totals count.
+rule's job calls (``"module:function"``), the losses and cost files of it that the totals count, the
+memory its jobs ask for and which of its rules run a model on a GPU.
 
 From this one table come
 
@@ -13,6 +14,9 @@ From this one table come
   losses by stage and API costs (each file under the name :func:`counted_stages` gives it:
   ``loss_stages()`` and ``cost_stages()`` in rules/common.smk; :func:`outside_stages`: the losses
   that are not the benchmark's own);
+* the memory requests (:data:`benchmaker.resources.MEMORY`: every stage's ``memory`` models, which
+  ``resources.mem_mb(name)`` evaluates on a job's input sizes);
+* the GPU requests (:func:`needs_gpu`, which the rules hand to ``gpu_resources`` in rules/cluster.smk);
 * the checks of tests/test_versions.py: every rule with a script is declared here, under the stage
   that its ``version=stage_version(...)`` param names, and a rule with its own script calls the
   function declared for it.
@@ -25,10 +29,38 @@ from __future__ import annotations
 
 import itertools
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-__all__ = ["STAGES", "Stage", "counted_files", "counted_stages", "outside_stages", "rule_target", "stage_of"]
+__all__ = ["PY_MB", "STAGES", "Memory", "Stage", "counted_files", "counted_stages", "needs_gpu", "outside_stages",
+           "rule_target", "stage_of", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
+
+PY_MB = 250  # a job's interpreter with polars and benchmaker, MB resident
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The memory (MB) one job asks for, from the sizes of the inputs it will read (evaluated by
+    :func:`benchmaker.resources.mem_mb`): ``base``; plus, for each input named in ``per_mb``, its
+    factor times the size in MB of all its files (how many bytes of memory a byte of it becomes);
+    plus, for each input in ``per_largest_mb``, its factor times its largest file (inputs read one
+    file at a time); plus, with ``model``, what running a CLIP model holds: torch, the weights twice
+    while loading and the loader's in-flight batches (``"images"``: with the rule's DataLoader
+    workers; ``"texts"``: none; ``"decode"``: the images' decoding loader with its workers, batches of
+    64, and no weights). Never less than ``resources.MIN_MB``; 1.5x per retry."""
+
+    base: int = PY_MB
+    per_mb: Mapping[str, float] = field(default_factory=dict)
+    per_largest_mb: Mapping[str, float] = field(default_factory=dict)
+    model: str | None = None
+
+
+# written by `benchmaker estimate` outside the workflow (docs/formats.md ``estimate``), under the results
+# folder, and read when present: the pilot's cost rows (``--pilot``: counted in the totals under their
+# own stage, rules/common.smk ``cost_files()``) and the recorded estimate (the summary shows it beside
+# the bill, ``estimate_inputs()``)
+ESTIMATE_FILE = "estimate/estimate.json"
+PILOT_COSTS_FILE = "estimate/pilot_costs.jsonl"
 
 
 @dataclass(frozen=True)
@@ -45,47 +77,90 @@ class Stage:
     and the audit's second judge (it runs the judge stage, whose loss rows say ``judge``); None: the
     loss rows' own stage, and for costs the stage's name (its cost rows say it). ``outside_benchmark``:
     its losses are not the benchmark's own (what a system under evaluation or the second judge could
-    not rank or label; the report and the card say so)."""
+    not rank or label; the report and the card say so). ``memory``: the memory models its rules ask
+    for by name (``resources.mem_mb(name)``; mostly a rule's own name, or a variant such as
+    ``vision_clip``; a rule of another stage that runs the same code may name it too). ``gpu``: its
+    rules that run a model, so that a cluster gives their jobs a GPU: True, or the ``<stage>.adapter``
+    values with which it does (:func:`needs_gpu`)."""
 
     rules: dict[str, str]
     losses: str | None = None
     costs: str | None = None
     counted_as: str | None = None
     outside_benchmark: bool = False
+    memory: Mapping[str, Memory] = field(default_factory=dict)
+    gpu: Mapping[str, bool | frozenset[str]] = field(default_factory=dict)
 
 
 # in the order the totals read them (the losses file and the card list them in this order)
 STAGES: dict[str, Stage] = {
     "preprocess": Stage({"preprocess": "benchmaker.preprocess:run_shard",
-                         "merge_images": "benchmaker.preprocess:merge"}),
+                         "merge_images": "benchmaker.preprocess:merge"},
+                        memory={"preprocess": Memory()}),
     "vision": Stage({"vision": "benchmaker.vision:run", "vision_build": "benchmaker.vision.openai:build",
                      "vision_submit": "benchmaker.vision.openai:submit",
                      "vision_collect": "benchmaker.vision.openai:collect"},
-                    costs="costs/vision/{shard}.jsonl"),   # the merge stage merges its shards' losses
-    "merge": Stage({"merge_annotations": "benchmaker.merge:merge_annotations"}, losses="losses/vision.jsonl"),
-    "plan": Stage({"plan": "benchmaker.plan:run"}, losses="losses/plan.jsonl"),
+                    costs="costs/vision/{shard}.jsonl",   # the merge stage merges its shards' losses
+                    # the clip adapter runs the similarity model on the shard (embed_images' memory);
+                    # the API adapters' build and collect hold the shard's images table
+                    memory={"vision_clip": Memory(0, {"images": 8.0}, model="images"),
+                            "vision_api": Memory(PY_MB, {"images": 12.0})},
+                    gpu={"vision": frozenset({"clip"})}),
+    # one part at a time (the largest counts), then a line per part (benchmaker.merge)
+    "merge": Stage({"merge_annotations": "benchmaker.merge:merge_annotations"}, losses="losses/vision.jsonl",
+                   memory={"merge_annotations": Memory(PY_MB, per_largest_mb={"parts": 8.0})}),
+    "plan": Stage({"plan": "benchmaker.plan:run"}, losses="losses/plan.jsonl",
+                  memory={"plan": Memory(PY_MB, {"annotations": 8.0, "images": 8.0})}),
+    # the same reads as the judge (the writer ranks tags over the planned images' rows), one small
+    # request per query
     "queries": Stage({"queries": "benchmaker.queries:run", "queries_build": "benchmaker.queries.openai:build",
                       "queries_submit": "benchmaker.queries.openai:submit",
                       "queries_collect": "benchmaker.queries.openai:collect"},
-                     losses="losses/queries.jsonl", costs="costs/queries.jsonl"),
+                     losses="losses/queries.jsonl", costs="costs/queries.jsonl",
+                     memory={"queries": Memory(PY_MB + 400, {"plan": 15.0})}),
     "judge": Stage({"judge": "benchmaker.judge:run", "judge_build": "benchmaker.judge.openai:build",
                     "judge_submit": "benchmaker.judge.openai:submit",
                     "judge_collect": "benchmaker.judge.openai:collect"},
-                   losses="losses/judge.jsonl", costs="costs/judge.jsonl"),
+                   losses="losses/judge.jsonl", costs="costs/judge.jsonl",
+                   # the plan + the planned images' rows of annotations/images, read in 64 MB blocks
+                   memory={"judge": Memory(PY_MB + 400, {"plan": 15.0})}),
     "embed": Stage({"embed_images": "benchmaker.similarity.embed:run_images",
-                    "embed_queries": "benchmaker.similarity.embed:run_queries"}),  # score merges its losses
-    "score": Stage({"score": "benchmaker.similarity.score:run"}, losses="losses/similarity.jsonl"),
-    "summary": Stage({"summary": "benchmaker.summary.stage:run"}),
-    "export": Stage({"export": "benchmaker.export:run"}),
-    "upload": Stage({"upload": "benchmaker.export.upload:run"}),  # no version param: an upload is never redone
+                    "decode_images": "benchmaker.similarity.decode:run_shard",
+                    "embed_queries": "benchmaker.similarity.embed:run_queries"},  # score merges its losses
+                   # decode_images: the image decoding loader (batches of 64 in flight), no model
+                   memory={"decode_images": Memory(0, {"images": 8.0}, model="decode"),
+                           "embed_images": Memory(0, {"images": 8.0}, model="images"),
+                           "embed_queries": Memory(0, {"qrels": 8.0}, model="texts")},
+                   gpu={"embed_images": True}),
+    # the pairs and the query embeddings, and one shard's image embeddings at a time during the gather
+    "score": Stage({"score": "benchmaker.similarity.score:run"}, losses="losses/similarity.jsonl",
+                   memory={"score": Memory(PY_MB, {"qrels": 6.0, "query_embeddings": 6.0},
+                                           {"image_embeddings": 3.0})}),
+    # the pairs + the scored images' rows; corpus counts aggregated over 64 MB blocks
+    "summary": Stage({"summary": "benchmaker.summary.stage:run"},
+                     memory={"summary": Memory(PY_MB + 700, {"scored": 6.0, "plan": 6.0})}),
+    # the pairs (+ their images' rows, read in blocks) + one row group of image bytes per file
+    "export": Stage({"export": "benchmaker.export:run"},
+                    memory={"export": Memory(PY_MB + 600, {"scored": 6.0, "plan": 6.0})}),
+    # no version param: an upload is never redone. `submit`: the upload and every batch submit stream
+    # files and hold no tables
+    "upload": Stage({"upload": "benchmaker.export.upload:run"}, memory={"submit": Memory(PY_MB + 250)}),
     "staging": Stage({"stage_file": "benchmaker.staging:copy_input", "stage_folder": "benchmaker.staging:copy_input"}),
     "evaluate_system": Stage({"evaluate_model": "benchmaker.evaluate.systems:run",
                               "evaluate_system": "benchmaker.evaluate.systems:run",
                               "evaluate_api": "benchmaker.evaluate.systems:run"},  # use rule evaluate_system as
                              losses="losses/evaluate/{evaluate_system}.jsonl",
                              costs="costs/evaluate/{evaluate_system}.jsonl", counted_as="evaluate: {evaluate_system}",
-                             outside_benchmark=True),
-    "evaluate": Stage({"evaluate": "benchmaker.evaluate.stage:run"}),
+                             outside_benchmark=True,
+                             # ranx + numba (~300 MB) and one system's runs; a clip system ranking the
+                             # similarity stage's embeddings holds every image's vector (frame, matrix, copy)
+                             memory={"evaluate_system": Memory(PY_MB + 300, {
+                                 "qrels": 8.0, "images": 8.0, "annotations": 8.0, "component_runs": 8.0,
+                                 "external": 8.0, "image_embeddings": 3.0, "query_embeddings": 3.0})},
+                             gpu={"evaluate_model": True, "evaluate_system": False}),
+    "evaluate": Stage({"evaluate": "benchmaker.evaluate.trust:run"},
+                      memory={"evaluate": Memory(PY_MB + 300, {"qrels": 8.0, "images": 8.0, "annotations": 8.0,
+                                                               "runs": 8.0, "image_embeddings": 8.0})}),
     "audit_sample": Stage({"audit_sample": "benchmaker.audit.sample:run"}),
     "audit_labelling": Stage({"audit_labelling": "benchmaker.audit.labelling:run"}),
     "audit_report": Stage({"audit_report": "benchmaker.audit.statistics:run"}),
@@ -157,3 +232,10 @@ def stage_of(rule: str) -> str:
         if rule in stage.rules:
             return name
     raise KeyError(f"rule {rule!r} is declared under no stage in benchmaker/stages.py (STAGES)")
+
+
+def needs_gpu(rule: str, adapter: str | None = None) -> bool:
+    """Whether ``rule``'s jobs run a model (a cluster then gives them a GPU), as its stage declares:
+    always, never, or with the given ``adapter`` (the stage's ``<stage>.adapter`` setting)."""
+    need = STAGES[stage_of(rule)].gpu.get(rule, False)
+    return need if isinstance(need, bool) else adapter in need

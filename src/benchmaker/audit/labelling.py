@@ -26,8 +26,8 @@ import polars as pl
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..pages.outdir import staged_dir
 from ..settings_schema import default
-from ..summary.outdir import staged_dir
 from .files import Scale, read_sample, read_sample_meta
 
 __all__ = ["run", "render_page", "thumbnail_data_uri", "label_studio_config", "label_studio_tasks",

@@ -116,7 +116,7 @@ def _prose(info: Mapping[str, Any] | None) -> str:
 
 
 def render_markdown(info: Mapping[str, Any] | None) -> str:
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     text = _prose(info) + "\n"
     if info is not None and info["status"] == "audited":
@@ -135,7 +135,7 @@ def render_markdown(info: Mapping[str, Any] | None) -> str:
 
 def summary_section(report_dir: str | Path | None):
     """The report's "Judge audit" section (summary/report.md and .html)."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     info = load_audit(report_dir)
     table = key_table(info) if info is not None and info["status"] == "audited" else None

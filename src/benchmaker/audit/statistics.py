@@ -5,7 +5,8 @@
 ``audit/report/`` holds ``audit.json`` (every number below), ``agreement.csv`` (one row per pair of
 raters), ``agreement_by_group.csv`` (per pool, query difficulty and facet value), ``confusion.csv``,
 ``multi_rater.csv`` (Krippendorff's alpha, Fleiss' kappa), ``ranking.csv`` (systems under judge vs human
-labels), ``human_labels.jsonl`` (the imported labels) and ``audit.md`` (the section as markdown).
+labels), ``corrected.csv`` (human-corrected system scores, :mod:`.corrected`), ``judges.csv`` (systems under
+the two judges), ``human_labels.jsonl`` (the imported labels) and ``audit.md`` (the section as markdown).
 Formats: docs/formats.md; meaning: docs/audit.md.
 """
 
@@ -20,8 +21,8 @@ import polars as pl
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..pages.outdir import staged_dir
 from ..settings_schema import default, filled
-from ..summary.outdir import staged_dir
 from . import agreement as A
 from .files import Scale, read_sample, read_sample_meta
 from .labels import import_labels
@@ -183,7 +184,7 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
     if people and runs:
         audited = sample.select("item_id", "query_id", "image_id", "judge_label").join(
             consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
-        ranking = compare_rankings(audited, runs, list(s.get("metrics") or ["ndcg@10"]))
+        ranking = compare_rankings(audited, runs, list(s["metrics"]))
 
     audited = bool(people) or j2 is not None
     info: dict[str, Any] = {
@@ -242,7 +243,8 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
     humans = import_labels(files, s, scale, require_complete=bool(filled("audit", settings)["require_complete"]),
                            sample_id=meta["sample_id"]) if files else import_labels([], s, scale)
     j2 = read_table("qrels", judge2, columns=columns) if judge2 else None
-    q = read_table("qrels", qrels, columns=columns) if (judge2 and judge2_scope == "all") else None
+    q_all = read_table("qrels", qrels, columns=columns)
+    q = q_all if (judge2 and judge2_scope == "all") else None
     run_paths = [runs] if isinstance(runs, str) else list(runs or [])
     run_map = dict(zip(list(systems or []), run_paths))
     fnames = settings.get("facets")
@@ -251,6 +253,9 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
     info = compute(s, meta, humans, scale, judge2=j2, judge2_name=judge2_name if judge2 else None,
                    judge2_scope=judge2_scope, qrels=q, runs=run_map, settings=settings, facets=list(fnames or []))
     tables = info.pop("tables")
+    extra, extra_tables = _trust(s, humans, q_all, j2, judge2_scope, run_map, settings)
+    info.update(extra)
+    tables.update(extra_tables)
     info["stage_version"] = version
     with staged_dir(report, MARKER) as out:
         for name, df in tables.items():
@@ -265,6 +270,16 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
     log.info("audit report: %s; %d people, %d comparisons", info["status"], len(info["people"]),
              len(info["comparisons"]))
     return info
+
+
+def _trust(sample: pl.DataFrame, humans: pl.DataFrame, qrels: pl.DataFrame, judge2: pl.DataFrame | None,
+           judge2_scope: str, runs: Mapping[str, str], settings: Mapping[str, Any]):
+    """Human-corrected scores and the two judges' rankings (:mod:`.trust`, docs/trust.md)."""
+    from .trust import trust_parts
+
+    s = filled("audit", settings)
+    return trust_parts(sample=sample, humans=humans, qrels=qrels, runs=runs, metrics=list(s["metrics"]),
+                       confidence=float(s["confidence"]), judge2=judge2, judge2_scope=judge2_scope)
 
 
 def _json_default(o: Any):

@@ -64,7 +64,7 @@ def _headline(rep: dict) -> str:
 def summary_sections(report_json: str | Path, out_dir: Path) -> list:
     """The report's sections "Pool deepening" and "Reusability"; copies the result files to
     ``out_dir/deepen``."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     rep = load(report_json)
     copy_results(report_json, out_dir / "deepen")
@@ -78,7 +78,7 @@ def summary_sections(report_json: str | Path, out_dir: Path) -> list:
 
 
 def card_markdown(report_json: str | Path) -> str:
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     rep = load(report_json)
     if not rep:
@@ -96,12 +96,20 @@ def card_markdown(report_json: str | Path) -> str:
 
 
 def copy_results(report_json: str | Path, dest: Path) -> list[str]:
-    """The deepening files beside ``report_json`` into ``dest`` (the summary's or dataset's deepen/)."""
+    """The deepening files beside ``report_json`` into ``dest`` (the summary's or dataset's deepen/).
+    The deepen rule writes them all: a missing one is an error naming it, never a copy with less (a job
+    that reads them must declare them: rules/common.smk ``deepen_report_inputs``)."""
+    from ..errors import UserError
+
     src = Path(report_json).parent
+    missing = [f for f in RESULT_FILES if not (src / f).is_file()]
+    if missing:
+        raise UserError(f"{src}: {', '.join(missing)} missing beside {Path(report_json).name}: the deepen rule "
+                        "writes them; a job that reads them must declare them as inputs (rules/common.smk "
+                        "deepen_report_inputs), or rerun the deepen target")
     out = []
     for f in RESULT_FILES:
-        if (src / f).is_file():
-            (dest / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / f, dest / f)
-            out.append(f)
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / f, dest / f)
+        out.append(f)
     return out

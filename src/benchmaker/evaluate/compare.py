@@ -228,7 +228,7 @@ _DTYPES = {"system": pl.String, "scope": pl.String, "metric": pl.String, "old_ve
 
 def report_markdown(res: Mapping[str, Any]) -> str:
     """The comparison as markdown: verdict, versions, regressions, then every gated difference."""
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     t: pl.DataFrame = res["table"]
     verdict = (f"**{res['regressions']} regression(s)**" if res["regressions"] else "no regression")
@@ -340,7 +340,7 @@ def compare_with_baseline(baseline: Sequence[str], leaderboard_json: str, compar
 def compare_section(leaderboard_csv: str | Path, out_dir: str | Path | None = None):
     """The report's "Compared with the baseline" section (regressions flagged), or None without one;
     ``out_dir``: the report folder (the comparison files are copied to its ``evaluate/``)."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     folder = Path(leaderboard_csv).parent
     if not (folder / "comparison.json").is_file():

@@ -7,8 +7,8 @@ mteb's registered models (``mteb_model``, e.g. ``openai/clip-vit-base-patch32``)
 as the ``clip`` evaluate system loads it (``model`` / ``pretrained``: architecture + tag, ``hf-hub:``,
 ``local-dir:``), wrapped in :class:`ClipEncoder`: images are decoded from the exported bytes exactly as
 every stage decodes image files (``benchmaker.imaging``, JPEG draft mode included) and encoded in the
-project's fixed-size passes, so mteb's nDCG@10 equals the leaderboard's for the same model on the same
-images (tests/test_export_publish.py). mteb needs ``sentence-transformers`` importable (``mteb.evaluate``
+project's fixed-size passes, so mteb's nDCG@10 is the leaderboard's ``exported`` nDCG@10 of the same model
+(tests/test_export_publish.py). mteb needs ``sentence-transformers`` importable (``mteb.evaluate``
 imports it for every model): the ``mteb`` extra installs both (``pip install 'benchmaker[mteb]'``).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from ..settings_schema import default
 
-__all__ = ["ClipEncoder", "clip_encoder", "make_task", "run"]
+__all__ = ["ClipEncoder", "clip_encoder", "make_task", "run", "write_trec_run"]
 
 TASK_NAME = "BenchmakerT2IRetrieval"
 
@@ -131,12 +131,34 @@ def clip_encoder(model: str, pretrained: str | None = None, device: str = defaul
     return _Encoder()
 
 
+def write_trec_run(predictions: dict[str, dict[str, float]], path: str | Path, name: str) -> int:
+    """mteb's ranking (query id -> {corpus id: score}, the export's TREC ids) as a TREC run file, best
+    first per query (ties by corpus id descending, as trec_eval orders them); returns its lines."""
+    lines = []
+    for qid in sorted(predictions):
+        by_id = sorted(predictions[qid].items(), key=lambda kv: kv[0], reverse=True)
+        ranked = sorted(by_id, key=lambda kv: -kv[1])  # stable: ties keep the id order
+        lines += [f"{qid} Q0 {doc} {n} {score!r} {name}" for n, (doc, score) in enumerate(ranked, 1)]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return len(lines)
+
+
+def _predictions(folder: Path, task: str, split: str) -> dict[str, dict[str, float]]:
+    doc = json.loads((folder / f"{task}_predictions.json").read_text(encoding="utf-8"))
+    return doc["mteb"][split]
+
+
 def run(*, dataset: str, model: str | None = None, pretrained: str | None = None, mteb_model: str | None = None,
         split: str = default("export.split"), revision: str | None = None, output: str | None = None,
-        device: str = default("similarity.device"),
+        trec_run: str | None = None, device: str = default("similarity.device"),
         precision: str = default("similarity.precision"),
         batch_size: int = default("vision.clip.batch_size")) -> dict[str, Any]:
-    """Evaluate one model with ``mteb.evaluate`` on the export; returns mteb's scores of the split."""
+    """Evaluate one model with ``mteb.evaluate`` on the export; returns mteb's scores of the split (mteb
+    rounds them to 5 decimals). ``trec_run``: also write mteb's ranking there as a TREC run file, so
+    ``trec_eval hf_dataset/trec/qrels.txt FILE`` (or pytrec_eval) gives the unrounded values."""
+    import tempfile
+
     import mteb
 
     if bool(model) == bool(mteb_model):
@@ -147,7 +169,11 @@ def run(*, dataset: str, model: str | None = None, pretrained: str | None = None
     task = make_task(dataset, split, revision)
     encoder = mteb.get_model(mteb_model) if mteb_model else clip_encoder(
         model, pretrained, device=device, precision=precision, batch_size=batch_size)
-    result = mteb.evaluate(encoder, tasks=[task], cache=None, show_progress_bar=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = mteb.evaluate(encoder, tasks=[task], cache=None, show_progress_bar=False,
+                               prediction_folder=tmp if trec_run else None)
+        if trec_run:
+            write_trec_run(_predictions(Path(tmp), task.metadata.name, split), trec_run, "mteb")
     scores = result.task_results[0].scores[split][0]
     out = {"task": task.metadata.name, "dataset": str(dataset), "split": split,
            "model": mteb_model or model, "pretrained": pretrained, "main_score": scores.get("main_score"),

@@ -15,12 +15,15 @@ from pathlib import Path
 import polars as pl
 
 from ..settings_schema import default
+from .scopes import SCOPES, scopes_note
 
 __all__ = [
     "JUDGE_NOTE",
     "RESULT_FILES",
     "card_markdown",
+    "check_results",
     "copy_results",
+    "label_rows",
     "leaderboard_table",
     "quality_vs_compute_chart",
     "RUN_FACT_COLUMNS",
@@ -36,6 +39,7 @@ RESULT_FILES = ("leaderboard.csv", "leaderboard.json", "drilldown.csv", "signifi
 JUDGE_NOTE = ("Systems marked \"sees what the judge saw\" read the vision annotator's summaries and tags, the text "
               "the judge labelled from: their scores are optimistic and not comparable to image-only systems.")
 CHARTS = ("leaderboard.png", "quality_vs_latency.png")
+NOTE_GREY = "#888888"  # leader lines from a point to its label (summary.charts.NOTE: not a data colour)
 # what varies from run to run (timings): kept in evaluate/ of the results folder and in the dataset's
 # run_facts.json (docs/export.md), left out of the copies in the report and the dataset, and of their tables
 RUN_FACT_COLUMNS = ("images_per_s", "query_latency_ms", "seconds")
@@ -73,6 +77,25 @@ def _read(path: Path) -> pl.DataFrame:
     return pl.read_csv(path) if path.is_file() and path.stat().st_size else pl.DataFrame()
 
 
+def check_results(leaderboard_csv: str | Path) -> None:
+    """Every result file the evaluate rule writes beside the leaderboard is there (RESULT_FILES and a
+    ``sage/<system>.csv`` per system of the sage leaderboard): the report and the dataset show them
+    all, so a missing one is an error naming it, never a report with less. A job that reads them must
+    declare them (rules/common.smk ``evaluate_report_inputs``): a pod has only what it declares."""
+    from ..errors import UserError
+
+    folder = Path(leaderboard_csv).parent
+    missing = [f for f in RESULT_FILES if not (folder / f).is_file()]
+    sage = _read(folder / "sage_leaderboard.csv")
+    if sage.height and "system" in sage.columns:
+        missing += [f"sage/{name}.csv" for name in sage["system"].unique(maintain_order=True)
+                    if not (folder / "sage" / f"{name}.csv").is_file()]
+    if missing:
+        raise UserError(f"{folder}: {', '.join(missing)} missing beside {Path(leaderboard_csv).name}: the evaluate "
+                        "rule writes them; a job that reads them must declare them as inputs (rules/common.smk "
+                        "evaluate_report_inputs), or rerun the evaluate target")
+
+
 def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
     """The compact sage table (one row per system): limit, complete queries, the means."""
     if not sage_board.height:
@@ -91,7 +114,7 @@ def write_charts(board: pl.DataFrame, out_dir: Path,
     ``png``, a :class:`benchmaker.chart_png.PngProcess`, when given: complete once it is closed)."""
     import altair as alt
 
-    from ..summary.charts import save
+    from ..pages.charts import save
 
     if not board.height:
         return []
@@ -100,8 +123,8 @@ def write_charts(board: pl.DataFrame, out_dir: Path,
                         pl.col("query_latency_ms").cast(pl.Float64), pl.col("sees_judge_text").cast(pl.Boolean))
     bars = alt.Chart(data).mark_bar().encode(
         y=alt.Y("system:N", sort="-x", title=None), x=alt.X("value:Q", title=metric),
-        color=alt.Color("sees_judge_text:N", title="sees what the judge saw"),
-        row=alt.Row("scope:N", title=None)).properties(width=360, title=f"{metric} by system and scope")
+        color=_judge_color(), row=alt.Row("scope:N", title=None, sort=list(SCOPES))).properties(
+        width=360, title=f"{metric} by system and scope")
     save(bars, out_dir / CHARTS[0], scale_factor, png)
     chart = quality_vs_compute_chart(board)
     if chart is not None:
@@ -110,44 +133,91 @@ def write_charts(board: pl.DataFrame, out_dir: Path,
     return [CHARTS[0]]
 
 
+def _judge_color():
+    """The report's one colour meaning in the leaderboard charts: sees what the judge saw, or not."""
+    import altair as alt
+
+    from ..pages.charts import JUDGE_COLORS
+
+    return alt.Color("sees_judge_text:N", title="sees what the judge saw",
+                     scale=alt.Scale(domain=list(JUDGE_COLORS), range=list(JUDGE_COLORS.values())),
+                     legend=alt.Legend(orient="bottom", labelExpr="datum.value ? 'yes' : 'no'"))
+
+
+LABEL_GAP = 15  # px between two labels' baselines (11 px text)
+
+
+def label_rows(py: list[float], height: float, gap: float = LABEL_GAP) -> list[float]:
+    """Label positions (px, top = 0) for points at heights ``py``: each label as near its point as it can be
+    and at least ``gap`` from the next, inside [0, height] when there is room (in the points' order)."""
+    order = sorted(range(len(py)), key=lambda i: (py[i], i))
+    ys = [0.0] * len(py)
+    last = -gap
+    for i in order:  # downwards: never closer than gap to the label above
+        last = ys[i] = max(py[i], last + gap)
+    nxt = height + gap
+    for i in reversed(order):  # upwards: back inside the plot where the last ones overflowed
+        nxt = ys[i] = min(ys[i], nxt - gap)
+    last = -gap
+    for i in order:  # more labels than fit: below the plot rather than over each other
+        last = ys[i] = max(ys[i], last + gap, 0.0)
+    return ys
+
+
 def quality_vs_compute_chart(board: pl.DataFrame):
     """The main metric (pool scope) against the query latency on a **log** axis, so that a 1 ms system
     and a 10 s one both read (a linear or symlog axis squeezes everything below a few ms into one
-    point); None when no system has a latency. Latencies are run facts: this chart is in the results
-    folder's report only, not in the published dataset (docs/export.md)."""
+    point); None when no system has a latency. Colour: sees what the judge saw (as in the bar chart).
+    Each system is named in a column right of the plot, its label placed apart from the others and
+    joined to its point by a thin line, so no label hides another or a point, however close the points
+    (two systems at the same quality). Latencies are run facts: this chart is in the results folder's
+    report only, not in the published dataset (docs/export.md)."""
     import altair as alt
 
     if not board.height or "query_latency_ms" not in board.columns:
         return None
     metric = _first_k(board, "ndcg@") or "map"
     pts = board.filter(pl.col("scope") == "pool").select(
-        "system", pl.col(metric).alias("value"), pl.col("query_latency_ms").cast(pl.Float64)).filter(
-        pl.col("query_latency_ms") > 0)
+        "system", pl.col(metric).alias("value"), pl.col("query_latency_ms").cast(pl.Float64),
+        pl.col("sees_judge_text").cast(pl.Boolean)).filter(pl.col("query_latency_ms") > 0).sort("system")
     if not pts.height:
         return None
+    width, height = 420, 260
     lo, hi = pts["query_latency_ms"].min(), pts["query_latency_ms"].max()
     domain = [10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(hi) + (hi == lo))]
-    scatter = alt.Chart(pts).mark_point(filled=True, size=80).encode(
+    vmin, vmax = float(pts["value"].min()), float(pts["value"].max())
+    pad = max(0.02, (vmax - vmin) * 0.1)
+    ydom = [max(0.0, vmin - pad), vmax + pad]
+    ln = [math.log10(d) for d in domain]
+    px = [width * (math.log10(x) - ln[0]) / (ln[1] - ln[0]) for x in pts["query_latency_ms"]]
+    py = [height * (1 - (v - ydom[0]) / (ydom[1] - ydom[0])) for v in pts["value"]]
+    pts = pts.with_columns(pl.Series("px", px), pl.Series("py", py),
+                           pl.Series("ly", label_rows(py, height)), pl.lit(width + 14.0).alias("lx"))
+    base = alt.Chart(pts)
+    scatter = base.mark_point(filled=True, size=80, opacity=0.85).encode(
         x=alt.X("query_latency_ms:Q", scale=alt.Scale(type="log", domain=domain),
                 axis=alt.Axis(format="~s"), title="query latency (ms per query, log scale)"),
-        y=alt.Y("value:Q", title=f"{metric} (pool)"), tooltip=["system", "value", "query_latency_ms"],
-        color=alt.Color("system:N", legend=None)).properties(width=420, height=260, title="quality vs compute")
-    text = scatter.mark_text(dx=8, align="left").encode(text="system:N")
-    return scatter + text
+        y=alt.Y("value:Q", scale=alt.Scale(domain=ydom, zero=False, nice=False), title=f"{metric} (pool)"),
+        tooltip=["system", "value", "query_latency_ms"], color=_judge_color())
+    leaders = base.mark_rule(color=NOTE_GREY, strokeWidth=0.7, opacity=0.8).encode(
+        x=alt.X("px:Q", scale=None), y=alt.Y("py:Q", scale=None), x2="lx", y2="ly")
+    labels = base.mark_text(align="left", baseline="middle", dx=3, fontSize=11, color="#333333").encode(
+        x=alt.X("lx:Q", scale=None), y=alt.Y("ly:Q", scale=None), text="system:N")
+    # padding: room for a label a browser's font draws wider than vl-convert measured it
+    return alt.layer(scatter, leaders, labels).properties(
+        width=width, height=height, title="quality vs compute", padding={"left": 5, "top": 5, "right": 40, "bottom": 5})
 
 
 def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: float = default("summary.scale_factor"),
                     png=None):
-    """A :class:`benchmaker.summary.report.Section` with the leaderboard, its charts and files."""
-    from ..summary.report import Section
+    """A :class:`benchmaker.pages.report.Section` with the leaderboard, its charts and files."""
+    from ..pages.report import Section
 
     board = pl.read_csv(leaderboard_csv) if Path(leaderboard_csv).stat().st_size else pl.DataFrame()
     copy_results(leaderboard_csv, out_dir / "evaluate")  # with the sage view's per-system files
     charts = write_charts(board, out_dir / "evaluate", scale_factor, png) if board.height else []
-    text = ("Retrieval systems scored on this benchmark (docs/evaluate.md). Scope pool ranks each query's judged "
-            "pool (only judged images, like the Sage evaluator, whose own statistics follow in the next section); "
-            "corpus ranks the whole benchmark corpus (unjudged images count as not relevant; judged@k says how "
-            "much of the top k was judged); condensed drops the unjudged images first. " + JUDGE_NOTE)
+    text = ("Retrieval systems scored on this benchmark with ranx (docs/evaluate.md, \"Metrics and scopes\"). "
+            + scopes_note() + " " + JUDGE_NOTE)
     return Section("Retrieval leaderboard", text=text, images=[f"evaluate/{c}" for c in charts],
                    table=leaderboard_table(board) if board.height else pl.DataFrame({"system": []}),
                    files=[f"evaluate/{f}" for f in RESULT_FILES], max_rows=60,
@@ -156,7 +226,7 @@ def summary_section(leaderboard_csv: str | Path, out_dir: Path, scale_factor: fl
 
 def sage_section(leaderboard_csv: str | Path):
     """The report's "As the Sage evaluator reports it" section, or None without a sage leaderboard."""
-    from ..summary.report import Section
+    from ..pages.report import Section
 
     board = _read(Path(leaderboard_csv).parent / "sage_leaderboard.csv")
     if not board.height:
@@ -170,6 +240,7 @@ def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
     """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
     from .compare import compare_section
 
+    check_results(leaderboard_csv)
     sections = [summary_section(leaderboard_csv, out_dir, scale_factor, png)]
     sage = sage_section(leaderboard_csv)
     changes = compare_section(leaderboard_csv, out_dir)  # with evaluate.compare.baseline: regressions flagged
@@ -178,21 +249,20 @@ def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
 
 def card_markdown(leaderboard_csv: str | Path) -> str:
     """The card's leaderboard section (markdown)."""
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     path = Path(leaderboard_csv)
     board = pl.read_csv(path) if path.is_file() and path.stat().st_size else pl.DataFrame()
     if not board.height:
         return ""
-    return ("## Leaderboard\n\nRetrieval systems evaluated on this benchmark with ranx (pool: each query's judged "
-            "pool; corpus: the whole corpus, unjudged = not relevant; condensed: unjudged removed). "
+    return ("## Leaderboard\n\nRetrieval systems evaluated on this benchmark with ranx. " + scopes_note() + " "
             + JUDGE_NOTE + " Per-facet, per-pool and per-difficulty results and paired significance tests are in "
             "`evaluate/` (drilldown.csv, significance.csv); charts in `summary/evaluate/`.\n\n"
             + md_table(leaderboard_table(board), max_rows=60) + _card_sage(path))
 
 
 def _card_sage(leaderboard_csv: Path) -> str:
-    from ..summary.report import md_table
+    from ..pages.report import md_table
 
     board = _read(leaderboard_csv.parent / "sage_leaderboard.csv")
     if not board.height:
@@ -217,6 +287,7 @@ def copy_results(leaderboard_csv: str | Path, dest: Path) -> list[str]:
     """Copy the result files beside the leaderboard into ``dest`` without their run facts (timings,
     :data:`RUN_FACT_COLUMNS`: the copies are the same bytes for the same benchmark and systems);
     returns the names copied."""
+    check_results(leaderboard_csv)
     src = Path(leaderboard_csv).parent
     dest.mkdir(parents=True, exist_ok=True)
     copied = []

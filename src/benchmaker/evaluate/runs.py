@@ -30,6 +30,7 @@ __all__ = [
     "cache_typed_containers",
     "corpus_view",
     "empty_run",
+    "exported_view",
     "pool_view",
     "rank_dense",
     "rank_scored",
@@ -191,6 +192,13 @@ def pool_view(run: pl.DataFrame, qrels: pl.DataFrame) -> pl.DataFrame:
 def corpus_view(run: pl.DataFrame, depth: int) -> pl.DataFrame:
     """The first ``depth`` entries of each query's ranking."""
     return sort_run(run).filter(pl.col("rank") <= depth).drop("rank")
+
+
+def exported_view(run: pl.DataFrame, qrels: pl.DataFrame, depth: int) -> pl.DataFrame:
+    """The first ``depth`` entries of each query's ranking of the exported images only (every judged
+    pool's images, each once: the corpus of the export's mteb, BEIR and TREC views, docs/export.md).
+    Exact for a run that holds the judged collection's top ``depth`` (``collection`` of :func:`rank_scored`)."""
+    return corpus_view(run.join(qrels.select("image_id").unique(), on="image_id", how="semi"), depth)
 
 
 class RanxIds:

@@ -7,8 +7,10 @@ Metrics (:mod:`.metrics`) are ranx's: ``ndcg@k``, ``map``, ``mrr``, ``precision@
 Scopes (docs/evaluate.md): ``pool`` ranks only each query's judged pool (what the Sage evaluator
 does); ``corpus`` ranks the whole benchmark corpus, cut at the system's depth, unjudged images
 counted as non-relevant (trec_eval's convention; a lower bound); ``condensed`` is the corpus ranking
-with the unjudged images removed before scoring (Sakai 2007). Queries without any relevant image are
-left out of every scope (reported as ``queries_without_positive``).
+with the unjudged images removed before scoring (Sakai 2007); ``exported`` ranks the exported images only
+(every judged pool's images, each once: the corpus that mteb, BEIR and trec_eval score on the export) for
+every query of the export, as those tools score it. Queries without any relevant image are left out of the
+other scopes (reported as ``queries_without_positive``).
 
 Beside the ranx scopes, the ``sage`` view (:mod:`.sage`) scores every corpus-ranked run the way the Sage
 team's evaluator (``imsearch_eval``) reports it: ``sage/<system>.csv`` with the columns of its
@@ -41,12 +43,12 @@ from .metrics import (
     significance,
     to_ranx_qrels,
 )
-from .runs import RanxIds, corpus_view, pool_view, read_run, set_numba_cache
+from .runs import RanxIds, corpus_view, exported_view, pool_view, read_run, set_numba_cache
+from .scopes import SCOPES
 
 __all__ = ["LEADERBOARD_COLUMNS", "SCOPES", "query_facets", "run"]
 
 log = get_logger("evaluate")
-SCOPES = ("pool", "corpus", "condensed")
 NEGATIVE_POOLS = ("neutral", "hard", "nearmiss", "easy", "imported")  # imported: paths.pools_file
 
 
@@ -114,6 +116,69 @@ def _sage_system(full: pl.DataFrame, q_all: pl.DataFrame, meta: Mapping[str, Any
             "score_column": score_col, **_mean(view, values)}
 
 
+def scoped_views(full: pl.DataFrame, q_all: pl.DataFrame, meta: Mapping[str, Any],
+                 depth: int) -> dict[str, pl.DataFrame]:
+    """The views of one run that the leaderboard scores, by scope (docs/evaluate.md, "Metrics and scopes").
+    ``exported`` only for runs that hold the judged collection's own top depth (``collection_depth``: clip,
+    bm25), where it is exact."""
+    out = {"pool": pool_view(full, q_all)}
+    if "corpus" in meta.get("scopes", []):
+        out["corpus"] = corpus_view(full, depth)
+        out["condensed"] = pool_view(out["corpus"], q_all)
+        if meta.get("collection_depth"):
+            out["exported"] = exported_view(full, q_all, int(meta["collection_depth"]))
+    return out
+
+
+def _score_view(scope: str, r: pl.DataFrame, name: str, meta: Mapping[str, Any], *, q_ranx, queries: Sequence[str],
+                metrics: Sequence[str], ks: Sequence[int], ids: RanxIds, q_all: pl.DataFrame,
+                emb_index: Mapping[str, int], emb: np.ndarray, attrs: pl.DataFrame,
+                facet_names: Sequence[str]) -> tuple[pl.DataFrame, Any, dict, list[dict]]:
+    """One view of one system scored: (per-query scores, the ranx Run, its leaderboard row, drill-down rows)."""
+    pq, ranx_run = ranx_scores(q_ranx, r, metrics, name, queries, ids)
+    for k in ks:
+        if emb_index:
+            pq = pq.join(diversity(r, k, emb_index, emb, queries), on="query_id", how="left")
+        if scope == "corpus":
+            pq = pq.join(judged_at(r, q_all, k, queries), on="query_id", how="left")
+    pq = pq.with_columns(pl.lit(name).alias("system"), pl.lit(scope).alias("scope"))
+    value_cols = [c for c in pq.columns if c not in ("query_id", "system", "scope")]
+    timing = meta.get("timing") or {}
+    row = {"system": name, "kind": meta["kind"], "scope": scope, "sees_judge_text": bool(meta.get("sees_judge_text")),
+           "queries": len(queries), **_mean(pq, value_cols), "images_per_s": timing.get("images_per_s"),
+           "query_latency_ms": timing.get("query_latency_ms"), "seconds": meta.get("seconds"),
+           "cost_usd": meta.get("cost_usd")}
+    # drill-downs: facet values of the seed, query difficulty
+    drill = []
+    joined = pq.join(attrs, on="query_id", how="left")
+    dims = [("difficulty", "difficulty")] + [(f"facet:{f}", f) for f in facet_names if f in joined.columns]
+    for dim, col in dims:
+        for (value,), g in joined.group_by(col, maintain_order=True):
+            drill.append({"system": name, "scope": scope, "dimension": dim,
+                          "value": "(none)" if value is None else str(value), "queries": g.height,
+                          **_mean(g, value_cols)})
+    return pq, ranx_run, row, drill
+
+
+def _write_tables(board_rows: list[dict], drill_rows: list[dict], per_query_frames: list[pl.DataFrame],
+                  sig: list[pl.DataFrame], first: str, paths: Mapping[str, str]) -> None:
+    """leaderboard.csv (sorted by scope, then ``first`` descending), drilldown.csv, significance.csv and
+    per_query.csv, each with its header when empty."""
+    sig_df = pl.concat(sig, how="diagonal_relaxed") if sig else pl.DataFrame(schema={"scope": pl.String})
+    board = pl.DataFrame(board_rows, infer_schema_length=None) if board_rows else pl.DataFrame(
+        schema={c: pl.String for c in LEADERBOARD_COLUMNS})
+    if board.height:
+        order = pl.col("scope").replace_strict({sc: i for i, sc in enumerate(SCOPES)}, return_dtype=pl.Int64)
+        board = board.sort([order, first, "system"], descending=[False, True, False], nulls_last=True)
+    drill = pl.DataFrame(drill_rows, infer_schema_length=None) if drill_rows else pl.DataFrame(
+        schema={"system": pl.String, "scope": pl.String, "dimension": pl.String, "value": pl.String})
+    pq_all = pl.concat(per_query_frames, how="diagonal_relaxed") if per_query_frames else pl.DataFrame(
+        schema={"query_id": pl.String, "system": pl.String, "scope": pl.String})
+    for df, key in ((board, "board"), (drill, "drill"), (sig_df, "sig"), (pq_all, "pq")):
+        Path(paths[key]).parent.mkdir(parents=True, exist_ok=True)
+        df.write_csv(paths[key])
+
+
 def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str = (), metas: Sequence[str] | str = (),
         image_embeddings: Sequence[str] | str = (), leaderboard_csv: str, leaderboard_json: str, drilldown: str,
         significance_csv: str, per_query: str, settings: Mapping[str, Any] | None = None,
@@ -158,6 +223,9 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     # one width of ids for ranx whatever the benchmark: its JIT cache is shared (RanxIds)
     ids = RanxIds(q_all["query_id"].to_list(), q_all["image_id"].to_list())
     q_main = to_ranx_qrels(q_all.filter(pl.col("query_id").is_in(queries)), ids) if queries else None
+    # the exported scope: every query of the export, as mteb and trec_eval average them
+    export_queries = q_all["query_id"].unique().sort().to_list()
+    q_export = to_ranx_qrels(q_all, ids) if export_queries else None
     pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
     for pool in NEGATIVE_POOLS:
         sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
@@ -168,37 +236,16 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         meta = meta_of[name]
         full = read_run(run_of[name])
         depth = int(meta.get("depth") or s["depth"])  # a system's own depth, else evaluate.depth
-        scoped = {"pool": pool_view(full, q_all)}
-        if "corpus" in meta.get("scopes", []):
-            scoped["corpus"] = corpus_view(full, depth)
-            scoped["condensed"] = pool_view(scoped["corpus"], q_all)
-        for scope, r in scoped.items():
-            if not queries:
+        for scope, r in scoped_views(full, q_all, meta, depth).items():
+            q_ranx, qs = (q_export, export_queries) if scope == "exported" else (q_main, queries)
+            if not qs:
                 continue
-            pq, views[scope][name] = ranx_scores(q_main, r, metrics, name, queries, ids)
-            for k in ks:
-                if emb_index:
-                    pq = pq.join(diversity(r, k, emb_index, emb, queries), on="query_id", how="left")
-                if scope == "corpus":
-                    pq = pq.join(judged_at(r, q_all, k, queries), on="query_id", how="left")
-            pq = pq.with_columns(pl.lit(name).alias("system"), pl.lit(scope).alias("scope"))
+            pq, views[scope][name], row, drill = _score_view(
+                scope, r, name, meta, q_ranx=q_ranx, queries=qs, metrics=metrics, ks=ks, ids=ids, q_all=q_all,
+                emb_index=emb_index, emb=emb, attrs=attrs, facet_names=facet_names)
             per_query_frames.append(pq)
-            value_cols = [c for c in pq.columns if c not in ("query_id", "system", "scope")]
-            timing = meta.get("timing") or {}
-            board_rows.append({"system": name, "kind": meta["kind"], "scope": scope,
-                               "sees_judge_text": bool(meta.get("sees_judge_text")), "queries": len(queries),
-                               **_mean(pq, value_cols),
-                               "images_per_s": timing.get("images_per_s"),
-                               "query_latency_ms": timing.get("query_latency_ms"),
-                               "seconds": meta.get("seconds"), "cost_usd": meta.get("cost_usd")})
-            # drill-downs: facet values of the seed, query difficulty
-            joined = pq.join(attrs, on="query_id", how="left")
-            dims = [("difficulty", "difficulty")] + [(f"facet:{f}", f) for f in facet_names if f in joined.columns]
-            for dim, col in dims:
-                for (value,), g in joined.group_by(col, maintain_order=True):
-                    drill_rows.append({"system": name, "scope": scope, "dimension": dim,
-                                       "value": "(none)" if value is None else str(value), "queries": g.height,
-                                       **_mean(g, value_cols)})
+            board_rows.append(row)
+            drill_rows += drill
         if sage_leaderboard and "corpus" in meta.get("scopes", []):
             t_sage = time.perf_counter()
             sage_rows.append(_sage_system(full, q_all, meta, depth, sage_cfg, emb_index, emb, attrs, columns,
@@ -211,26 +258,12 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
             drill_rows.append({"system": name, "scope": "pool", "dimension": "candidate_pool",
                                "value": f"relevant vs {pool}", "queries": len(qs),
                                **_mean(pq, [c for c in pq.columns if c != "query_id"])})
-    stat_test = s["stat_test"]
-    correction = s["correction"]
-    max_p = float(s["max_p"])
+    stat_test, correction, max_p = s["stat_test"], s["correction"], float(s["max_p"])
     main = [m for m in metrics if m.startswith("ndcg@")] + ["map", "mrr"]
-    sig = [significance(q_main, views[sc], main, stat_test, correction, max_p).with_columns(
-        pl.lit(sc).alias("scope")) for sc in SCOPES if len(views[sc]) >= 2]
-    sig_df = pl.concat(sig, how="diagonal_relaxed") if sig else pl.DataFrame(schema={"scope": pl.String})
-    board = pl.DataFrame(board_rows, infer_schema_length=None) if board_rows else pl.DataFrame(
-        schema={c: pl.String for c in LEADERBOARD_COLUMNS})
-    if board.height:
-        first = f"ndcg@{ks[0]}"
-        order = pl.col("scope").replace_strict({sc: i for i, sc in enumerate(SCOPES)}, return_dtype=pl.Int64)
-        board = board.sort([order, first, "system"], descending=[False, True, False], nulls_last=True)
-    drill = pl.DataFrame(drill_rows, infer_schema_length=None) if drill_rows else pl.DataFrame(
-        schema={"system": pl.String, "scope": pl.String, "dimension": pl.String, "value": pl.String})
-    pq_all = pl.concat(per_query_frames, how="diagonal_relaxed") if per_query_frames else pl.DataFrame(
-        schema={"query_id": pl.String, "system": pl.String, "scope": pl.String})
-    for df, path in ((board, leaderboard_csv), (drill, drilldown), (sig_df, significance_csv), (pq_all, per_query)):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        df.write_csv(path)
+    sig = [significance(q_export if sc == "exported" else q_main, views[sc], main, stat_test, correction,
+                        max_p).with_columns(pl.lit(sc).alias("scope")) for sc in SCOPES if len(views[sc]) >= 2]
+    _write_tables(board_rows, drill_rows, per_query_frames, sig, f"ndcg@{ks[0]}",
+                  {"board": leaderboard_csv, "drill": drilldown, "sig": significance_csv, "pq": per_query})
     doc = {
         "metrics": metrics + [f"diversity@{k}" for k in ks] + [f"judged@{k}" for k in ks],
         "k": ks, "scopes": list(SCOPES), "queries_evaluated": len(queries), "queries_without_positive": n_without,
@@ -257,7 +290,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     # evaluate.compare.baseline: this evaluation against the baseline (compare.py); none: no stale comparison
     from .compare import COMPARISON_FILES, compare_with_baseline
 
-    if as_paths(comparison or ()):  # a one-path output list (no baseline: empty)
+    if as_paths(comparison or ()):  # the comparison files, comparison.csv first (no baseline: empty)
         compare_with_baseline(as_paths(baseline), leaderboard_json, as_paths(comparison)[0], s.get("compare"))
     else:
         for f in COMPARISON_FILES:

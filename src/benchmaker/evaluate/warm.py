@@ -3,7 +3,7 @@
 ``python -m benchmaker.evaluate.warm`` (``make`` runs it after installing). The evaluate stage hands
 ranx fixed-width codes instead of ids (:class:`benchmaker.evaluate.runs.RanxIds`), so the functions
 numba compiles are the same for every benchmark; the rules point numba at the same per-user cache
-(``$NUMBA_CACHE_DIR``, else ``${XDG_CACHE_HOME:-~/.cache}/benchmaker/numba``; rules/common.smk). A
+(``$NUMBA_CACHE_DIR``, else ``${XDG_CACHE_HOME:-~/.cache}/benchmaker/numba``; rules/evaluate_common.smk). A
 first benchmark then loads ranx's metrics and statistical tests instead of spending 20–60 s
 compiling them. Runs the stage's own helpers on a three-query example.
 """

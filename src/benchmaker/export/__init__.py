@@ -29,9 +29,9 @@ from ..imaging import export_bytes
 from ..io import atomic_write_text
 from ..logs import get_logger, progress
 from ..losses import Losses
+from ..pages.outdir import staged_dir
 from ..settings_schema import default
 from ..summary.inputs import Inputs, load_inputs
-from ..summary.outdir import staged_dir
 from .card import render_card
 from .hf_features import arrow_schema
 from .ir_views import MtebCorpusWriter, mteb_configs, write_ir_views
@@ -399,6 +399,32 @@ def _published_summary(summary_dir: Path) -> None:
             p.write_text(re.sub(pattern, "", p.read_text(encoding="utf-8")), encoding="utf-8")
 
 
+def _evaluation_files(evaluation: str | None, deepen: str | None, out: Path) -> str:
+    """The evaluate and deepen result files copied into the dataset; their card sections (markdown)."""
+    evaluation_md = ""
+    if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
+        from ..evaluate.report import card_markdown, copy_results
+
+        copy_results(evaluation, out / "evaluate")
+        evaluation_md = card_markdown(evaluation)
+    if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
+        from ..deepen.report import card_markdown as deepen_card
+        from ..deepen.report import copy_results as deepen_copy
+
+        deepen_copy(deepen, out / "deepen")
+        evaluation_md += deepen_card(deepen)
+    return evaluation_md
+
+
+def _trust_block(trust: str | None, audit: str | None, deepen: str | None, out: Path) -> str:
+    """The card's opening "How far to trust this benchmark" block (docs/trust.md); trust.json published
+    beside the leaderboard."""
+    from ..summary.trust import card_markdown, copy_trust
+
+    copy_trust(trust, out / "evaluate")
+    return card_markdown(trust, audit, deepen)
+
+
 def run(
     *,
     images: str,
@@ -425,6 +451,7 @@ def run(
     audit: str | None = None,
     evaluation: str | None = None,
     deepen: str | None = None,
+    trust: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     from ..settings_schema import filled
@@ -479,18 +506,7 @@ def run(
         cv.write_csv(out / "summary" / "config_values.csv")
         shutil.copyfile(annotations, out / "annotations.jsonl")
         ir_views = write_ir_views(rows, out, split)
-        evaluation_md = ""
-        if evaluation:  # the evaluate target's leaderboard and result files (docs/evaluate.md)
-            from ..evaluate.report import card_markdown, copy_results
-
-            copy_results(evaluation, out / "evaluate")
-            evaluation_md = card_markdown(evaluation)
-        if deepen:  # pool deepening: its report and the deepened qrels, deepened pairs marked (docs/deepen.md)
-            from ..deepen.report import card_markdown as deepen_card
-            from ..deepen.report import copy_results as deepen_copy
-
-            deepen_copy(deepen, out / "deepen")
-            evaluation_md += deepen_card(deepen)
+        evaluation_md = _evaluation_files(evaluation, deepen, out)
         checks = {**checks, "ir_views": ir_views}
         write_table(all_losses, "losses", out / "losses.jsonl")
         config_text = yaml.safe_dump(cfg_public, sort_keys=False, allow_unicode=True)
@@ -532,7 +548,8 @@ def run(
                            config_digest=metadata["digests"]["config"], version=version,
                            sources=sources, examples=examples, audit=audit,
                            extra_configs=mteb_configs(split), evaluation_md=evaluation_md,
-                           outside_stages=inp.outside_stages, cost_stages=inp.cost_stages)
+                           outside_stages=inp.outside_stages, cost_stages=inp.cost_stages,
+                           trust_md=_trust_block(trust, audit, deepen, out))
         from ..audit.render import export_files
 
         export_files(audit, out)  # the judge audit's numbers and human labels as audit/ (docs/audit.md)

@@ -8,8 +8,8 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from ..formats import FacetModel
+from ..pages.report import md_table
 from ..settings_schema import default, filled
-from ..summary.report import md_table
 from ..summary.stats import cost_coverage, outside_note
 
 __all__ = ["render_card", "COLUMN_DOCS", "size_category"]
@@ -139,7 +139,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                 config_digest: str, version: str | None,
                 sources: pl.DataFrame | None = None, examples: pl.DataFrame | None = None,
                 audit: str | None = None, extra_configs: Sequence[Mapping[str, Any]] = (),
-                evaluation_md: str = "", outside_stages: Sequence[str] = (), cost_stages: Sequence[str] = ()) -> str:
+                evaluation_md: str = "", outside_stages: Sequence[str] = (), cost_stages: Sequence[str] = (),
+                trust_md: str = "") -> str:
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables).
     ``outside_stages``: the stages of ``losses`` that are not the benchmark's own (Inputs.outside_stages);
@@ -165,6 +166,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         f"An image-retrieval benchmark: {c['queries']:,} text queries, each with a judged pool of images, "
         f"{c['rows']:,} (query, image) pairs over {c['images']:,} unique images, in one split `{split}`. "
         "Each row is one pair with its relevance label and the image embedded. Built with benchmaker.\n")
+    if trust_md:  # "How far to trust this benchmark" (docs/trust.md): before anything is loaded
+        out.append(trust_md)
     out.append("## Load it\n")
     src = repo_id or "path/to/this/folder"
     out.append(

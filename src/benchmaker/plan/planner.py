@@ -374,6 +374,15 @@ class Planner:
         return q
 
     def _pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> None:
+        """The query's pools in order: positive, neutral and hard from the core bucket, near-miss, then
+        easy (which also pads the negatives the hard and near-miss pools could not supply)."""
+        got_hard = self._core_pools(q, seeds, prof, seed_set)
+        got_near = self._nearmiss_pool(q, seeds, prof, seed_set)
+        self._easy_pool(q, seeds, prof, seed_set, got_hard, got_near)
+
+    def _core_pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> int:
+        """Positive, neutral and hard negatives: the core bucket (relaxed for hard negatives); returns
+        how many hard negatives were picked."""
         ix, s = self.ix, self.s
 
         # positive, neutral, hard: the core bucket
@@ -444,7 +453,11 @@ class Planner:
         relaxed = f" even after relaxing to {level}/{ncore} core facets" if level < ncore else ""
         self._short(q, "hard", s["neg_hard"], got_hard,
                     lambda: f"too few core-matching images{relaxed}: " + why_core())
+        return got_hard
 
+    def _nearmiss_pool(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> int:
+        """Near-miss negatives; returns how many were picked."""
+        ix, s = self.ix, self.s
         # near-miss: exactly one off facet differs (every facet when neither off nor core facets are set)
         st_near = _Stats()
         dc = self._divcount()
@@ -478,7 +491,12 @@ class Planner:
         else:
             why = "no facets configured"
         self._short(q, "nearmiss", s["neg_nearmiss"], got_near, why)
+        return got_near
 
+    def _easy_pool(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set, got_hard: int,
+                   got_near: int) -> None:
+        """Easy negatives, plus the hard and near-miss negatives those pools fell short of."""
+        ix, s = self.ix, self.s
         # easy (+ padding of the negatives the other pools could not supply)
         quota = s["neg_easy"] + (s["neg_hard"] - got_hard) + (s["neg_nearmiss"] - got_near)
         st_easy = _Stats()

@@ -208,7 +208,7 @@ def run(
     if not root.is_dir():
         raise FileNotFoundError(f"paths.image_root {image_root!r} is not a directory")
     root_name = root.resolve().name or "images"
-    workers = max(1, min(int(threads or 1), int(s.get("workers") or 1)))
+    workers = max(1, min(int(threads or 1), int(s["workers"])))
     log.info("preprocess%s: image_root=%s, %d shard(s), %d worker(s)",
              f" (stage version {version})" if version else "", image_root, n_shards, workers)
 
@@ -330,7 +330,7 @@ def run_shard(
     if not root.is_dir():
         raise FileNotFoundError(f"paths.image_root {image_root!r} is not a directory")
     root_name = root.resolve().name or "images"
-    workers = max(1, min(int(threads or 1), int(s.get("workers") or 1)))
+    workers = max(1, min(int(threads or 1), int(s["workers"])))
     rights = load_rights_map(rights_map)  # validate before the (long) inspection
     meta = load_metadata(metadata, columns) if metadata else None
     entries = read_listing(listing)

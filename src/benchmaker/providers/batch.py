@@ -292,11 +292,124 @@ def _wait(backend: BatchBackend, batch_ids: Sequence[str], *, wait: bool, poll_s
             states = ", ".join(f"{b}: {info[b].raw.get('status', info[b].status)}" for b in open_[:10])
             raise BatchPending(f"{stage}: {len(open_)} batch(es) still running ({states}); "
                                "wait is false: run the workflow again later to collect")
-        if time.monotonic() - last_log > 300:
-            log.info("%s: waiting for %d batch(es): %s", stage, len(open_),
-                     ", ".join(f"{b}={info[b].raw.get('status', info[b].status)}" for b in open_[:5]))
+        if time.monotonic() - last_log > WAIT_SAY_SECONDS:   # at once, then every minute: what, until when
+            ends = [e for b in open_ if isinstance(e := info[b].raw.get("expires_at"), (int, float))]
+            log.info("%s: waiting for %d batch(es) at %s: %s; %s", stage, len(open_), backend.name,
+                     ", ".join(f"{b}={info[b].raw.get('status', info[b].status)}" for b in open_[:5]),
+                     "they end by " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(ends))) if ends
+                     else "they end by the provider's completion window (24 h from submission)")
             last_log = time.monotonic()
         time.sleep(poll_seconds)
+
+
+WAIT_SAY_SECONDS = 60.0   # a wait longer than this says what it waits for, for whom, until when
+COLLECT_LOCK = ".collect.lock"   # in a shard's request folder: held (flock) while its collect runs
+
+
+def _collect_lock(folder: Path, *, wait: bool):
+    """The lock a shard's collect holds while it runs (an open file with an exclusive ``flock``; the
+    kernel drops it when the process dies, kill -9 included). ``wait=False``: None when another
+    process holds it (that shard's collect is running)."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fh = open(folder / COLLECT_LOCK, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        fh.close()
+        return None
+    return fh
+
+
+def _take_over(runner: Runner, shared: Mapping[int, str], claims, *, manifest: str, submitted: str,
+               state_dir: Path, item_of: Callable[[int], Item]) -> int:
+    """Answer waited requests from the batches of the shard that claimed them, when that shard's
+    collect is not running (killed, or not started while this one waits: ``--cores 1``): its batches
+    are at the provider, paid by it, and downloading their results costs nothing. Each answer found is
+    validated and cached under this item's key and the request bytes' (no cost row: the owner records
+    what it paid when its own collect runs; this shard's is a cached row, as for any shared answer).
+    Returns how many were answered (0: nothing to take over yet: the owner runs, has not submitted,
+    its batches are still running, or the answer is not in its first round)."""
+    by_owner: dict[str, set[str]] = {}
+    for w in set(shared.values()):
+        owner = (claims.holder(w) or ("",))[0]
+        if owner.startswith("batch:"):
+            by_owner.setdefault(owner[len("batch:"):], set()).add(w)
+    answered = 0
+    for folder, wires in sorted(by_owner.items()):
+        other = Path(folder)
+        sub = other / Path(submitted).name
+        if other == Path(manifest).resolve().parent or not sub.is_file():
+            continue
+        lock = _collect_lock(other, wait=False)
+        if lock is None:                                 # its collect runs: it answers them itself
+            continue
+        try:
+            answered += _answers_of(runner, shared, wires, other / Path(manifest).name, sub, state_dir, item_of)
+        finally:
+            lock.close()
+    return answered
+
+
+def _answers_of(runner: Runner, shared: Mapping[int, str], wires: set[str], manifest: Path, submitted: Path,
+                state_dir: Path, item_of: Callable[[int], Item]) -> int:
+    """The answers to ``wires`` in another shard's first-round batches (its ``manifest`` names each
+    item's request bytes), cached for the items of this shard waiting on them."""
+    index = {}                                           # the other shard's item index -> its wire key
+    with open(manifest, "rb") as fh:
+        for ln in fh:
+            m = loads(ln) if ln.strip() else None
+            if m and m.get("wire") in wires:
+                index[int(m["i"])] = m["wire"]
+    mine: dict[str, list[int]] = {}
+    for i, w in shared.items():
+        mine.setdefault(w, []).append(i)
+    backend = runner.batch_backend()
+    batches = [b["batch_id"] for b in json.loads(submitted.read_text())["batches"]]
+    infos = {bid: backend.poll(bid) for bid in batches}
+    if any(b.status not in TERMINAL for b in infos.values()):
+        return 0
+    n = 0
+    for bid in batches:
+        for path in backend.fetch(infos[bid], state_dir / "taken-over"):
+            for cid, oc in backend.rows(path):
+                w = index.get(parse_custom_id(cid)[0])
+                for i in mine.pop(w, []) if w else []:
+                    it = item_of(i)
+                    it.wire = w
+                    n += runner.accept(it, oc) is not None
+    if n:
+        log.info("%s: %d request(s) another shard claimed answered from its batches (its collect is not "
+                 "running; nothing sent or paid here)", runner.stage, n)
+    return n
+
+
+def _say_shared_wait(stage: str, shared: Mapping[int, str], claims, waited: tuple[float, float] | None,
+                     *, now: Callable[[], float] = time.monotonic) -> tuple[float, float]:
+    """Log, once a wait on requests other shards claimed has lasted WAIT_SAY_SECONDS and then every
+    WAIT_SAY_SECONDS, how many requests it waits for, which shard holds them and when their claims
+    expire (a claim's holder answers them when its own collect runs; an expired claim is taken over
+    and sent here). Returns the new (since, last said)."""
+    t = now()
+    since, said = waited or (t, t)
+    if t - since < WAIT_SAY_SECONDS or t - said < WAIT_SAY_SECONDS:
+        return since, said
+    by: dict[str, list[float]] = {}
+    for w in set(shared.values()):
+        owner, until = claims.holder(w) or ("(released; taken over at the next look)", 0.0)
+        by.setdefault(owner, []).append(until)
+    import datetime as _dt
+
+    def when(ts: float) -> str:
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else "now"
+
+    who = "; ".join(f"{len(u)} held by {o} until {when(max(u))}" for o, u in sorted(by.items()))
+    log.warning("%s: waiting %.0f s for %d request(s) with the same bytes that another shard's batch answers "
+                "(providers/claims.py): %s. They arrive when that shard's collect runs (run the workflow with "
+                "more cores than waiting collects); a claim not answered by then is sent from here",
+                stage, t - since, len(shared), who)
+    return since, t
 
 
 def _chunk_ids(path: str) -> Iterator[str]:
@@ -359,6 +472,181 @@ class _Slim:
                     key=self.key(i))
 
 
+class _Collect:
+    """One collect's state per item, flat (a 32-byte key and a few flag bytes per item, no Python
+    object): its answers (handed to ``on_answer`` or kept in ``results``), what failed and why, the
+    wire key it claimed, the one another shard claimed (``shared``), its duplicates."""
+
+    def __init__(self, runner: Runner, ids: Sequence[str] | None, on_answer: Callable[[int, dict], None] | None):
+        self.runner, self.slim, self.on_answer = runner, _Slim(ids), on_answer
+        self.results: dict[str, dict] = {}
+        self.n_done = 0
+        self.dups: dict[int, list[int]] = {}    # index that sends a content -> later items with the same content
+        self.last: dict[int, Outcome] = {}
+        self.failed: set[int] = set()
+        self.unreturned: dict[str, tuple[int, str]] = {}   # batch id -> (processed, not returned; its status)
+        self.paid_usage: list = []              # usage of every paid row read (prices unreturned ones)
+        self.wires = bytearray()                # per item: the wire key (32 bytes) it claimed, zeros if none
+        self.shared: dict[int, str] = {}        # item -> wire key another shard claimed at build time
+        self.done = bytearray()                 # per item: 1 once it has its answer
+        self.attempts = bytearray()             # per item: the highest attempt sent (< 256)
+
+    def keep(self, i: int, obj: dict) -> None:
+        for j in (i, *self.dups.get(i, ())):
+            if not self.done[j]:
+                self.done[j] = 1
+                self.n_done += 1
+            if self.on_answer is not None:
+                self.on_answer(j, obj)
+            else:
+                self.results[self.slim.ids[j]] = obj
+
+    def item_of(self, i: int) -> Item:
+        it = self.slim.item(i)
+        w = self.wires[32 * i: 32 * i + 32]
+        if w != _ZERO:
+            it.wire = w.hex()
+        return it
+
+    def read_manifest(self, manifest: str, make_items: Callable[[], Iterable[Item]], losses: Losses) -> None:
+        """The items against the manifest build wrote (the same items, in order, or an error); the
+        answers the cache held at build time are taken now."""
+        runner, slim = self.runner, self.slim
+        changed = RuntimeError(f"{runner.stage}: the inputs changed since the requests were built ({manifest}); "
+                               "Snakemake should have rebuilt them: rerun the workflow")
+        cached = bytearray()                    # per item: 1 when the cache answered it at build time
+        with open(manifest, "rb") as man_fh:
+            man_lines = (ln for ln in man_fh if ln.strip())
+            for i, it in enumerate(make_items()):
+                ln = next(man_lines, None)
+                runner.keyed([it])
+                m = loads(ln) if ln is not None else None
+                if m is None or m["i"] != i or m["key"] != it.key or not slim.add(it):
+                    raise changed
+                cached.append(0)
+                self.wires += bytes.fromhex(m["wire"]) if m.get("wire") else bytes(32)
+                if m.get("shared"):
+                    self.shared[i] = m["shared"]
+                if m.get("error"):
+                    losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
+                elif m.get("dup") is not None:
+                    self.dups.setdefault(int(m["dup"]), []).append(i)
+                elif m["cached"]:
+                    cached[i] = 1
+            if next(man_lines, None) is not None or (not slim.own and len(slim.ids) != len(slim)):
+                raise changed
+        self.done = bytearray(len(slim))
+        self.attempts = bytearray(len(slim))
+        for i in (i for i, c in enumerate(cached) if c):
+            obj = runner.from_cache(slim.item(i), "batch")
+            if obj is not None:
+                self.keep(i, obj)
+            else:
+                self.failed.add(i)
+                self.last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
+
+    def read_batch(self, backend: BatchBackend, b: BatchInfo, files: Sequence[Path], chunk: str) -> None:
+        """A terminal batch's rows settled (paid rows to the ledger once: a re-read after an
+        interruption skips them); what it did not answer is failed, with the batch's reason."""
+        runner, bid, status, stage = self.runner, b.id, b.status, self.runner.stage
+        record = runner.ledger is None or not runner.ledger.is_done(bid)
+        seen: set[int] = set()
+        for path in files:
+            for cid, oc in backend.rows(path):
+                i, att = parse_custom_id(cid)
+                if i in seen or i >= len(self.slim):
+                    continue
+                seen.add(i)
+                self.attempts[i] = max(self.attempts[i], min(att, 255))
+                if oc.paid:
+                    self.paid_usage.append(oc.usage)
+                obj = runner.settle(self.item_of(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}", record=record)
+                if obj is not None:
+                    self.keep(i, obj)
+                    self.failed.discard(i)
+                else:
+                    self.last[i] = oc
+                    self.failed.add(i)
+        if record and runner.ledger is not None:
+            runner.ledger.mark_done(bid)
+        missing = [(i, a) for i, a in (parse_custom_id(c) for c in _chunk_ids(chunk)) if i not in seen]
+        # what the provider processed (its counts) but did not return: billed by its rules
+        # (docs/openai.md, docs/gemini.md "Billing of batches that end early")
+        n_unret = max(0, b.processed - len(seen)) if status != "completed" and b.processed else 0
+        if n_unret:
+            self.unreturned[bid] = (n_unret, status)
+            log.warning("%s: %s batch %s %s: the provider reports %d request(s) processed that it did not "
+                        "return; they are billed: recorded as %d cost row(s) (reason %s_unreturned) at "
+                        "the mean usage of the answered ones, and sent again", stage, backend.name, bid,
+                        status, n_unret, n_unret, status)
+        elif missing and status != "completed" and b.processed is None:
+            log.warning("%s: %s batch %s %s: %d request(s) without an answer; the provider may have billed "
+                        "some it did not return (its API does not say how many): compare with its billing "
+                        "console", stage, backend.name, bid, status, len(missing))
+        if missing:
+            reason = {"failed": "batch_failed", "expired": "batch_expired",
+                      "cancelled": "batch_cancelled"}.get(status, "no_response")
+            for i, a in missing:
+                self.attempts[i] = max(self.attempts[i], min(a, 255))
+                self.last[i] = Outcome(False, reason=reason,
+                                       detail=f"batch {bid} {status}" + (f": {b.error}" if b.error else ""))
+                self.failed.add(i)
+            log.warning("%s: batch %s %s: %d request(s) without an answer (%s)", stage, bid, status,
+                        len(missing), reason)
+
+    def answer_shared(self, claims, retry: list[int]) -> None:
+        """Requests another shard claimed: its answer (free: a cached cost row here), or, when its claim
+        is gone without one (lost there, or expired), this shard claims it and sends it itself
+        (appended to ``retry``)."""
+        runner = self.runner
+        for i, w in list(self.shared.items()):
+            it = self.item_of(i)
+            it.wire = w
+            rec = _wire_record(runner, it)
+            if rec is None and claims.claim(w):
+                rec = _wire_record(runner, it, fresh=True)   # answered just before the release
+                if rec is None:
+                    self.wires[32 * i: 32 * i + 32] = bytes.fromhex(w)
+                    retry.append(i)
+                    del self.shared[i]
+                    continue
+                claims.release(w)
+            if rec is not None:
+                del self.shared[i]
+                runner.cache.put(it.key, rec)
+                runner._cost(cost_row(stage=runner.stage, item_id=it.item_id, model=runner.llm.model, mode="batch",
+                                      usage=_usage(rec), price=runner.price, batch_discount=runner.batch_discount,
+                                      attempt=0, cached=True))
+                self.keep(i, rec["answer"])
+
+    def finish(self, claims, losses: Losses) -> None:
+        """The last round is over: every claimed request is answered (in the cache) or lost here, so its
+        claim goes (a shard waiting for a lost one then sends it itself); the lost ones are losses."""
+        runner, stage = self.runner, self.runner.stage
+        for i in range(len(self.slim)):
+            w = self.wires[32 * i: 32 * i + 32]
+            if w != _ZERO:
+                claims.held.add(w.hex())
+                claims.release(w.hex())
+        if self.unreturned:
+            log.warning("%s: %d request(s) billed by the provider without an answer could not be priced (no answer "
+                        "of this stage tells their usage): they are not in the cost file; see the provider's "
+                        "billing console", stage, sum(n for n, _ in self.unreturned.values()))
+        for i in sorted(self.failed):
+            if self.done[i]:
+                continue
+            oc = self.last[i]
+            for j in (i, *self.dups.get(i, ())):
+                losses.add(runner.item_type, self.slim.ids[j], oc.reason or "api_error", oc.detail,
+                           attempts=max(1, self.attempts[i]))
+        n_lost = sum(1 + len(self.dups.get(i, ())) for i in self.failed if not self.done[i])
+        log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, self.n_done, n_lost,
+                 runner.cost_count, runner.cost_total)
+
+
+_ZERO = bytes(32)
+
+
 def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterable[Item]], *, manifest: str,
                     submitted: str, state_dir: str, losses: Losses, metadata: Mapping[str, str],
                     wait: bool = default(f"{LLM}.wait"),
@@ -373,211 +661,77 @@ def collect_results(runner: Runner, items: Sequence[Item] | Callable[[], Iterabl
     memory for large shards); the returned dict is then empty. ``ids``: the items' ids in order, as
     a column the caller holds anyway (a polars Series of the shard's table): collect then keeps no
     Python object per item, only a 32-byte key and two flag bytes (memory flat in the number of
-    requests beyond the shard's own table)."""
+    requests beyond the shard's own table).
+
+    A wait on requests another shard claimed says after a minute what it waits for, for whom and
+    until when, and takes that shard's work over when its collect is not running (:func:`_take_over`)."""
     make_items: Callable[[], Iterable[Item]] = items if callable(items) else (lambda: iter(items))
-    results: dict[str, dict] = {}
-    slim = _Slim(ids)
-    n_done = 0
-
-    dups: dict[int, list[int]] = {}      # index that sends a content -> later items with the same content
-
-    def keep(i: int, obj: dict) -> None:
-        nonlocal n_done
-        for j in (i, *dups.get(i, ())):
-            if not done[j]:
-                done[j] = 1
-                n_done += 1
-            if on_answer is not None:
-                on_answer(j, obj)
-            else:
-                results[slim.ids[j]] = obj
-
     stage, sd = runner.stage, Path(state_dir)
-    changed = RuntimeError(f"{stage}: the inputs changed since the requests were built ({manifest}); "
-                           "Snakemake should have rebuilt them: rerun the workflow")
-    last: dict[int, Outcome] = {}
-    failed: set[int] = set()
-    unreturned: dict[str, tuple[int, str]] = {}     # batch id -> (processed, not returned; its status)
-    paid_usage: list = []                           # usage of every paid row read (prices unreturned ones)
-    cached = bytearray()                 # per item: 1 when the cache answered it at build time
-    wires = bytearray()                  # per item: the wire key (32 bytes) it claimed, zeros if none
-    shared: dict[int, str] = {}          # item -> wire key another shard claimed at build time
-    with open(manifest, "rb") as man_fh:
-        man_lines = (ln for ln in man_fh if ln.strip())
-        for i, it in enumerate(make_items()):
-            ln = next(man_lines, None)
-            runner.keyed([it])
-            m = loads(ln) if ln is not None else None
-            if m is None or m["i"] != i or m["key"] != it.key or not slim.add(it):
-                raise changed
-            cached.append(0)
-            wires += bytes.fromhex(m["wire"]) if m.get("wire") else bytes(32)
-            if m.get("shared"):
-                shared[i] = m["shared"]
-            if m.get("error"):
-                losses.add(runner.item_type, it.item_id, "bad_input", m["error"])
-            elif m.get("dup") is not None:
-                dups.setdefault(int(m["dup"]), []).append(i)
-            elif m["cached"]:
-                cached[i] = 1
-        if next(man_lines, None) is not None or (not slim.own and len(slim.ids) != len(slim)):
-            raise changed
-    done = bytearray(len(slim))          # per item: 1 once it has its answer
-    for i in (i for i, c in enumerate(cached) if c):
-        obj = runner.from_cache(slim.item(i), "batch")
-        if obj is not None:
-            keep(i, obj)
-        else:
-            failed.add(i)
-            last[i] = Outcome(False, reason="no_response", detail="cache entry vanished since build")
-    del cached
-    claims = _claims(runner, manifest)
-    zero = bytes(32)
-
-    def item_of(i: int) -> Item:
-        it = slim.item(i)
-        w = wires[32 * i: 32 * i + 32]
-        if w != zero:
-            it.wire = w.hex()
-        return it
-    attempts = bytearray(len(slim))      # per item: the highest attempt sent (< 256)
-    sub = json.loads(Path(submitted).read_text())
-    round_batches = [b["batch_id"] for b in sub["batches"]]
-    round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
-    journal = Journal(sd / "journal.jsonl")
-    backend = runner.batch_backend()
-    rnd = 1
-    stack = contextlib.ExitStack()
-    stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
+    # while this collect runs its shard's claims are its own: no other collect takes its work over
+    running = _collect_lock(Path(manifest).resolve().parent, wait=True)
+    st = _Collect(runner, ids, on_answer)
     try:
-        while True:
-            known = {bid: t for bid in round_batches if (t := journal.terminal(bid)) is not None}
-            info = _wait(backend, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage, known=known)
-            for bid in round_batches:
-                b = info[bid]
-                status = b.status
-                if bid in known:                        # fetched by an earlier collect: re-read, ask nothing
-                    files = [Path(f) for f in b.raw["files"]]
-                else:
-                    files = backend.fetch(b, sd)
-                    journal.write({"event": "terminal", "batch_id": bid, "status": status, "error": b.error,
-                                   "total": b.total, "processed": b.processed, "files": [str(f) for f in files]})
-                # this batch's paid rows go to the ledger once (a re-read after an interruption skips them)
-                record = runner.ledger is None or not runner.ledger.is_done(bid)
-                seen: set[int] = set()
-                for path in files:
-                    for cid, oc in backend.rows(path):
-                        i, att = parse_custom_id(cid)
-                        if i in seen or i >= len(slim):
-                            continue
-                        seen.add(i)
-                        attempts[i] = max(attempts[i], min(att, 255))
-                        if oc.paid:
-                            paid_usage.append(oc.usage)
-                        obj = runner.settle(item_of(i), oc, attempt=att, mode="batch", rid=f"{bid}/{cid}",
-                                            record=record)
-                        if obj is not None:
-                            keep(i, obj)
-                            failed.discard(i)
-                        else:
-                            last[i] = oc
-                            failed.add(i)
-                if record and runner.ledger is not None:
-                    runner.ledger.mark_done(bid)
-                missing = [parse_custom_id(c) for c in _chunk_ids(round_chunks[bid])]
-                missing = [(i, a) for i, a in missing if i not in seen]
-                # what the provider processed (its counts) but did not return: billed by its rules
-                # (docs/openai.md, docs/gemini.md "Billing of batches that end early")
-                n_unret = max(0, b.processed - len(seen)) if status != "completed" and b.processed else 0
-                if n_unret:
-                    unreturned[bid] = (n_unret, status)
-                    log.warning("%s: %s batch %s %s: the provider reports %d request(s) processed that it did not "
-                                "return; they are billed: recorded as %d cost row(s) (reason %s_unreturned) at "
-                                "the mean usage of the answered ones, and sent again", stage, backend.name, bid,
-                                status, n_unret, n_unret, status)
-                elif missing and status != "completed" and b.processed is None:
-                    log.warning("%s: %s batch %s %s: %d request(s) without an answer; the provider may have billed "
-                                "some it did not return (its API does not say how many): compare with its billing "
-                                "console", stage, backend.name, bid, status, len(missing))
-                if missing:
-                    errs = b.error
-                    reason = {"failed": "batch_failed", "expired": "batch_expired",
-                              "cancelled": "batch_cancelled"}.get(status, "no_response")
-                    for i, a in missing:
-                        attempts[i] = max(attempts[i], min(a, 255))
-                        last[i] = Outcome(False, reason=reason,
-                                          detail=f"batch {bid} {status}" + (f": {errs}" if errs else ""))
-                        failed.add(i)
-                    log.warning("%s: batch %s %s: %d request(s) without an answer (%s)", stage, bid, status,
-                                len(missing), reason)
-            runner.cache.flush()                        # publish this round's answers before any wait
-            _record_unreturned(runner, unreturned, paid_usage)
-            retry = sorted(i for i in failed if last[i].reason in RETRYABLE and attempts[i] < runner.max_attempts)
-            # requests another shard claimed: its answer (free), or, when its claim is gone without one
-            # (lost there, or expired), this shard claims and sends it itself
-            for i, w in list(shared.items()):
-                it = item_of(i)
-                it.wire = w
-                rec = _wire_record(runner, it)
-                if rec is None and claims.claim(w):
-                    rec = _wire_record(runner, it, fresh=True)   # answered just before the release
-                    if rec is None:
-                        wires[32 * i: 32 * i + 32] = bytes.fromhex(w)
-                        retry.append(i)
-                        del shared[i]
-                        continue
-                    claims.release(w)
-                if rec is not None:                      # paid by the other shard: a cached cost row here
-                    del shared[i]
-                    runner.cache.put(it.key, rec)
-                    runner._cost(cost_row(stage=stage, item_id=it.item_id, model=runner.llm.model, mode="batch",
-                                          usage=_usage(rec), price=runner.price,
-                                          batch_discount=runner.batch_discount, attempt=0, cached=True))
-                    keep(i, rec["answer"])
-            retry.sort()
-            if not retry:
-                if not shared:
-                    break
-                if not wait:
-                    raise BatchPending(f"{stage}: {len(shared)} request(s) are being answered for another shard "
-                                       "(the same bytes; providers/claims.py); wait is false: run the workflow "
-                                       "again later to collect")
-                time.sleep(poll_seconds)
-                round_batches, round_chunks = [], {}
-                continue
-            rnd += 1
-            log.info("%s: round %d: retrying %d failed request(s) as a new batch", stage, rnd, len(retry))
-            want = set(retry)
-            lines = (_request_line(runner, stage, i, attempts[i] + 1, it)
-                     for i, it in enumerate(make_items()) if i in want)
-            batches = _submit_lines(runner, lines, sd, journal, rnd=rnd, metadata=metadata)
-            round_batches = [b["batch_id"] for b in batches]
-            round_chunks = {b["batch_id"]: b["path"] for b in batches}
+        st.read_manifest(manifest, make_items, losses)
+        claims = _claims(runner, manifest)
+        sub = json.loads(Path(submitted).read_text())
+        round_batches = [b["batch_id"] for b in sub["batches"]]
+        round_chunks = {b["batch_id"]: str(sd / "chunks" / f"{b['digest']}.jsonl") for b in sub["batches"]}
+        journal = Journal(sd / "journal.jsonl")
+        backend = runner.batch_backend()
+        rnd = 1
+        waited: tuple[float, float] | None = None        # (since, last said) of a wait on other shards
+        stack = contextlib.ExitStack()
+        stack.enter_context(runner.cache.bulk())            # answers appended to this process's pack segment
+        try:
+            while True:
+                known = {bid: t for bid in round_batches if (t := journal.terminal(bid)) is not None}
+                info = _wait(backend, round_batches, wait=wait, poll_seconds=poll_seconds, stage=stage,
+                             known=known)
+                for bid in round_batches:
+                    b = info[bid]
+                    if bid in known:                    # fetched by an earlier collect: re-read, ask nothing
+                        files = [Path(f) for f in b.raw["files"]]
+                    else:
+                        files = backend.fetch(b, sd)
+                        journal.write({"event": "terminal", "batch_id": bid, "status": b.status, "error": b.error,
+                                       "total": b.total, "processed": b.processed,
+                                       "files": [str(f) for f in files]})
+                    st.read_batch(backend, b, files, round_chunks[bid])
+                runner.cache.flush()                    # publish this round's answers before any wait
+                _record_unreturned(runner, st.unreturned, st.paid_usage)
+                retry = sorted(i for i in st.failed
+                               if st.last[i].reason in RETRYABLE and st.attempts[i] < runner.max_attempts)
+                st.answer_shared(claims, retry)
+                retry.sort()
+                if not retry:
+                    if not st.shared:
+                        break
+                    if not wait:
+                        raise BatchPending(f"{stage}: {len(st.shared)} request(s) are being answered for another "
+                                           "shard (the same bytes; providers/claims.py); wait is false: run the "
+                                           "workflow again later to collect")
+                    round_batches, round_chunks = [], {}
+                    if _take_over(runner, st.shared, claims, manifest=manifest, submitted=submitted, state_dir=sd,
+                                  item_of=st.item_of):
+                        continue                         # answered from the other shard's batches
+                    waited = _say_shared_wait(stage, st.shared, claims, waited)
+                    time.sleep(poll_seconds)
+                    continue
+                rnd += 1
+                log.info("%s: round %d: retrying %d failed request(s) as a new batch", stage, rnd, len(retry))
+                want = set(retry)
+                lines = (_request_line(runner, stage, i, st.attempts[i] + 1, it)
+                         for i, it in enumerate(make_items()) if i in want)
+                batches = _submit_lines(runner, lines, sd, journal, rnd=rnd, metadata=metadata)
+                round_batches = [b["batch_id"] for b in batches]
+                round_chunks = {b["batch_id"]: b["path"] for b in batches}
+        finally:
+            journal.close()
+            stack.close()                               # the segment is published before we go on
+        st.finish(claims, losses)
     finally:
-        journal.close()
-        stack.close()                                   # the segment is published before we go on
-    # the last round is over: every claimed request is answered (in the cache) or lost here, so its
-    # claim goes (a shard waiting for a lost one then sends it itself)
-    for i in range(len(slim)):
-        w = wires[32 * i: 32 * i + 32]
-        if w != zero:
-            claims.held.add(w.hex())
-            claims.release(w.hex())
-    if unreturned:
-        log.warning("%s: %d request(s) billed by the provider without an answer could not be priced (no answer "
-                    "of this stage tells their usage): they are not in the cost file; see the provider's billing "
-                    "console", stage, sum(n for n, _ in unreturned.values()))
-    for i in sorted(failed):
-        if done[i]:
-            continue
-        oc = last[i]
-        for j in (i, *dups.get(i, ())):
-            losses.add(runner.item_type, slim.ids[j], oc.reason or "api_error", oc.detail,
-                       attempts=max(1, attempts[i]))
-    n_lost = sum(1 + len(dups.get(i, ())) for i in failed if not done[i])
-    log.info("%s collect: %d answers, %d lost, %d paid requests, $%.4f", stage, n_done, n_lost,
-             runner.cost_count, runner.cost_total)
-    return results
+        running.close()
+    return st.results
 
 
 def _record_unreturned(runner: Runner, unreturned: dict[str, tuple[int, str]], paid_usage: Sequence) -> None:

@@ -23,10 +23,12 @@ Batch mode (providers/batch.py) uses the same claims across its steps: build cla
 each request it writes (an item whose bytes another shard has answered is answered from the cache; one
 another shard has claimed is not written, but marked ``shared`` in the manifest); collect stores the
 answer under the wire key and releases the claim when the shard's last round is over (answered or
-lost, so a waiting shard then sends what was lost itself). A batch claim names its shard's state
+lost, so a waiting shard then sends what was lost itself). A batch claim names its shard's request
 folder instead of a process (build and collect are different processes; a resumed step re-takes its
 own claims) and expires after ``BATCH_CLAIM_SECONDS`` (the Batch API's 24 h completion window plus two
-hours), so a controller killed for good blocks no one for longer than its batch could have run.
+hours). A collect waiting on a shard whose collect is not running takes its work over (reads the
+answers from that shard's batches, providers/batch.py ``_take_over``); :meth:`Claims.holder` tells a
+waiting collect whom it waits for and until when.
 
 Exclusive create is atomic on local file systems and on NFS v3+, so jobs on several hosts sharing the
 cache directory need no lock server.
@@ -149,6 +151,20 @@ class Claims:
         if host == _HOST and not _alive(int(pid)):
             return True
         return age > self.stale_seconds
+
+    def holder(self, key: str) -> tuple[str, float] | None:
+        """Who holds ``key`` and until when: its owner (a batch shard's folder, else ``host pid``) and
+        the time (epoch seconds) its claim expires; None when it is not claimed (or unreadable)."""
+        if self.dir is None:
+            return None
+        try:
+            parts = self._path(key).read_text().rstrip("\n").split(" ", 4)
+            t = float(parts[2])
+        except (OSError, ValueError, IndexError):
+            return None
+        if len(parts) == 5:
+            return parts[4], t + float(parts[3])
+        return f"{parts[0]} {parts[1]}", t + self.stale_seconds
 
     def release(self, key: str) -> None:
         if self.dir is None or key not in self.held:

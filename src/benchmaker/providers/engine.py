@@ -127,6 +127,12 @@ class Runner:
             self._cost(cost_row(stage=self.stage, item_id=item.item_id, model=self.llm.model, mode=mode,
                                 usage=outcome.usage, price=self.price, batch_discount=self.batch_discount,
                                 attempt=attempt), rid, record=record)
+        return self.accept(item, outcome)
+
+    def accept(self, item: Item, outcome: Outcome) -> dict | None:
+        """Validate an answer and cache it if good (under the item's key and its request bytes'),
+        recording no cost: :meth:`settle` without the bill (a batch row another shard paid for, read
+        by a collect that takes its work over, providers/batch.py)."""
         if not outcome.ok:
             return None
         problem = validate_answer(outcome.obj, item.spec.schema, item.check)

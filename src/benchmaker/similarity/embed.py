@@ -1,12 +1,16 @@
 """Image and text embedding: the ``embed_images`` and ``embed_queries`` stages.
 
-Images are decoded by a torch ``DataLoader`` whose worker processes open each file with PIL (JPEG
-*draft mode* lets libjpeg decode at 1/2, 1/4 or 1/8 scale when the image is much larger than the model
-input), apply EXIF orientation, convert to RGB and run open_clip's resize/crop; they hand **uint8**
-tensors to the main process, which converts to float, normalises on the device (bit-identical to
-open_clip's ``ToTensor`` + ``Normalize``) and encodes whole batches under fp16/bf16 autocast on GPU.
+The ``embed_images`` rule reads its shards' **pixel stores** (rule ``decode_images``,
+``similarity.pixels``): no file is opened there; the rows to encode are read from memory maps one
+pass ahead of the model (:func:`iter_store_batches`). Without stores (the clip vision adapter, the
+evaluate clip systems, the shared vision job) images are decoded by a torch ``DataLoader`` whose
+worker processes open each file with PIL (JPEG *draft mode* lets libjpeg decode at 1/2, 1/4 or 1/8
+scale when the image is much larger than the model input), apply EXIF orientation, convert to RGB
+and run open_clip's resize/crop; they hand **uint8** tensors to the main process. Either way the
+main process converts to float, normalises on the device (bit-identical to open_clip's
+``ToTensor`` + ``Normalize``) and encodes fixed-size passes under fp16/bf16 autocast on GPU.
 Images whose sha256 is already in the embedding cache are never decoded nor encoded; each distinct
-sha256 is encoded once per shard; new embeddings are added to the cache every ``flush_every`` images,
+sha256 is encoded once per job; new embeddings are added to the cache every ``flush_every`` images,
 so an interrupted job resumes where it stopped.
 
 Output formats are in docs/similarity.md. torch is imported lazily (only inside functions).
@@ -195,6 +199,61 @@ def iter_image_batches(clip, paths: Sequence[str], *, batch_size: int = DEFAULT_
         yield (*encode(left), [])
 
 
+def _store_chunks(stores, where: list[tuple[int, int, int]], size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(positions, uint8 pixels [k,3,H,W]) in chunks of ``size`` rows of ``where`` (position, store, row),
+    each chunk read from the memory maps while the previous one is encoded (one reader thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(part):
+        pos = np.array([p for p, _, _ in part], dtype=np.int64)
+        pieces, k0 = [], 0
+        while k0 < len(part):  # consecutive runs of one store: one fancy-index read each
+            k1 = k0
+            while k1 < len(part) and part[k1][1] == part[k0][1]:
+                k1 += 1
+            rows = np.array([r for _, _, r in part[k0:k1]], dtype=np.int64)
+            pieces.append(np.asarray(stores[part[k0][1]].pixels[rows]))
+            k0 = k1
+        return pos, np.concatenate(pieces)
+
+    parts = [where[s:s + size] for s in range(0, len(where), size)]
+    with ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(read, parts[0]) if parts else None
+        for j in range(len(parts)):
+            cur = nxt.result()
+            nxt = pool.submit(read, parts[j + 1]) if j + 1 < len(parts) else None
+            yield cur
+
+
+def iter_store_batches(clip, stores, shas: Sequence[str]
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray, list[tuple[int, str, str]]]]:
+    """Encode images from pixel stores (``similarity.pixels``): yields (indices into ``shas``,
+    embeddings float32 [k, d], failures) as :func:`iter_image_batches` does, with no file opened."""
+    import torch
+
+    from .pixels import check_spec, store_rows
+
+    for st in stores:
+        check_spec(clip, st.spec_id, str(st.index_path))
+    where, failed = store_rows(stores, shas)
+    if failed:
+        yield (np.zeros(0, dtype=np.int64), np.zeros((0, clip.embed_dim), np.float32),
+               [(i, r, d) for i, (r, d) in sorted(failed.items())])
+    _, mean, std = _split_preprocess(clip.preprocess)
+    if mean is None:  # pragma: no cover - a transform that does not end in ToTensor + Normalize
+        raise FormatError(f"{clip.model_id}: its transform cannot take stored pixels (no ToTensor + Normalize)")
+    mean_t = torch.tensor(mean, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+    std_t = torch.tensor(std, dtype=torch.float32, device=clip.device).view(1, -1, 1, 1)
+    pin = clip.device.startswith("cuda")
+    for pos, px in _store_chunks(stores, where, clip.encode_batch):
+        t = torch.from_numpy(px)
+        if pin:
+            t = t.pin_memory()
+        # the same operations, in the same order, as the file path (iter_image_batches): the same bits
+        x = t.to(clip.device, non_blocking=True).float().div_(255.0).sub_(mean_t).div_(std_t)
+        yield pos, clip.encode_images(x).numpy().astype(np.float32, copy=False), []
+
+
 # ----------------------------------------------------------------------------------------- images table
 def image_paths(images: pl.DataFrame, image_root: str | os.PathLike | None) -> list[str]:
     """Absolute file path of each image row: ``image_root / image_id`` (or a ``path`` column if present)."""
@@ -210,23 +269,28 @@ def image_paths(images: pl.DataFrame, image_root: str | os.PathLike | None) -> l
 def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLike | None,
                       cache: EmbeddingCache | None, losses: Losses | None, batch_size: int = DEFAULT_BATCH_SIZE,
                       num_workers: int = default("similarity.num_workers"), flush_every: int = 4096, draft: bool = True,
-                      desc: str = "embed images") -> pl.DataFrame:
+                      desc: str = "embed images", stores: Sequence[Any] | None = None) -> pl.DataFrame:
     """Embeddings for the rows of an ``images`` table (canonical names).
 
+    With ``stores`` (``similarity.pixels.PixelStore`` of the images' shards) the pixels come from
+    them and no image file is opened; else the files are decoded here (DataLoader workers).
     Returns ``image_id, sha256, embedding`` (Array(Float32, d), L2-normalised) for every image that has
     an embedding, in input order; every image that could not be decoded is added to ``losses``.
     """
     dim = clip.embed_dim
     emb_dtype = pl.Array(pl.Float32, dim)
     base = images.select("image_id", "sha256").with_columns(
-        pl.Series("__path", image_paths(images, image_root), dtype=pl.String))
+        pl.Series("__path", image_paths(images, image_root) if stores is None else [""] * images.height,
+                  dtype=pl.String))
     shas = base["sha256"].unique(maintain_order=True)
     hit = (cache.lookup(shas) if cache is not None
            else pl.DataFrame(schema={"sha256": pl.String, "embedding": emb_dtype}))
     todo = (base.filter(~pl.col("sha256").is_in(hit["sha256"].implode()))
             .unique("sha256", keep="first", maintain_order=True))
-    log.info("%s: %d images, %d distinct sha256, %d from cache, %d to encode (batch %d, %d workers, %s)",
-             desc, base.height, shas.len(), hit.height, todo.height, batch_size, num_workers, clip.device)
+    log.info("%s: %d images, %d distinct sha256, %d from cache, %d to encode (%s, %s)", desc, base.height,
+             shas.len(), hit.height, todo.height,
+             f"{len(stores)} pixel stores" if stores is not None else f"batch {batch_size}, {num_workers} workers",
+             clip.device)
 
     todo_sha = todo["sha256"].to_list()
     new_sha: list[str] = []
@@ -243,8 +307,10 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
         pending_emb.clear()
 
     with progress(total=len(todo_sha), desc=desc, unit="img", logger=log) as bar:
-        for idx, emb, failed in iter_image_batches(clip, todo["__path"].to_list(), batch_size=batch_size,
-                                                   num_workers=num_workers, draft=draft):
+        batches = (iter_store_batches(clip, stores, todo_sha) if stores is not None else
+                   iter_image_batches(clip, todo["__path"].to_list(), batch_size=batch_size,
+                                      num_workers=num_workers, draft=draft))
+        for idx, emb, failed in batches:
             batch_sha = [todo_sha[i] for i in idx]
             new_sha.extend(batch_sha)
             new_emb.append(emb)
@@ -258,7 +324,7 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
         flush()
     if todo_sha:
         dt = time.perf_counter() - t0
-        log.info("%s: encoded %d images in %.1f s (%.1f img/s), %d failed", desc, len(new_sha), dt,
+        log.info("%s: encoded %d images in %.2f s (%.1f img/s), %d failed", desc, len(new_sha), dt,
                  len(todo_sha) / max(dt, 1e-9), len(failed_sha))
     fresh = pl.DataFrame({
         "sha256": pl.Series(new_sha, dtype=pl.String),
@@ -357,27 +423,43 @@ def _load_from_params(model: Mapping[str, Any], runtime: Mapping[str, Any], thre
     return clip, rt
 
 
-def run_images(*, images: str, embeddings: str, losses: str, model: Mapping[str, Any],
+def run_images(*, images: str | Sequence[str], embeddings: str, losses: str, model: Mapping[str, Any],
                runtime: Mapping[str, Any] | None = None, cache_dir: str | None = None,
                image_root: str | None = None, columns: Mapping[str, str] | None = None,
-               device: str | None = None, threads: int = 1, clip: Any = None) -> int:
-    """Stage ``embed_images``: one shard of images → embeddings parquet + losses (see module doc).
+               device: str | None = None, threads: int = 1, clip: Any = None,
+               pixels: str | Sequence[str] | None = None, pixel_index: str | Sequence[str] | None = None) -> int:
+    """Stage ``embed_images``: the images of one shard or of a group of shards (``images``: one file
+    or a list) → one embeddings parquet + losses (see module doc).
 
-    ``model`` (model, pretrained, precision) and ``device`` decide the bytes; ``runtime``
-    (batch_size, num_workers) and ``cache_dir`` only the speed. ``clip``: an already loaded model of
-    the same identity (the ``vision`` rule passes its own when it writes the embeddings too, so the
-    shard pays one model load).
+    ``pixels`` / ``pixel_index``: the shards' pixel stores (rule ``decode_images``,
+    ``similarity.pixels``), in the order of ``images``; with them no image file is opened. ``model``
+    (model, pretrained, precision) and ``device`` decide the bytes; ``runtime`` (batch_size,
+    num_workers) and ``cache_dir`` only the speed. ``clip``: an already loaded model of the same
+    identity (the ``vision`` rule passes its own when it writes the embeddings too, so the shard pays
+    one model load).
     """
-    imgs = read_table("images", images, columns=columns)
+    from ..io import as_paths
+
+    files = as_paths(images)
+    imgs = pl.concat([read_table("images", f, columns=columns) for f in files], how="vertical_relaxed")
+    stores = None
+    if pixels is not None:
+        from .pixels import PixelStore
+
+        npys, idxs = as_paths(pixels), as_paths(pixel_index)
+        if len(npys) != len(idxs):
+            raise ValueError(f"{len(npys)} pixel arrays but {len(idxs)} pixel indexes")
+        stores = [PixelStore(a, b) for a, b in zip(npys, idxs)]
     if clip is not None:
         rt = _runtime(runtime)
     else:
         clip, rt = _load_from_params(model, runtime, threads, device, purpose="embed_images")
     cache = EmbeddingCache.for_model(cache_dir, clip) if cache_dir else None
     loss = Losses("similarity")
+    name = Path(files[0]).stem if len(files) == 1 else f"{Path(files[0]).stem}-{Path(files[-1]).stem}"
     table = embed_image_table(imgs, clip, image_root=image_root, cache=cache, losses=loss,
                               batch_size=rt["batch_size"], num_workers=rt["num_workers"],
-                              desc=f"embed {Path(images).stem}")
+                              desc=f"embed {name}", stores=stores)
     out = table.with_columns(pl.lit(clip.model_id, pl.String).alias("model_id")).select(
         "image_id", "sha256", "model_id", "embedding")
     n = write_embeddings(out, embeddings, clip=clip, kind="image", columns=columns)
@@ -397,7 +479,9 @@ def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtim
         raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
     queries = queries.sort("query_id")
     clip, _ = _load_from_params(model, runtime, threads, device, purpose="embed_queries")
+    t0 = time.perf_counter()
     emb, truncated = clip.encode_texts(queries["query_text"].to_list())
+    log.info("embed_queries: encoded %d texts in %.2f s", queries.height, time.perf_counter() - t0)
     n_trunc = sum(truncated)
     if n_trunc:
         log.warning("embed_queries: %d of %d query texts are longer than the model context (%d tokens) and "

@@ -403,8 +403,10 @@ def _load_error(model: str, pretrained: str | None, exc: BaseException) -> Model
                     else "no network access (or a blocked Hugging Face Hub) may be why; with HF_HUB_OFFLINE=1 "
                          "this fails at once instead of after the Hub client's retries")
     what = f"model={model!r}" + ("" if model.startswith((_LOCAL_DIR, _HF_HUB)) else f", pretrained={pretrained!r}")
+    # the cause's first sentence (open_clip's runs to 400 characters of Hub advice; the log has all of it)
+    cause = (str(exc).strip().splitlines() or [""])[0].split(". ")[0][:240]
     return ModelLoadError(
-        f"could not load the CLIP weights for {what}: {type(exc).__name__}: {exc}\n"
+        f"could not load the CLIP weights for {what}: {type(exc).__name__}: {cause}\n"
         f"  {hint_offline}.\n"
         "  To use weights already on disk, set either\n"
         "    similarity.pretrained: /path/to/open_clip_model.safetensors   (with similarity.model: <architecture>)\n"

@@ -1,54 +1,46 @@
-"""Charts (altair, rendered to PNG by vl-convert). Every chart is drawn from an aggregated table,
-never from the pair-level rows, so chart size does not grow with the benchmark."""
+"""The summary's charts (altair; written as PNG by :func:`benchmaker.pages.charts.save`). Every chart
+is drawn from an aggregated table, never from the pair-level rows, so chart size does not grow with
+the benchmark."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import altair as alt
 import polars as pl
 
-from ..chart_png import PngProcess, write
 from ..formats import POOLS as POOL_ORDER
+from ..pages.charts import (
+    LOSS_COLORS,
+    POOL_MIX_COLORS,
+    QUARANTINE_COLOR,
+    REL_COLORS,
+    REL_EXTRA,
+    SHORTFALL_COLORS,
+    STATUS_COLORS,
+)
 
-__all__ = ["VL_VERSION", "save", "spec", "relevance_overview", "positives_per_query", "facet_distributions",
+__all__ = ["relevance_overview", "positives_per_query", "facet_distributions",
            "relevance_by_facet", "clip_analysis", "clip_ranking_by_query", "pool_mix", "shortfalls", "losses",
            "difficulty", "query_length"]
 
 alt.data_transformers.disable_max_rows()  # every chart gets pre-aggregated data
-# the Vega-Lite version vl-convert renders with: altair's (altair.utils._importers.vl_version_for_vl_convert)
-VL_VERSION = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
 NOTE = "#888888"
 COUNT_AXIS = {"tickMinStep": 1, "format": "d"}  # counts: no 0.5-query ticks
 FLAT = alt.Axis(labelAngle=0, labelLimit=160)  # category labels written horizontally
-# relevance labels: 0 (not relevant) grey, positives in distinct colours (binary 0/1, graded 0..3)
-REL_COLORS = {0: "#9e9e9e", 1: "#4c78a8", 2: "#f58518", 3: "#54a24b"}
 
 
 def _rel_color(labels, title: str = "relevance label") -> alt.Color:
     """A categorical colour per relevance label present (the same colours in every chart)."""
     present = sorted({int(v) for v in labels if v is not None})
-    extra = ["#e45756", "#72b7b2", "#b279a2", "#ff9da6"]
-    rng = [REL_COLORS.get(v, extra[i % len(extra)]) for i, v in enumerate(present)]
+    extra = [v for v in present if v not in REL_COLORS]
+    rng = [REL_COLORS[v] if v in REL_COLORS else REL_EXTRA[extra.index(v) % len(REL_EXTRA)] for v in present]
     return alt.Color("relevance_label:O", title=title, scale=alt.Scale(domain=present, range=rng))
 
 
-def spec(chart: alt.TopLevelMixin) -> dict:
-    """The chart's Vega-Lite spec in the house style, validated, data inlined: what ``Chart.save``
-    hands vl-convert."""
-    chart = chart.configure_view(stroke=None).configure_title(anchor="start", fontSize=14)
-    with alt.data_transformers.enable("default"), alt.data_transformers.disable_max_rows():
-        return chart.to_dict(context={"pre_transform": False})
-
-
-def save(chart: alt.TopLevelMixin, path: Path, scale_factor: float, png: PngProcess | None = None) -> Path:
-    """Write the chart as PNG, in ``png``'s helper process when given (the file is complete once
-    ``png.close()`` returns), else here; the same bytes as ``Chart.save`` either way."""
-    if png is not None:
-        png.submit(spec(chart), VL_VERSION, scale_factor, path)
-    else:
-        write(spec(chart), VL_VERSION, scale_factor, path)
-    return path
+def _category_color(field: str, values, palette, **kw) -> alt.Color:
+    """Colours for a category field whose values come from the data: in sorted order from ``palette``."""
+    domain = sorted({str(v) for v in values if v is not None})
+    return alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=[palette[i % len(palette)]
+                                                                          for i in range(len(domain))]), **kw)
 
 
 def _empty(title: str) -> alt.Chart:
@@ -88,8 +80,8 @@ def positives_per_query(queries: pl.DataFrame) -> alt.TopLevelMixin:
     return alt.Chart(counts).mark_bar().encode(
         x=alt.X("positives:O", title="positive pairs in the query's pool", axis=FLAT),
         y=alt.Y("queries:Q", title="queries", axis=alt.Axis(**COUNT_AXIS)),
-        color=alt.Color("status:N", scale=alt.Scale(domain=["has positives", "no positive (flagged)"],
-                                                    range=["#4c78a8", "#e45756"]), title=None),
+        color=alt.Color("status:N", scale=alt.Scale(domain=list(STATUS_COLORS), range=list(STATUS_COLORS.values())),
+                        title=None),
         tooltip=["positives", "queries"],
     ).properties(title=f"Positives per query ({n0} of {queries.height} queries have none)", width=420, height=240)
 
@@ -172,7 +164,8 @@ def pool_mix(pools: pl.DataFrame) -> alt.TopLevelMixin:
         x=alt.X("pool:N", sort=pools["pool"].to_list(), title="candidate pool", axis=FLAT),
         xOffset=alt.XOffset("count:N", sort=names),
         y=alt.Y("n:Q", title="candidates / pairs", axis=alt.Axis(**COUNT_AXIS)),
-        color=alt.Color("count:N", title=None, sort=names),
+        color=alt.Color("count:N", title=None, sort=names,
+                        scale=alt.Scale(domain=names, range=[POOL_MIX_COLORS[n] for n in names])),
         tooltip=["pool", "count", "n"],
     ).properties(title="Pool mix: candidates planned and pairs judged", width=360, height=240)
 
@@ -183,8 +176,8 @@ def shortfalls(short: pl.DataFrame) -> alt.TopLevelMixin:
     return alt.Chart(short).mark_bar().encode(
         x=alt.X("pool:N", title="pool", axis=FLAT),
         y=alt.Y("missing:Q", title="candidates missing (all queries)", axis=alt.Axis(**COUNT_AXIS)),
-        color=alt.Color("reason:N", title="cause", legend=alt.Legend(orient="bottom", direction="vertical",
-                                                                     labelLimit=600)),
+        color=_category_color("reason", short["reason"], SHORTFALL_COLORS, title="cause",
+                              legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=600)),
         tooltip=["pool", "reason", "queries", "wanted", "got", "missing"],
     ).properties(title="Plan shortfalls: candidates wanted but not found", width=320, height=220)
 
@@ -194,12 +187,13 @@ def losses(loss: pl.DataFrame, quarantine: pl.DataFrame) -> alt.TopLevelMixin:
     if loss.height:
         parts.append(alt.Chart(loss).mark_bar().encode(
             y=alt.Y("stage:N", title="stage"), x=alt.X("count:Q", title="items lost", axis=alt.Axis(**COUNT_AXIS)),
-            color=alt.Color("reason:N"), tooltip=["stage", "item_type", "reason", "count"],
+            color=_category_color("reason", loss["reason"], LOSS_COLORS),
+            tooltip=["stage", "item_type", "reason", "count"],
         ).properties(title="Losses by stage and reason", width=320, height=alt.Step(22)))
     else:
         parts.append(_empty("Losses by stage: none"))
     if quarantine.height:
-        parts.append(alt.Chart(quarantine).mark_bar(color="#e45756").encode(
+        parts.append(alt.Chart(quarantine).mark_bar(color=QUARANTINE_COLOR).encode(
             y=alt.Y("reason:N", title="reason"), x=alt.X("files:Q", title="files", axis=alt.Axis(**COUNT_AXIS)),
             tooltip=["reason", "files"],
         ).properties(title="Quarantined files by reason", width=260, height=alt.Step(22)))

@@ -17,10 +17,10 @@ import polars as pl
 from .. import __version__
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
+from ..pages.outdir import staged_dir
+from ..pages.report import Section, write_report
 from . import stats
 from .inputs import Corpus, Inputs, load_inputs
-from .outdir import staged_dir
-from .report import Section, write_report
 from .sheet import contact_sheet, sample_images
 
 __all__ = ["run", "summarize", "key_numbers"]
@@ -169,7 +169,10 @@ def run(
     audit: str | None = None,
     evaluation: str | None = None,
     deepen: str | None = None,
+    estimate: str | None = None,
+    trust: str | None = None,
 ) -> dict[str, Any]:
+    """``estimate``: the recorded estimate (``benchmaker estimate --record``), shown beside the bill."""
     from ..chart_png import PngProcess
     from ..settings_schema import filled
 
@@ -191,7 +194,14 @@ def run(
                  inp.scored.height, corpus.images, corpus.annotations, inp.plan.height, inp.losses.height,
                  time.perf_counter() - t0)
         tables, info = summarize(inp, corpus)
+        if estimate:     # what `benchmaker estimate` said beside what was billed (docs/openai.md, "Estimate")
+            from ..estimate_file import read_estimate
+
+            tables["estimate_vs_bill"] = stats.estimate_vs_bill(read_estimate(estimate)["stages"],
+                                                                tables["cost_summary"])
         numbers = key_numbers(tables, inp, info, corpus)
+        if estimate:
+            numbers["estimate_vs_bill"] = _clean(tables["estimate_vs_bill"].to_dicts())
         numbers = {"benchmark": meta.get("name"), "version": meta.get("version"), "stage_version": version,
                    "benchmaker_version": __version__, **numbers}
         if numbers["queries_without_positives"]:
@@ -202,7 +212,8 @@ def run(
             for name, df in tables.items():
                 _csv(df, out / f"{name}.csv")
             t1 = time.perf_counter()
-            from . import charts  # altair (~0.5 s of imports): only the stage that draws pays for it
+            from ..pages.charts import save  # altair (~0.5 s of imports): only the stage that draws pays for it
+            from . import charts
 
             pngs = {
                 "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
@@ -221,7 +232,7 @@ def run(
             for name in fm.names:
                 pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
             for name, chart in pngs.items():
-                charts.save(chart, out / name, scale, png)
+                save(chart, out / name, scale, png)
             extra = []
             if evaluation:  # the evaluate target's leaderboard (docs/evaluate.md)
                 from ..evaluate.report import summary_sections
@@ -242,7 +253,8 @@ def run(
 
                 extra.extend(deepen_sections(deepen, out))
             _report(out, meta, numbers, tables, fm, extra, audit=audit,
-                    outside=stats.outside_note(tables["losses_by_stage"], inp.outside_stages))
+                    outside=stats.outside_note(tables["losses_by_stage"], inp.outside_stages),
+                    first=_trust_sections(trust, audit, deepen, out))
         log.info("summary: wrote %s (%d pairs, %d queries, %d without positives) in %.1f s", summary,
                  numbers["pairs"], numbers["queries"], numbers["queries_without_positives"], time.perf_counter() - t0)
         return numbers
@@ -266,9 +278,19 @@ def _reused(n: dict[str, Any]) -> str:
     return f"{sum(v['queries'] for v in rows)} ({sum(v['pairs'] for v in rows)} pairs)"
 
 
+def _trust_sections(trust: str | None, audit: str | None, deepen: str | None, out: Path) -> list[Section]:
+    """The report's opening "How far to trust this benchmark" sections (docs/trust.md), trust.json copied."""
+    from .trust import copy_trust, summary_section
+
+    copy_trust(trust, out / "evaluate")
+    return summary_section(trust, audit, deepen)
+
+
 def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
-            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "") -> None:
-    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note)."""
+            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "",
+            first: Sequence[Section] = ()) -> None:
+    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note);
+    ``first``: sections before the key numbers (the trust block)."""
     title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
     ppq = n["positives_per_query"]
     overview = pl.DataFrame({
@@ -285,6 +307,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
     })
     rk = n["clip_ranking"]
     sections = [
+        *first,
         Section("Key numbers", table=overview, files=["summary.json", "dataset_summary_stats.csv"]),
         Section("Relevance", images=["relevance_overview.png"], table=t["relevance_overview"],
                 files=["relevance_overview.csv"]),
@@ -342,6 +365,15 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
             empty=(f"No API request was recorded {over}: their adapters and systems in this run are offline "
                    "or pay nothing." if over else
                    "No API request was recorded: the vision and judge adapters of this run are offline.")))
+    if "estimate_vs_bill" in t:
+        ev = t["estimate_vs_bill"]
+        sections.append(Section(
+            "Estimate vs bill",
+            text=("What `benchmaker estimate` said before paying (recorded in estimate/estimate.json: each stage's "
+                  "requests still to send when it was made, plus what its pilot paid) beside the spend to date: "
+                  f"the bill is inside the estimate's range for {int(ev['within_range'].sum())} of {ev.height} "
+                  "stage(s)."),
+            table=ev, files=["estimate_vs_bill.csv"]))
     sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))

@@ -17,7 +17,7 @@ __all__ = [
     "relevance_overview", "query_stats", "facet_distribution", "relevance_by_facet", "clip_stats_by_relevance",
     "clip_overall_stats", "clip_histogram", "clip_by_query", "pool_mix", "shortfalls", "difficulty_distribution",
     "loss_counts", "quarantine_counts", "top_tags", "top_tags_counts", "facet_distribution_counts", "cost_summary",
-    "clip_ranking", "dataset_summary_stats", "cost_coverage",
+    "clip_ranking", "dataset_summary_stats", "cost_coverage", "estimate_vs_bill",
     "query_length_stats", "shortfall_cause",
 ]
 
@@ -315,6 +315,29 @@ def cost_summary(costs: pl.DataFrame | None) -> pl.DataFrame:
                  pl.col("cost_usd").sum(),
                  pl.col("cost_usd").filter(pl.col("last_run")).sum().alias("cost_usd_last_run"))
             .select(list(schema)).cast(schema).sort("stage", "model", "mode"))
+
+
+def estimate_vs_bill(stages: Mapping[str, Mapping[str, Any]], costs: pl.DataFrame) -> pl.DataFrame:
+    """The recorded estimate (``benchmaker estimate --record``, docs/formats.md ``estimate``: ``stages``)
+    beside the bill per stage (``costs``: :func:`cost_summary`, the spend to date; a deepening's
+    ``deepen: <system>`` rows are the estimate's ``deepen``): the estimate, its range, what its pilot
+    paid, the paid requests and USD billed, their ratio and whether the bill fell inside the range."""
+    schema = {"stage": pl.String, "estimated_requests": pl.Int64, "estimate_usd": pl.Float64,
+              "low_usd": pl.Float64, "high_usd": pl.Float64, "pilot_usd": pl.Float64, "billed_requests": pl.Int64,
+              "billed_usd": pl.Float64, "bill_over_estimate": pl.Float64, "within_range": pl.Boolean,
+              "estimate_from": pl.String}
+    rows = []
+    for stage, e in sorted(stages.items()):
+        mine = costs.filter((pl.col("stage") == stage) | pl.col("stage").str.starts_with(f"{stage}: "))
+        paid = int((mine["requests"] - mine["cached_requests"]).sum() or 0) if mine.height else 0
+        usd = float(mine["cost_usd"].sum() or 0.0) if mine.height else 0.0
+        rows.append({"stage": stage, "estimated_requests": int(e["requests"]), "estimate_usd": float(e["usd"]),
+                     "low_usd": float(e["low_usd"]), "high_usd": float(e["high_usd"]),
+                     "pilot_usd": float(e["pilot_usd"]), "billed_requests": paid, "billed_usd": usd,
+                     "bill_over_estimate": usd / e["usd"] if e["usd"] else None,
+                     "within_range": bool(e["low_usd"] - 1e-9 <= usd <= e["high_usd"] + 1e-9),
+                     "estimate_from": str(e["output_from"])})
+    return pl.DataFrame(rows, schema=schema)
 
 
 RANKING_METRICS = ("ndcg@10", "mrr", "map", "precision@10", "recall@10", "r-precision")

@@ -209,7 +209,38 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
     if results is None:
         results = default("paths.results")
     rep = ImportReport()
-    cfg: dict[str, Any] = {}
+    _sort_keys(up, rep)
+    cfg: dict[str, Any] = {"benchmark": _benchmark(up, rep), "paths": _paths(up, results, rep)}
+    cols = {ours: up[k] for k, ours in COLUMN_KEYS.items() if up.get(k)}
+    rep.mapped += [f"{k} -> columns.{ours}" for k, ours in COLUMN_KEYS.items() if up.get(k)]
+    vis = up.get("vision_config") or {}
+    cfg["facets"] = _facets(up, vis, rep)
+    if up.get("image_base_url"):
+        cfg["preprocess"] = {"image_base_url": up["image_base_url"]}
+        rep.mapped.append("image_base_url -> preprocess.image_base_url")
+    cfg.update(_llm_adapters(up, vis, rep))
+    cfg["similarity"] = _similarity(up.get("similarity_config") or {}, rep)
+    if vis.get("adapter") != "openai" and "model" in cfg["similarity"]:
+        cfg.setdefault("vision", {})["clip"] = {k: cfg["similarity"][k] for k in ("model", "pretrained")}
+    cfg["plan"] = _plan(up, rep)
+    if cols:
+        cfg["columns"] = cols
+    export = _export(up, rep)
+    if export:
+        cfg["export"] = export
+    rep.no_equivalent += [f"{k} (an output path: outputs go to <paths.results>/<benchmark.name>/)"
+                          for k in OUTPUT_PATHS if k in up and k != "hf_dataset_card_path"]
+    try:
+        validated = validate_config(cfg)
+    except ConfigError as exc:
+        raise UserError(f"the converted config is not valid: {exc}\n(fix the upstream file, or edit the "
+                        "converted config and check it with `benchmaker validate-config`)") from None
+    rep.benchmark = validated["benchmark"]["name"]
+    return cfg, rep
+
+
+def _sort_keys(up: Mapping[str, Any], rep: ImportReport) -> None:
+    """Report the upstream keys that are unknown, secrets or without an equivalent here."""
     for k in up:
         if k not in TOP_KEYS:
             rep.unknown.append(k)
@@ -229,6 +260,9 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
             elif full in NO_EQUIVALENT:
                 rep.no_equivalent.append(f"{full} ({NO_EQUIVALENT[full]})")
 
+
+def _benchmark(up: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
+    """The ``benchmark`` section: name (a slug), title, description, the author."""
     name = up.get("benchmark_name") or "imported"
     bench: dict[str, Any] = {"name": _slug(name), "title": str(name)}
     rep.mapped.append("benchmark_name -> benchmark.name (slug) + benchmark.title")
@@ -246,8 +280,11 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
                     break
         bench["authors"] = [author]
         rep.mapped.append("benchmark_author -> benchmark.authors[0].name")
-    cfg["benchmark"] = bench
+    return bench
 
+
+def _paths(up: Mapping[str, Any], results: str, rep: ImportReport) -> dict[str, Any]:
+    """The ``paths`` section: the image folder, the rights map and the metadata file."""
     paths: dict[str, Any] = {"image_root": up.get("image_root_dir") or "images", "results": results}
     if not up.get("image_root_dir"):
         rep.notes.append("image_root_dir is not set upstream: paths.image_root set to 'images'; fix it")
@@ -259,12 +296,11 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
     if up.get("metadata_jsonl"):
         paths["metadata_jsonl"] = up["metadata_jsonl"]
         rep.mapped.append("metadata_jsonl -> paths.metadata_jsonl")
-    cfg["paths"] = paths
+    return paths
 
-    cols = {ours: up[k] for k, ours in COLUMN_KEYS.items() if up.get(k)}
-    rep.mapped += [f"{k} -> columns.{ours}" for k, ours in COLUMN_KEYS.items() if up.get(k)]
 
-    vis = up.get("vision_config") or {}
+def _facets(up: Mapping[str, Any], vis: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
+    """The ``facets`` section: upstream's taxonomy, boolean columns and tag vocabulary and counts."""
     tags: dict[str, Any] = {}
     if vis.get("controlled_tag_vocab"):
         tags["vocabulary"] = list(vis["controlled_tag_vocab"])
@@ -273,19 +309,20 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
     tags["min"] = int(vis.get("min_tags") if vis.get("min_tags") is not None else 14)
     tags["max"] = int(vis.get("max_tags") if vis.get("max_tags") is not None else 25)
     rep.mapped.append("vision_config.min_tags / max_tags -> facets.tags.min / max (upstream defaults 14 / 25)")
-    cfg["facets"] = {"taxonomy": dict(up.get("columns_taxonomy") or {}), "boolean": list(up.get("columns_boolean")
-                                                                                         or []), "tags": tags}
     rep.mapped.append("columns_taxonomy / columns_boolean -> facets.taxonomy / facets.boolean")
+    return {"taxonomy": dict(up.get("columns_taxonomy") or {}), "boolean": list(up.get("columns_boolean") or []),
+            "tags": tags}
 
-    if up.get("image_base_url"):
-        cfg["preprocess"] = {"image_base_url": up["image_base_url"]}
-        rep.mapped.append("image_base_url -> preprocess.image_base_url")
 
+def _llm_adapters(up: Mapping[str, Any], vis: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
+    """The ``vision`` and ``judge`` sections (and ``queries``, upstream's judge prompts split) where upstream
+    used an API model (else ours' defaults)."""
+    out: dict[str, Any] = {}
     vis_adapter = vis.get("adapter")
     if vis_adapter == "openai":
-        cfg["vision"] = {"adapter": "openai", "openai": _llm(vis, "vision", rep)}
+        out["vision"] = {"adapter": "openai", "openai": _llm(vis, "vision", rep)}
         if not up.get("image_base_url"):
-            cfg["vision"]["openai"]["image_transport"] = "base64"
+            out["vision"]["openai"]["image_transport"] = "base64"
             rep.notes.append("no image_base_url upstream: vision sends images inline (base64); upstream annotations "
                              "were made from URLs, so they are not reused as cached answers")
     elif vis_adapter:
@@ -293,13 +330,17 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
     judge = up.get("judge_config") or {}
     if judge.get("adapter") in ("openai", "gemini"):
         ad = judge["adapter"]
-        cfg["judge"] = {"adapter": ad, "labels": "binary", ad: _llm(judge, "judge", rep)}
+        out["judge"] = {"adapter": ad, "labels": "binary", ad: _llm(judge, "judge", rep)}
         rep.notes.append("judge: upstream judged binary labels only; imported as judge.labels: binary")
-        _split_judge_prompts(cfg, ad, rep)
+        _split_judge_prompts(out, ad, rep)
     elif judge.get("adapter"):
         rep.notes.append(f"judge_config.adapter {judge['adapter']!r} has no equivalent; judge uses the rules adapter")
+    return out
 
-    sim = up.get("similarity_config") or {}
+
+def _similarity(sim: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
+    """The ``similarity`` section: the model (open_clip's name for upstream's Hugging Face one), device,
+    precision and the column of upstream's logit-scaled score."""
     sim_out: dict[str, Any] = {}
     model = sim.get("model") or sim.get("model_name")
     if model:
@@ -322,10 +363,12 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
     sim_out["logit_column"] = "clip_logit" if col == "clip_score" else col
     rep.mapped.append(f"similarity_config.col_name ({col}: upstream's logit-scaled score) -> similarity.logit_column "
                       f"{sim_out['logit_column']} (clip_score here is the cosine)")
-    cfg["similarity"] = sim_out
-    if vis_adapter != "openai" and model:
-        cfg.setdefault("vision", {})["clip"] = {k: sim_out[k] for k in ("model", "pretrained")}
+    return sim_out
 
+
+def _plan(up: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
+    """The ``plan`` section: upstream's query-plan keys, negatives only (it had no positive or neutral
+    pools)."""
     plan = {ours: up[k] for k, ours in PLAN_KEYS.items() if up.get(k) is not None}
     rep.mapped += [f"{k} -> plan.{ours}" for k, ours in PLAN_KEYS.items() if up.get(k) is not None]
     if plan.get("random_seed") == 0:
@@ -336,12 +379,11 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
                      "(raise them to get likely positives and neutrals judged too)")
     for k, v in (("neg_total", 30), ("neg_hard", 15), ("neg_nearmiss", 10), ("neg_easy", 5)):
         plan.setdefault(k, v)
-    if cols.get("seed_image_ids") or cols.get("candidate_image_ids"):
-        pass
-    cfg["plan"] = plan
-    if cols:
-        cfg["columns"] = cols
+    return plan
 
+
+def _export(up: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
+    """The ``export`` section: the Hub repository and its visibility."""
     export: dict[str, Any] = {}
     if up.get("_hf_repo_id"):
         export["repo_id"] = up["_hf_repo_id"]
@@ -349,17 +391,7 @@ def convert_config(up: Mapping[str, Any], *, results: str | None = None) -> tupl
     if up.get("_hf_private") is not None:
         export["private"] = bool(up["_hf_private"])
         rep.mapped.append("_hf_private -> export.private")
-    if export:
-        cfg["export"] = export
-    rep.no_equivalent += [f"{k} (an output path: outputs go to <paths.results>/<benchmark.name>/)"
-                          for k in OUTPUT_PATHS if k in up and k != "hf_dataset_card_path"]
-    try:
-        validated = validate_config(cfg)
-    except ConfigError as exc:
-        raise UserError(f"the converted config is not valid: {exc}\n(fix the upstream file, or edit the "
-                        "converted config and check it with `benchmaker validate-config`)") from None
-    rep.benchmark = validated["benchmark"]["name"]
-    return cfg, rep
+    return export
 
 
 # -- outputs ------------------------------------------------------------------------------------------

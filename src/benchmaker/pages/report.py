@@ -1,4 +1,4 @@
-"""report.md and report.html: the summary's charts and tables in one page (no extra dependencies)."""
+"""report.md and report.html: a stage's charts and tables in one page (no extra dependencies)."""
 
 from __future__ import annotations
 
