@@ -100,5 +100,10 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     r4 = snakemake(["--cores", "2", target], tmp_path, config, env=env)
     assert r4.returncode == 0, r4.stderr[-4000:]
     assert lines["judge"]["requests"] > 0 and lines["queries"]["requests"] > 0
-    assert fake.count("POST", "/v1/responses") - sent == lines["queries"]["requests"] + lines["judge"]["requests"]
+    qc = [json.loads(x) for x in (res / "costs" / "queries.jsonl").read_text().splitlines()]
+    n_written = sum(c["last_run"] and not c["cached"] for c in qc)
+    assert n_written == lines["queries"]["requests"]
+    # the judge's requests for queries not written yet are priced with a typical text: exact for every
+    # written one; the fake writes every query alike, so the run may merge some of the new ones
+    assert 0 < fake.count("POST", "/v1/responses") - sent - n_written <= lines["judge"]["requests"]
     assert fake.count("POST", "/v1/batches") == n_batches
