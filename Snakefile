@@ -41,6 +41,7 @@ include: "rules/staging.smk"
 include: "rules/preprocess.smk"
 include: "rules/vision.smk"
 include: "rules/plan.smk"
+include: "rules/queries.smk"
 include: "rules/judge.smk"
 include: "rules/similarity.smk"
 # evaluate, deepen and the audit before summary/export: they take their optional inputs and count

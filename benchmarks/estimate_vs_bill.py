@@ -79,7 +79,7 @@ def firebench(tmp: Path, toml: Path, net: dict, n_images: int) -> dict:
 def one(name: str, mode: str, lengths, pilot: int | None, toml: Path | None, n_images: int) -> list[str]:
     import fake_gemini
     import fake_openai
-    from estimate_bill import measure, table
+    from estimate_bill import STAGES, measure, table
 
     provider = "gemini" if name == "gemini" else "openai"
     mod = fake_gemini if provider == "gemini" else fake_openai
@@ -97,7 +97,7 @@ def one(name: str, mode: str, lengths, pilot: int | None, toml: Path | None, n_i
                 raw = example(tmp, "openai", {**net, "model": "gpt-5-mini"})
             res = measure(raw, tmp, pilot=pilot)
             if pilot:    # the stage's whole figure after its pilot against its whole bill
-                for st in ("vision", "judge"):
+                for st in STAGES:
                     x = res.pop(f"{st} after pilot")
                     e = {**x["estimate"], **{k: x["estimate"][f"total_{k}"] for k in ("usd", "low_usd", "high_usd")}}
                     for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens"):

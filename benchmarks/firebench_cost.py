@@ -13,6 +13,12 @@ USD uses the config's own prices (0.125 / 0.0125 / 1.00 per 1M input / cached / 
 upstream's published figures do: vision $0.000313 per image, judge $0.000960 per query of 13
 candidates, $0.000473 per image for both (one query per six images). Annotations of the judge's
 candidates are rows of typical FireBench length (summary, the five facets, 14-25 tags).
+
+Since #31 a query is written by its own request, from its seed alone (the seed's pixels at low
+detail and its annotation row: the ``queries`` row, per query), and the judge labels against it;
+the judge is measured in both labelling modes: text-only (``judge``) and with each candidate's image
+at low detail (``judge+img``, ``send_thumbnails: true``). Upstream's one request did both jobs, so
+its per-query figure compares with ``queries`` + ``judge``.
 """
 
 from __future__ import annotations
@@ -84,6 +90,14 @@ def annotation(i: int, fm, rnd: random.Random) -> dict:
     return row
 
 
+def plan_over(ann: pl.DataFrame, n_queries: int, n_cands: int) -> pl.DataFrame:
+    """``n_queries`` queries of ``n_cands`` candidates over the annotated images, the first one the seed."""
+    ids = ann["image_id"].to_list()
+    return pl.DataFrame([{"query_id": f"q{q:04d}", "seed_image_ids": [ids[(q * n_cands) % len(ids)]],
+                          "candidates": [{"image_id": ids[(q * n_cands + c) % len(ids)], "pool": "x", "reason": "x"}
+                                         for c in range(n_cands)]} for q in range(n_queries)])
+
+
 def stage(runner, items, prices) -> dict:
     from benchmaker.losses import Losses
 
@@ -106,6 +120,8 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
     from benchmaker.judge.openai import judge_items, merged_settings
     from benchmaker.losses import Losses
     from benchmaker.providers.runners import provider_runner
+    from benchmaker.providers.settings import query_settings
+    from benchmaker.queries.openai import query_items, writer_settings
     from benchmaker.vision.openai import vision_items
 
     fake = fake_openai.start()
@@ -114,7 +130,9 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            raw, corpus, imgs = imported_config(tmp, toml, n_images)
+            # one generated image per candidate too (labelling with images): no pool shares an image
+            raw, corpus, all_imgs = imported_config(tmp, toml, max(n_images, n_queries * n_cands))
+            imgs = all_imgs.head(n_images)
             out = tmp / "imported.yaml"
             out.write_text(yaml.safe_dump(raw))
             cfg = load_config(str(out))
@@ -128,18 +146,27 @@ def run(toml: Path, n_images: int, n_queries: int, n_cands: int) -> dict:
             vr = provider_runner("openai", stage="vision", item_type="image", settings=vs, cache_dir=None)
             res = {"vision": stage(vr, list(vision_items(imgs, fm, vs, str(corpus))), prices)}
             rnd = random.Random(7)
-            rows = [annotation(i, fm, rnd) for i in range(n_queries * n_cands)]
-            ann = pl.DataFrame(rows)
-            plan = pl.DataFrame([{"query_id": f"q{q:04d}", "seed_image_ids": [rows[q * n_cands]["image_id"]],
-                                  "candidates": [{"image_id": rows[q * n_cands + c]["image_id"], "pool": "x",
-                                                  "reason": "x"} for c in range(n_cands)]}
-                                 for q in range(n_queries)])
+            ann = pl.DataFrame([annotation(i, fm, rnd) for i in range(n_queries * n_cands)])
+            # the candidates' images: the generated ones, one per annotation row (labelling with images)
+            ann = ann.with_columns(pl.Series("image_id", all_imgs["image_id"].head(ann.height).to_list()))
+            imgs = all_imgs
+            plan = plan_over(ann, n_queries, n_cands)
+            ws = {**writer_settings(query_settings(cfg["queries"], cfg["judge"])), **net}
+            wr = provider_runner("openai", stage="queries", item_type="query", settings=ws, cache_dir=None)
+            witems = list(query_items(plan, ann, imgs, fm, wr.settings, str(corpus), Losses("queries")))
+            written = wr.run_sync(witems, Losses("queries"))
+            res["queries"] = stage(wr, witems, prices)
+            plan = plan.with_columns(
+                pl.col("query_id").replace_strict({q: a["query_text"] for q, a in written.items()}).alias("query_text"),
+                pl.col("query_id").replace_strict({q: a["narrative"] for q, a in written.items()}).alias("narrative"))
             js = {**merged_settings({**cfg["judge"][cfg["judge"]["adapter"]], "labels": cfg["judge"]["labels"],
                                      "rationale": cfg["judge"]["rationale"]}), **net}
-            items = [it for it, _ in judge_items(plan, ann, pl.DataFrame({"image_id": [], "sha256": []}), fm, js,
-                                                 str(corpus), Losses("judge"))]
-            jr = provider_runner("openai", stage="judge", item_type="query", settings=js, cache_dir=None)
-            res["judge"] = stage(jr, items, prices)
+            for name, images in (("judge", False), ("judge+img", True)):
+                fake.prefixes.clear()      # each mode from a cold prompt cache (they share their text prefix)
+                s = {**js, "send_thumbnails": images}
+                items = [it for it, _ in judge_items(plan, ann, imgs, fm, s, str(corpus), Losses("judge"))]
+                jr = provider_runner("openai", stage="judge", item_type="query", settings=s, cache_dir=None)
+                res[name] = stage(jr, items, prices)
             res["config"] = {"vision_system_own": bool((vs.get("prompts") or {}).get("system")),
                              "judge_system_own": bool((js.get("prompts") or {}).get("system")),
                              "vocabulary": len(fm.vocabulary), "facets": len(fm.names)}
@@ -160,11 +187,15 @@ def main() -> None:
           "candidates; the config's prices")
     print(f"{'stage':7} {'per':6} {'input':>8} {'cached':>8} {'cached%':>8} {'output':>7} {'USD':>10} "
           f"{'upstream':>10} {'ratio':>6}")
-    for st, per in (("vision", "image"), ("judge", "query")):
+    for st, per in (("vision", "image"), ("queries", "query"), ("judge", "query"), ("judge+img", "query")):
         x = r[st]
-        print(f"{st:7} {per:6} {x['input']:>8.0f} {x['cached']:>8.0f} {x['cached_pct']:>7.1f}% {x['output']:>7.0f} "
-              f"{x['usd']:>10.6f} {UPSTREAM[st]:>10.6f} {x['usd'] / UPSTREAM[st]:>5.2f}x")
-    per_image = r["vision"]["usd"] + r["judge"]["usd"] * QUERIES_PER_IMAGE
+        up = UPSTREAM.get(st)
+        print(f"{st:9} {per:6} {x['input']:>8.0f} {x['cached']:>8.0f} {x['cached_pct']:>7.1f}% {x['output']:>7.0f} "
+              f"{x['usd']:>10.6f}" + (f" {up:>10.6f} {x['usd'] / up:>5.2f}x" if up else ""))
+    q = r["queries"]["usd"] + r["judge"]["usd"]
+    print(f"queries + judge per query (upstream's one request): {q:.6f} vs {UPSTREAM['judge']:.6f} = "
+          f"{q / UPSTREAM['judge']:.2f}x; with images: {r['queries']['usd'] + r['judge+img']['usd']:.6f}")
+    per_image = r["vision"]["usd"] + q * QUERIES_PER_IMAGE
     print(f"per image (vision + judge share, {QUERIES_PER_IMAGE:.3f} queries per image): {per_image:.6f} vs "
           f"upstream {UPSTREAM['per_image']:.6f} = {per_image / UPSTREAM['per_image']:.2f}x")
 

@@ -54,9 +54,11 @@ def audit_report_inputs(wildcards):
 
 
 def judge2_inputs(wildcards):
-    """The second judge reads the sample only when it judges the sample (scope: sample)."""
+    """The second judge labels under the queries the judge labelled under (queries.jsonl); it reads
+    the sample only when it judges the sample (scope: sample)."""
     out = {
         "plan": f"{RESULTS}/query_plan.jsonl",
+        "queries": f"{RESULTS}/queries.jsonl",
         "annotations": f"{RESULTS}/annotations.jsonl",
         "images": f"{RESULTS}/images.jsonl",
     }

@@ -1,6 +1,7 @@
-# Judge: one query text per planned query and a label per planned candidate. API adapters in batch
-# mode run as judge_build -> judge_submit -> judge_collect; everything else as the single `judge`
-# rule. Outputs either way: qrels.jsonl, losses/judge.jsonl, costs/judge.jsonl (empty for `rules`).
+# Judge: a label per planned candidate, against the query written before from the seed alone
+# (queries.jsonl, rules/queries.smk: the judge never writes one). API adapters in batch mode run as
+# judge_build -> judge_submit -> judge_collect; everything else as the single `judge` rule. Outputs
+# either way: qrels.jsonl, losses/judge.jsonl, costs/judge.jsonl (empty for `rules`).
 # Labels already paid for (paths.judge_reuse_file) are an input of the rules that decide what is sent
 # (benchmaker.judge.reuse): a query they fully cover is answered from the file.
 # Which settings each rule gets: benchmaker.providers.settings (imported in rules/vision.smk).
@@ -16,6 +17,7 @@ if JUDGE_BATCH:
         input:
             unpack(judge_reuse_inputs),
             plan=f"{RESULTS}/query_plan.jsonl",
+            queries=f"{RESULTS}/queries.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
             images=f"{RESULTS}/images.jsonl",
         output:
@@ -66,6 +68,7 @@ if JUDGE_BATCH:
         input:
             unpack(judge_reuse_inputs),
             plan=f"{RESULTS}/query_plan.jsonl",
+            queries=f"{RESULTS}/queries.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
             images=f"{RESULTS}/images.jsonl",
             manifest=f"{RESULTS}/api/judge/manifest.jsonl",
@@ -103,6 +106,7 @@ else:
         input:
             unpack(judge_reuse_inputs),
             plan=f"{RESULTS}/query_plan.jsonl",
+            queries=f"{RESULTS}/queries.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
             images=f"{RESULTS}/images.jsonl",
         output:

@@ -74,13 +74,18 @@ def make_bench(root: Path, *, n_queries: int = 12, seed: int = 0, images: bool =
         {"pool": pl.String, "wanted": pl.Int64, "got": pl.Int64, "reason": pl.String}))})
     qrels = pl.DataFrame(qrel_rows, schema_overrides={"rationale": pl.String})
     paths = {"plan": root / "query_plan.jsonl", "annotations": root / "annotations.jsonl",
-             "images": root / "images.jsonl", "qrels": root / "qrels.jsonl", "image_root": img_root}
+             "images": root / "images.jsonl", "qrels": root / "qrels.jsonl", "image_root": img_root,
+             "queries": root / "queries.jsonl"}
     write_table(plan, "query_plan", paths["plan"])
     from benchmaker.formats import FacetModel
 
     write_table(ann, "annotations", paths["annotations"], facets=FacetModel.from_config(FACETS))
     write_table(images_df, "images", paths["images"])
     write_table(qrels, "qrels", paths["qrels"])
+    # the queries the judge labelled under (the queries stage's file; the second judge labels under them)
+    write_table(qrels.group_by("query_id", maintain_order=True).agg(pl.col("query_text").first()).with_columns(
+        pl.lit("A relevant image shows the query's subject.").alias("narrative"), pl.lit("rules").alias("writer")),
+        "queries", paths["queries"])
     return paths
 
 

@@ -3,16 +3,18 @@ of tests/test_estimate_bill.py and benchmarks/estimate_vs_bill.py.
 
 The run is the stages' own functions, as the workflow's rules call them, on one shard: preprocess's
 images (the estimate's inspection, written as ``images.jsonl``), ``vision.run`` (sync) or
-``vision.openai`` build / submit / collect (batch), the planner (``plan.run``), then ``judge.run``
-or the judge's batch functions, against the fake, which counts tokens as the provider documents
-(tests/fake_openai.py, tests/fake_gemini.py) and answers and reasons as its ``lengths`` model says
+``vision.openai`` build / submit / collect (batch), the planner (``plan.run``), the query writer
+(``queries.run`` or its batch functions), then ``judge.run`` or the judge's batch functions, against
+the fake, which counts tokens as the provider documents (tests/fake_openai.py, tests/fake_gemini.py)
+and answers and reasons as its ``lengths`` model says
 (support.LengthModel: seeded means and spreads the estimator is never told). The bill is the cost
 files the run writes (the fake's usage at the config's prices).
 
 1. ``estimate(cfg)`` before anything has run: the range and its point figure.
 2. With ``pilot`` (requests per stage): ``estimate(cfg, pilot=...)`` sends vision's pilot; vision
-   runs (reusing the pilot's answers); ``estimate(cfg, pilot=...)`` again: the judge's queries are now
-   planned by the planner on the annotations the run will have, and its pilot is sent; the judge runs.
+   runs (reusing the pilot's answers); ``estimate(cfg, pilot=...)`` again: the queries are now
+   planned by the planner on the annotations the run will have, the writer's pilot is sent, then the
+   judge's (queries the pilot wrote); the writer and the judge run.
    Each stage's estimate after its pilot is compared with what the run then paid for that stage.
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-STAGES = ("vision", "judge")
+STAGES = ("vision", "queries", "judge")
 
 
 def _rows(path: Path) -> list[dict]:
@@ -69,22 +71,58 @@ def run_vision(cfg: dict, res: Path, cache: Path) -> list[dict]:
     return _rows(costs)
 
 
-def run_judge(cfg: dict, res: Path, cache: Path) -> list[dict]:
-    """The plan (the planner's own code) and the judge (its rule functions); the judge's cost rows."""
-    from benchmaker.judge import openai as jo
-    from benchmaker.judge import run
+def run_plan(cfg: dict, res: Path) -> None:
+    """The plan (the planner's own code)."""
     from benchmaker.plan import run as plan
-    from benchmaker.providers.settings import judge_settings
 
     paths = cfg["paths"]
     plan(annotations=str(res / "annotations.jsonl"), images=str(res / "images.jsonl"),
          plan=str(res / "query_plan.jsonl"), losses=str(res / "losses" / "plan.jsonl"), settings=cfg["plan"],
          facets=cfg["facets"], benchmark_name=cfg["benchmark"]["name"], columns=cfg["columns"],
          seeds_file=None if paths.get("pools_file") else paths.get("seeds_file"), pools_file=paths.get("pools_file"))
-    ad = cfg["judge"]["adapter"]
-    s = judge_settings(cfg["judge"])
+
+
+def run_queries(cfg: dict, res: Path, cache: Path) -> list[dict]:
+    """The query writer (its rule functions) on the plan; its cost rows."""
+    from benchmaker.providers.settings import query_settings
+    from benchmaker.queries import openai as qo
+    from benchmaker.queries import run
+
+    paths, ad = cfg["paths"], cfg["judge"]["adapter"]
+    s = query_settings(cfg["queries"], cfg["judge"])
     files = {"plan": str(res / "query_plan.jsonl"), "annotations": str(res / "annotations.jsonl"),
              "images": str(res / "images.jsonl")}
+    common = {"facets": cfg["facets"], "image_root": paths["image_root"], "columns": cfg["columns"],
+              "cache_dir": str(cache / "queries"), "adapter": ad, "reuse": paths.get("judge_reuse_file"),
+              "reuse_labels": cfg["judge"]["labels"] if paths.get("judge_reuse_file") else None}
+    costs = res / "costs" / "queries.jsonl"
+    out = {"queries": str(res / "queries.jsonl"), "losses": str(res / "losses" / "queries.jsonl")}
+    if s["mode"] == "batch":
+        api, state = res / "api" / "queries", res / ".batches" / "queries" / "all"
+        api.mkdir(parents=True, exist_ok=True)
+        qo.build(**files, requests=str(api / "requests.jsonl"), manifest=str(api / "manifest.jsonl"), settings=s,
+                 **common)
+        qo.submit(requests=str(api / "requests.jsonl"), submitted=str(api / "submitted.json"), settings=_batch(s),
+                  state_dir=str(state), benchmark=cfg["benchmark"]["name"], cache_dir=common["cache_dir"], adapter=ad)
+        qo.collect(**files, **out, manifest=str(api / "manifest.jsonl"), submitted=str(api / "submitted.json"),
+                   costs=str(costs), settings=_batch(s), state_dir=str(state), benchmark=cfg["benchmark"]["name"],
+                   **common)
+    else:
+        run(**files, **out, settings=s, costs=str(costs), **common)
+    return _rows(costs)
+
+
+def run_judge(cfg: dict, res: Path, cache: Path) -> list[dict]:
+    """The judge (its rule functions) on the plan and the written queries; its cost rows."""
+    from benchmaker.judge import openai as jo
+    from benchmaker.judge import run
+    from benchmaker.providers.settings import judge_settings
+
+    paths = cfg["paths"]
+    ad = cfg["judge"]["adapter"]
+    s = judge_settings(cfg["judge"])
+    files = {"plan": str(res / "query_plan.jsonl"), "queries": str(res / "queries.jsonl"),
+             "annotations": str(res / "annotations.jsonl"), "images": str(res / "images.jsonl")}
     common = {"facets": cfg["facets"], "image_root": paths["image_root"], "columns": cfg["columns"],
               "cache_dir": str(cache / "judge"), "adapter": ad, "reuse": paths.get("judge_reuse_file")}
     costs = res / "costs" / "judge.jsonl"
@@ -128,8 +166,11 @@ def measure(raw: dict, tmp: Path, *, pilot: int | None = None) -> dict[str, dict
     write_table(_images(cfg, res)[0], "images", str(res / "images.jsonl"), columns=cfg["columns"])
     bills = {"vision": run_vision(cfg, res, cache)}
     if cfg["judge"]["adapter"] in ("openai", "gemini"):
+        run_plan(cfg, res)
         if pilot:
-            after["judge"] = {ln["stage"]: ln for ln in estimate(cfg, pilot=pilot, on_pilot=spent.extend)}["judge"]
+            lines = {ln["stage"]: ln for ln in estimate(cfg, pilot=pilot, on_pilot=spent.extend)}
+            after |= {st: lines[st] for st in ("queries", "judge")}
+        bills["queries"] = run_queries(cfg, res, cache)
         bills["judge"] = run_judge(cfg, res, cache)
     for st, rows in bills.items():
         mine = [r for r in spent if r["stage"] == st]

@@ -173,10 +173,11 @@ def test_counted_files_follow_the_declaration_in_its_order():
 
     items = {"shard": ["00000", "00001"], "evaluate_system": ["bm25"], "judge2": [], "deepen_system": []}
     assert stages.counted_files("costs", "R", items) == [
-        "R/costs/vision/00000.jsonl", "R/costs/vision/00001.jsonl", "R/costs/judge.jsonl",
+        "R/costs/vision/00000.jsonl", "R/costs/vision/00001.jsonl", "R/costs/queries.jsonl", "R/costs/judge.jsonl",
         "R/costs/evaluate/bm25.jsonl"]
     assert stages.counted_files("losses", "R", items) == [
-        "R/losses/vision.jsonl", "R/losses/plan.jsonl", "R/losses/judge.jsonl", "R/losses/similarity.jsonl",
+        "R/losses/vision.jsonl", "R/losses/plan.jsonl", "R/losses/queries.jsonl", "R/losses/judge.jsonl",
+        "R/losses/similarity.jsonl",
         "R/losses/evaluate/bm25.jsonl"]
     # every permanent loss is counted: the evaluated systems' and the second judge's too, each under a
     # stage name of its own (the rows of a system say "evaluate", the second judge's "judge")
@@ -184,13 +185,13 @@ def test_counted_files_follow_the_declaration_in_its_order():
     files = stages.counted_files("losses", "R", items)
     assert files[-3:] == ["R/losses/evaluate/bm25.jsonl", "R/losses/evaluate/clip.jsonl",
                           "R/audit/judge2/loose/losses.jsonl"]
-    assert stages.counted_stages("losses", items) == [None] * 4 + ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
+    assert stages.counted_stages("losses", items) == [None] * 5 + ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
     assert stages.outside_stages(items) == ["evaluate: bm25", "evaluate: clip", "audit_judge2"]
     # costs: every file under a name (its stage's, or the system's: two rerankers are two rows), a deepened
     # system's under its own name too, but its losses are the benchmark's (not outside)
     items = {**items, "deepen_system": ["bm25"]}
-    assert stages.counted_stages("costs", items) == ["vision", "vision", "judge", "evaluate: bm25", "evaluate: clip",
-                                                     "audit_judge2", "deepen: bm25"]
+    assert stages.counted_stages("costs", items) == ["vision", "vision", "queries", "judge", "evaluate: bm25",
+                                                     "evaluate: clip", "audit_judge2", "deepen: bm25"]
     assert stages.counted_stages("losses", items)[-1] == "deepen: bm25"
     assert "deepen: bm25" not in stages.outside_stages(items)
     # a stage whose losses are not the benchmark's names them (else its rows would count as the benchmark's)

@@ -360,9 +360,10 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
     j2 = tmp_path / "audit" / "judge2" / "strict"
     settings = {"labels": "binary", "rationale": False, "adapter_settings": {"relevant_min_jaccard": 0.0,
                                                                               "relevant_min_core_match": 0.5}}
-    judge2_run(plan=str(bench["plan"]), annotations=str(bench["annotations"]), images=str(bench["images"]),
-               sample=str(sample_p), sub_plan=str(j2 / "plan.jsonl"), qrels=str(j2 / "qrels.jsonl"),
-               losses=str(j2 / "losses.jsonl"), costs=str(j2 / "costs.jsonl"), adapter="rules",
+    judge2_run(plan=str(bench["plan"]), queries=str(bench["queries"]), annotations=str(bench["annotations"]),
+               images=str(bench["images"]), sample=str(sample_p), sub_plan=str(j2 / "plan.jsonl"),
+               qrels=str(j2 / "qrels.jsonl"), losses=str(j2 / "losses.jsonl"), costs=str(j2 / "costs.jsonl"),
+               adapter="rules",
                settings=settings, scope="sample", facets=audit_support.FACETS, image_root=str(bench["image_root"]))
     j2q = read_table("qrels", j2 / "qrels.jsonl")
     assert set(j2q.select("query_id", "image_id").iter_rows()) == set(s.select("query_id", "image_id").iter_rows())
@@ -424,8 +425,9 @@ def test_report_people_second_judge_and_rankings(bench, tmp_path):
     assert len(hl) == 60 and set(hl[0]) == {"rater", "item_id", "query_id", "image_id", "label"}
     # the same judge twice (through the judge stage) agrees with itself completely: self-consistency
     again = tmp_path / "again"
-    judge_run(plan=str(j2 / "plan.jsonl"), annotations=str(bench["annotations"]), images=str(bench["images"]),
-              qrels=str(again / "qrels.jsonl"), losses=str(again / "losses.jsonl"), adapter="rules",
+    judge_run(plan=str(j2 / "plan.jsonl"), queries=str(bench["queries"]), annotations=str(bench["annotations"]),
+              images=str(bench["images"]), qrels=str(again / "qrels.jsonl"), losses=str(again / "losses.jsonl"),
+              adapter="rules",
               settings=settings, facets=audit_support.FACETS, image_root=str(bench["image_root"]), columns=None)
     info2 = S.compute(s, read_sample_meta(meta_p), import_labels([], s, Scale("binary")), Scale("binary"),
                       judge2=read_table("qrels", again / "qrels.jsonl"), judge2_name="strict-again",
@@ -500,8 +502,8 @@ def test_second_judge_on_the_whole_benchmark(bench, tmp_path):
 
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
     j2 = tmp_path / "j2"
-    judge2_run(plan=str(bench["plan"]), annotations=str(bench["annotations"]), images=str(bench["images"]),
-               sub_plan=str(j2 / "plan.jsonl"), qrels=str(j2 / "qrels.jsonl"),
+    judge2_run(plan=str(bench["plan"]), queries=str(bench["queries"]), annotations=str(bench["annotations"]),
+               images=str(bench["images"]), sub_plan=str(j2 / "plan.jsonl"), qrels=str(j2 / "qrels.jsonl"),
                losses=str(j2 / "losses.jsonl"), costs=str(j2 / "costs.jsonl"), adapter="rules",
                settings={"labels": "binary", "adapter_settings": {}}, scope="all", facets=audit_support.FACETS,
                image_root=str(bench["image_root"]))

@@ -215,7 +215,7 @@ def run_dir(tmp_path_factory, tiny_clip):
     return tmp, cfg_path, Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"], corpus
 
 
-DOWNSTREAM = {"merge_images": 1, "merge_annotations": 1, "plan": 1, "judge": 1, "embed_queries": 1,
+DOWNSTREAM = {"merge_images": 1, "merge_annotations": 1, "plan": 1, "queries": 1, "judge": 1, "embed_queries": 1,
               "score": 1, "summary": 1, "export": 1, "all": 1,
               # the judge audit (on by default) follows the judge: a new sample of the new pairs
               "audit_sample": 1, "audit_labelling": 1, "audit_report": 1}

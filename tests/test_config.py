@@ -122,3 +122,11 @@ def test_schema_file_is_the_packaged_one():
     from benchmaker.config import load_schema
 
     assert load_schema() == yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+
+
+def test_a_moved_key_is_named_with_its_new_place_and_value():
+    from benchmaker.config import ConfigError, validate_config
+
+    with pytest.raises(ConfigError, match=r"judge.rules.query_tags was retired: moved to queries.rules.query_tags"
+                                          r".*write `queries.rules.query_tags: 3`"):
+        validate_config({"judge": {"rules": {"query_tags": 3}}})

@@ -127,7 +127,8 @@ def _inputs(tmp: Path, corpus: Path) -> dict:
                                                            "reason": pl.String}))})
     qrels = pl.DataFrame([{"query_id": q, "query_text": f"text of {q}", "image_id": i, "relevance_label": int(n < 2),
                            "pool": "seed" if n == 0 else "hard", "is_seed": n == 0, "seed_not_relevant": False,
-                           "judge": "openai:gpt-5-mini"} for q, p in pools.items() for n, i in enumerate(p)])
+                           "judge": "openai:gpt-5-mini", "narrative": f"what {q} needs"}
+                          for q, p in pools.items() for n, i in enumerate(p)])
     p = {k: str(tmp / f"{k}.jsonl") for k in ("images", "annotations", "plan", "qrels")}
     write_images(imgs, Path(p["images"]))
     write_table(ann, "annotations", p["annotations"], facets=None)
@@ -162,7 +163,7 @@ def _sent_pairs(fake) -> list[tuple[str, tuple[str, ...]]]:
     for m, path, body in fake.log:
         if m == "POST" and path == "/v1/responses":
             text = fake_openai.request_text(body)
-            given = text.split("QUERY_TEXT: ", 1)[1].split("\n", 1)[0]
+            given = text.split("\nQUERY: ", 1)[1].split("\n", 1)[0]
             out.append((given, tuple(fake_openai.data_keys(text))))
     return out
 
@@ -183,7 +184,8 @@ def test_sync_judges_only_new_pairs_once_and_rerun_pays_nothing(fake, tmp_path, 
     assert len(sent) == 4 and sum(len(k) for _, k in sent) == len(a_new) + len(b_new)
     assert {t for t, _ in sent} == {"text of q1", "text of q2"}
     body = json.dumps([b for _, _, b in fake.log])
-    assert "Copy it unchanged" in body and "tiny_q" not in body
+    # the published query and its narrative, as the judge labelled the pools under them; no seed row
+    assert "NARRATIVE: what q1 needs" in body and "SEEDS" not in body and "tiny_q" not in body
     labels = read_table("deepen_labels", tmp_path / "out" / "A.jsonl")
     assert set(labels["depth"].to_list()) <= {1, 2, 3, 4} and set(labels["system"]) == {"A"}
     costs = list(iter_jsonl(tmp_path / "out" / "costs-A.jsonl")) + list(iter_jsonl(tmp_path / "out" / "costs-B.jsonl"))

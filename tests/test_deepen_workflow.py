@@ -120,7 +120,11 @@ def test_workflow_openai_judge_through_the_fake_pays_each_new_pair_once(tmp_path
         assert r.returncode == 0, r.stderr[-4000:]
         res = tmp_path / "results" / "tiny"
         bodies = [b for m, p, b in fake.log if m == "POST" and p == "/v1/responses"]
-        deep = [b for b in bodies if "QUERY_TEXT: " in fake_openai.request_text(b)]
+        # labelling requests (the query and its narrative given): the judge's first (deepening reads its
+        # qrels), as many as it paid for, then the deepen jobs'; the query writer's are not labelling
+        labelling = [b for b in bodies if "\nQUERY: " in fake_openai.request_text(b)]
+        n_judge = sum(not c["cached"] for c in iter_jsonl(res / "costs" / "judge.jsonl"))
+        deep = labelling[n_judge:]
         assert deep and len(deep) < len(bodies)
         q = read_table("qrels", res / "qrels.jsonl")
         dq = read_table("deepened_qrels", res / "deepen" / "qrels.jsonl")
@@ -130,7 +134,7 @@ def test_workflow_openai_judge_through_the_fake_pays_each_new_pair_once(tmp_path
         assert sum(len(fake_openai.data_keys(fake_openai.request_text(b))) for b in deep) == new.height > 0
         assert set(new["judge"]) == {"openai:gpt-5-mini"}
         texts = dict(q.select("query_id", "query_text").unique("query_id").iter_rows())
-        sent_texts = {fake_openai.request_text(b).split("QUERY_TEXT: ", 1)[1].split("\n", 1)[0] for b in deep}
+        sent_texts = {fake_openai.request_text(b).split("\nQUERY: ", 1)[1].split("\n", 1)[0] for b in deep}
         assert sent_texts <= set(texts.values())                                   # the published texts
         costs = [c for f in sorted((res / "costs" / "deepen").glob("*.jsonl")) for c in iter_jsonl(f)]
         assert {c["stage"] for c in costs} == {"deepen"} and sum(not c["cached"] for c in costs) == len(deep)

@@ -278,8 +278,9 @@ def test_rules_summary_and_export_through_snakemake(tmp_path, tiny_corpus):
     support.write_config(tmp_path / "config.yaml", cfg)
     build_inputs(tmp_path / "prep", tiny_corpus)
     shutil.copytree(tmp_path / "prep" / "results", tmp_path / "results" / "tiny")
-    # the offline adapters write empty cost files; the rules take them as inputs
-    for rel in ("costs/vision/00000.jsonl", "costs/vision/00001.jsonl", "costs/judge.jsonl"):
+    # the offline adapters write empty cost files (and the rules writer lost no query); the rules take them as inputs
+    for rel in ("costs/vision/00000.jsonl", "costs/vision/00001.jsonl", "costs/queries.jsonl", "costs/judge.jsonl",
+                "losses/queries.jsonl"):
         p = tmp_path / "results" / "tiny" / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("")

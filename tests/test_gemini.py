@@ -275,8 +275,10 @@ def _plan_and_ann(imgs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _judge_answer(req, schema):
     obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
+    if "judgments" not in obj:                        # the query writer
+        color = fake_gemini.request_text(req).split("s1 | a ")[1].split(" ")[0]     # the seed's own row
+        return {"query_text": f"a {color} circle", "narrative": "A circle, filling the image."}
     second = len(obj["judgments"]) == 2
-    obj["query_text"] = "a green circle" if second else "a red circle"
     for k, j in obj["judgments"].items():
         if isinstance(j, dict):                       # with a rationale: {label, rationale}
             j.update(label=0 if second else 2, rationale="because")
@@ -285,8 +287,17 @@ def _judge_answer(req, schema):
     return obj
 
 
+def _written(plan):
+    """The plan with a query text and narrative per query, as judge.run joins them from queries.jsonl."""
+    return plan.with_columns(pl.format("a circle {}", pl.col("query_id")).alias("query_text"),
+                             pl.lit("A circle, filling the image.").alias("narrative"))
+
+
 def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, caplog):
+    """The queries stage writes each query from its seed alone (its pixels at MEDIA_RESOLUTION_LOW and
+    its annotation), then the judge stage labels against queries.jsonl: no query field in its schema."""
     from benchmaker import judge as judge_stage
+    from benchmaker import queries as queries_stage
 
     caplog.set_level(logging.INFO)
     imgs = images_frame(tiny_corpus, 6)
@@ -297,9 +308,28 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
     write_table(ann, "annotations", paths["annotations"], facets=FM)
     write_table(imgs, "images", paths["images"])
     out = tmp_path / "out"
+    wkw = dict(plan=str(paths["plan"]), annotations=str(paths["annotations"]), images=str(paths["images"]),
+               queries=str(out / "queries.jsonl"), losses=str(out / "wlosses.jsonl"), costs=str(out / "wcosts.jsonl"),
+               adapter="gemini", settings=settings(fake), facets=TINY_FACETS, image_root=str(tiny_corpus), columns={},
+               cache_dir=str(tmp_path / "wcache"))
+    queries_stage.run(**wkw)
+    written = read_table("queries", out / "queries.jsonl")
+    seeds = [s[0].split("/")[0] for s in plan["seed_image_ids"]]
+    assert written.select("query_id", "query_text", "writer").rows() == [
+        ("tiny_q0001", f"a {seeds[0]} circle", "gemini:gemini-2.5-flash"),
+        ("tiny_q0002", f"a {seeds[1]} circle", "gemini:gemini-2.5-flash")]
+    wbodies = fake.generate_calls()
+    wcost = read_table("costs", out / "wcosts.jsonl")["cost_usd"].sum()
+    assert len(wbodies) == 2 and wcost == pytest.approx(2 * SYNC_COST)
+    for b in wbodies:
+        assert b["generationConfig"]["mediaResolution"] == "MEDIA_RESOLUTION_LOW"
+        assert sum("inlineData" in p for p in b["contents"][0]["parts"]) == 1       # its one seed's pixels
+        assert "CANDIDATES" not in fake_gemini.request_text(b)
+    fake.log.clear()
     stage_settings = {"labels": "graded", "rationale": True, "adapter_settings": settings(fake)}
-    kw = dict(plan=str(paths["plan"]), annotations=str(paths["annotations"]), images=str(paths["images"]),
-              qrels=str(out / "qrels.jsonl"), losses=str(out / "losses.jsonl"), costs=str(out / "costs.jsonl"),
+    kw = dict(plan=str(paths["plan"]), queries=str(out / "queries.jsonl"), annotations=str(paths["annotations"]),
+              images=str(paths["images"]), qrels=str(out / "qrels.jsonl"), losses=str(out / "losses.jsonl"),
+              costs=str(out / "costs.jsonl"),
               adapter="gemini", settings=stage_settings, facets=TINY_FACETS, image_root=str(tiny_corpus),
               columns={}, cache_dir=str(tmp_path / "cache"))
     judge_stage.run(**kw)
@@ -319,11 +349,17 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
     assert "CC0" not in blob and "tiny_q000" not in blob
     schemas = [b["generationConfig"]["responseJsonSchema"] for b in bodies]
     for b, sch in zip(bodies, schemas):             # one schema per pool size: a stable prefix
+        assert list(sch["properties"]) == ["judgments"]                             # no query field
+        assert "NARRATIVE: A circle, filling the image." in fake_gemini.request_text(b)
+        assert not any("inlineData" in p for p in b["contents"][0]["parts"])         # text-only labelling
         js = sch["properties"]["judgments"]
         assert js["required"] == list(js["properties"]) == sorted(fake_gemini.data_keys(fake_gemini.request_text(b)))
     assert schemas[0]["properties"]["judgments"]["properties"]["c01"]["properties"]["label"]["enum"] == [0, 1, 2, 3]
     assert sorted(len(fake_gemini.data_keys(fake_gemini.request_text(b))) for b in bodies) == [2, 4]
+    assert q.select("query_id", "query_text", "narrative").unique(maintain_order=True).rows() == \
+        written.select("query_id", "query_text", "narrative").rows()
     # the rerun is served by the cache
+    queries_stage.run(**wkw)
     judge_stage.run(**kw)
     assert len(fake.generate_calls()) == 2
     assert read_table("qrels", out / "qrels.jsonl").equals(q)
@@ -334,6 +370,7 @@ def test_judge_round_trip_through_run_and_finalize(fake, tmp_path, tiny_corpus, 
 def test_judge_wrong_keys_retried_then_lost(fake, tmp_path, tiny_corpus):
     imgs = images_frame(tiny_corpus, 6)
     plan, ann = _plan_and_ann(imgs)
+    plan = _written(plan)
 
     def answer(req, schema):
         obj = fake_gemini.answer_for(fake_gemini.request_text(req), schema)
@@ -441,10 +478,24 @@ def test_batch_expired_is_retried_cancelled_is_lost(fake, tmp_path, tiny_corpus,
 
 
 def test_judge_batch_mode(fake, tmp_path, tiny_corpus):
+    """The writer and the judge on Gemini's Batch API: one batch job writes the queries, then the
+    judge's; labelling with images (send_thumbnails) sends each candidate's pixels once, at low detail."""
+    from benchmaker.queries.gemini import GeminiWriter
+
     imgs = images_frame(tiny_corpus, 6)
     plan, ann = _plan_and_ann(imgs)
     fake.answer = _judge_answer
-    j = GeminiJudge(facets=FM, settings={"labels": "binary", **settings(fake, mode="batch")},
+    w = GeminiWriter(facets=FM, settings=settings(fake, mode="batch"), image_root=str(tiny_corpus),
+                     cache_dir=str(tmp_path / "wc"))
+    wloss = Losses("queries")
+    written = w.write(plan, ann, imgs, wloss)
+    assert written["query_text"].to_list() == [f"a {s[0].split('/')[0]} circle" for s in plan["seed_image_ids"]]
+    assert len(wloss) == 0
+    assert fake.count("POST", r".*:batchGenerateContent") == 1
+    assert {r["mode"] for r in w.costs} == {"batch"} and {r["stage"] for r in w.costs} == {"queries"}
+    plan = plan.join(written.drop("writer"), on="query_id", maintain_order="left")
+    fake.log.clear()
+    j = GeminiJudge(facets=FM, settings={"labels": "binary", **settings(fake, mode="batch", send_thumbnails=True)},
                     image_root=str(tiny_corpus), cache_dir=str(tmp_path / "jc"))
     loss = Losses("judge")
     out = finalize(plan, j.judge(plan, ann, imgs, loss), loss, judge_name=j.name)
@@ -496,19 +547,22 @@ def test_workflow_vision_batch_judge_sync(fake, tmp_path, tiny_corpus, tiny_clip
     env = {"GEMINI_API_KEY": KEY}
     res = tmp_path / "results" / "tiny"
     target = f"{res}/qrels.jsonl"
-    r = snakemake(["--cores", "2", target, f"{res}/costs/judge.jsonl"], tmp_path, config, env=env)
+    r = snakemake(["--cores", "2", target, f"{res}/costs/judge.jsonl", f"{res}/costs/queries.jsonl"], tmp_path,
+                  config, env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     assert fake.count("POST", r".*:batchGenerateContent") == 2       # one job per shard
     assert "vision_submit" in r.stderr and "vision_collect" in r.stderr
     q = read_table("qrels", res / "qrels.jsonl")
     assert q.height and set(q["judge"]) == {"gemini:gemini-2.5-flash"} and q["rationale"].drop_nulls().len() == q.height
     costs = pl.concat([read_table("costs", f) for f in sorted((res / "costs").rglob("*.jsonl"))])
-    assert set(costs["stage"]) == {"vision", "judge"}
+    assert set(costs["stage"]) == {"vision", "queries", "judge"}
+    assert set(read_table("queries", res / "queries.jsonl")["writer"]) == {"gemini:gemini-2.5-flash"}
     assert set(costs.filter(pl.col("stage") == "vision")["mode"]) == {"batch"}
     n = len(fake.log)
     no_key_under(tmp_path / "results")
     no_key_under(tmp_path / "logs") if (tmp_path / "logs").exists() else None
-    r2 = snakemake(["--cores", "2", target, "--forcerun", "vision_build", "judge"], tmp_path, config, env=env)
+    r2 = snakemake(["--cores", "2", target, "--forcerun", "vision_build", "queries", "judge"], tmp_path, config,
+                   env=env)
     assert r2.returncode == 0, r2.stderr[-4000:]
     assert len(fake.log) == n                                          # everything from the cache
     assert KEY not in r.stderr + r2.stderr + r.stdout + r2.stdout

@@ -22,7 +22,7 @@ from scipy.sparse.csgraph import connected_components
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "benchmaker"
 LAYERS = {"pages": 1, "providers": 2}
-STAGES = {"preprocess", "vision", "plan", "judge", "similarity", "summary", "export", "audit", "evaluate",
+STAGES = {"preprocess", "vision", "plan", "queries", "judge", "similarity", "summary", "export", "audit", "evaluate",
           "deepen"}
 ENTRY = {"cli", "upstream", "preflight", "estimate"}
 LAYERS |= {s: 3 for s in STAGES} | {e: 4 for e in ENTRY}

@@ -1,4 +1,5 @@
-"""The offline `rules` judge: hand-worked labels, query texts, losses, finalize and run()."""
+"""The offline `rules` query writer and judge: hand-worked labels, query texts and narratives, losses,
+finalize, and the two stages run one after the other (queries.run, then judge.run on queries.jsonl)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from benchmaker.formats import CANDIDATE, SHORTFALL, FacetModel, read_table, write_table
 from benchmaker.judge import finalize, run
 from benchmaker.judge.base import get_judge
-from benchmaker.judge.rules import RulesJudge, compose_text
+from benchmaker.judge.rules import RulesJudge
 from benchmaker.losses import Losses, read_losses
+from benchmaker.queries import run as write_queries
+from benchmaker.queries.rules import RulesWriter, compose_narrative, compose_text
 
 FACETS = {
     "taxonomy": {"subject": ["cat", "dog", "car"], "setting": ["indoor", "outdoor"]},
@@ -111,11 +114,18 @@ def test_no_profile_means_tags_only():
     assert out.filter(pl.col("image_id") == "c2")["rationale"][0] == "no core facets, jaccard 0.33"
 
 
+def written(plan, settings=None):
+    """(the plan with the rules writer's query_text and narrative joined, the writer's losses)."""
+    loss = Losses("queries")
+    q = RulesWriter(facets=FM, settings=settings or {}).write(plan, ann_frame(), pl.DataFrame(), loss)
+    return plan.join(q.drop("writer"), on="query_id", how="inner", maintain_order="left"), loss
+
+
 def test_query_text_distinctive_tags_and_uniqueness():
     rows = [Q1, plan_row("q2", ["s2"], ["c1", "c4"], CAT_INDOOR), plan_row("q3", ["s1"], ["c2"], CAT_INDOOR)]
-    _, out, _ = judge(rows=rows)
-    texts = out.group_by("query_id", maintain_order=True).agg(pl.col("query_text").first())
-    t = dict(texts.iter_rows())
+    out, loss = written(plan_frame(rows))
+    t = dict(out.select("query_id", "query_text").iter_rows())
+    assert len(loss) == 0 and out["query_id"].to_list() == ["q1", "q2", "q3"]
     # s1's tags by IDF: saucer (in 2 images), then sofa and window (4 each; by name) -> "saucer and sofa"
     assert t["q1"] == "a photo of a cat, indoor setting, with saucer and sofa"
     # q2 and q3 would collide with q1 (and each other): one more distinctive tag each time
@@ -132,16 +142,31 @@ def test_compose_text_phrasing():
                          ("lighting", "unknown", False)], []) == \
         "a photo of a fixed long range viewpoint, no confounder"
     assert compose_text([], ["a", "b", "c"]) == "a photo, with a, b and c"
+    assert compose_narrative([("subject", "cat", False), ("setting", "indoor", False)], ["saucer", "sofa"]) == (
+        "A relevant image shows a cat as its main content, with indoor setting; saucer and sofa are visible. "
+        "An image that shows these only as a background detail, or shows something else, is not relevant.")
 
+
+def test_the_writer_sees_only_the_seeds():
+    """The same seeds and profile give the same query whatever the pool (the candidates are not read)."""
+    a, _ = written(plan_frame([Q1]))
+    b, _ = written(plan_frame([plan_row("q1", ["s1"], ["c4"], CAT_INDOOR)]))
+    assert a.select("query_text", "narrative").rows() == b.select("query_text", "narrative").rows()
+    assert a["narrative"][0].startswith("A relevant image shows a cat as its main content")
 
 def test_losses_and_finalize():
     rows = [Q1, plan_row("q2", ["ghost"], ["c1"], CAT_INDOOR), plan_row("q3", ["s2"], ["c1", "nope"], CAT_INDOOR)]
-    plan, out, loss = judge({"labels": "graded", "rationale": True}, rows=rows)
-    assert [(r["item_id"], r["reason"]) for r in loss.rows] == [("q2", "seed_not_annotated")]
+    plan, wloss = written(plan_frame(rows))
+    assert [(r["item_id"], r["reason"]) for r in wloss.rows] == [("q2", "seed_not_annotated")]
+    assert plan["query_id"].to_list() == ["q1", "q3"]      # q2 is lost writing its query: never labelled
+    loss = Losses("judge")
+    out = RulesJudge(facets=FM, settings={"labels": "graded", "rationale": True}).judge(plan, ann_frame(),
+                                                                                          pl.DataFrame(), loss)
+    assert "query_text" not in out.columns                 # the judge labels; it does not write the query
     q = finalize(plan, out, loss, judge_name="rules", graded=True)
     assert q["query_id"].unique(maintain_order=True).to_list() == ["q1"]  # q3 misses a candidate's label
-    assert {(r["item_id"], r["reason"]) for r in loss.rows} == {("q2", "seed_not_annotated"),
-                                                                ("q3", "incomplete_judgment")}
+    assert {(r["item_id"], r["reason"]) for r in loss.rows} == {("q3", "incomplete_judgment")}
+    assert set(q["narrative"]) == {plan["narrative"][0]} and set(q["query_text"]) == {plan["query_text"][0]}
     assert q["image_id"].to_list()[0] == "s1" and q["is_seed"].to_list() == [True] + [False] * 5
     assert q["seed_not_relevant"].sum() == 0 and q["relevance_label"].max() == 3
     assert q["rationale"].null_count() == 0
@@ -166,13 +191,22 @@ def test_get_judge_and_run(tmp_path):
     assert get_judge("rules", facets=FM, settings={}, image_root=".", cache_dir=None).name == "rules"
     cols = {"image_id": "img", "query_text": "text"}
     plan_p, ann_p, img_p = write_inputs(tmp_path, [Q1], cols)
-    q_p, l_p = tmp_path / "qrels.jsonl", tmp_path / "losses.jsonl"
-    run(plan=str(plan_p), annotations=str(ann_p), images=str(img_p), qrels=str(q_p), losses=str(l_p),
-        adapter="rules", settings={"adapter": "rules", "labels": "binary", "rationale": True,
-                                   "adapter_settings": {"query_tags": 1, "relevant_min_jaccard": 0.25}},
+    q_p, l_p, w_p = tmp_path / "qrels.jsonl", tmp_path / "losses.jsonl", tmp_path / "queries.jsonl"
+    write_queries(plan=str(plan_p), annotations=str(ann_p), images=str(img_p), queries=str(w_p),
+                  losses=str(tmp_path / "wl.jsonl"), costs=str(tmp_path / "wc.jsonl"), adapter="rules",
+                  settings={"query_tags": 1}, facets=FACETS, image_root=".", columns=cols)
+    assert read_table("queries", w_p, columns=cols).rows() == [
+        ("q1", "a photo of a cat, indoor setting, with saucer",
+         "A relevant image shows a cat as its main content, with indoor setting; saucer is visible. An image that "
+         "shows these only as a background detail, or shows something else, is not relevant.", "rules")]
+    assert (tmp_path / "wc.jsonl").read_text() == "" and read_losses(tmp_path / "wl.jsonl").height == 0
+    run(plan=str(plan_p), queries=str(w_p), annotations=str(ann_p), images=str(img_p), qrels=str(q_p),
+        losses=str(l_p), adapter="rules", settings={"adapter": "rules", "labels": "binary", "rationale": True,
+                                                    "adapter_settings": {"relevant_min_jaccard": 0.25}},
         facets=FACETS, image_root=".", columns=cols)
     first = json.loads(q_p.read_text().splitlines()[0])
     assert first["text"] == "a photo of a cat, indoor setting, with saucer" and first["img"] == "s1"
+    assert first["narrative"].startswith("A relevant image shows a cat")
     qrels = read_table("qrels", q_p, columns=cols)
     assert dict(zip(qrels["image_id"], qrels["relevance_label"])) == labels(judge()[1])
     assert read_losses(l_p).height == 0
@@ -201,7 +235,7 @@ def _labelled(qid, text, labels, judge="imsearch_benchmaker", cols=None):
 
 
 def test_reuse_selection(tmp_path):
-    from benchmaker.judge.reuse import split_reused
+    from benchmaker.reuse import split_reused
 
     full = {"s1": 1, "c1": 0, "c2": 1}
     rows = [plan_row("qa", ["s1"], ["c1", "c2"]), plan_row("qb", ["s1"], ["c1", "c2"]),
@@ -241,8 +275,18 @@ def test_run_answers_reused_queries_from_the_file(tmp_path):
     reuse = _reuse_file(tmp_path, _labelled("q1", "an upstream query", upstream, cols=cols)
                         + _labelled("q2", "partial", {"s2": 1}, cols=cols))
     q_p, l_p, c_p = tmp_path / "qrels.jsonl", tmp_path / "losses.jsonl", tmp_path / "costs.jsonl"
-    run(plan=str(plan_p), annotations=str(ann_p), images=str(img_p), qrels=str(q_p), losses=str(l_p), costs=str(c_p),
-        adapter="rules", settings={"adapter": "rules", "labels": "binary", "rationale": False, "adapter_settings": {}},
+    w_p = tmp_path / "queries.jsonl"
+    write_queries(plan=str(plan_p), annotations=str(ann_p), images=str(img_p), queries=str(w_p),
+                  losses=str(tmp_path / "wl.jsonl"), costs=str(tmp_path / "wc.jsonl"), adapter="rules",
+                  settings={}, facets=FACETS, image_root=".", columns=cols, reuse=reuse, reuse_labels="binary")
+    w = read_table("queries", w_p, columns=cols)
+    # the imported query keeps the file's text (no narrative); the other is written
+    assert w.select("query_id", "query_text", "writer").rows()[0] == ("q1", "an upstream query",
+                                                                       "imported:imsearch_benchmaker")
+    assert w["narrative"][0] is None and w["writer"][1] == "rules" and w["narrative"][1]
+    run(plan=str(plan_p), queries=str(w_p), annotations=str(ann_p), images=str(img_p), qrels=str(q_p),
+        losses=str(l_p), costs=str(c_p), adapter="rules",
+        settings={"adapter": "rules", "labels": "binary", "rationale": False, "adapter_settings": {}},
         facets=FACETS, image_root=".", columns=cols, reuse=reuse)
     qrels = read_table("qrels", q_p, columns=cols)
     assert qrels["query_id"].to_list() == ["q1"] * 6 + ["q2"] * 3          # plan order kept

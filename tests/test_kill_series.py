@@ -1,9 +1,9 @@
-"""A whole run (vision in batch mode, judge in sync mode, against the fake OpenAI server) under a
-seeded random series of ``kill -9`` (Snakemake and its jobs at once) at five points of the paid
-stages: an upload, a batch create (accepted by the server, never heard of by the client), a poll
-that finds a batch done, a download of its output, a judge request. After each kill the README's
-resume command runs. The end: the same data bytes as an uninterrupted run, no batch created twice,
-and cost records equal to the fake's bill."""
+"""A whole run (vision in batch mode, query writing and judge in sync mode, against the fake OpenAI
+server) under a seeded random series of ``kill -9`` (Snakemake and its jobs at once) at six points of
+the paid stages: an upload, a batch create (accepted by the server, never heard of by the client), a
+poll that finds a batch done, a download of its output, a query writer's request, a judge request.
+After each kill the README's resume command runs. The end: the same data bytes as an uninterrupted
+run, no batch created twice, and cost records equal to the fake's bill."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from benchmaker.io import iter_jsonl
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 SEED = 19
-DATA = ("annotations.jsonl", "query_plan.jsonl", "qrels.jsonl")
+DATA = ("annotations.jsonl", "query_plan.jsonl", "queries.jsonl", "qrels.jsonl")
 
 
 def _config(tmp: Path, corpus: Path, clip: Path, fake) -> Path:
@@ -48,7 +48,7 @@ def _env() -> dict:
 
 def _target(tmp: Path) -> list[str]:
     res = tmp / "results" / "tiny"
-    return [str(res / "qrels.jsonl"), str(res / "costs" / "judge.jsonl")]
+    return [str(res / "qrels.jsonl"), str(res / "costs" / "judge.jsonl"), str(res / "costs" / "queries.jsonl")]
 
 
 def _run(tmp: Path, config: Path, fake, kill: tuple[str, int] | None) -> int:
@@ -70,7 +70,11 @@ def _run(tmp: Path, config: Path, fake, kill: tuple[str, int] | None) -> int:
 def test_seeded_kill_series_same_bytes_and_costs_equal_bill(tmp_path, tiny_corpus, tiny_clip):
     rnd = random.Random(SEED)
     points = [("upload", rnd.randint(1, 2)), ("create", rnd.randint(1, 2)), ("poll_done", 1),
-              ("download", rnd.randint(1, 2)), ("sync", 1)]    # the fake's judge requests share one content
+              ("download", rnd.randint(1, 2)),
+              # the queries stage runs first (one request per planned query, concurrency 1): the first
+              # sync request is the query writer's; after it, the resumed run sends the writer's (the
+              # plan has 4 queries) and then the judge's, so the 5th sync request is a judge's
+              ("sync", 1), ("sync", 5)]
     # the uninterrupted run
     base = tmp_path / "base"
     base.mkdir()

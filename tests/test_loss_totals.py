@@ -102,10 +102,10 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
     # cache (cost 0); Snakemake may run either first
     assert by["evaluate: rr-b"]["requests"] > 0
     assert by["evaluate: rr-a"]["cost_usd"] + by["evaluate: rr-b"]["cost_usd"] > 0, by
-    assert n["costs"]["stages"] == ["vision", "judge", "evaluate: bm25", "evaluate: ext", "evaluate: rr-a",
+    assert n["costs"]["stages"] == ["vision", "queries", "judge", "evaluate: bm25", "evaluate: ext", "evaluate: rr-a",
                                     "evaluate: rr-b", "audit_judge2"]
     over = ('over the stages "evaluate: rr-a", "evaluate: rr-b", "audit_judge2" (no request recorded: "vision", '
-            '"judge", "evaluate: bm25", "evaluate: ext")')
+            '"queries", "judge", "evaluate: bm25", "evaluate: ext")')
     assert over in md and "Retrieval leaderboard" not in md
     assert over in card and "| evaluate: rr-b | gpt-5-mini | sync |" in card
 

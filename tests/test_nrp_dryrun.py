@@ -206,8 +206,8 @@ def test_readme_dry_run_stages_local_inputs(s3_server, checkout, tmp_path, tiny_
         rs = _resources(out, rule)
         assert len(rs) == cfg["n_shards"] and all("gpu=1" in r and "gpu_manufacturer=nvidia" in r
                                                   and "scale=0" in r for r in rs), rs
-    for rule in ("preprocess", "decode_images", "plan", "judge", "embed_queries", "score", "summary", "export",
-                 "evaluate_system"):
+    for rule in ("preprocess", "decode_images", "plan", "queries", "judge", "embed_queries", "score", "summary",
+                 "export", "evaluate_system"):
         for r in _resources(out, rule):
             assert not re.search(r"\bgpu=", r), (rule, r)
     jobs = {m.group(2): m.group(1) for m in re.finditer(r"rule (\w+):\n(?:    .*\n)*?    wildcards: system=(\S+)", out)}
@@ -335,12 +335,12 @@ def test_api_adapters_stay_on_the_controller(s3_server, checkout, tmp_path, tiny
     # batch mode of an adapter that has a Batch API (openai): build (cluster) -> submit -> collect
     # (controller); otherwise (sync, or gemini whose runner batches inside the rule) one API rule
     batch = is_batch(cfg["vision"])
-    api_rules = ({"vision_submit", "vision_collect", "judge_submit", "judge_collect"}
-                 if batch else {"vision", "judge"})
+    api_rules = ({"vision_submit", "vision_collect", "judge_submit", "judge_collect", "queries_submit",
+                  "queries_collect"} if batch else {"vision", "judge", "queries"})
     assert api_rules <= local, (api_rules, local)
     assert not api_rules & remote, api_rules & remote
     if batch:
-        assert {"vision_build", "judge_build"} <= remote
+        assert {"vision_build", "judge_build", "queries_build"} <= remote
         for rule in ("vision_build", "judge_build"):
             assert not any(re.search(r"\bgpu=", r) for r in _resources(out, rule))
     assert {"embed_images", "preprocess"} <= remote and "merge_annotations" in local
@@ -465,7 +465,8 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
         by_rule.setdefault(m.group(1), []).append(body)
     n = cfg["n_shards"]
     assert {r: len(b) for r, b in by_rule.items()} == {
-        "preprocess": n, "vision": n, "decode_images": n, "embed_images": n, "plan": 1, "judge": 1, "embed_queries": 1,
+        "preprocess": n, "vision": n, "decode_images": n, "embed_images": n, "plan": 1, "queries": 1, "judge": 1,
+        "embed_queries": 1,
         "score": 1, "summary": 1, "export": 1, "audit_labelling": 1, "audit_report": 1,
     }, sorted(by_rule)
     for rule, bodies in by_rule.items():
@@ -737,7 +738,7 @@ def _shipped_job_run(s3_server, tmp_path, tiny_clip, kube, c, image, state, cfg_
     print(f"controller Job on fake k8s: {len(fk.jobs)} Jobs in {wall:.0f}s")
     rules = {re.search(r"--target-jobs '(\w+):", b["spec"]["template"]["spec"]["containers"][0]["args"][1]).group(1)
              for b in fk.jobs.values()}
-    assert {"preprocess", "vision", "embed_images", "plan", "judge", "score", "summary", "export",
+    assert {"preprocess", "vision", "embed_images", "plan", "queries", "judge", "score", "summary", "export",
             "evaluate_model", "evaluate_system", "audit_judge2", "audit_report"} <= rules, rules
     # the reranker and the live systems ran on the controller (evaluate_api, a local rule), with its keys
     assert "evaluate_api" not in rules and re.search(r"localrule evaluate_api:", out), out[-3000:]

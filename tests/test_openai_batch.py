@@ -334,11 +334,14 @@ def test_empty_shard_and_unicode_ids(fake, tmp_path, tiny_corpus):
 
 
 def test_judge_batch_collect_streams_items_retries_and_records_losses_once(fake, tmp_path, tiny_corpus):
-    """judge_build -> judge_submit -> judge_collect: collect streams the items (made again only for
-    the retried query), a query missing an annotation is one loss (not one per pass), and the
-    retried query's labels land in the qrels under its candidates' image ids."""
+    """queries_build -> queries_submit -> queries_collect writes each query from its seed alone (one
+    batch; a rerun of the three steps submits nothing), then judge_build -> judge_submit ->
+    judge_collect labels against queries.jsonl: collect streams the items (made again only for the
+    retried query), a query missing an annotation is one loss (not one per pass), and the retried
+    query's labels land in the qrels under its candidates' image ids, with the written text."""
     from benchmaker.formats import write_table
     from benchmaker.judge import openai as jo
+    from benchmaker.queries import openai as qo
 
     imgs = images_frame(tiny_corpus, 6)
     ids = imgs["image_id"].to_list()
@@ -362,7 +365,9 @@ def test_judge_batch_collect_streams_items_retries_and_records_losses_once(fake,
 
     def answer(body, schema):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
-        obj["query_text"] = f"query with {len(obj['judgments'])} candidates"
+        if "judgments" not in obj:                           # the query writer: one seed row each
+            assert "CANDIDATES" not in fake_openai.request_text(body)
+            return {"query_text": f"query {fake_openai.request_text(body).count('red')}", "narrative": "red."}
         calls["n"] += 1
         # the second answered request: out of the binary enum
         obj["judgments"] = {k: 7 if calls["n"] == 2 else 1 for k in obj["judgments"]}
@@ -373,19 +378,41 @@ def test_judge_batch_collect_streams_items_retries_and_records_losses_once(fake,
     p = {k: str(tmp_path / f"{k}.jsonl") for k in ("requests", "manifest", "qrels", "losses", "costs")}
     common = dict(plan=str(tmp_path / "plan.jsonl"), annotations=str(tmp_path / "annotations.jsonl"), images=images,
                   settings=s, facets=TINY_FACETS, image_root=str(tiny_corpus), columns={})
-    jo.build(**common, requests=p["requests"], manifest=p["manifest"], cache_dir=str(tmp_path / "cache"))
+    w = {k: str(tmp_path / f"w_{k}.jsonl") for k in ("requests", "manifest", "queries", "losses", "costs")}
+    ws = {k: v for k, v in s.items() if k != "labels"}
+    wcommon = {**common, "settings": ws}
+    for _ in range(2):     # again: everything is cached or on record, nothing is submitted twice
+        qo.build(**wcommon, requests=w["requests"], manifest=w["manifest"], cache_dir=str(tmp_path / "wcache"))
+        qo.submit(requests=w["requests"], submitted=str(tmp_path / "w_sub.json"), settings=ws,
+                  state_dir=str(tmp_path / "wstate"), benchmark="tiny")
+        qo.collect(**wcommon, manifest=w["manifest"], submitted=str(tmp_path / "w_sub.json"), queries=w["queries"],
+                   losses=w["losses"], costs=w["costs"], state_dir=str(tmp_path / "wstate"), benchmark="tiny",
+                   cache_dir=str(tmp_path / "wcache"))
+        assert fake.count("POST", "/v1/batches") == 1
+    written = read_table("queries", w["queries"])
+    assert written["query_id"].to_list() == ["tiny_q0001", "tiny_q0002", "tiny_q0003"]
+    assert set(written["narrative"]) == {"red."} and list(iter_jsonl(w["losses"])) == []
+    costs = list(iter_jsonl(w["costs"]))
+    assert {r["stage"] for r in costs} == {"queries"} and {r["mode"] for r in costs} == {"batch"}
+    # every request paid once (the rerun's rows are answered from the cache, $0)
+    assert sorted(r["item_id"] for r in costs if not r["cached"]) == ["tiny_q0001", "tiny_q0002", "tiny_q0003"]
+    assert all(r["cost_usd"] == 0 for r in costs if r["cached"])
+    jo.build(**common, queries=w["queries"], requests=p["requests"], manifest=p["manifest"],
+             cache_dir=str(tmp_path / "cache"))
     jo.submit(requests=p["requests"], submitted=str(tmp_path / "submitted.json"), settings=s,
               state_dir=str(tmp_path / "state"), benchmark="tiny")
-    jo.collect(**common, manifest=p["manifest"], submitted=str(tmp_path / "submitted.json"), qrels=p["qrels"],
-               losses=p["losses"], costs=p["costs"], state_dir=str(tmp_path / "state"), benchmark="tiny",
-               cache_dir=str(tmp_path / "cache"))
+    jo.collect(**common, queries=w["queries"], manifest=p["manifest"], submitted=str(tmp_path / "submitted.json"),
+               qrels=p["qrels"], losses=p["losses"], costs=p["costs"], state_dir=str(tmp_path / "state"),
+               benchmark="tiny", cache_dir=str(tmp_path / "cache"))
     qrels = read_table("qrels", p["qrels"])
     losses = list(iter_jsonl(p["losses"]))
     # tiny_q0002 needs ids[5], which has no annotation: one loss, recorded once across both passes
     assert [(r["item_id"], r["reason"]) for r in losses] == [("tiny_q0002", "missing_annotation")]
-    assert fake.count("POST", "/v1/batches") == 2            # the first round, then one retry batch
+    assert fake.count("POST", "/v1/batches") == 3            # the writer's; the first round, then one retry
     got = {(r["query_id"], r["image_id"]): r["relevance_label"] for r in qrels.iter_rows(named=True)}
     assert got == {("tiny_q0001", i): 1 for i in ids[0:4]} | {("tiny_q0003", i): 1 for i in (ids[3], ids[4])}
+    assert dict(qrels.select("query_id", "query_text").unique().iter_rows()) == {
+        q: t for q, t in written.select("query_id", "query_text").iter_rows() if q != "tiny_q0002"}
 
 
 def test_answer_spill_parts_write_the_same_bytes_as_one_table(tmp_path):

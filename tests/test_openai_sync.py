@@ -16,6 +16,7 @@ from benchmaker.judge import finalize
 from benchmaker.judge.openai import OpenAIJudge
 from benchmaker.losses import Losses
 from benchmaker.providers.cost import Usage, cost_usd, price_for, usage_from_body
+from benchmaker.queries.openai import OpenAIWriter
 from benchmaker.vision.openai import OpenAIAnnotator
 
 FM = FacetModel.from_config(TINY_FACETS)
@@ -172,15 +173,42 @@ def _plan_and_ann(imgs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return plan, ann
 
 
+def _written(fake, tmp_path, tiny_corpus, plan, ann, imgs, api="responses"):
+    """The plan with the queries the OpenAI writer wrote (the ``queries`` stage), and its request bodies."""
+    fake.answer = lambda body, schema: {"query_text": f"a circle {len(fake.log)}", "narrative": "Shows a circle."}
+    w = OpenAIWriter(facets=FM, settings={**SETTINGS, "api": api, "base_url": fake.base_url},
+                     image_root=str(tiny_corpus), cache_dir=str(tmp_path / "wc"))
+    loss = Losses("queries")
+    q = w.write(plan, ann, imgs, loss)
+    assert len(loss) == 0 and q["writer"].to_list() == [w.name] * 2
+    bodies = [b for m, p, b in fake.log]
+    fake.log.clear()
+    return plan.join(q.drop("writer"), on="query_id", maintain_order="left"), bodies, w
+
+
 @pytest.mark.parametrize("api", ["responses", "chat"])
-def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
+def test_queries_written_from_the_seed_alone_then_judged_without_a_query_field(fake, tmp_path, tiny_corpus, api):
     imgs = images_frame(tiny_corpus, 6)
     plan, ann = _plan_and_ann(imgs)
+    plan, wbodies, w = _written(fake, tmp_path, tiny_corpus, plan, ann, imgs, api)
+    # one writer request per query: its seed's pixels at low detail and its annotation row, nothing of the pool
+    assert len(wbodies) == 2 and sum(r["cost_usd"] for r in w.costs) == pytest.approx(2 * SYNC_COST)
+    for b, seed in zip(wbodies, plan["seed_image_ids"]):
+        text = fake_openai.request_text(b)
+        assert "SEEDS:" in text and "CANDIDATES" not in text and "s1 |" in text and "c01" not in text
+        parts = b["input"][0]["content"] if api == "responses" else b["messages"][1]["content"]
+        images = [p for p in parts if p["type"] in ("input_image", "image_url")]
+        assert len(images) == len(seed) == 1
+        assert (images[0].get("detail") or images[0]["image_url"]["detail"]) == "low"
+        sch = b["text"]["format"]["schema"] if api == "responses" else b["response_format"]["json_schema"]["schema"]
+        assert sch["required"] == ["query_text", "narrative"]
+    # the writer's cache: asked again, nothing is sent
+    _written(fake, tmp_path, tiny_corpus, plan.drop("query_text", "narrative"), ann, imgs, api)
+    assert fake.log == []
 
     def answer(body, schema):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
         second = len(obj["judgments"]) == 2          # query 2 has two candidates
-        obj["query_text"] = "a green circle" if second else "a red circle"
         for j in obj["judgments"].values():
             j.update(label=0 if second else 2, rationale="because")
         return obj
@@ -193,6 +221,13 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
     bodies = [b for m, p, b in fake.log if p == path]
     assert len(bodies) == 2
+    for b in bodies:
+        # the labeller is given the query and narrative; the seed is one unmarked candidate among the others
+        text = fake_openai.request_text(b)
+        [q] = [q for q in plan.iter_rows(named=True) if f"QUERY: {q['query_text']}\n" in text]
+        assert "NARRATIVE: Shows a circle." in text
+        assert "SEEDS" not in text and "s1 |" not in text
+        assert len(fake_openai.data_keys(text)) == len(q["candidate_image_ids"])
     blob = json.dumps(bodies)
     for i in imgs["image_id"].to_list():           # no file name, path or license reaches the judge
         assert i not in blob and i.split("/")[1] not in blob
@@ -202,6 +237,7 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     # one schema for every query with a pool of the same size (it leads the cacheable prefix): the keys
     # are positional, and the schema requires exactly the keys of the request's data (one label each)
     for b, sch in zip(bodies, schemas):
+        assert list(sch["properties"]) == ["judgments"] and sch["required"] == ["judgments"]   # no query field
         js = sch["properties"]["judgments"]
         assert js["additionalProperties"] is False and js["required"] == list(js["properties"])
         assert js["required"] == sorted(fake_openai.data_keys(fake_openai.request_text(b))) == \
@@ -209,13 +245,13 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     assert judge_spec_schema(4) is judge_spec_schema(4)
     from benchmaker.providers.parse import validate_answer
 
-    ok = {"query_text": "q", "judgments": {f"c0{i}": {"label": 1, "rationale": "r"} for i in range(1, 5)}}
+    ok = {"judgments": {f"c0{i}": {"label": 1, "rationale": "r"} for i in range(1, 5)}}
     assert validate_answer(ok, judge_spec_schema(4)) is None
     # a key outside the pool, or one left out, breaks the schema itself: a model that follows it cannot
     # answer for a candidate it was not given, nor skip one
-    bad = {"query_text": "q", "judgments": {**ok["judgments"], "c05": {"label": 1, "rationale": "r"}}}
+    bad = {"judgments": {**ok["judgments"], "c05": {"label": 1, "rationale": "r"}}}
     assert validate_answer(bad, judge_spec_schema(4)) is not None
-    short = {"query_text": "q", "judgments": {k: v for k, v in ok["judgments"].items() if k != "c04"}}
+    short = {"judgments": {k: v for k, v in ok["judgments"].items() if k != "c04"}}
     assert validate_answer(short, judge_spec_schema(4)) is not None
     one = schemas[0]["properties"]["judgments"]["properties"]["c01"]
     assert one["required"] == ["label", "rationale"] and one["properties"]["label"]["enum"] == [0, 1, 2, 3]
@@ -223,6 +259,8 @@ def test_judge_sync_keys_labels_no_leak(fake, tmp_path, tiny_corpus, api):
     out = finalize(plan, judged, loss, judge_name=j.name, graded=True)
     validate_table(out, "qrels")
     assert out.height == 6 and set(out.filter(pl.col("query_id") == "tiny_q0001")["relevance_label"]) == {2}
+    assert out.select("query_id", "query_text", "narrative").unique(maintain_order=True).rows() == \
+        plan.select("query_id", "query_text", "narrative").rows()
     assert out.filter(pl.col("query_id") == "tiny_q0002")["seed_not_relevant"].all()
     assert out["rationale"].drop_nulls().len() == 6
     assert sum(r["cost_usd"] for r in j.costs) == pytest.approx(2 * SYNC_COST)
@@ -237,6 +275,7 @@ def judge_spec_schema(n: int) -> dict:
 def test_judge_answer_with_wrong_keys_is_retried_then_lost(fake, tmp_path, tiny_corpus):
     imgs = images_frame(tiny_corpus, 6)
     plan, ann = _plan_and_ann(imgs)
+    plan = _written(fake, tmp_path, tiny_corpus, plan, ann, imgs)[0]
 
     def answer(body, schema):
         obj = fake_openai.answer_for(fake_openai.request_text(body), schema)
@@ -314,7 +353,29 @@ def test_judge_schema_of_a_huge_pool_stays_within_the_enum_limit():
     assert sch["properties"]["judgments"]["type"] == "array"
     assert n_enum(judge_schema(small, graded=True, rationale=True)) == 225 * 4 == ENUM_BUDGET
     assert n_enum(sch) == 226 + 4 <= 1000
-    ans = {"query_text": "q", "judgments": [{"key": k, "label": 3} for k in big]}
+    ans = {"judgments": [{"key": k, "label": 3} for k in big]}
     assert validate_answer(ans, sch, check_answer(big)) is None
     assert judgments_by_key(ans)["c226"]["label"] == 3
     assert validate_answer({**ans, "judgments": ans["judgments"][1:]}, sch, check_answer(big)) is not None
+
+
+def test_labelling_with_images_sends_each_candidate_once_at_low_detail(fake, tmp_path, tiny_corpus):
+    """``send_thumbnails``: the judge sees each candidate's image (one per candidate, after its key, at
+    the judge's image_detail: low by default), besides its annotation row; the seed is one of them."""
+    imgs = images_frame(tiny_corpus, 6)
+    plan, ann = _plan_and_ann(imgs)
+    plan = _written(fake, tmp_path, tiny_corpus, plan, ann, imgs)[0]
+    fake.answer = lambda body, schema: fake_openai.answer_for(fake_openai.request_text(body), schema)
+    j = OpenAIJudge(facets=FM, settings={**SETTINGS, "base_url": fake.base_url, "send_thumbnails": True},
+                    image_root=str(tiny_corpus), cache_dir=None)
+    loss = Losses("judge")
+    judged = j.judge(plan, ann, imgs, loss)
+    assert len(loss) == 0 and judged.height == 6
+    for b in [b for m, p, b in fake.log if p == "/v1/responses"]:
+        parts = b["input"][0]["content"]
+        keys = fake_openai.data_keys(fake_openai.request_text(b))
+        images = [p for p in parts if p["type"] == "input_image"]
+        assert len(images) == len(keys) and {p["detail"] for p in images} == {"low"}
+        # each image right after its key
+        labels = [parts[i - 1]["text"] for i, p in enumerate(parts) if p["type"] == "input_image"]
+        assert labels == [f"{k}:" for k in sorted(keys)]

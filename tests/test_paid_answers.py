@@ -46,9 +46,10 @@ def test_second_judge_spend_is_on_record_and_in_the_totals(fake, tmp_path):
     paths = make_bench(tmp_path / "res", n_queries=3)
     out = tmp_path / "res" / "audit" / "judge2" / "j2"
     ledger = tmp_path / "res" / ".ledger" / "audit-judge2" / "j2.jsonl"
-    kw = dict(plan=str(paths["plan"]), annotations=str(paths["annotations"]), images=str(paths["images"]),
-              sub_plan=str(out / "plan.jsonl"), qrels=str(out / "qrels.jsonl"), losses=str(out / "losses.jsonl"),
-              costs=str(out / "costs.jsonl"), adapter="openai", scope="all", facets=FACETS,
+    kw = dict(plan=str(paths["plan"]), queries=str(paths["queries"]), annotations=str(paths["annotations"]),
+              images=str(paths["images"]), sub_plan=str(out / "plan.jsonl"), qrels=str(out / "qrels.jsonl"),
+              losses=str(out / "losses.jsonl"), costs=str(out / "costs.jsonl"), adapter="openai", scope="all",
+              facets=FACETS,
               settings={"labels": "binary", "adapter_settings": {**SETTINGS, "base_url": fake.base_url}},
               image_root=str(paths["image_root"]), columns={}, cache_dir=str(tmp_path / "cache"),
               ledger=str(ledger))

@@ -179,11 +179,11 @@ def test_every_rule_of_every_adapter_passes_only_accepted_names(tmp_path, tiny_c
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     checked = json.loads(r.stdout.strip().splitlines()[-1])
     expected = {"preprocess", "vision", "vision_build", "vision_submit", "vision_collect", "merge_annotations",
-                "plan", "judge", "judge_build", "judge_submit", "judge_collect", "decode_images", "embed_images",
-                "embed_queries",
+                "plan", "judge", "judge_build", "judge_submit", "judge_collect", "queries", "queries_build",
+                "queries_submit", "queries_collect", "decode_images", "embed_images", "embed_queries",
                 "score", "summary", "export", "upload"}
     assert expected <= set(checked), expected - set(checked)
-    for rule in ("judge", "judge_build", "judge_collect"):
+    for rule in ("judge", "judge_build", "judge_collect", "queries", "queries_build", "queries_collect"):
         assert "reuse" in checked[rule], (rule, checked[rule])
     assert "pools_file" in checked["plan"], checked["plan"]
 
@@ -234,16 +234,18 @@ def test_api_runtime_knobs_are_not_rerun_triggers(tmp_path, tiny_corpus, tiny_cl
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     api_jobs = {k: v for k, v in seen.items() if k.split(":")[1] in
                 ("vision", "vision_build", "vision_submit", "vision_collect", "judge", "judge_build",
-                 "judge_submit", "judge_collect")}
+                 "judge_submit", "judge_collect", "queries", "queries_build", "queries_submit", "queries_collect")}
     assert {"batch:vision_collect", "batch:judge_collect", "batch:vision_submit", "sync:vision",
-            "sync:judge"} <= set(api_jobs), sorted(seen)
+            "sync:judge", "batch:queries_collect", "batch:queries_submit", "sync:queries"} <= set(api_jobs), \
+        sorted(seen)
     assert set(knobs) <= set(runtime_keys("vision.openai"))
     for name, params in api_jobs.items():
         for value in ("12345", "4321"):
             assert value not in params, f"{name}: a runtime knob is a rerun trigger: {params[:400]}"
     pre = [v for k, v in seen.items() if k.startswith("batch:preprocess")]
     assert pre and all('"workers": 13' not in v and '"verify_decode"' in v for v in pre), pre[:1]
-    for name in ("batch:vision_collect", "batch:judge_collect", "sync:vision", "sync:judge"):
+    for name in ("batch:vision_collect", "batch:judge_collect", "sync:vision", "sync:judge", "batch:queries_collect",
+                 "sync:queries"):
         assert "gpt-5-mini-unique-model" in api_jobs[name], name  # the model still is a trigger
 
 

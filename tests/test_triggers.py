@@ -63,8 +63,12 @@ DIRECT: dict[str, set[str] | str] = {
     "vision.clip.device": {"vision", "embed_images"},
     "vision.clip.precision": {"vision", "embed_images"},
     "plan": {"plan"},
+    # the query writer runs on the judge's adapter: with the rules judge its model and prompts are
+    # recorded only (tests below: with an API judge they decide the queries)
+    "queries": set(),
+    "queries.rules": {"queries"},
     "judge": set(),                    # judge.openai / judge.gemini: unused with the rules judge
-    "judge.adapter": {"judge", "audit_judge2"},   # judge_build/submit/collect replace `judge` (SWAPPED)
+    "judge.adapter": {"queries", "judge", "audit_judge2"},   # the batch rules replace them (SWAPPED)
     "judge.labels": {"judge", "audit_judge2"} | AUDIT,
     "judge.rationale": {"judge", "audit_judge2"},
     "judge.rules": {"judge", "audit_judge2"},
@@ -115,7 +119,9 @@ DIRECT: dict[str, set[str] | str] = {
 # rules of the base DAG that a change replaces by others (adapter switches: batch rules)
 SWAPPED = {
     "vision.adapter": ({"vision"}, {"vision_build", "vision_submit", "vision_collect"}),
-    "judge.adapter": ({"judge"}, {"judge_build", "judge_submit", "judge_collect"}),
+    # the query writer runs on the judge's adapter and mode: its batch rules replace `queries` too
+    "judge.adapter": ({"judge", "queries"}, {"judge_build", "judge_submit", "judge_collect", "queries_build",
+                                             "queries_submit", "queries_collect"}),
     # a clip system that gets or loses the similarity stage's model identity changes its rule:
     # with it, it ranks that stage's embeddings (evaluate_system); without, it loads the model
     "evaluate.systems.0.device": ({"evaluate_model"}, {"evaluate_system"}),
@@ -163,7 +169,7 @@ NEW_VALUE = {
     "audit.strata": ["pool"],
     "audit.facets": ["color"],
     "audit.metrics": ["map"],
-    "audit.second_judge.judge": {"rules": {"query_tags": 3}},
+    "audit.second_judge.judge": {"rules": {"relevant_min_jaccard": 0.3}},
     "audit.second_judge.name": "other",
     "evaluate.k": [5, 10],
     "evaluate.power.deltas": [0.03],
@@ -481,3 +487,47 @@ def test_split_runtime_follows_the_schema_into_nested_sections():
     public = without_runtime(cfg)
     assert public["audit"]["second_judge"]["judge"] == {"openai": {"model": "x"}}
     assert public["evaluate"]["systems"] == [{"name": "a", "kind": "clip"}]
+
+
+# -- an API judge: what the query writer's requests are made of, and what only the labelling's ---------
+# setting -> (new value, the rules it plans: those it decides and every rule after them)
+API_CHANGES = {
+    "judge.openai.prompts.system": ("label strictly", {"judge"}),             # labelling prompt: re-labels only
+    "judge.openai.send_thumbnails": (True, {"judge"}),                        # labelling with images
+    "judge.openai.image_detail": ("high", {"judge"}),                         # the writer sends its seeds at low
+    "judge.labels": ("graded", {"judge"}),
+    "queries.prompts.system": ("write short queries", {"queries"}),           # the writer's prompt: rewrites
+    "queries.model": ("gpt-4.1-mini", {"queries"}),                           # the writer's model: rewrites
+    "judge.openai.model": ("gpt-4.1-mini", {"queries"}),                      # both run on it: rewrites
+    "judge.openai.concurrency": (3, set()),                                   # a runtime knob: nothing
+}
+
+
+@pytest.mark.slow
+def test_api_judge_a_labelling_change_relabels_only_and_a_writer_change_rewrites(tmp_path, tiny_corpus, tiny_clip):
+    """With the openai judge (sync) the query writer runs on the judge's provider settings less what only
+    labelling reads: a change of the labelling prompt, of labelling with images or of the label scale
+    re-labels (judge and what follows) and never rewrites a query; a change of the writer's prompt or
+    model, or of the model both run on, rewrites the queries and re-labels (the judge reads them)."""
+    support.rights_map(tmp_path / "rights_map.json")
+    raw = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, paths={"results": "results"},
+                              judge={"adapter": "openai", "openai": {"mode": "sync", "base_url": "http://127.0.0.1:9"}},
+                              audit={"enabled": False})
+    base = support.write_config(tmp_path / "base.yaml", raw)
+    made = probe(tmp_path, {"create": str(base)})["create"]
+    assert "error" not in made, made
+    r = support.snakemake(["--touch", "--forceall", "-c1"], tmp_path, base)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    edges = rule_edges(tmp_path, base)
+    assert "queries" in edges["judge"], edges["judge"]      # the judge reads queries.jsonl
+    requests, expected = {}, {}
+    for path, (value, direct) in API_CHANGES.items():
+        requests[path] = str(support.write_config(tmp_path / f"{path}.yaml", _set(raw, path, value)))
+        expected[path] = downstream(direct | {"export"}, edges) - {"all"} if direct else set()
+    got = probe(tmp_path, requests)
+    wrong = [f"{p}: planned {sorted(set(got[p].get('planned', {})) - {'all'})}, expected {sorted(expected[p])} "
+             f"{got[p].get('error', '')[:300]}" for p in requests
+             if "error" in got[p] or set(got[p]["planned"]) - {"all"} != expected[p]]
+    assert not wrong, "\n".join(wrong)
+    for path in ("judge.openai.prompts.system", "judge.openai.send_thumbnails", "judge.labels"):
+        assert "queries" not in got[path]["planned"]

@@ -178,6 +178,11 @@ def test_config_conversion(upstream, tmp_path, capsys):
     j = cfg["judge"]["openai"]
     assert cfg["judge"]["adapter"] == "openai" and j["prices"]["input"] == 0.125 and j["batch_discount"] == 0.0
     assert j["max_requests_per_batch"] == 500
+    # upstream's judge wrote the query and labelled: its system prompt instructs both stages here, its user
+    # prompt (write a query, then label) the query writer; the labelling keeps the built-in user prompt
+    assert j["prompts"] == {"system": "You judge relevance.", "user": None}
+    assert cfg["queries"]["prompts"] == {"system": "You judge relevance.",
+                                         "user": "Write a query and label each candidate."}
     assert cfg["similarity"]["model"] == "ViT-B-32" and cfg["similarity"]["pretrained"] == "openai"
     assert cfg["similarity"]["precision"] == "fp32" and cfg["similarity"]["logit_column"] == "clip_logit"
     p = cfg["plan"]
@@ -236,11 +241,15 @@ def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path, capsy
     est = {ln["stage"]: ln for ln in json.loads(capsys.readouterr().out)}
     assert est["judge"]["source"].startswith("paths.pools_file")
     assert (est["judge"]["reused"], est["judge"]["requests"]) == (2, 1)
+    assert (est["queries"]["reused"], est["queries"]["requests"]) == (2, 1)      # their texts are upstream's
+    modes = est["judge"]["labelling_modes"]        # labelling with images priced beside text-only
+    assert modes["with_images"]["input_tokens"] > modes["text_only"]["input_tokens"]
     assert est["vision"]["cached"] == len(ids) - 2 and est["vision"]["requests"] == 2
     fake = fake_openai.start(steps=1)
     try:
         res_dir = f"{tmp_path}/results/tiny-upstream-bench"
-        targets = [f"{res_dir}/annotations.jsonl", f"{res_dir}/images.jsonl", f"{res_dir}/qrels.jsonl"]
+        targets = [f"{res_dir}/annotations.jsonl", f"{res_dir}/images.jsonl", f"{res_dir}/qrels.jsonl",
+                   f"{res_dir}/queries.jsonl"]
         r = support.snakemake(["--cores", "2", *targets], tmp_path, out,
                               env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": fake.base_url})
         assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
@@ -269,9 +278,14 @@ def test_rerun_after_import_pays_nothing_upstream_paid(upstream, tmp_path, capsy
         assert [c["pool"] for c in plan["query_003"]["candidates"]] == ["seed", "imported", "imported"]
         lost = [json.loads(x) for x in (res / "losses" / "plan.jsonl").read_text().splitlines()]
         assert [(x["item_id"], x["reason"]) for x in lost] == [("gone/never_there.jpg", "candidate_not_annotated")]
-        # the judge: exactly one request (query_003), none for the queries upstream labelled
+        # the query writer and the judge: exactly one request each (query_003), none for the queries
+        # upstream labelled, which keep upstream's query text (no narrative)
         judge_bills = [b for b in fake.bill if b["custom_id"].startswith("judge")]
         assert len(judge_bills) == 1, fake.bill
+        assert len([b for b in fake.bill if b["custom_id"].startswith("queries")]) == 1, fake.bill
+        written = {q["query_id"]: q for q in map(json.loads, (res / "queries.jsonl").read_text().splitlines())}
+        assert written["query_001"]["writer"] == "imported:imsearch_benchmaker"
+        assert written["query_001"]["narrative"] is None and written["query_003"]["narrative"]
         qrels = [json.loads(x) for x in (res / "qrels.jsonl").read_text().splitlines()]
         up = {(q["query_id"], q["image_id"]): q for q in map(json.loads, (outputs / "qrels.jsonl").read_text()
                                                              .splitlines())}

@@ -17,8 +17,8 @@ from benchmaker.formats import FacetModel, read_table
 from benchmaker.losses import read_losses
 
 ROOT = Path(__file__).resolve().parents[1]
-RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "plan", "judge", "decode_images",
-                 "embed_images", "embed_queries", "score", "summary", "export", "all"}
+RULES_PER_RUN = {"preprocess", "merge_images", "vision", "merge_annotations", "plan", "queries", "judge",
+                 "decode_images", "embed_images", "embed_queries", "score", "summary", "export", "all"}
 
 
 job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
@@ -31,8 +31,8 @@ def test_dry_run_lists_every_job(tmp_path, tiny_cfg):
     stats = job_stats(r.stdout + r.stderr)
     n = tiny_cfg["n_shards"]
     assert stats == {
-        "all": 1, "preprocess": n, "merge_images": 1, "vision": n, "merge_annotations": 1, "plan": 1, "judge": 1,
-        "decode_images": n, "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
+        "all": 1, "preprocess": n, "merge_images": 1, "vision": n, "merge_annotations": 1, "plan": 1, "queries": 1,
+        "judge": 1, "decode_images": n, "embed_images": n, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
     } | {k: v for k, v in stats.items() if k not in RULES_PER_RUN}
 
 
@@ -109,7 +109,15 @@ def test_end_to_end_contracts(full_run):
     assert plan.height >= 1
     qrels = read_table("qrels", res / "qrels.jsonl", columns=cols)
     judge_losses = read_losses(res / "losses" / "judge.jsonl")
-    assert qrels["query_id"].n_unique() + judge_losses.filter(pl.col("item_type") == "query").height == plan.height
+    # every planned query is written (queries.jsonl, from its seed alone) or lost writing it, and every
+    # written one labelled or lost labelling: no query is counted twice, none is dropped silently
+    queries = read_table("queries", res / "queries.jsonl", columns=cols)
+    query_losses = read_losses(res / "losses" / "queries.jsonl")
+    assert queries.height + query_losses.height == plan.height and set(queries["writer"]) == {"rules"}
+    assert qrels["query_id"].n_unique() + judge_losses.filter(pl.col("item_type") == "query").height == queries.height
+    assert qrels.select("query_id", "query_text", "narrative").unique(maintain_order=True).rows() == \
+        queries.filter(pl.col("query_id").is_in(qrels["query_id"].unique().to_list())) \
+        .select("query_id", "query_text", "narrative").rows()
     # seed row first within each query
     firsts = qrels.group_by("query_id", maintain_order=True).first()
     assert firsts["is_seed"].all()
@@ -136,6 +144,9 @@ def test_hf_dataset_loads_and_decodes(full_run):
     row = ds[0]
     assert row["image"].size[0] > 0
     assert "qid" in ds.column_names and "relevant" in ds.column_names
+    assert "narrative" in ds.column_names and row["narrative"].startswith("A relevant image shows")
+    beir = [json.loads(x) for x in (ds_dir / "beir" / "queries.jsonl").read_text().splitlines()]
+    assert beir[0]["metadata"]["narrative"].startswith("A relevant image shows")
 
 
 @pytest.mark.slow
@@ -159,6 +170,23 @@ def test_judge_change_reruns_only_judge_and_downstream(full_run):
     stats = job_stats(r.stdout + r.stderr)
     assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all",
                           "audit_sample", "audit_labelling", "audit_report"}, stats  # the audit reads qrels
+
+
+@pytest.mark.slow
+def test_query_writer_change_rewrites_the_queries_and_relabels(full_run):
+    """A change of the query writer's settings writes the queries again and labels again (the judge
+    reads queries.jsonl), and nothing before them; a labelling change (above) never rewrites a query."""
+    tmp, cfg, _ = full_run
+    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
+                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
+                              columns={"query_id": "qid", "relevance_label": "relevant"})
+    raw["queries"] = {"rules": {"query_tags": 3}}
+    cfg2 = support.write_config(tmp / "config_queries.yaml", raw)
+    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = job_stats(r.stdout + r.stderr)
+    assert set(stats) == {"queries", "judge", "embed_queries", "score", "summary", "export", "all",
+                          "audit_sample", "audit_labelling", "audit_report"}, stats
 
 
 @pytest.mark.slow

@@ -143,6 +143,11 @@ def _print_estimate(lines: list[dict]) -> None:
         if ln.get("reused"):
             print(f"{ln['stage']}: {ln['reused']} quer{'y' if ln['reused'] == 1 else 'ies'} answered by "
                   "paths.judge_reuse_file (labels already paid for): never sent, free, not counted above")
+        if ln.get("labelling_modes"):    # the judge priced both ways (docs/judge-rules.md, Method)
+            t, i = ln["labelling_modes"]["text_only"], ln["labelling_modes"]["with_images"]
+            print(f"{ln['stage']}: labelling text-only {t['input_tokens']:,} input tokens, {t['usd']:.4f} USD; with "
+                  f"images (send_thumbnails: one low-detail image per candidate) {i['input_tokens']:,} input tokens, "
+                  f"{i['usd']:.4f} USD (both before the cache)")
 
 
 def cmd_estimate(args) -> int:
@@ -292,8 +297,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("batches", "list or cancel this benchmark's provider batches (found by their metadata)", cmd_batches)
     p.add_argument("action", choices=["list", "cancel"], help="list: show them; cancel: cancel the unfinished ones")
     p.add_argument("config", nargs="+", metavar="CONFIG", help=CONFIG_HELP)
-    p.add_argument("--stage", choices=["vision", "judge"], default=None,
-                   help="only this stage's batches (default: both)")
+    p.add_argument("--stage", choices=["vision", "queries", "judge"], default=None,
+                   help="only this stage's batches (default: all; the query writer's run on the judge's client)")
     p.add_argument("--yes", action="store_true",
                    help="cancel: really cancel (without it: show what would be cancelled, exit 2)")
     p = add("check-urls", "check that every image_url of images.jsonl answers (image_transport: url)",

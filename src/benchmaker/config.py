@@ -35,18 +35,28 @@ from .formats import RESERVED_COLUMNS  # noqa: E402,F401 - re-exported (kept whe
 
 # keys a release retired: (section, key) -> what to do instead. A config that still sets one fails with
 # that message (never silently ignored, never aliased: one key holds one setting).
-RETIRED_KEYS: dict[tuple[str, str], str] = {
-    ("plan", "phash_max_distance"): (
+# keys a config may no longer set (dotted path -> the fix), one message each, before the schema's own checks
+RETIRED_KEYS: dict[str, str] = {
+    "plan.phash_max_distance": (
         "the near-duplicate threshold is one setting, preprocess.near_duplicate_threshold (default 6): the "
         "planner keeps every member of a seed's duplicate group (images.jsonl's duplicate_group) out of its "
         "query's pools; delete plan.phash_max_distance, or move its value to preprocess.near_duplicate_threshold"),
+    "judge.rules.query_tags": "moved to queries.rules.query_tags (the query writer, docs/judge-rules.md)",
 }
 
 
 def _retired(cfg: Mapping[str, Any]) -> list[str]:
-    """One message per retired key the config still sets."""
-    return [f"{section}.{key} was retired: {fix}" for (section, key), fix in RETIRED_KEYS.items()
-            if isinstance(cfg.get(section), Mapping) and key in cfg[section]]
+    """One message per retired key the config still sets (with its value where the key moved)."""
+    found = []
+    for dotted, fix in RETIRED_KEYS.items():
+        node: Any = cfg
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping) and parts[-1] in node:
+            found.append(f"{dotted} was retired: {fix}" + (f"; write `{fix.split()[2]}: {node[parts[-1]]}`"
+                                                            if fix.startswith("moved to ") else ""))
+    return found
 
 
 def _path(error) -> str:
@@ -110,6 +120,8 @@ def validate_config(cfg: Mapping[str, Any], *, base_dir: str | Path | None = Non
     return cfg
 
 
+# settings that moved to another section: (old path, new path); a config that still has one gets one
+# error naming the new place instead of the schema's "additional property" message
 def _mark_smoke_test(cfg: dict) -> None:
     """benchmark.smoke_test / smoke_reason from the models and the flag (benchmaker.smoke)."""
     from .smoke import smoke_reasons

@@ -16,6 +16,11 @@ that has a cost file):
   or a prompt change too; before that, the ``plan`` quotas (or ``paths.pools_file``'s pools) with
   annotation rows already answered (else rows of typical length), the pools between what the
   planner's padding of negatives guarantees and the quotas (:func:`_quota_pools`);
+* **the query writer** (``queries``, on the judge's adapter): one request per planned query that
+  ``paths.judge_reuse_file`` does not fully label, with its seeds' pixels at low detail and their
+  annotation rows; the judge's requests carry the written query texts (from the writer's response
+  cache; a typical text for a query not written yet) and its line also gives its price in both
+  labelling modes, text-only and with each candidate's image (``labelling_modes``);
 * **prompt caching**: the stable prefix of a request (schema + system prompt, when it reaches 1,024
   tokens) at the cached-input rate for every request after the first, as the provider bills.
 
@@ -67,8 +72,9 @@ PILOT_MIN, PILOT_SHARE = 20, 0.02
 # before any answer is measured: the range's assumptions, as factors of the point estimate's parts.
 # input: the 4-characters-per-token rule (measured within -1 %..+6 % of the providers' counts, docs/openai.md);
 # answer: a model's answers are 0.75..1.3x the schema's typical size; reasoning: 0.1..1.25x the allowance
-# for the request's reasoning_effort (the one published run reasoned 1.04x; models seen at 0.17..0.75x)
-RANGE = {"input": (0.97, 1.08), "answer": (0.80, 1.90), "reasoning": (0.20, 1.10)}
+# for the request's reasoning_effort (the one published run reasoned 1.04x; models seen at 0.17..0.75x,
+# the low end: the judge's labelling-only answers at low effort, ~80 tokens of an allowance of 450)
+RANGE = {"input": (0.97, 1.08), "answer": (0.80, 1.90), "reasoning": (0.17, 1.10)}
 # a measured factor's range is at least +-MEASURED_FLOOR of it
 MEASURED_FLOOR = 0.10
 
@@ -422,8 +428,8 @@ def judge_requests(ctx: Context, s: Mapping[str, Any]) -> JudgeRequests:
     """The judge's requests (:class:`JudgeRequests`): the planner's plan over the annotations the run
     will have once every image's is known, else the quotas or the pools file (see the module doc)."""
     from .judge.openai import judge_items
-    from .judge.reuse import split_reused
     from .losses import Losses
+    from .reuse import split_reused
 
     cfg = ctx.cfg
     reuse_path = cfg["paths"].get("judge_reuse_file")
@@ -436,10 +442,13 @@ def judge_requests(ctx: Context, s: Mapping[str, Any]) -> JudgeRequests:
         plan = ctx.memo[key]
         n_all = plan.height
         plan = split_reused(plan, reuse_path, graded=graded, columns=cfg["columns"])[0]
+        plan, written = _with_written_queries(ctx, plan)
         items = judge_items(plan, ann, ctx.images()[0], ctx.fm, s, cfg["paths"]["image_root"], Losses("judge"))
-        return JudgeRequests(((it.spec, len(keys), it, None) for it, keys in items),
-                             f"the planner's plan ({n_all} queries) over the annotations the run will have",
-                             n_all - plan.height, True)
+        # a query not written yet is priced with a typical text: never a pilot's request
+        return JudgeRequests(((it.spec, len(keys), it if it.item_id in written else None, None)
+                              for it, keys in items),
+                             f"the planner's plan ({n_all} queries, {len(written)} written) over the annotations "
+                             "the run will have", n_all - plan.height, True)
     return _typical_judge_requests(ctx, s, ann)
 
 
@@ -447,7 +456,7 @@ def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeReq
     """Before the queries can be planned: the pools file's pools, else the ``plan`` quotas, with the
     annotation rows already answered (cycled), else rows of typical length."""
     from .judge.prompts import candidate_keys, judge_spec
-    from .judge.reuse import read_reuse_file, reusable
+    from .reuse import read_reuse_file, reusable
 
     cfg, fm = ctx.cfg, ctx.fm
     rows_known = list(ann.iter_rows(named=True)) if ann is not None else []
@@ -460,9 +469,11 @@ def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeReq
                 else _typical_row(fm, q * n_c + j) for j in range(n_c)]
         keys = candidate_keys(qid, [r["image_id"] for r in rows])
         def spec(cands: list[dict]):
-            return judge_spec(query_id=qid, seed_rows=rows[:n_seed], candidates=cands,
+            thumbs = ({r["image_id"]: _typical_image(r["image_id"]) for r in cands} if s.get("send_thumbnails")
+                      else None)
+            return judge_spec(query_text=_TYPICAL_QUERY, narrative=_TYPICAL_NARRATIVE, candidates=cands,
                               keys={r["image_id"]: keys[r["image_id"]] for r in cands}, meta_row={}, fm=fm,
-                              settings=s)
+                              settings=s, thumbnails=thumbs)
 
         return spec(rows), n_c, None, spec(rows[:n_seed])
 
@@ -518,6 +529,145 @@ def _quota_pools(ctx: Context) -> tuple[int, int, list[int], str, float]:
             min(1.0, low))
 
 
+# -- the query writer (the ``queries`` stage, docs/judge-rules.md "Method") ------------------------------
+# a written query's typical length, for labelling requests priced before its text is known
+_TYPICAL_QUERY = "a photo of the query's subject in its setting, with two distinctive details"
+_TYPICAL_NARRATIVE = ("A relevant image shows the query's subject as its main content, clearly visible; an image "
+                      "that shows it only as a background detail is not relevant.")
+
+
+def _typical_image(image_id: str):
+    """An image of typical size as a request part (priced, never read: estimates make no request)."""
+    import hashlib
+
+    from .providers.spec import ImageRef
+
+    return ImageRef(sha256=hashlib.sha256(image_id.encode()).hexdigest(), width=1024, height=768)
+
+
+def _queries_stage(ctx: Context) -> _Stage | None:
+    """The query writer's accumulator: on the judge's adapter (None when that is offline)."""
+    from .providers.settings import query_settings
+    from .queries.openai import writer_settings
+
+    ad = ctx.cfg["judge"]["adapter"]
+    if ad not in API_ADAPTERS:
+        return None
+    return _Stage("queries", ad, writer_settings(query_settings(ctx.cfg["queries"], ctx.cfg["judge"])),
+                  f"{ctx.cache_root}/queries", item_type="query")
+
+
+def _to_write(ctx: Context, ann):
+    """(the planner's plan, its queries the writer will write: those ``paths.judge_reuse_file`` does not
+    fully label), as :func:`benchmaker.queries.to_write` splits them."""
+    from .reuse import split_reused
+
+    if "plan" not in ctx.memo:
+        ctx.memo["plan"] = _planned(ctx, ann)
+    plan = ctx.memo["plan"]
+    cfg = ctx.cfg
+    todo = split_reused(plan, cfg["paths"].get("judge_reuse_file"), graded=cfg["judge"]["labels"] == "graded",
+                        columns=cfg["columns"])[0]
+    return plan, todo
+
+
+def _query_items(ctx: Context, st: _Stage, ann):
+    from .losses import Losses
+    from .queries.openai import query_items
+
+    plan, todo = _to_write(ctx, ann)
+    return plan, todo, query_items(todo, ann, ctx.images()[0], ctx.fm, st.s, ctx.cfg["paths"]["image_root"],
+                                   Losses("queries"))
+
+
+def _written(ctx: Context) -> dict[str, tuple[str, str]]:
+    """query id -> (query text, narrative) the writer has answered (its response cache): exactly the
+    texts the run will write for them, as :func:`_annotations` reads vision's answers."""
+    if "queries" in ctx.memo:
+        return ctx.memo["queries"]
+    from .providers.parse import validate_answer
+
+    out: dict[str, tuple[str, str]] = {}
+    st = _queries_stage(ctx)
+    ann, complete = _annotations(ctx)
+    if st is not None and complete:
+        for it in _query_items(ctx, st, ann)[2]:
+            obj = (st.runner.cache.get(st.runner.request_key(it.spec)) or {}).get("answer")
+            if isinstance(obj, dict) and validate_answer(obj, it.spec.schema, it.check) is None:
+                out[it.item_id] = (str(obj["query_text"]).strip(), str(obj["narrative"]).strip())
+    ctx.memo["queries"] = out
+    return out
+
+
+def _with_written_queries(ctx: Context, plan):
+    """(the plan with each query's ``query_text`` and ``narrative``: the written ones, else typical
+    ones, the ids of the written ones)."""
+    import polars as pl
+
+    written = {q: t for q, t in _written(ctx).items() if q in set(plan["query_id"].to_list())}
+    ids = plan["query_id"].to_list()
+    return plan.with_columns(
+        pl.Series("query_text", [written.get(q, (_TYPICAL_QUERY, ""))[0] for q in ids], dtype=pl.String),
+        pl.Series("narrative", [written.get(q, ("", _TYPICAL_NARRATIVE))[1] for q in ids], dtype=pl.String),
+    ), set(written)
+
+
+def _estimate_queries(ctx: Context) -> list[tuple[_Stage, dict]]:
+    """The query writer (``queries`` stage): one request per planned query that ``paths.judge_reuse_file``
+    does not fully label, each with its seeds' pixels at low detail and their annotation rows. The
+    planner's plan once every image's annotation is known (the exact requests and cache keys), else
+    stand-ins from ``paths.pools_file`` or the plan quotas with typical rows."""
+    from .queries.prompts import query_spec
+
+    st = _queries_stage(ctx)
+    if st is None:
+        return []
+    ann, complete = _annotations(ctx)
+    if complete:
+        plan, todo, items = _query_items(ctx, st, ann)
+        for it in items:
+            st.add(it.spec, item=it)
+        return [(st, {"source": f"the planner's plan ({plan.height} queries) over the annotations the run will "
+                                "have", "reused": plan.height - todo.height})]
+    cfg, reuse = ctx.cfg, ctx.cfg["paths"].get("judge_reuse_file")
+    pools_file = cfg["paths"].get("pools_file")
+    if pools_file:
+        rows = _pools_file_rows(pools_file, cfg["columns"])
+        done: set[str] = set()
+        if reuse:
+            from .reuse import read_reuse_file, reusable
+
+            done = set(reusable(read_reuse_file(reuse, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
+                                3 if cfg["judge"]["labels"] == "graded" else 1)[0])
+        todo = [(q, n) for q, _ids, n in rows if q not in done]
+        n_all, source = len(rows), f"paths.pools_file ({len(rows)} queries, typical annotation rows)"
+    else:
+        n_q, n_seed, _per, why = _quota_pools(ctx)
+        todo = [(f"q{q}", n_seed) for q in range(n_q)]
+        n_all, source = n_q, f"plan quotas ({n_q} queries x {n_seed} seed(s){why}, typical annotation rows)"
+    for k, (qid, n_seed) in enumerate(todo):
+        seeds = [_typical_row(ctx.fm, k * 100 + j) for j in range(max(1, n_seed))]
+        st.add(query_spec(seed_rows=seeds, seed_images=[_typical_image(f"{qid}/{r['image_id']}") for r in seeds],
+                          meta_row={}, fm=ctx.fm, settings=st.s), check_cache=False)
+    return [(st, {"source": source, "reused": n_all - len(todo)})]
+
+
+def _labelling_modes(ctx: Context, s: Mapping[str, Any]) -> dict:
+    """The judge's requests priced in both labelling modes (``send_thumbnails``: text-only, or with
+    each candidate's image at the judge's ``image_detail``), whatever the cache holds: what labelling
+    with images would add (docs/judge-rules.md, "Method")."""
+    out = {}
+    for mode, images in (("text_only", False), ("with_images", True)):
+        st = _Stage("judge", ctx.cfg["judge"]["adapter"], {**s, "send_thumbnails": images}, None, item_type="query")
+        req = judge_requests(ctx, st.s)
+        st.pool_fill = req.pool_fill
+        for spec, n, _item, fixed in req.specs:
+            st.add(spec, n, check_cache=False, fixed=fixed)
+        ln = st.line()
+        out[mode] = {k: ln[k] for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens", "usd")}
+    return out
+
+
 def _judge_settings(judge: Mapping[str, Any]) -> tuple[str, dict]:
     ad = judge["adapter"]
     return ad, {**judge.get(ad, {}), "labels": judge["labels"], "rationale": judge["rationale"]}
@@ -545,7 +695,7 @@ def _estimate_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
     st.pool_fill = req.pool_fill
     for spec, n, item, fixed in req.specs:
         st.add(spec, n, check_cache=req.real, item=item, fixed=fixed)
-    return [(st, {"source": req.source, "reused": req.reused})]
+    return [(st, {"source": req.source, "reused": req.reused, "labelling_modes": _labelling_modes(ctx, s)})]
 
 
 def _estimate_deepen(ctx: Context) -> list[tuple[_Stage, dict]]:
@@ -600,10 +750,10 @@ def _estimate_second_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
         from .judge.openai import judge_items
         from .losses import Losses
 
-        plan = restrict_plan(ctx.memo["plan"], read_sample(str(sample_p)))
+        plan, written = _with_written_queries(ctx, restrict_plan(ctx.memo["plan"], read_sample(str(sample_p))))
         for it, keys in judge_items(plan, _annotations(ctx)[0], ctx.images()[0], ctx.fm, st.s,
                                     cfg["paths"]["image_root"], Losses("judge")):
-            st.add(it.spec, len(keys), item=it)
+            st.add(it.spec, len(keys), item=it if it.item_id in written else None)
         return [(st, {"source": "audit/sample.jsonl (the sampled pairs)", "reused": 0})]
     # before the sample: audit.sample_size pairs, spread over queries as the judge's pools are
     budget = int(audit["sample_size"])
@@ -622,6 +772,7 @@ def _estimate_second_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
 # in NOT_ESTIMATED, with why (tests/test_estimate_bill.py checks that every one is in one of the two).
 PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
     "vision": _estimate_vision,
+    "queries": _estimate_queries,       # before the judge: its pilot's texts are the judge's queries
     "judge": _estimate_judge,
     "deepen_system": _estimate_deepen,
     "audit_judge2": _estimate_second_judge,
@@ -655,7 +806,7 @@ def estimate(cfg: Mapping[str, Any], *, pilot: int | None = None,
                 spent += rows
                 if on_pilot is not None and rows:
                     on_pilot(rows)
-            for k in ("annotations", "plan"):          # what the pilot answered is known now
+            for k in ("annotations", "plan", "queries"):   # what the pilot answered is known now
                 ctx.memo.pop(k, None)
             got = fn(ctx)
             for st, extra in got:

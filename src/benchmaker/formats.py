@@ -45,7 +45,7 @@ RESERVED_COLUMNS = {
     "query_id", "query_text", "relevance_label", "tags", "summary", "confidence", "seed_image_ids",
     "candidate_image_ids", "clip_score", "clip_rank", "width", "height", "file_size", "sha256",
     "phash", "pool", "is_seed", "rationale", "annotator", "judge", "seed_not_relevant", "duplicate_group",
-    "color_signature",
+    "color_signature", "narrative",
 }
 
 FORMAT_VERSION = 1
@@ -149,6 +149,13 @@ KINDS: dict[str, Spec] = {
         optional={"profile": None},
         doc="one row per planned query; candidates are seeds first, then pools",
     ),
+    "queries": Spec(
+        required={"query_id": Str, "query_text": Str, "narrative": Str, "writer": Str},
+        nullable=frozenset({"narrative"}),
+        key=("query_id",),
+        doc="one row per planned query with a query: its text and narrative, written from the seed alone "
+            "(or imported with its labels: narrative null), and who wrote it",
+    ),
     "qrels": Spec(
         required={
             "query_id": Str, "query_text": Str, "image_id": Str, "relevance_label": Int, "pool": Str,
@@ -156,7 +163,7 @@ KINDS: dict[str, Spec] = {
         },
         nullable=frozenset(),
         key=("query_id", "image_id"),
-        optional={"rationale": Str},
+        optional={"rationale": Str, "narrative": Str},
         doc="one row per judged (query, image) pair",
     ),
     "qrels_with_score": Spec(
@@ -166,7 +173,7 @@ KINDS: dict[str, Spec] = {
         },
         nullable=frozenset({"clip_score", "clip_rank"}),
         key=("query_id", "image_id"),
-        optional={"rationale": Str},
+        optional={"rationale": Str, "narrative": Str},
         doc="qrels plus the CLIP cosine similarity and its rank within the query",
     ),
     "deepen_labels": Spec(
@@ -184,7 +191,7 @@ KINDS: dict[str, Spec] = {
         },
         nullable=frozenset({"deepen_system", "deepen_depth"}),
         key=("query_id", "image_id"),
-        optional={"rationale": Str},
+        optional={"rationale": Str, "narrative": Str},
         doc="qrels plus the pairs pool deepening added, with their provenance (docs/deepen.md)",
     ),
     "costs": Spec(
@@ -294,6 +301,10 @@ def validate_table(
                     f"{source}: facet '{name}' has value {bad[name][0]!r} (image {bad['image_id'][0]}) "
                     f"outside its allowed values {values}"
                 )
+    if kind == "queries" and df.height:
+        bad = df.filter(pl.col("query_text").str.strip_chars() == "")
+        if bad.height:
+            raise FormatError(f"{source}: empty query_text for query {bad['query_id'][0]}")
     if kind in ("qrels", "qrels_with_score", "deepened_qrels") and df.height:
         bad = df.filter(pl.col("relevance_label") < 0)
         if bad.height:

@@ -111,6 +111,13 @@ STAGES: dict[str, Stage] = {
                    memory={"merge_annotations": Memory(PY_MB, per_largest_mb={"parts": 8.0})}),
     "plan": Stage({"plan": "benchmaker.plan:run"}, losses="losses/plan.jsonl",
                   memory={"plan": Memory(PY_MB, {"annotations": 8.0, "images": 8.0})}),
+    # the same reads as the judge (the writer ranks tags over the planned images' rows), one small
+    # request per query
+    "queries": Stage({"queries": "benchmaker.queries:run", "queries_build": "benchmaker.queries.openai:build",
+                      "queries_submit": "benchmaker.queries.openai:submit",
+                      "queries_collect": "benchmaker.queries.openai:collect"},
+                     losses="losses/queries.jsonl", costs="costs/queries.jsonl",
+                     memory={"queries": Memory(PY_MB + 400, {"plan": 15.0})}),
     "judge": Stage({"judge": "benchmaker.judge:run", "judge_build": "benchmaker.judge.openai:build",
                     "judge_submit": "benchmaker.judge.openai:submit",
                     "judge_collect": "benchmaker.judge.openai:collect"},

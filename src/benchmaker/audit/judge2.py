@@ -11,8 +11,9 @@ Each paid request is on record as it arrives in the crash-safe ledger
 (``<paths.results>/.ledger/audit-judge2/<name>.jsonl``), and the cost file
 (``audit/judge2/<name>/costs.jsonl``) is one of the summary's cost files: its spend is in every total.
 
-A judge writes the query text and the labels together, so the second judge labels the same seed and
-candidates under its own query text (for the rules judge, the same text).
+The second judge labels under the very queries the judge labelled under (``queries.jsonl``: written
+once, from the seed alone, by the ``queries`` stage), so the two judges' labels differ by the judges
+only, never by the wording of the query.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def restrict_plan(plan: pl.DataFrame, sample: pl.DataFrame) -> pl.DataFrame:
     return out.select(plan.columns)
 
 
-def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, losses: str,
+def run(*, plan: str, queries: str, annotations: str, images: str, sub_plan: str, qrels: str, losses: str,
         costs: str, adapter: str, settings: Mapping[str, Any],
         scope: str = default("audit.second_judge.scope"), sample: str | None = None,
         facets: Mapping[str, Any],
@@ -65,7 +66,7 @@ def run(*, plan: str, annotations: str, images: str, sub_plan: str, qrels: str, 
     write_table(p, "query_plan", sub_plan, columns=columns)
     log.info("audit second judge [%s]: %d queries, %d pairs (scope %s)", adapter, p.height,
              int(p["candidates"].list.len().sum() or 0), scope)
-    judge_run(plan=sub_plan, annotations=annotations, images=images, qrels=qrels, losses=losses, costs=costs,
-              adapter=adapter, settings=settings, facets=facets, image_root=image_root, columns=columns,
+    judge_run(plan=sub_plan, queries=queries, annotations=annotations, images=images, qrels=qrels, losses=losses,
+              costs=costs, adapter=adapter, settings=settings, facets=facets, image_root=image_root, columns=columns,
               cache_dir=cache_dir, threads=threads, version=version, ledger=ledger,
               stage="audit_judge2")

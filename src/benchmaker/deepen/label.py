@@ -1,8 +1,8 @@
 """Rule ``deepen_system``: the judge labels the pairs that one system brings into the pools.
 
 The pairs come from :mod:`.pairs` (the same assignment in every job). They are judged by the
-configured judge adapter with its own settings, prompts (the published query text given, not
-rewritten: :data:`benchmaker.judge.prompts.DEEPEN_USER_PROMPT`), response cache (``.cache/judge``:
+configured judge adapter with its own settings, prompts (the published query text and narrative,
+as the judge labelled the pools under them), response cache (``.cache/judge``:
 a request already answered is never paid again), crash-safe cost ledger and mode (sync, or the
 provider's Batch API in one resumable job). One request per query holds the query's seeds and this
 system's new candidates. Output: ``deepen/labels/<system>.jsonl`` (docs/deepen.md).
@@ -24,15 +24,19 @@ from .pairs import assign, cap_by_cost, deepen_systems, read_group_members, run_
 __all__ = ["run", "plan_for", "assigned_pairs", "pair_costs", "estimate_specs", "LABEL_COLUMNS"]
 
 log = get_logger("deepen")
+# the length of a written narrative, for estimates made before the queries exist
+TYPICAL_NARRATIVE = ("A relevant image shows the query's subject as its main content, clearly visible; an image "
+                     "that shows it only as a background detail is not relevant.")
 LABEL_COLUMNS = ("query_id", "image_id", "relevance_label", "judge", "system", "depth")
 
 
 def plan_for(plan: pl.DataFrame, pairs: pl.DataFrame, qrels: pl.DataFrame) -> pl.DataFrame:
     """query_plan rows for ``pairs`` (query_id, image_id, depth): the query's seeds, profile and
-    published text (``query_text``), its candidates = only the new images (pool ``deepen``), in depth
-    order."""
+    published text and narrative (``query_text``, ``narrative``: null for a query imported without
+    one), its candidates = only the new images (pool ``deepen``), in depth order."""
     if not pairs.height:
-        return plan.clear().with_columns(pl.lit(None, pl.String).alias("query_text"))
+        return plan.clear().with_columns(pl.lit(None, pl.String).alias("query_text"),
+                                         pl.lit(None, pl.String).alias("narrative"))
     cands = (
         pairs.sort(["query_id", "depth", "image_id"])
         .with_columns(pl.struct(pl.col("image_id"), pl.lit("deepen").alias("pool"),
@@ -40,7 +44,8 @@ def plan_for(plan: pl.DataFrame, pairs: pl.DataFrame, qrels: pl.DataFrame) -> pl
         .group_by("query_id", maintain_order=True)
         .agg(pl.col("image_id").alias("candidate_image_ids"), pl.col("c").alias("candidates"))
     )
-    texts = qrels.select("query_id", "query_text").unique("query_id", keep="first")
+    narrative = pl.col("narrative") if "narrative" in qrels.columns else pl.lit(None, pl.String).alias("narrative")
+    texts = qrels.select("query_id", "query_text", narrative).unique("query_id", keep="first")
     base = plan.drop("candidate_image_ids", "candidates")
     out = base.join(cands, on="query_id", how="inner").join(texts, on="query_id", how="inner")
     return out.cast({"candidates": plan.schema["candidates"]}).sort("query_id")
@@ -231,8 +236,8 @@ def estimate_specs(cfg: Mapping[str, Any], fm: FacetModel, settings: Mapping[str
                 rows = [_typical_row(fm, (j * n_q + i) * (k + n_seed) + c) for c in range(k + n_seed)]
                 qid = f"q{j}-{i}"     # each system's request of a query has its own candidates
                 keys = candidate_keys(qid, [r["image_id"] for r in rows[n_seed:]])
-                yield judge_spec(query_id=qid, seed_rows=rows[:n_seed], candidates=rows[n_seed:], keys=keys,
-                                 meta_row={}, fm=fm, settings=settings, query_text=f"typical query {qid}"), k
+                yield judge_spec(query_text=f"typical query {qid}", narrative=TYPICAL_NARRATIVE,
+                                 candidates=rows[n_seed:], keys=keys, meta_row={}, fm=fm, settings=settings), k
 
     return (typical(), f"upper bound before the runs exist ({len(systems)} systems x {n_q} queries x top {k}, "
             "typical annotation rows)", len(systems) * n_q * k, False)

@@ -17,7 +17,10 @@ __all__ = ["render_card", "COLUMN_DOCS", "size_category"]
 COLUMN_DOCS = {
     "query_id": "Query identifier, a string such as `<benchmark>_q0001` (keep it a string: INQUIRE-style schemas "
                 "that type it as a number will not match).",
-    "query_text": "The natural-language query. Unique per query_id.",
+    "query_text": "The natural-language query, written from the seed image(s) alone, before any labelling. "
+                  "Unique per query_id.",
+    "narrative": "One or two sentences on what an image must show to be relevant to the query (TREC's narrative), "
+                 "written with query_text and given to the judge with it; null for a query imported with its labels.",
     "image_id": "Stable image identifier: the POSIX path of the image relative to the image folder.",
     "relevance_label": "Judged relevance of the image to the query: 0/1 (binary) or 0..3 (graded). Never null.",
     "image": "The image itself (`datasets.Image`, bytes embedded; decodes to a PIL image).",

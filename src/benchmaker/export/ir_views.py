@@ -106,8 +106,12 @@ def write_ir_views(rows: pl.DataFrame, out: Path, split: str, image_root: str | 
     The export writes the mteb corpus (the image bytes) with :class:`MtebCorpusWriter` while it writes
     the flat table and passes no ``image_root``; given an ``image_root``, the corpus is written here
     from the image files (standalone use)."""
-    q = rows.select(_ids("query_id").alias("_id"), pl.col("query_text").alias("text")).unique(
+    narrative = ["narrative"] if "narrative" in rows.columns else []
+    q = rows.select(_ids("query_id").alias("_id"), pl.col("query_text").alias("text"), *narrative).unique(
         "_id", keep="first", maintain_order=True)
+    # BEIR's queries carry the narrative (what a relevant image must show) under metadata
+    beir_q = q.with_columns(pl.struct("narrative").alias("metadata")).drop("narrative") if narrative else q
+    q = q.drop(narrative)
     text = pl.col("summary").fill_null("") if "summary" in rows.columns else pl.lit("")
     c = (rows.select(pl.col("image_id"), text.alias("text")).unique("image_id", keep="first").sort("image_id")
          .select(_ids("image_id").alias("_id"), pl.lit("").alias("title"), "text", pl.col("image_id").alias("image")))
@@ -115,7 +119,7 @@ def write_ir_views(rows: pl.DataFrame, out: Path, split: str, image_root: str | 
                         pl.col("relevance_label").cast(pl.Int64).alias("score"))
     (out / "beir" / "qrels").mkdir(parents=True, exist_ok=True)
     (out / "trec").mkdir(parents=True, exist_ok=True)
-    q.write_ndjson(out / "beir" / "queries.jsonl")
+    beir_q.write_ndjson(out / "beir" / "queries.jsonl")
     c.write_ndjson(out / "beir" / "corpus.jsonl")
     qrels.write_csv(out / "beir" / "qrels" / f"{split}.tsv", separator="\t")
     trec = qrels.select(pl.format("{} 0 {} {}", "query-id", "corpus-id", "score").alias("line"))

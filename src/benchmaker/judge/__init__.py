@@ -1,11 +1,15 @@
-"""Judge stage: write one query per planned query and label every planned candidate.
+"""Judge stage: label every planned candidate against the query written for it.
 
+The queries are written before, from the seed alone, by the ``queries`` stage (:mod:`benchmaker.queries`,
+``queries.jsonl``: query text and narrative); the judge reads them and never writes one. A planned
+query with no row there was lost writing it (``losses/queries.jsonl``) and is not labelled.
 Adapters (``judge.adapter``) implement :class:`benchmaker.judge.base.Judge`. Whatever the adapter,
 ``finalize`` enforces the contract of qrels.jsonl: a query is kept only if its judgment covers exactly
 the planned candidates (otherwise it goes to the losses file), labels are in range, rows are ordered
-seed first then in plan order, ``is_seed`` and ``seed_not_relevant`` are set. Queries that
+seed first then in plan order, ``is_seed`` and ``seed_not_relevant`` are set, and every row carries
+its query's ``query_text`` and ``narrative``. Queries that
 ``paths.judge_reuse_file`` fully labels are answered from it and never reach the adapter
-(:mod:`benchmaker.judge.reuse`).
+(:mod:`benchmaker.reuse`).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import polars as pl
 from ..formats import FacetModel, read_table, read_table_where, write_table
 from ..logs import get_logger
 from ..losses import Losses
+from ..reuse import split_reused
 from .base import get_judge
-from .reuse import split_reused
 
 __all__ = ["run", "finalize", "planned_pairs"]
 
@@ -38,19 +42,23 @@ def planned_pairs(plan: pl.DataFrame) -> pl.DataFrame:
 
 def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_name: str,
              graded: bool = False) -> pl.DataFrame:
+    """qrels rows from ``judged`` (query_id, image_id, relevance_label[, rationale, judge]) and the
+    plan with each query's ``query_text`` and ``narrative`` (:func:`with_queries`)."""
     max_label = 3 if graded else 1
     pairs = planned_pairs(plan)
     if "rationale" not in judged.columns:
         judged = judged.with_columns(pl.lit(None, pl.String).alias("rationale"))
     if "judge" not in judged.columns:
         judged = judged.with_columns(pl.lit(judge_name).alias("judge"))
+    texts = plan.select("query_id", pl.col("query_text").cast(pl.String), pl.col("narrative").cast(pl.String))
     judged = judged.select(
-        pl.col("query_id").cast(pl.String), pl.col("query_text").cast(pl.String),
-        pl.col("image_id").cast(pl.String), pl.col("relevance_label").cast(pl.Int64),
+        pl.col("query_id").cast(pl.String), pl.col("image_id").cast(pl.String),
+        pl.col("relevance_label").cast(pl.Int64),
         pl.col("rationale").cast(pl.String), pl.col("judge").cast(pl.String),
     ).unique(subset=["query_id", "image_id"], keep="first", maintain_order=True)
 
-    merged = pairs.join(judged, on=["query_id", "image_id"], how="left")
+    merged = (pairs.join(judged, on=["query_id", "image_id"], how="left")
+              .join(texts, on="query_id", how="left"))
     bad_q: dict[str, str] = {}
     missing = merged.filter(pl.col("relevance_label").is_null()).group_by("query_id").len()
     for qid, n in missing.iter_rows():
@@ -73,9 +81,6 @@ def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_
         if qid not in already_lost:
             losses.add("query", qid, "incomplete_judgment", reason)
     kept = merged.filter(~pl.col("query_id").is_in(list(bad_q)))
-    # one text per query (the adapter's first)
-    texts = kept.group_by("query_id", maintain_order=True).agg(pl.col("query_text").first())
-    kept = kept.drop("query_text").join(texts, on="query_id", how="left")
     kept = kept.with_columns((pl.col("pool") == "seed").alias("is_seed"))
     seed_bad = (
         kept.filter(pl.col("is_seed")).group_by("query_id")
@@ -87,7 +92,7 @@ def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_
         kept.join(order, on="query_id", how="left")
         .sort(["q_order", "position"])
         .select("query_id", "query_text", "image_id", "relevance_label", "pool", "is_seed",
-                "seed_not_relevant", "judge", "rationale")
+                "seed_not_relevant", "judge", "narrative", "rationale")
     )
     dup_text = (texts.filter(~pl.col("query_id").is_in(list(bad_q)))
                 .group_by("query_text").len().filter(pl.col("len") > 1))
@@ -99,13 +104,22 @@ def finalize(plan: pl.DataFrame, judged: pl.DataFrame, losses: Losses, *, judge_
         log.warning("%d queries have a seed judged not relevant to its own query (a bad query signal)", n_flag)
     if kept["rationale"].null_count() == kept.height:   # judge.rationale: false: no empty column downstream
         kept = kept.drop("rationale")
+    if kept["narrative"].null_count() == kept.height:   # every text imported (a reuse file): no narratives
+        kept = kept.drop("narrative")
     return kept
 
 
-def read_planned(plan: str, annotations: str, images: str, columns, fm: FacetModel):
-    """(plan, annotations, images) with only the planned images' rows of the two image tables, read
-    block by block: the judge's memory is bounded by the pairs, not by the corpus."""
-    plan_df = read_table("query_plan", plan, columns=columns)
+def with_queries(plan: pl.DataFrame, queries: str, columns=None) -> pl.DataFrame:
+    """The planned queries that have a written query (queries.jsonl: the others were lost writing it),
+    in plan order, with their ``query_text`` and ``narrative``."""
+    q = read_table("queries", queries, columns=columns).select("query_id", "query_text", "narrative")
+    return plan.join(q, on="query_id", how="inner", maintain_order="left")
+
+
+def read_planned(plan: str, annotations: str, images: str, columns, fm: FacetModel, queries: str):
+    """(plan with the written queries, annotations, images) with only the planned images' rows of the
+    two image tables, read block by block: the judge's memory is bounded by the pairs, not by the corpus."""
+    plan_df = with_queries(read_table("query_plan", plan, columns=columns), queries, columns)
     used = plan_df.select(pl.concat_list("seed_image_ids", "candidate_image_ids").alias("i")).explode("i")["i"]
     used = used.drop_nulls().unique()
     return (plan_df,
@@ -116,6 +130,7 @@ def read_planned(plan: str, annotations: str, images: str, columns, fm: FacetMod
 def run(
     *,
     plan: str,
+    queries: str,
     annotations: str,
     images: str,
     qrels: str,
@@ -136,7 +151,7 @@ def run(
     """``stage``: the name on the cost rows (``audit_judge2`` for the audit's second judge, so that
     the totals tell its spend apart)."""
     fm = FacetModel.from_config(facets)
-    plan_df, ann, imgs = read_planned(plan, annotations, images, columns, fm)
+    plan_df, ann, imgs = read_planned(plan, annotations, images, columns, fm, queries)
     settings = dict(settings)
     adapter_settings = dict(settings.pop("adapter_settings", {}) or {})
     judge_settings = {**adapter_settings, **settings}

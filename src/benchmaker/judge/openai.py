@@ -1,7 +1,9 @@
-"""The ``openai`` judge adapter: one request per planned query writes the query text and labels
-every candidate (binary, or graded 0..3), optionally with a short rationale each.
+"""The ``openai`` judge adapter: one request per planned query labels every candidate (binary, or
+graded 0..3) against the query and narrative written before (the ``queries`` stage), optionally with
+a short rationale each.
 
-Candidates reach the model only as descriptions under opaque keys (see :mod:`.prompts`); the answer
+Candidates reach the model as descriptions (and, with ``send_thumbnails``, their images at low
+detail) under opaque keys (see :mod:`.prompts`); the answer
 is validated to cover exactly the planned keys, and mapped back to image ids here. Sync mode runs in
 the plain ``judge`` rule (:class:`OpenAIJudge`); batch mode in ``judge_build`` → ``judge_submit`` →
 ``judge_collect`` (:func:`build`, :func:`submit`, :func:`collect`).
@@ -36,36 +38,39 @@ def merged_settings(settings: Mapping[str, Any]) -> dict:
     return {**adapter, **s}
 
 
+def image_refs(ids, images: Mapping[str, Mapping[str, Any]], image_root: str) -> dict[str, ImageRef]:
+    """image_id -> the image as a request part (its content digest, local path, URL and size)."""
+    out = {}
+    for i in ids:
+        r = images.get(i)
+        if r is not None:
+            out[i] = ImageRef(sha256=r["sha256"], path=str(Path(image_root) / i), url=r.get("image_url"),
+                              width=int(r.get("width") or 0), height=int(r.get("height") or 0))
+    return out
+
+
 def judge_items(plan: pl.DataFrame, annotations: pl.DataFrame, images: pl.DataFrame, fm: FacetModel,
                 settings: Mapping[str, Any], image_root: str, losses: Losses) -> Iterator[tuple[Item, dict]]:
-    """(item, keys) per judgeable planned query; queries missing annotations go to ``losses``."""
+    """(item, keys) per judgeable planned query; queries missing annotations go to ``losses``. The plan
+    carries each query's ``query_text`` (and ``narrative`` when it has one): benchmaker.judge.run joins
+    them from queries.jsonl, pool deepening from the published qrels."""
     ann = {r["image_id"]: r for r in annotations.iter_rows(named=True)}
     img = {r["image_id"]: r for r in images.iter_rows(named=True)}
     thumbs = bool(settings.get("send_thumbnails"))
-    # a plan with a query_text column (pool deepening, docs/deepen.md): the text is given, not written
-    given = ["query_text"] if "query_text" in plan.columns else []
-    for q in plan.select("query_id", "seed_image_ids", "candidates", *given).iter_rows(named=True):
+    narrative = ["narrative"] if "narrative" in plan.columns else []
+    for q in plan.select("query_id", "seed_image_ids", "candidates", "query_text", *narrative).iter_rows(named=True):
         qid = q["query_id"]
         cand_ids = list(dict.fromkeys(c["image_id"] for c in q["candidates"]))
-        need = list(dict.fromkeys([*q["seed_image_ids"], *cand_ids]))
-        missing = [i for i in need if i not in ann]
+        missing = [i for i in cand_ids if i not in ann]
         if missing:
             losses.add("query", qid, "missing_annotation", f"no annotation for {len(missing)} image(s)")
             continue
         keys = candidate_keys(qid, cand_ids)
-        thumbnails = None
-        if thumbs:
-            thumbnails = {}
-            for i in cand_ids:
-                r = img.get(i)
-                if r is not None:
-                    thumbnails[i] = ImageRef(sha256=r["sha256"], path=str(Path(image_root) / i),
-                                             url=r.get("image_url"), width=int(r.get("width") or 0),
-                                             height=int(r.get("height") or 0))
-        spec = judge_spec(query_id=qid, seed_rows=[ann[i] for i in q["seed_image_ids"]],
+        spec = judge_spec(query_text=q["query_text"], narrative=q.get("narrative"),
                           candidates=[ann[i] for i in cand_ids], keys=keys,
                           meta_row=img.get(q["seed_image_ids"][0], {}) if q["seed_image_ids"] else {},
-                          fm=fm, settings=settings, thumbnails=thumbnails, query_text=q.get("query_text"))
+                          fm=fm, settings=settings,
+                          thumbnails=image_refs(cand_ids, img, image_root) if thumbs else None)
         yield Item(qid, spec, check_answer(list(keys.values()))), keys
 
 
@@ -76,15 +81,14 @@ def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], j
         a = answers.get(qid)
         if a is None:
             continue
-        text = str(a["query_text"]).strip()
         by_key = judgments_by_key(a)
         for image_id, k in keys.items():
             j = by_key[k]
-            rows.append({"query_id": qid, "query_text": text, "image_id": image_id,
+            rows.append({"query_id": qid, "image_id": image_id,
                          "relevance_label": int(j["label"]),
                          "rationale": (str(j.get("rationale") or "").strip() or None) if rationale else None,
                          "judge": judge_name})
-    schema = {"query_id": pl.String, "query_text": pl.String, "image_id": pl.String, "relevance_label": pl.Int64,
+    schema = {"query_id": pl.String, "image_id": pl.String, "relevance_label": pl.Int64,
               "rationale": pl.String, "judge": pl.String}
     return pl.DataFrame(rows, schema=schema)
 
@@ -122,24 +126,25 @@ class OpenAIJudge:
 
 
 # -- batch mode ---------------------------------------------------------------------------------------
-def _load(plan: str, annotations: str, images: str, columns, facets):
+def _load(plan: str, annotations: str, images: str, columns, facets, queries: str):
     from . import read_planned
 
     fm = FacetModel.from_config(facets)
-    return (fm, *read_planned(plan, annotations, images, columns, fm))
+    return (fm, *read_planned(plan, annotations, images, columns, fm, queries))
 
 
 def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
     return provider_runner(adapter, stage="judge", item_type="query", settings=settings, cache_dir=cache_dir)
 
 
-def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
+def build(*, plan: str, queries: str, annotations: str, images: str, requests: str, manifest: str,
+          settings: Mapping[str, Any],
           facets: Mapping[str, Any], image_root: str, columns: Mapping[str, str], cache_dir: str | None = None,
           threads: int = 1, adapter: str = "openai", reuse: str | None = None) -> None:
-    from .reuse import split_reused
+    from ..reuse import split_reused
 
     s = merged_settings(settings)
-    fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets)
+    fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets, queries)
     plan_df = split_reused(plan_df, reuse, graded=s.get("labels") == "graded", columns=columns)[0]
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
     pb.build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
@@ -153,16 +158,17 @@ def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
 
 
-def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str, losses: str,
+def collect(*, plan: str, queries: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str,
+            losses: str,
             costs: str, settings: Mapping[str, Any], facets: Mapping[str, Any], image_root: str,
             columns: Mapping[str, str], state_dir: str, benchmark: str, cache_dir: str | None = None,
             adapter: str = "openai", reuse: str | None = None) -> None:
     from ..providers.records import attach_ledger, batch_metadata, write_costs
+    from ..reuse import split_reused
     from . import finalize
-    from .reuse import split_reused
 
     s = merged_settings(settings)
-    fm, full_plan, ann, imgs = _load(plan, annotations, images, columns, facets)
+    fm, full_plan, ann, imgs = _load(plan, annotations, images, columns, facets, queries)
     # queries the reuse file answers are not in the requests (build) and are added back here
     plan_df, reused, reuse_costs = split_reused(full_plan, reuse, graded=s.get("labels") == "graded",
                                                 columns=columns)

@@ -1,16 +1,21 @@
-"""Judge prompts and the strict JSON schema of a judge answer.
+"""Labelling prompts and the strict JSON schema of a labelling answer.
 
-The judge sees the seed image(s) and the candidates as text descriptions (summary, facets, tags),
-candidates under opaque keys ``c01, c02, …`` assigned in a stable pseudo-random order so that neither
-a key nor a position reveals which candidate is the seed or which pool it came from. No file name,
-path, id, license or source reaches the judge (optionally, thumbnails of the candidates do).
+The judge labels; it does not write the query. It receives the query written before it, from the
+seed alone (:mod:`benchmaker.queries`: ``query_text`` and a narrative of what a relevant image must
+show, TREC's description and narrative), and the planned candidates as text descriptions (summary,
+facets, tags; with ``send_thumbnails`` also each candidate's image at low detail). The seed is one
+of the candidates, unmarked: candidates are under opaque keys ``c01, c02, …`` assigned in a stable
+pseudo-random order (a digest of the query id and the image id: the same bytes on every run), so
+that neither a key nor a position reveals which candidate is the seed or which pool it came from.
+No file name, path, id, license or source reaches the judge. docs/judge-rules.md, "Method".
 
 Layout for prompt caching: the answer schema (the same for every query with a pool of the same
 size: judgments are an object whose required keys are the pool's positional keys), then the
 system prompt (instructions, the facet definitions and tag vocabulary, the judging rules) and the
 user prompt are identical across the queries of a run and lead every request; the per-query data
-(seed and candidate descriptions, one table row each; the columns are defined in the system prompt)
-comes last. :func:`check_answer` requires every planned key exactly once and nothing else.
+(the query, its narrative, the candidate descriptions, one table row each; the columns are defined
+in the system prompt) comes last. :func:`check_answer` requires every planned key exactly once and
+nothing else.
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping, Sequence
 
+from ..describe import cell, facet_definitions, row_line, table_columns
 from ..formats import FacetModel
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
 
-__all__ = ["judge_schema", "default_system_prompt", "default_user_prompt", "candidate_keys", "describe",
-           "judge_spec", "check_answer", "positional_keys", "judgments_by_key", "facet_definitions",
-           "SCHEMA_NAME", "GRADED_SCALE", "DEEPEN_USER_PROMPT"]
+__all__ = ["judge_schema", "default_system_prompt", "default_user_prompt", "candidate_keys", "judge_spec",
+           "check_answer", "positional_keys", "judgments_by_key", "SCHEMA_NAME", "GRADED_SCALE"]
 
-SCHEMA_NAME = "query_and_judgments"
+SCHEMA_NAME = "judgments"
 GRADED_SCALE = ("0 = not relevant, 1 = marginally relevant (shares some aspect but would not satisfy the "
                 "searcher), 2 = relevant, 3 = highly relevant (an ideal result)")
 
@@ -63,11 +68,8 @@ def judge_schema(keys: Sequence[str] | None = None, *, graded: bool, rationale: 
     ks = sorted(keys or ())
     judgments: dict[str, Any] = {"type": "object", "additionalProperties": False,
                                  "properties": {k: one for k in ks}, "required": ks}
-    return {
-        "type": "object", "additionalProperties": False,
-        "properties": {"query_text": {"type": "string"}, "judgments": judgments},
-        "required": ["query_text", "judgments"],
-    }
+    return {"type": "object", "additionalProperties": False, "properties": {"judgments": judgments},
+            "required": ["judgments"]}
 
 
 ENUM_BUDGET = 900      # enum values the object form may use (OpenAI's limit: 1,000 per schema)
@@ -82,9 +84,8 @@ def _list_schema(keys: list[str], label: dict, rationale: bool) -> dict:
         one["properties"]["rationale"] = {"type": "string", "description": "at most 20 words"}
         one["required"] = ["key", "label", "rationale"]
     return {"type": "object", "additionalProperties": False,
-            "properties": {"query_text": {"type": "string"},
-                           "judgments": {"type": "array", "items": one, "description": "one entry per key"}},
-            "required": ["query_text", "judgments"]}
+            "properties": {"judgments": {"type": "array", "items": one, "description": "one entry per key"}},
+            "required": ["judgments"]}
 
 
 def positional_keys(n: int) -> list[str]:
@@ -93,37 +94,21 @@ def positional_keys(n: int) -> list[str]:
     return [f"c{i:0{width}d}" for i in range(1, n + 1)]
 
 
-def facet_definitions(fm: FacetModel | None) -> list[str]:
-    """The facet model as judging context: every facet with its allowed values, the tag vocabulary."""
-    if fm is None:
-        return []
-    out = ["", "How the images are described (the annotation vocabulary):",
-           "- summary: one factual sentence about the main content."]
-    for name, values in fm.taxonomy.items():
-        out.append(f"- {name}: one of {', '.join(values)}.")
-    for name in fm.boolean:
-        out.append(f"- {name}: yes or no ({name.replace('_', ' ')}).")
-    if fm.vocabulary:
-        out.append(f"- tags: {fm.min_tags} to {fm.max_tags} from this vocabulary: {', '.join(fm.vocabulary)}.")
-    else:
-        out.append(f"- tags: {fm.min_tags} to {fm.max_tags} short lowercase phrases, most salient first.")
-    return out
-
-
 JUDGING_RULES = (
     "",
     "Judging rules:",
-    "- A candidate is relevant when a person who typed query_text would be glad to see it among the results: "
-    "it shows what the query asks for, as the main content, not as a background detail.",
+    "- A candidate is relevant when a person who typed QUERY, with the need NARRATIVE describes, would be "
+    "glad to see it among the results: it shows what the narrative asks for, as the main content, not as a "
+    "background detail.",
     "- Facet values and tags that match the query are evidence, not proof: a candidate with the right tags "
     "but a summary about something else is not relevant; a candidate whose summary clearly shows the "
     "query's subject is relevant even when a facet is 'unknown'.",
-    "- Judge each candidate on its own against query_text; do not compare candidates with each other, do "
-    "not aim for a particular number of relevant ones, and do not assume that any candidate is a seed.",
+    "- Judge each candidate on its own against the query and its narrative; do not compare candidates with "
+    "each other and do not aim for a particular number of relevant ones.",
     "- Never use the keys, their order, file names, sources, licenses or any identifier as evidence.",
     "- When the descriptions do not allow a decision, choose the lower label.",
     "",
-    "Answer format: query_text, then judgments: every candidate key from DATA exactly once, with its label.",
+    "Answer format: judgments: every candidate key from DATA exactly once, with its label.",
 )
 
 
@@ -132,97 +117,47 @@ def default_system_prompt(fm: FacetModel | None = None, *, graded: bool, rationa
     query of a run (the cacheable prefix); the per-query data comes last, in the user message."""
     scale = GRADED_SCALE if graded else "1 = relevant, 0 = not relevant"
     return "\n".join([
-        "You are an expert creating and judging an image-retrieval benchmark.",
-        "You receive a query seed (one or more seed images) and a set of candidate images, all described by "
-        "text annotations (a summary, facet values and tags); candidates are identified only by opaque keys "
-        "(c01, c02, …) whose order means nothing.",
-        "1) Write query_text: one realistic, concise search query, as a person would type it into an image "
-        "search engine, that the seed image(s) satisfy. Describe what the seeds share; keep it general enough "
-        "that other images can also be relevant, without naming incidental details.",
-        f"2) Judge every candidate against your query_text: {scale}.",
-        "Judge only from the descriptions (and thumbnails when given). Never use keys, order, file names, "
-        "sources or rights. Label every key exactly once." + (" Give a short rationale (at most 20 words) per "
-                                                              "candidate." if rationale else ""),
+        "You are an expert judging the relevance of images for an image-retrieval benchmark.",
+        "You receive one search query (QUERY: the text a person typed; NARRATIVE: what an image must show to "
+        "be relevant) and a set of candidate images, described by text annotations (a summary, facet values "
+        "and tags); candidates are identified only by opaque keys (c01, c02, …) whose order means nothing.",
+        f"Judge every candidate against the query and its narrative: {scale}.",
+        "Judge only from the descriptions (and the candidates' images when given). Never use keys, order, file "
+        "names, sources or rights. Label every key exactly once." + (" Give a short rationale (at most 20 "
+                                                                     "words) per candidate." if rationale else ""),
         "Output MUST be valid JSON matching the provided schema exactly.",
         *facet_definitions(fm),
         "",
-        "DATA lists the seeds (s1, s2, …) and then the candidates, one per line, with the columns: "
+        "DATA gives QUERY and NARRATIVE, then the candidates, one per line, with the columns: "
         + table_columns(fm) + ".",
         *JUDGING_RULES,
     ])
 
 
 def default_user_prompt() -> str:
-    return "Write the query for these seed images, then judge every candidate."
+    return "Judge every candidate against the query and its narrative."
 
 
-# pool deepening (docs/deepen.md): the query text is already written and published; the same system
-# prompt and schema, the text given in DATA, echoed back unchanged as query_text
-DEEPEN_USER_PROMPT = ("The query_text is already written: it is given in DATA. Copy it unchanged as query_text, "
-                      "then judge every candidate against it.")
-
-
-def describe(row: Mapping[str, Any], fm: FacetModel) -> dict:
-    d: dict[str, Any] = {"summary": row.get("summary")}
-    for name in fm.taxonomy:
-        d[name] = row.get(name)
-    for name in fm.boolean:
-        d[name] = row.get(name)
-    d["tags"] = list(row.get("tags") or [])
-    return d
-
-
-def _cell(v: Any) -> str:
-    return " ".join(str(v if v is not None else "").split()).replace("|", "/")
-
-
-def row_line(key: str, row: Mapping[str, Any], fm: FacetModel) -> str:
-    """One image as a table row: ``key | summary | <facet values> | <true flags> | tags`` (the columns
-    are defined once, in the system prompt: fewer tokens per candidate than JSON)."""
-    cells = [key, _cell(row.get("summary"))]
-    cells += [_cell(row.get(n)) or "unknown" for n in fm.taxonomy]
-    if fm.boolean:
-        cells.append(", ".join(n for n in fm.boolean if row.get(n)) or "-")
-    cells.append(_tag_sep(fm).join(_cell(t) for t in (row.get("tags") or [])))
-    return " | ".join(cells)
-
-
-def _tag_sep(fm: FacetModel | None) -> str:
-    """Tags are separated by a space when the vocabulary has no tag with a space in it (``smoke_present
-    rising_plume``: one token fewer per tag than after a comma, whose own token a space does not
-    need), else by a comma."""
-    if fm is not None and fm.vocabulary and not any(any(c.isspace() for c in t) for t in fm.vocabulary):
-        return " "
-    return ", "
-
-
-def table_columns(fm: FacetModel | None) -> str:
-    cols = ["key", "summary", *(fm.taxonomy if fm else ())]
-    if fm is not None and fm.boolean:
-        cols.append("flags (the yes/no facets that are yes, '-' for none)")
-    cols.append("tags (separated by spaces)" if _tag_sep(fm) == " " else "tags")
-    return " | ".join(cols)
-
-
-def judge_spec(*, query_id: str, seed_rows: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]],
+def judge_spec(*, query_text: str, narrative: str | None, candidates: Sequence[Mapping[str, Any]],
                keys: Mapping[str, str], meta_row: Mapping[str, Any], fm: FacetModel, settings: Mapping[str, Any],
-               thumbnails: Mapping[str, ImageRef] | None = None, query_text: str | None = None) -> RequestSpec:
-    """One judge request. With ``query_text`` (pool deepening) the query is given in DATA and the user
-    prompt asks to copy it and judge the candidates against it (:data:`DEEPEN_USER_PROMPT`)."""
+               thumbnails: Mapping[str, ImageRef] | None = None) -> RequestSpec:
+    """One labelling request: the query and its narrative (written before, from the seed alone), then
+    every candidate (the seed among them, unmarked) as a table row under its key, in key order; with
+    ``thumbnails`` each candidate's image after its key. A query without a narrative (its text came
+    from a reuse file or a deepened system's published qrels written before narratives) says ``none``."""
     graded = settings.get("labels") == "graded"
     rationale = bool(settings.get("rationale"))
     prompts = settings.get("prompts") or {}
     meta_cols = list(settings.get("metadata_columns") or []) or None
     sys_t = with_own_instructions(_default_system(fm, graded, rationale), prompts.get("system"))
-    user_t = DEEPEN_USER_PROMPT if query_text is not None else (prompts.get("user") or default_user_prompt())
+    user_t = prompts.get("user") or default_user_prompt()
     by_key = sorted(((keys[c["image_id"]], c) for c in candidates), key=lambda kv: kv[0])
     # the user prompt (the same for every query) first, the query's data last, one table row per image
-    given = [f"QUERY_TEXT: {_cell(query_text)}"] if query_text is not None else []
-    data = "\n".join(["DATA", *given, "SEEDS:", *(row_line(f"s{n}", r, fm) for n, r in enumerate(seed_rows, 1)),
+    data = "\n".join(["DATA", f"QUERY: {cell(query_text)}", f"NARRATIVE: {cell(narrative) or 'none'}",
                       "CANDIDATES:", *(row_line(k, c, fm) for k, c in by_key)])
     parts: list[Any] = [Text(fill_metadata(user_t, meta_row, meta_cols)), Text(data)]
     if thumbnails:
-        parts.append(Text("Thumbnails of the candidates follow, each after its key."))
+        parts.append(Text("The candidates' images follow, each after its key."))
         for k, c in by_key:
             ref = thumbnails.get(c["image_id"])
             if ref is not None:
@@ -265,8 +200,6 @@ def check_answer(keys: Sequence[str]):
     want = set(keys)
 
     def check(obj: dict) -> str | None:
-        if not str(obj.get("query_text", "")).strip():
-            return "query_text: empty"
         j = obj.get("judgments") or []
         got_list = [str(x.get("key")) for x in j] if isinstance(j, list) else list(j)
         got = set(got_list)

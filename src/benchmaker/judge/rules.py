@@ -1,8 +1,9 @@
 """The ``rules`` judge: a deterministic, offline baseline (docs/judge-rules.md).
 
-* Query text: composed from the seed profile's facets and the seeds' most distinctive tags (highest
-  inverse document frequency over the annotations), e.g. ``a photo of a cat, indoor setting, with saucer
-  and coffee cup``; texts are made unique across queries by adding further distinctive tags.
+It labels; the query text and narrative are written before by the ``rules`` query writer
+(:mod:`benchmaker.queries.rules`), from the same seed profile and the seeds' distinctive tags, so the
+offline build runs the same two stages as an API build.
+
 * Relevance: agreement with the plan's seed profile on the core facets (the fields of the plan's
   ``profile``) and tag Jaccard with the union of the seeds' tags:
 
@@ -27,90 +28,19 @@ from typing import Any, Mapping
 
 import polars as pl
 
+from ..describe import profile_facets
 from ..formats import FacetModel
 from ..logs import get_logger
 from ..losses import Losses
 from ..settings_schema import default, filled
 
-__all__ = ["RulesJudge", "DEFAULTS", "compose_text"]
+__all__ = ["RulesJudge", "DEFAULTS"]
 
 log = get_logger("judge.rules")
 
 # the schema's judge.rules settings, with the judge section's labels and rationale beside them
 DEFAULTS: dict[str, Any] = {**filled("judge.rules", {}), "labels": default("judge.labels"),
                             "rationale": default("judge.rationale")}
-
-UNINFORMATIVE = {"unknown", "other", "<null>", ""}
-HEAD_FACETS = {"subject", "object", "category", "class", "content", "species", "animal", "main_subject",
-               "object_type", "subject_type", "scene"}
-MAX_TEXT_FACETS = 3  # facets named in a query when no core facets are configured
-
-
-def _words(s: str) -> str:
-    return str(s).replace("_", " ").strip()
-
-
-def _facet_words(name: str) -> str:
-    for suffix in ("_type", "_kind", "_category"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-    return _words(name)
-
-
-def _phrase(facet: str, value: Any, boolean: bool) -> str | None:
-    """One facet value as words, or None when it says nothing ("unknown", "other")."""
-    if value is None:
-        return None
-    if boolean:
-        v = value if isinstance(value, bool) else str(value).lower() == "true"
-        if facet.startswith("is_"):
-            return _words(facet[3:]) if v else "not " + _words(facet[3:])
-        return _words(facet) if v else "no " + _words(facet)
-    v = str(value)
-    if v.lower() in UNINFORMATIVE:
-        return None
-    if v.lower() == "none":
-        return "no " + _facet_words(facet)
-    return f"{_words(v)} {_facet_words(facet)}"
-
-
-# heads that read better without an article ("a photo of food", "a photo of space")
-MASS_NOUNS = {"food", "food drink", "water", "grass", "sand", "text", "space", "smoke", "fire", "snow", "rain",
-              "fog", "haze", "dust", "landscape", "nature", "scenery", "traffic", "furniture", "art",
-              "texture", "microscopy", "other", "people", "wildlife"}
-
-
-def with_article(head: str) -> str:
-    """``cat`` -> ``a cat``, ``astronaut`` -> ``an astronaut``; plurals and mass nouns stay bare."""
-    h = head.strip()
-    if not h or h.lower() in MASS_NOUNS or h.lower().endswith("s") or " and " in h:
-        return h
-    return ("an " if h[0].lower() in "aeiou" else "a ") + h
-
-
-def compose_text(facet_values: list[tuple[str, Any, bool]], tags: list[str]) -> str:
-    """``a photo of <head>, <facet phrases>, with <tag> and <tag>`` (natural-ish English)."""
-    head = None
-    phrases: list[str] = []
-    for name, value, boolean in facet_values:
-        if head is None and not phrases and not boolean and name in HEAD_FACETS \
-                and value is not None and str(value).lower() not in UNINFORMATIVE | {"none"}:
-            head = _words(value)
-            continue
-        p = _phrase(name, value, boolean)
-        if p:
-            phrases.append(p)
-    if head is None and phrases:
-        head = phrases.pop(0)
-    text = f"a photo of {with_article(head)}" if head else "a photo"
-    if phrases:
-        text += ", " + ", ".join(phrases)
-    tag_words = [_words(t) for t in tags]
-    if tag_words:
-        text += ", with " + (" and ".join(tag_words) if len(tag_words) <= 2
-                             else ", ".join(tag_words[:-1]) + " and " + tag_words[-1])
-    return text
-
 
 class RulesJudge:
     """Deterministic judge from facet agreement and tag overlap (no model, no network)."""
@@ -121,7 +51,6 @@ class RulesJudge:
                  image_root: str | None = None, cache_dir: str | None = None, threads: int = 1):
         s = {**DEFAULTS, **{k: v for k, v in dict(settings or {}).items() if k in DEFAULTS}}
         self.facets = facets
-        self.query_tags = int(s["query_tags"])
         self.min_core = float(s["relevant_min_core_match"])
         self.rel_j = float(s["relevant_min_jaccard"])
         self.part_j = float(s["partial_min_jaccard"])
@@ -130,10 +59,7 @@ class RulesJudge:
 
     # ---- helpers -------------------------------------------------------------------------------
     def _core(self, plan: pl.DataFrame) -> list[str]:
-        if "profile" not in plan.columns or not isinstance(plan.schema["profile"], pl.Struct):
-            return []
-        names = set(self.facets.names)
-        return [f.name for f in plan.schema["profile"].fields if f.name in names]
+        return profile_facets(plan, self.facets)
 
     def _labels(self, share: pl.Expr, jac: pl.Expr) -> pl.Expr:
         rel = (share >= self.min_core) & (jac >= self.rel_j)
@@ -162,7 +88,6 @@ class RulesJudge:
         for qid in plan["query_id"].to_list():
             if qid not in judged_q:
                 losses.add("query", qid, "seed_not_annotated", "no seed of this query has an annotation")
-        n_seeds = seeds.group_by("query_id").len("n_seeds")
         seed_tags = seeds.group_by("query_id").agg(
             pl.col("tags").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("seed_tags")
         )
@@ -207,86 +132,10 @@ class RulesJudge:
             why = pl.format("no core facets, jaccard {}", jtxt)
         df = df.with_columns(why.alias("rationale")).sort("_order")
 
-        texts = self._texts(plan.filter(pl.col("query_id").is_in(list(judged_q))), seeds, n_seeds, ann, core)
-        out = df.join(texts, on="query_id", how="left").select(
-            "query_id", "query_text", "image_id", "relevance_label",
+        out = df.select(
+            "query_id", "image_id", "relevance_label",
             *(["rationale"] if self.rationale else []), pl.lit(self.name).alias("judge"),
         )
-        log.info("rules judge: %d queries, %d pairs, %d labelled relevant", texts.height, out.height,
+        log.info("rules judge: %d queries, %d pairs, %d labelled relevant", len(judged_q), out.height,
                  out.filter(pl.col("relevance_label") >= (2 if self.graded else 1)).height)
         return out
-
-    # ---- query texts -------------------------------------------------------------------------------
-    def _texts(self, plan: pl.DataFrame, seeds: pl.DataFrame, n_seeds: pl.DataFrame, ann: pl.DataFrame,
-               core: list[str]) -> pl.DataFrame:
-        fm = self.facets
-        n_docs = max(1, ann.height)
-        idf = (
-            ann.select(pl.col("tags").explode()).drop_nulls().group_by("tags").len("df")
-            .with_columns((pl.lit(float(n_docs)) / pl.col("df")).log().alias("idf"))
-            .rename({"tags": "tag"})
-        )
-        # tags carried by at least half of a query's seeds, most distinctive first (ties by name)
-        ranked = (
-            seeds.select("query_id", pl.col("tags").alias("tag")).explode("tag").drop_nulls("tag")
-            .group_by("query_id", "tag").len("k")
-            .join(n_seeds, on="query_id").filter(pl.col("k") * 2 >= pl.col("n_seeds"))
-            .join(idf, on="tag", how="left")
-            .sort(["query_id", "idf", "tag"], descending=[False, True, False])
-            .group_by("query_id", maintain_order=True).agg(pl.col("tag"))
-        )
-        tag_lists = dict(zip(ranked["query_id"].to_list(), ranked["tag"].to_list()))
-        # seed profile over every facet: majority, ties -> smallest value as text (as the planner)
-        long = (
-            seeds.select("query_id", *[pl.col(f).cast(pl.String) for f in fm.names])
-            .unpivot(index="query_id", variable_name="facet", value_name="value")
-            .group_by("query_id", "facet", "value").len("k")
-            .sort(["query_id", "facet", "k", "value"], descending=[False, False, True, False], nulls_last=True)
-            .group_by("query_id", "facet", maintain_order=True).first()
-        ) if fm.names else pl.DataFrame(schema={"query_id": pl.String, "facet": pl.String, "value": pl.String})
-        majority: dict[str, dict[str, str | None]] = {}
-        for qid, facet, value in long.select("query_id", "facet", "value").iter_rows():
-            majority.setdefault(qid, {})[facet] = value
-        core_vals: dict[str, dict[str, Any]] = {}
-        if core:
-            for row in plan.select("query_id", "profile").iter_rows():
-                core_vals[row[0]] = dict(row[1] or {})
-        booleans = set(fm.boolean)
-        if core:
-            text_facets = core
-        else:
-            text_facets = [f for f in fm.taxonomy][:MAX_TEXT_FACETS]
-        extra_facets = [f for f in fm.names if f not in text_facets]
-
-        used: set[str] = set()
-        out_q, out_t = [], []
-        n_extended = 0
-        for qid in plan["query_id"].to_list():
-            maj = majority.get(qid, {})
-            prof = core_vals.get(qid, {})
-            fv = [(f, prof.get(f, maj.get(f)), f in booleans) for f in text_facets]
-            tags = tag_lists.get(qid, [])
-            k = min(self.query_tags, len(tags))
-            text = compose_text(fv, tags[:k])
-            extra = list(extra_facets)
-            variant = 1
-            while text in used:
-                n_extended += 1
-                if k < len(tags):
-                    k += 1
-                elif extra:
-                    f = extra.pop(0)
-                    fv.append((f, maj.get(f), f in booleans))
-                else:
-                    variant += 1
-                    text = compose_text(fv, tags[:k]) + f", variant {variant}"
-                    continue
-                text = compose_text(fv, tags[:k])
-            used.add(text)
-            out_q.append(qid)
-            out_t.append(text)
-        if n_extended:
-            log.info("rules judge: extended %d colliding query texts to keep them unique", n_extended)
-        return pl.DataFrame({"query_id": out_q, "query_text": out_t}, schema={"query_id": pl.String,
-                                                                               "query_text": pl.String})
-

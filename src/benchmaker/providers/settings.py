@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 from ..triggers import schema_at
 
-__all__ = ["BATCH_ADAPTERS", "REQUEST", "request_keys", "request_settings", "judge_settings", "is_batch"]
+__all__ = ["BATCH_ADAPTERS", "REQUEST", "request_keys", "request_settings", "judge_settings", "is_batch",
+           "query_settings", "LABELLING_ONLY"]
 
 BATCH_ADAPTERS = ("openai", "gemini")   # every provider with a BatchBackend
 REQUEST = "x-request"
@@ -50,3 +51,26 @@ def judge_settings(judge_cfg: Mapping[str, Any], *, requests_only: bool = False)
         return _pick(top, request_keys("judge")) | {"adapter_settings": request_settings(adapter_settings,
                                                                                           f"judge.{adapter}")}
     return top | {"adapter_settings": dict(adapter_settings)}
+
+
+# judge.<adapter> settings that only the labelling reads: its prompts, the candidates' images and how
+# they are sent (the query writer sends its seeds at its own low detail: queries.prompts.WRITER_IMAGE)
+LABELLING_ONLY = ("prompts", "send_thumbnails", "image_detail", "image_max_side")
+
+
+def query_settings(queries_cfg: Mapping[str, Any], judge_cfg: Mapping[str, Any], *,
+                   requests_only: bool = False) -> dict:
+    """The query writer's ``settings`` param: on the judge's adapter. The offline writer (judge.adapter
+    ``rules``) gets ``queries.rules``; an API writer the judge's provider settings (judge.<adapter>:
+    model, server, mode, retries, prices) without what only labelling reads (:data:`LABELLING_ONLY`),
+    with the writer's own ``prompts`` and, when set, ``model``. With ``requests_only`` only the keys
+    that shape a request (``x-request: true``)."""
+    adapter = judge_cfg["adapter"]
+    if adapter not in BATCH_ADAPTERS:
+        return {} if requests_only else dict(queries_cfg.get("rules") or {})
+    llm = {k: v for k, v in (judge_cfg.get(adapter) or {}).items() if k not in LABELLING_ONLY}
+    if "prompts" in queries_cfg:
+        llm["prompts"] = queries_cfg["prompts"]
+    if queries_cfg.get("model") is not None:
+        llm["model"] = queries_cfg["model"]
+    return request_settings(llm, f"judge.{adapter}") if requests_only else llm

@@ -278,7 +278,7 @@ def _losses_total(n: dict[str, Any]) -> str:
 
 def _reused(n: dict[str, Any]) -> str:
     """'queries (pairs)' whose labels came from paths.judge_reuse_file: judge 'imported:...'
-    (benchmaker.judge.reuse.PREFIX; not imported here, the summary stage does not load the judge)."""
+    (benchmaker.reuse.PREFIX; not imported here, the summary stage does not load the judge)."""
     rows = [v for j, v in (n.get("judges") or {}).items() if j.startswith("imported:")]
     return f"{sum(v['queries'] for v in rows)} ({sum(v['pairs'] for v in rows)} pairs)"
 

@@ -142,6 +142,27 @@ def read_toml(path: Path) -> dict:
                         f"{exc}") from None
 
 
+def _split_judge_prompts(cfg: dict, ad: str, rep: ImportReport) -> None:
+    """Upstream's judge wrote the query and labelled in one request; here the queries stage writes it
+    from the seed alone, before the judge labels (docs/judge-rules.md, Method). Upstream's judge system
+    prompt (the domain: who searches, what counts) instructs both; its user prompt, whose tasks are
+    writing query_text and then labelling, becomes the writer's (the labelling keeps the built-in one,
+    which gives the query and its narrative)."""
+    prompts = cfg["judge"][ad].pop("prompts", None) or {}
+    if not prompts:
+        return
+    cfg["queries"] = {"prompts": dict(prompts)}
+    if prompts.get("system"):
+        cfg["judge"][ad]["prompts"] = {"system": prompts["system"]}
+    rep.mapped = [m for m in rep.mapped if not m.startswith("judge_config.user_prompt")]
+    for up, ours in (("system_prompt", "system"), ("user_prompt", "user")):
+        if prompts.get(ours):
+            rep.mapped.append(f"judge_config.{up} -> queries.prompts.{ours} (the query writer)")
+    rep.notes.append("judge: upstream's judge wrote query_text and labelled in one request; here queries are "
+                     "written from the seed alone first (queries stage), then labelled: judge_config.system_prompt "
+                     "instructs both, judge_config.user_prompt the writer")
+
+
 def _llm(sec: Mapping[str, Any], stage: str, rep: ImportReport) -> dict:
     out: dict[str, Any] = {"mode": "batch", "image_transport": "url"} if stage == "vision" else {"mode": "batch"}
     for k in ("model", "max_output_tokens", "reasoning_effort", "completion_window", "temperature"):
@@ -294,7 +315,8 @@ def _facets(up: Mapping[str, Any], vis: Mapping[str, Any], rep: ImportReport) ->
 
 
 def _llm_adapters(up: Mapping[str, Any], vis: Mapping[str, Any], rep: ImportReport) -> dict[str, Any]:
-    """The ``vision`` and ``judge`` sections where upstream used an API model (else ours' defaults)."""
+    """The ``vision`` and ``judge`` sections (and ``queries``, upstream's judge prompts split) where upstream
+    used an API model (else ours' defaults)."""
     out: dict[str, Any] = {}
     vis_adapter = vis.get("adapter")
     if vis_adapter == "openai":
@@ -310,6 +332,7 @@ def _llm_adapters(up: Mapping[str, Any], vis: Mapping[str, Any], rep: ImportRepo
         ad = judge["adapter"]
         out["judge"] = {"adapter": ad, "labels": "binary", ad: _llm(judge, "judge", rep)}
         rep.notes.append("judge: upstream judged binary labels only; imported as judge.labels: binary")
+        _split_judge_prompts(out, ad, rep)
     elif judge.get("adapter"):
         rep.notes.append(f"judge_config.adapter {judge['adapter']!r} has no equivalent; judge uses the rules adapter")
     return out

@@ -12,7 +12,7 @@ upstream's queries, seeds and candidate pools, not the planner's own; the seeds 
 redundant and is not written); ``qrels.jsonl`` -> ``<results>/imported/upstream_qrels.jsonl`` in
 this project's qrels shape (``paths.judge_reuse_file``: a planned query whose every candidate
 upstream labelled is answered from it, so the judge is not paid again; see
-:mod:`benchmaker.judge.reuse`).
+:mod:`benchmaker.reuse`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ its rows say ``judge = imported:<the file's judge, or 'file'>``; the cost file g
 reused query with ``mode: imported``, ``cached: true`` and $0, so the summary counts them. Every
 other planned query goes to the judge as usual, whole (one query text covers the whole pool), and
 the reasons why it was not reused are logged with their counts.
+
+Both stages that would pay for a query read it: the query writer (:mod:`benchmaker.queries`) takes a
+reused query's text from the file instead of writing one, and the judge takes its labels. It lives
+outside both stage packages so that neither stage's version holds the other's code.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from typing import Iterable, Iterator, Mapping
 
 import polars as pl
 
-from ..formats import FormatError, iter_json_objects
-from ..logs import get_logger
+from .formats import FormatError, iter_json_objects
+from .logs import get_logger
 
 __all__ = ["ReuseFile", "read_reuse_file", "split_reused", "JUDGED_SCHEMA", "PREFIX", "MODE"]
 
