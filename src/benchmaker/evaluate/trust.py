@@ -41,7 +41,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
         models: Mapping[str, str | None] | None = None, numba_cache_dir: str | None = None,
         version: str | None = None, threads: int = 1, sage_leaderboard: str | None = None,
         sage: Sequence[str] | str = (), baseline: Sequence[str] | str = (),
-        comparison: Sequence[str] | str | None = None) -> dict:
+        comparison: Sequence[str] | str | None = None, leakage: str | None = None) -> dict:
     """Stage ``evaluate`` (:func:`benchmaker.evaluate.stage.run`, the same arguments), then ``trust`` (trust.json)
     and ``power`` (power.csv); ``models``: the judge's and the vision annotator's model names."""
     from .stage import run as evaluate
@@ -51,7 +51,8 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                    leaderboard_json=leaderboard_json, drilldown=drilldown, significance_csv=significance_csv,
                    per_query=per_query, settings=settings, facets=facets, columns=columns,
                    numba_cache_dir=numba_cache_dir, version=version, threads=threads,
-                   sage_leaderboard=sage_leaderboard, sage=sage, baseline=baseline, comparison=comparison)
+                   sage_leaderboard=sage_leaderboard, sage=sage, baseline=baseline, comparison=comparison,
+                   leakage=leakage)
     meta_docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in as_paths(metas)]
     pq_path = Path(per_query)
     pq = pl.read_csv(pq_path, infer_schema_length=None) if pq_path.stat().st_size else pl.DataFrame()
