@@ -44,6 +44,7 @@ def _export(tmp: Path, corpus: Path, **over):
     summary_dir = tmp / "results" / "summary"
     summary_run(summary=str(summary_dir), settings={"sample_grid": 4, "scale_factor": 0.5}, **kw)
     out = tmp / "results" / "hf_dataset"
+    kw.pop("estimate", None)  # the summary's alone: the estimate is not published
     args = dict(kw, summary=str(summary_dir), dataset=str(out),
                 settings={"split": "test", "rows_per_file": 6, "repo_id": "me/tiny-bench", "token_env": "HF_TOKEN"},
                 similarity={"model": "ViT-B-32", "pretrained": "laion2b_s34b_b79k", "precision": "fp32"},
@@ -330,6 +331,7 @@ def test_nothing_to_export_is_an_error_not_an_unloadable_dataset(tmp_path, tiny_
 
     kw = build_inputs(tmp_path, tiny_corpus)
     kw.pop("_truth")
+    kw.pop("estimate", None)
     Path(kw["scored"]).write_text("")
     out = tmp_path / "hf_dataset"
     with pytest.raises(ValueError, match=r"no \(query, image\) pair to export.*0 pair\(s\).*'vision': 1"):
