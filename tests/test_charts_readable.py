@@ -132,6 +132,8 @@ def test_one_meaning_per_colour_across_the_report(tmp_path, tiny_corpus, monkeyp
     ev.mkdir()
     six_board().write_csv(ev / "leaderboard.csv")
     (ev / "leaderboard.json").write_text(json.dumps({"systems": []}))
+    for name in ("drilldown.csv", "significance.csv", "sage_leaderboard.csv"):  # the leaderboard's siblings
+        (ev / name).write_text("")
     run(summary=str(tmp_path / "summary"), settings={"sample_grid": 4, "scale_factor": 0.5},
         evaluation=str(ev / "leaderboard.csv"), **kw)
     names = {n for n, _ in specs}

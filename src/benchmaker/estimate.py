@@ -642,7 +642,7 @@ def _estimate_queries(ctx: Context) -> list[tuple[_Stage, dict]]:
         todo = [(q, n) for q, _ids, n in rows if q not in done]
         n_all, source = len(rows), f"paths.pools_file ({len(rows)} queries, typical annotation rows)"
     else:
-        n_q, n_seed, _per, why = _quota_pools(ctx)
+        n_q, n_seed, _per, why, _low = _quota_pools(ctx)
         todo = [(f"q{q}", n_seed) for q in range(n_q)]
         n_all, source = n_q, f"plan quotas ({n_q} queries x {n_seed} seed(s){why}, typical annotation rows)"
     for k, (qid, n_seed) in enumerate(todo):
