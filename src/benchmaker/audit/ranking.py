@@ -42,6 +42,8 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: run file not found (written by the evaluate stage)")
+    if not path.stat().st_size:  # a system that ranked nothing (an empty external run): no query
+        return {}
     try:
         run = Run.from_file(str(path), kind="trec").to_dict()
     except Exception as exc:  # noqa: BLE001 - ranx raises plain errors on malformed lines
