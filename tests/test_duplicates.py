@@ -194,6 +194,7 @@ def test_deepening_counts_a_group_once(tmp_path):
     from benchmaker.formats import FacetModel
     from benchmaker.judge import run as judge_run
     from benchmaker.plan import run as plan_run
+    from benchmaker.queries import run as write_queries
 
     root, dup = _corpus(tmp_path)
     src = root / "gray" / sorted(p.name for p in (root / "gray").iterdir())[0]
@@ -213,9 +214,12 @@ def test_deepening_counts_a_group_once(tmp_path):
     p = {k: str(out / f"{k}.jsonl") for k in ("plan", "qrels", "images", "annotations")}
     plan_run(annotations=p["annotations"], images=p["images"], plan=p["plan"], losses=str(out / "pl.losses"),
              settings=settings, facets=support.TINY_FACETS, benchmark_name="dup", columns={})
-    judge_run(plan=p["plan"], annotations=p["annotations"], images=p["images"], qrels=p["qrels"],
-              losses=str(out / "j.losses"), adapter="rules", settings={}, facets=support.TINY_FACETS,
-              image_root=str(root), columns={})
+    write_queries(plan=p["plan"], annotations=p["annotations"], images=p["images"], queries=str(out / "queries.jsonl"),
+                  losses=str(out / "w.losses"), adapter="rules", settings={}, facets=support.TINY_FACETS,
+                  image_root=str(root), columns={})
+    judge_run(plan=p["plan"], queries=str(out / "queries.jsonl"), annotations=p["annotations"], images=p["images"],
+              qrels=p["qrels"], losses=str(out / "j.losses"), adapter="rules", settings={},
+              facets=support.TINY_FACETS, image_root=str(root), columns={})
     q = read_table("qrels", p["qrels"])
     assert group_extras(q, groups) == 0
     # every system ranks every member of every group first, then the corpus in its own order
