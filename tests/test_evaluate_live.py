@@ -278,12 +278,12 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
                       storage_settings=StorageSettings(), snakefile=root, workdir=workdir)
     wf.dag(DAGSettings(targets={"evaluate"})).execute_workflow(executor="local", pseudo_executor="dryrun")
     local = wf._workflow._localrules
-    from benchmaker.evaluate import stage, systems
+    from benchmaker.evaluate import systems, trust
     from benchmaker.runner import check_kwargs
     for job in wf._workflow.dag.jobs:
         if job.rule.name.startswith("evaluate"):  # every name the job hands its stage function is accepted
             names = {n: None for part in (job.input, job.output, job.params) for n in part._names}
-            check_kwargs(job.rule.name, stage.run if job.rule.name == "evaluate" else systems.run,
+            check_kwargs(job.rule.name, trust.run if job.rule.name == "evaluate" else systems.run,
                          {**names, "threads": 1})
         if job.rule.name.startswith("evaluate_"):
             nd = job.non_derived_params

@@ -48,8 +48,9 @@ def test_no_network_for_weights(tmp_path, tiny_corpus, tiny_clip):
     config = write_config(tmp_path / "config.yaml", cfg)
     target = f"{tmp_path}/results/tiny/annotations.jsonl"
     r = snakemake(["--cores", "2", target], tmp_path, config, env={"HF_HUB_OFFLINE": "1"})
-    block = assert_quiet_failure(r, "rule vision failed", "HF_HUB_OFFLINE=1", "local-dir:", "vision.clip",
-                                 log_glob="results/tiny/logs/vision/*.log", workdir=tmp_path)
+    # a Hub model's config decides its input pixels: the first job to need it is decode_images (CPU)
+    block = assert_quiet_failure(r, "rule decode_images failed", "HF_HUB_OFFLINE=1", "local-dir:", "vision.clip",
+                                 log_glob="results/tiny/logs/decode_images/*/*.log", workdir=tmp_path)
     assert "in 2 jobs" in block or "full log and traceback" in block
 
 

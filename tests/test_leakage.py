@@ -49,7 +49,7 @@ def test_leakage_worked_by_hand():
 
 
 def test_aggregate_writes_it_and_report_and_card_show_it(bench, tmp_path):  # noqa: F811
-    from benchmaker.summary.report import Section
+    from benchmaker.pages.report import Section
 
     q = pl.read_ndjson(bench / "qrels.jsonl")
     ids = sorted(set(q["image_id"]))

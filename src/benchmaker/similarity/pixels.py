@@ -98,7 +98,14 @@ def _model_configs(model: str, pretrained: str | None) -> tuple[dict, dict]:
 
 def pixel_spec(model: str, pretrained: str | None = None) -> PixelSpec:
     """The pixel spec of an open_clip model (``similarity.model`` / ``pretrained``), from its config."""
-    model_cfg, overlay = _model_configs(model, pretrained)
+    try:
+        model_cfg, overlay = _model_configs(model, pretrained)
+    except Exception as exc:  # a Hub model's config not downloadable: the loader's error, with its fix
+        from .model import ModelLoadError, _load_error
+
+        if isinstance(exc, ModelLoadError):
+            raise
+        raise _load_error(model, pretrained, exc) from exc
     cfg: dict[str, Any] = {k: v for k, v in overlay.items() if v is not None}
     size = (model_cfg.get("vision_cfg") or {}).get("image_size")
     if size is not None:  # the model's visual tower decides the size (factory: visual.image_size)
