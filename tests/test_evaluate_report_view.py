@@ -59,6 +59,8 @@ def test_leaderboard_fits_a_1280px_window(tmp_path):
         {"name": "bm25", "seconds": 1.5, "timing": {"query_latency_ms": 0.7},
          "results": {"pool": {"ndcg@10": 0.5, "query_latency_ms": 0.7, "images_per_s": 9.5, "seconds": 1.5}}}],
         "sage": {"seconds": 0.2}}))
+    for name in ("drilldown.csv", "significance.csv", "sage_leaderboard.csv"):  # the leaderboard's siblings
+        (src / name).write_text("")
     out = tmp_path / "summary"
     out.mkdir()
     section = summary_section(src / "leaderboard.csv", out, 0.5)
