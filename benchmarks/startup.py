@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from benchmaker.versions import STAGE_ENTRIES  # noqa: E402 - reads no stage module
 
 # stages whose jobs never load a model: their start-up is the whole fixed cost of the job
-NO_MODEL = ("preprocess", "merge", "plan", "judge", "score", "summary", "export", "upload", "audit_sample",
+NO_MODEL = ("preprocess", "merge", "plan", "queries", "judge", "score", "summary", "export", "upload", "audit_sample",
             "audit_labelling", "audit_report", "audit_judge2", "staging", "evaluate", "deepen_system", "deepen")
 HEAVY = ("torch", "open_clip", "torchvision", "sklearn", "scipy", "altair", "matplotlib", "ranx", "numba",
          "pandas", "openai", "google", "huggingface_hub", "datasets", "transformers", "jinja2", "vl_convert")
