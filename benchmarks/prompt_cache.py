@@ -175,7 +175,10 @@ def run_layout(layout: str, imgs: pl.DataFrame, corpus: Path, fm, vocab, n_queri
             ann = pl.DataFrame([{k: v for k, v in r.items()} | {"annotator": "x"} for r in ann_rows])
             plan = pl.DataFrame([{"query_id": f"q{q:04d}", "seed_image_ids": [ann_rows[q * n_cands]["image_id"]],
                                   "candidates": [{"image_id": ann_rows[q * n_cands + c]["image_id"], "pool": "x",
-                                                  "reason": "x"} for c in range(n_cands)]}
+                                                  "reason": "x"} for c in range(n_cands)],
+                                  # the query writer's text and narrative (the judge labels, never writes them)
+                                  "query_text": f"a photo of subject {q}",
+                                  "narrative": "A relevant image shows the subject as its main content."}
                                  for q in range(n_queries)])
             js = {**settings, "labels": "binary", "rationale": False}
             items = [it for it, _ in judge_items(plan, ann, pl.DataFrame({"image_id": [], "sha256": []}), fm, js,

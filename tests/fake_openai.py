@@ -75,7 +75,10 @@ def data_keys(text: str) -> list[str]:
         data = json.JSONDecoder().raw_decode(text[i + len("DATA (JSON):"):].lstrip())[0]
     except ValueError:
         return []
-    return list((data.get("candidates") or {}).keys())
+    cands = data.get("candidates") or {} if isinstance(data, dict) else {}
+    if isinstance(cands, list):               # upstream's layout: a list of {image_id, ...} rows
+        return [str(c.get("image_id")) for c in cands if isinstance(c, dict) and c.get("image_id") is not None]
+    return list(cands.keys())
 
 
 def answer_for(text: str, schema: dict) -> Any:

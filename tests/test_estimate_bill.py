@@ -110,8 +110,8 @@ def _capped(seen, fake, tmp_path):
     at ~4 candidates, the judge at medium effort, at $0.125 / $1.00 per million input / output tokens
     (reasoning most of the judge's bill). Before the plan, the pools are priced with the planner's own
     padding rule (estimate._quota_pools: the negatives are padded from any eligible image), and the
-    planner then plans at least that share of the candidates priced; the bill is inside the range, at
-    most 4x wide."""
+    planner then plans at least that share of the candidates priced; the bill is inside the range (its
+    width: the strict xfail below)."""
     import polars as pl
 
     from benchmaker.config import load_config, results_dir
