@@ -424,7 +424,9 @@ def test_snakemake_runs_the_http_system_and_reruns_it_on_a_new_version_only(benc
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         assert len(svc.requests) == 5 and TOKEN not in r.stdout + r.stderr
         meta = json.loads((res / "evaluate" / "runs" / "live.json").read_text())
-        assert meta["system_version"] == "v1" and meta["timing"]["requests_sent"] == 4
+        # every request sent counts, the 503 retried too
+        assert meta["system_version"] == "v1" and meta["timing"]["requests_sent"] == 5
+        assert meta["timing"]["retries"] == 1
         # speed knobs: nothing to do; a new deployment version: the job again (answered by the service)
         tiny_cfg["evaluate"]["systems"][0].update(concurrency=1, timeout_s=3, max_attempts=2, cache=False)
         r = support.snakemake(["-n", *args], tmp_path, support.write_config(tmp_path / "b.yaml", tiny_cfg), env=env)
