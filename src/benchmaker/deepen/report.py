@@ -14,6 +14,8 @@ __all__ = ["RESULT_FILES", "load", "system_table", "loo_table", "summary_section
            "run_facts"]
 
 RESULT_FILES = ("report.json", "report.csv", "leave_one_out.csv", "qrels.jsonl", "evaluate/leaderboard.csv")
+# read beside report.json but not copied: the deepened evaluation's timings, for run_facts.json (:func:`run_facts`)
+RUN_FACT_FILES = ("evaluate/leaderboard.json",)
 NOTE = ("Pool deepening: the benchmark's own judge (same prompts, cache and ledger) labelled the images in each "
         "evaluated system's top k that no judge had labelled, and every run was scored again on the deepened qrels "
         "(docs/deepen.md). A system that finds relevant images outside the planner's pools gains.")
@@ -126,6 +128,13 @@ def copy_results(report_json: str | Path, dest: Path) -> list[str]:
 def run_facts(report_json: str | Path) -> dict:
     """The timings of the evaluation on the deepened qrels (what :func:`copy_results` leaves out), per
     system, as :func:`benchmaker.evaluate.report.run_facts` gives them for the main leaderboard."""
+    from ..errors import UserError
     from ..evaluate.report import run_facts as evaluate_facts
 
-    return evaluate_facts(Path(report_json).parent / "evaluate" / "leaderboard.csv")
+    src = Path(report_json).parent
+    missing = [f for f in RUN_FACT_FILES if not (src / f).is_file()]
+    if missing:
+        raise UserError(f"{src}: {', '.join(missing)} missing beside {Path(report_json).name}: the deepen rule "
+                        "writes it; a job that reads it must declare it (rules/deepen_common.smk "
+                        "deepen_report_inputs)")
+    return evaluate_facts(src / "evaluate" / "leaderboard.csv")
