@@ -104,15 +104,9 @@ def copy_results(report_json: str | Path, dest: Path) -> list[str]:
     the dataset's run_facts.json, :func:`run_facts`), so the copies are the same bytes on every build.
     The deepen rule writes them all: a missing one is an error naming it, never a copy with less (a job
     that reads them must declare them: rules/deepen_common.smk ``deepen_report_inputs``)."""
-    from ..errors import UserError
     from ..evaluate.report import RUN_FACT_COLUMNS
 
-    src = Path(report_json).parent
-    missing = [f for f in RESULT_FILES if not (src / f).is_file()]
-    if missing:
-        raise UserError(f"{src}: {', '.join(missing)} missing beside {Path(report_json).name}: the deepen rule "
-                        "writes them; a job that reads them must declare them as inputs (rules/common.smk "
-                        "deepen_report_inputs), or rerun the deepen target")
+    src = _beside(report_json, RESULT_FILES)
     out = []
     for f in RESULT_FILES:
         (dest / f).parent.mkdir(parents=True, exist_ok=True)
@@ -128,13 +122,20 @@ def copy_results(report_json: str | Path, dest: Path) -> list[str]:
 def run_facts(report_json: str | Path) -> dict:
     """The timings of the evaluation on the deepened qrels (what :func:`copy_results` leaves out), per
     system, as :func:`benchmaker.evaluate.report.run_facts` gives them for the main leaderboard."""
-    from ..errors import UserError
     from ..evaluate.report import run_facts as evaluate_facts
 
+    return evaluate_facts(_beside(report_json, RUN_FACT_FILES) / "evaluate" / "leaderboard.csv")
+
+
+def _beside(report_json: str | Path, names) -> Path:
+    """The folder of ``report_json``, once every one of ``names`` is in it: the deepen rule writes them
+    all, so a missing one is an error naming it (a job that reads it must declare it), never less."""
+    from ..errors import UserError
+
     src = Path(report_json).parent
-    missing = [f for f in RUN_FACT_FILES if not (src / f).is_file()]
+    missing = [f for f in names if not (src / f).is_file()]
     if missing:
         raise UserError(f"{src}: {', '.join(missing)} missing beside {Path(report_json).name}: the deepen rule "
-                        "writes it; a job that reads it must declare it (rules/deepen_common.smk "
-                        "deepen_report_inputs)")
-    return evaluate_facts(src / "evaluate" / "leaderboard.csv")
+                        "writes them; a job that reads them must declare them as inputs (rules/deepen_common.smk "
+                        "deepen_report_inputs), or rerun the deepen target")
+    return src
