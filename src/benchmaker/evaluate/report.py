@@ -81,7 +81,7 @@ def check_results(leaderboard_csv: str | Path) -> None:
     """Every result file the evaluate rule writes beside the leaderboard is there (RESULT_FILES and a
     ``sage/<system>.csv`` per system of the sage leaderboard): the report and the dataset show them
     all, so a missing one is an error naming it, never a report with less. A job that reads them must
-    declare them (rules/common.smk ``evaluate_report_inputs``): a pod has only what it declares."""
+    declare them (rules/evaluate_common.smk ``evaluate_report_inputs``): a pod has only what it declares."""
     from ..errors import UserError
 
     folder = Path(leaderboard_csv).parent
@@ -92,8 +92,8 @@ def check_results(leaderboard_csv: str | Path) -> None:
                     if not (folder / "sage" / f"{name}.csv").is_file()]
     if missing:
         raise UserError(f"{folder}: {', '.join(missing)} missing beside {Path(leaderboard_csv).name}: the evaluate "
-                        "rule writes them; a job that reads them must declare them as inputs (rules/common.smk "
-                        "evaluate_report_inputs), or rerun the evaluate target")
+                        "rule writes them; a job that reads them must declare them as inputs "
+                        "(rules/evaluate_common.smk evaluate_report_inputs), or rerun the evaluate target")
 
 
 def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
