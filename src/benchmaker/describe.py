@@ -84,3 +84,23 @@ def profile_facets(plan: pl.DataFrame, fm: FacetModel) -> list[str]:
         return []
     names = set(fm.names)
     return [f.name for f in plan.schema["profile"].fields if f.name in names]
+
+
+def annotated_seeds(plan: pl.DataFrame, annotations: pl.DataFrame, fm: FacetModel,
+                    losses: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(each image's tags and facets, once; each query's seeds that have an annotation, with theirs). A
+    query none of whose seeds is annotated is a loss (``seed_not_annotated``): the offline rules writer
+    and the rules judge both start from these rows."""
+    ann = annotations.select(
+        "image_id", pl.col("tags").list.drop_nulls().list.unique().alias("tags"), *fm.names
+    ).unique("image_id", keep="first")
+    seeds = (
+        plan.select("query_id", "seed_image_ids").explode("seed_image_ids")
+        .rename({"seed_image_ids": "image_id"}).drop_nulls("image_id")
+        .join(ann, on="image_id", how="inner")
+    )
+    have = set(seeds["query_id"].unique().to_list())
+    for qid in plan["query_id"].to_list():
+        if qid not in have:
+            losses.add("query", qid, "seed_not_annotated", "no seed of this query has an annotation")
+    return ann, seeds

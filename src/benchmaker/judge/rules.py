@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from ..describe import profile_facets
+from ..describe import annotated_seeds, profile_facets
 from ..formats import FacetModel
 from ..logs import get_logger
 from ..losses import Losses
@@ -74,20 +74,9 @@ class RulesJudge:
               losses: Losses) -> pl.DataFrame:
         fm = self.facets
         core = self._core(plan)
-        ann = annotations.select(
-            "image_id", pl.col("tags").list.drop_nulls().list.unique().alias("tags"), *fm.names
-        ).unique("image_id", keep="first")
-
         # seeds with annotations; queries without any are lost
-        seeds = (
-            plan.select("query_id", "seed_image_ids").explode("seed_image_ids")
-            .rename({"seed_image_ids": "image_id"}).drop_nulls("image_id")
-            .join(ann, on="image_id", how="inner")
-        )
+        ann, seeds = annotated_seeds(plan, annotations, fm, losses)
         judged_q = set(seeds["query_id"].unique().to_list())
-        for qid in plan["query_id"].to_list():
-            if qid not in judged_q:
-                losses.add("query", qid, "seed_not_annotated", "no seed of this query has an annotation")
         seed_tags = seeds.group_by("query_id").agg(
             pl.col("tags").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("seed_tags")
         )

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from ..describe import profile_facets
+from ..describe import annotated_seeds, profile_facets
 from ..formats import FacetModel
 from ..logs import get_logger
 from ..losses import Losses
@@ -137,18 +137,8 @@ class RulesWriter:
               losses: Losses) -> pl.DataFrame:
         """query_id, query_text, narrative per planned query with an annotated seed (the others: losses)."""
         fm = self.facets
-        ann = annotations.select(
-            "image_id", pl.col("tags").list.drop_nulls().list.unique().alias("tags"), *fm.names
-        ).unique("image_id", keep="first")
-        seeds = (
-            plan.select("query_id", "seed_image_ids").explode("seed_image_ids")
-            .rename({"seed_image_ids": "image_id"}).drop_nulls("image_id")
-            .join(ann, on="image_id", how="inner")
-        )
+        ann, seeds = annotated_seeds(plan, annotations, fm, losses)
         written = set(seeds["query_id"].unique().to_list())
-        for qid in plan["query_id"].to_list():
-            if qid not in written:
-                losses.add("query", qid, "seed_not_annotated", "no seed of this query has an annotation")
         n_seeds = seeds.group_by("query_id").len("n_seeds")
         out = self._texts(plan.filter(pl.col("query_id").is_in(list(written))), seeds, n_seeds, ann,
                           profile_facets(plan, fm))
