@@ -205,10 +205,11 @@ def test_workflow_jobs_go_through_sbatch_and_sacct(slurm_run):
     # every non-local job was submitted, once; localrules never were
     n = slurm_run["cfg"]["n_shards"]
     counts = {r: sum(1 for _, _, x in subs if x == r) for r in rules}
-    # preprocess runs per shard; the judge audit (on by default) adds its labelling page and report
+    # preprocess, decode_images (the CPU job that fills the GPU job's pixel store) and vision run per
+    # shard; the judge audit (on by default) adds its labelling page and report
     # (audit_sample is a local rule)
-    assert counts == {"preprocess": n, "vision": n, GPU_RULE: n, "plan": 1, "queries": 1, "judge": 1,
-                      "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
+    assert counts == {"preprocess": n, "decode_images": n, "vision": n, GPU_RULE: n, "plan": 1,
+                      "queries": 1, "judge": 1, "embed_queries": 1, "score": 1, "summary": 1, "export": 1,
                       "audit_labelling": 1, "audit_report": 1}, counts
     assert not rules & LOCAL_RULES, rules & LOCAL_RULES
 
