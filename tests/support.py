@@ -304,6 +304,14 @@ class LengthModel:
                    wordiness=r.uniform(0.5, 1.6), means={e: lo * (hi / lo) ** r.random()
                                                          for e in ("minimal", "low", "medium", "high", None)})
 
+    @classmethod
+    def within(cls, seed: int, means: dict, *, spread: tuple[float, float] = (0.05, 0.29)) -> "LengthModel":
+        """A model whose mean reasoning per ``reasoning_effort`` is drawn log-uniformly in ``means``
+        ({effort: (least, most)} tokens per request) and its spread in ``spread``, from ``seed``."""
+        r = random.Random(f"within-{seed}")
+        return cls(seed, spread=r.uniform(*spread),
+                   means={e: lo * (hi / lo) ** r.random() for e, (lo, hi) in means.items()})
+
     def mean(self, effort: str | None) -> float:
         if effort not in self.means:
             r = random.Random(f"lengths-{self.seed}-{effort}")
@@ -313,7 +321,9 @@ class LengthModel:
     def reasoning(self, effort: str | None, request_key: str, n_keys: int = 0) -> int:
         """Reasoning tokens of one request (``request_key``: a digest of its body)."""
         r = random.Random(f"{self.seed}-{request_key}")
-        return max(0, round(self.mean(effort) * (1 + self.per_key * n_keys) * r.lognormvariate(0.0, self.spread)))
+        # log-normal of mean 1 (mu = -sigma^2 / 2): ``means`` are means, not medians
+        noise = r.lognormvariate(-self.spread ** 2 / 2, self.spread)
+        return max(0, round(self.mean(effort) * (1 + self.per_key * n_keys) * noise))
 
     def __repr__(self) -> str:
         means = ", ".join(f"{k}: {v:.0f}" for k, v in self.means.items())

@@ -59,8 +59,8 @@ from .providers.tokens import (  # noqa: F401 - re-exported
 )
 from .stages import ESTIMATE_FILE, PILOT_COSTS_FILE
 
-__all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "estimate", "out_tokens",
-           "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
+__all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "REASONING_SEEN", "estimate",
+           "out_tokens", "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
 
 API_ADAPTERS = ("openai", "gemini")
 CACHE_MIN, CACHE_STEP = 1024, 128
@@ -71,10 +71,29 @@ CALIBRATE_MIN, CALIBRATE_MAX = 5, 400
 PILOT_MIN, PILOT_SHARE = 20, 0.02
 # before any answer is measured: the range's assumptions, as factors of the point estimate's parts.
 # input: the 4-characters-per-token rule (measured within -1 %..+6 % of the providers' counts, docs/openai.md);
-# answer: a model's answers are 0.75..1.3x the schema's typical size; reasoning: 0.1..1.25x the allowance
-# for the request's reasoning_effort (the one published run reasoned 1.04x; models seen at 0.17..0.75x,
-# the low end: the judge's labelling-only answers at low effort, ~80 tokens of an allowance of 450)
-RANGE = {"input": (0.97, 1.08), "answer": (0.80, 1.90), "reasoning": (0.17, 1.10)}
+# answer: a model's answers are 0.8..1.9x the schema's typical size (1.9: JSON written with spaces);
+# reasoning, per reasoning_effort: a model whose mean is between the least and the most of the models
+# seen at that effort (REASONING_SEEN), as factors of the allowance; an effort no model was seen at
+# ("other"): the widest of those
+RANGE: dict[str, Any] = {"input": (0.97, 1.08), "answer": (0.80, 1.90)}
+# mean reasoning tokens per request of the models seen, (least, most), by reasoning_effort: issue 34's
+# table (output per request minus its answer: ~80 at low for gpt-5-mini's images and labels, ~240 at
+# medium for FireBench's judge) and upstream's one published run (717 - ~250 per image at low;
+# 1,481 - ~500 per 13-candidate query at medium)
+REASONING_SEEN = {"low": (80, 467), "medium": (240, 981)}
+# a stage's bill is n requests' draws, not n times the model's mean: the range adds RANGE_Z (a 90 %
+# two-sided interval) standard errors of a per-request coefficient of variation REQUEST_CV (assumed;
+# the pilot measures it): +-17 % for 8 requests, +-5 % for 100
+REQUEST_CV, RANGE_Z = 0.3, 1.645
+
+
+def _reasoning_bands() -> dict[str, tuple[float, float]]:
+    bands = {e: (lo / REASONING_OUTPUT[e], hi / REASONING_OUTPUT[e]) for e, (lo, hi) in REASONING_SEEN.items()}
+    bands["other"] = (min(b[0] for b in bands.values()), max(b[1] for b in bands.values()))
+    return bands
+
+
+RANGE["reasoning"] = _reasoning_bands()
 # a measured factor's range is at least +-MEASURED_FLOOR of it
 MEASURED_FLOOR = 0.10
 
@@ -115,10 +134,11 @@ class _Stage:
                                       cache_dir=cache_dir)
         self.s = self.runner.settings
         self.items = self.cached = self.duplicates = self.requests = 0
-        self.tok_in = self.tok_cached = self.tok_out = self.tok_answer = 0
+        self.tok_in = self.tok_out = self.tok_answer = 0
         self.tok_fixed = 0         # input tokens that do not grow with a pool (see pool_fill)
         self._seen: set[str] = set()
-        self._prefixes: set[str] = set()
+        # per (system, schema): its tokens, the leading text all its requests share, their input tokens
+        self._prefixes: dict[str, list] = {}
         # per cached answer: (its answer's tokens, the schema's guess for it, reasoning tokens billed,
         # input tokens billed, the input estimate of its request)
         self._billed: list[tuple[int, int, int, int, int]] = []
@@ -153,15 +173,34 @@ class _Stage:
         if item is not None:
             item.key = key
             self.pending.append((n_in, item))
-        pre = _prefix_tokens(spec)
-        pkey = f"{spec.system}\x00{id(spec.schema)}"
-        if n_in >= CACHE_MIN and pre >= CACHE_MIN:
-            if pkey in self._prefixes:
-                # OpenAI caches in steps of 128 tokens; Gemini's implicit cache has no documented step
-                step = CACHE_STEP if self.adapter == "openai" else 1
-                self.tok_cached += (min(pre, n_in) // step) * step
-            self._prefixes.add(pkey)
+        if n_in >= CACHE_MIN:
+            self._shares_prefix(spec, n_in)
         self.tok_answer += answer_tokens(spec.schema, n_judgments)
+
+    def _shares_prefix(self, spec, n_in: int) -> None:
+        """Note a request of at least CACHE_MIN tokens under its stable prefix: the schema, the system
+        prompt and the leading text of its user message that every request of that prefix shares."""
+        import os
+
+        from .providers.spec import Text
+
+        lead = spec.parts[0].text if spec.parts and isinstance(spec.parts[0], Text) else ""
+        p = self._prefixes.setdefault(f"{spec.system}\x00{id(spec.schema)}", [_prefix_tokens(spec), lead, []])
+        p[1] = os.path.commonprefix([p[1], lead])
+        p[2].append(n_in)
+
+    @property
+    def tok_cached(self) -> int:
+        """Input tokens billed at the cached rate: each request's shared prefix (when it reaches
+        CACHE_MIN tokens) after the first request with that prefix, as the provider caches it (OpenAI in
+        steps of CACHE_STEP tokens; Gemini's implicit cache has no documented step)."""
+        step = CACHE_STEP if self.adapter == "openai" else 1
+        total = 0
+        for pre, lead, sizes in self._prefixes.values():
+            pre += len(lead) // 4
+            if pre >= CACHE_MIN:
+                total += sum((min(pre, n) // step) * step for n in sizes[1:])
+        return total
 
     def _calibrate(self, rec: Mapping[str, Any], spec, n_judgments: int, n_in: int) -> None:
         """What a cached answer says about this model: its visible answer's size against the schema's
@@ -209,16 +248,22 @@ class _Stage:
 
     def _assumed(self) -> tuple[dict, str, list[str]]:
         allowance = reasoning_allowance(self.s)
-        r = RANGE["reasoning"]
-        f = {"input": (1.0, *RANGE["input"]), "answer": (1.0, *RANGE["answer"]),
-             "reasoning": (float(allowance), allowance * r[0], allowance * r[1])}
         effort = self.s.get("reasoning_effort")
+        r = RANGE["reasoning"].get(effort, RANGE["reasoning"]["other"])
+        # n draws of a per-request spread REQUEST_CV: their sum within RANGE_Z standard errors of n means
+        draws = RANGE_Z * REQUEST_CV / math.sqrt(max(1, self.requests))
+        lo, hi = allowance * r[0] * max(0.0, 1 - draws), allowance * r[1] * (1 + draws)
+        f = {"input": (1.0, *RANGE["input"]), "answer": (1.0, *RANGE["answer"]),
+             "reasoning": (float(allowance), lo, hi)}
+        seen = (f"the models seen at {effort}" if effort in REASONING_SEEN
+                else f"the models seen at {' and '.join(REASONING_SEEN)} (none seen at {effort})")
         source = (f"answer schema + reasoning allowance of {allowance} tokens for reasoning_effort {effort!s} "
                   "(assumed: the main uncertainty until answers are cached; `--pilot` measures it)")
         assumes = [f"input tokens x{RANGE['input'][0]}..{RANGE['input'][1]} of the 4-characters rule",
                    f"answers x{RANGE['answer'][0]}..{RANGE['answer'][1]} of the schema's typical size",
-                   f"reasoning {f['reasoning'][1]:.0f}..{f['reasoning'][2]:.0f} tokens per request "
-                   f"({r[0]}..{r[1]}x the allowance of {allowance} for reasoning_effort {effort!s})"]
+                   f"reasoning {lo:.0f}..{hi:.0f} tokens per request: a model reasoning {r[0]:.2f}..{r[1]:.2f}x "
+                   f"the allowance of {allowance} for reasoning_effort {effort!s} on average ({seen}), "
+                   f"+-{draws:.0%} for {self.requests} requests varying {REQUEST_CV:.0%} each (90 %)"]
         return f, source, assumes
 
     def line(self) -> dict:
