@@ -14,12 +14,16 @@ and with fake models whose lengths the estimator is not told (support.LengthMode
 * the **range** (no pilot) with the models measured so far: ``issue`` (the reasoning per request that
   issue 34's table implies: gpt-5-mini ~80 at low, ~240 at medium, Gemini ~335) and ``upstream``
   (upstream's one published run: ~467 at low, ~981 at medium): is the bill inside low..high, how wide;
+* the **range** with ``--within`` models drawn within what it assumes (``LengthModel.within``: a
+  mean reasoning log-uniform between the least and the most seen at each effort,
+  ``estimate.REASONING_SEEN``, a per-request spread 0.05..0.29): how many bills are inside (the range
+  is a 90 % interval for a model at the edge of that domain);
 * the **pilot** (``--pilot`` requests per stage, default 20) with models drawn from seeds
-  (``LengthModel.drawn``: reasoning means 20..6,000 tokens per request, spreads 0.05..0.8, answers
+  (``LengthModel.drawn``: reasoning means 20..6,000 tokens per request, spreads 0.05..0.5, answers
   0.5..1.6x as wordy): the stage's figure after its pilot (the pilot's spend + what is still to send)
   against its whole bill.
 
-    python benchmarks/estimate_vs_bill.py [FireBenchMaker/config.toml] [--seeds 5] [--pilot 20]
+    python benchmarks/estimate_vs_bill.py [FireBenchMaker/config.toml] [--seeds 3] [--pilot 20] [--within 5]
 """
 
 from __future__ import annotations
@@ -76,10 +80,10 @@ def firebench(tmp: Path, toml: Path, net: dict, n_images: int) -> dict:
     return raw
 
 
-def one(name: str, mode: str, lengths, pilot: int | None, toml: Path | None, n_images: int) -> list[str]:
+def one(name: str, mode: str, lengths, pilot: int | None, toml: Path | None, n_images: int) -> dict[str, dict]:
     import fake_gemini
     import fake_openai
-    from estimate_bill import STAGES, measure, table
+    from estimate_bill import STAGES, measure
 
     provider = "gemini" if name == "gemini" else "openai"
     mod = fake_gemini if provider == "gemini" else fake_openai
@@ -103,13 +107,37 @@ def one(name: str, mode: str, lengths, pilot: int | None, toml: Path | None, n_i
                     for k in ("requests", "input_tokens", "cached_input_tokens", "output_tokens"):
                         e[k] += e["pilot"][k]
                     res[f"{st} after {e['pilot']['requests']}"] = {"estimate": e, "bill": res.pop(st)["bill"]}
-            return table(f"{name[:4]}-{mode[0]}", res)
+            return res
     finally:
         mod.stop(fake)
 
 
+def within(name: str, seed: int):
+    """A model drawn within the range's reasoning assumption (estimate.REASONING_SEEN: a mean between the
+    least and the most seen at each effort, a spread up to 0.29), as the provider is sent the effort."""
+    from support import LengthModel
+
+    from benchmaker.estimate import REASONING_SEEN
+
+    efforts = {"low": "budget 1024", "medium": "budget 8192"} if name == "gemini" else {}
+    return LengthModel.within(seed, {efforts.get(e, e): band for e, band in REASONING_SEEN.items()})
+
+
+def coverage(rows: list[tuple[str, str, dict]]) -> list[str]:
+    """Per config, mode and stage: how many bills were inside the range, and its widest high / low."""
+    from collections import defaultdict
+
+    got: dict[tuple[str, str], list[tuple[bool, float]]] = defaultdict(list)
+    for key, st, x in rows:
+        e, b = x["estimate"], x["bill"]
+        got[(key, st)].append((e["low_usd"] - 5e-7 <= b["usd"] <= e["high_usd"] + 5e-7,
+                               e["high_usd"] / max(e["low_usd"], 1e-12)))
+    return [f"{key:10} {st:9} inside {sum(i for i, _ in v)} of {len(v)}, high / low at most {max(w for _, w in v):.2f}"
+            for (key, st), v in got.items()]
+
+
 def main() -> None:
-    from estimate_bill import HEADER
+    from estimate_bill import HEADER, table
     from support import LengthModel
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -118,26 +146,34 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=120, help="generated images for the FireBench config")
     ap.add_argument("--seeds", type=int, default=3, help="drawn models per config and mode for the pilot")
     ap.add_argument("--pilot", type=int, default=20, help="pilot requests per stage")
+    ap.add_argument("--within", type=int, default=5,
+                    help="models drawn within the range's reasoning assumption per config and mode (no pilot)")
     a = ap.parse_args()
     import fake_gemini
 
     os.environ["OPENAI_API_KEY"] = "sk-test"
     os.environ["GEMINI_API_KEY"] = fake_gemini.KEY
     configs = ["example", "gemini"] + (["firebench"] if a.toml else [])
-    lines = []
+    lines, ranges = [], []
     for name in configs:
         for mode in ("sync", "batch"):
-            for seen, means in SEEN.items():
-                out = one(name, mode, LengthModel(7, means=means, spread=0.3), None, a.toml, a.images)
-                lines += [f"{ln} range, model {seen}" for ln in out]
+            key = f"{name[:4]}-{mode[0]}"
+            models = [(f"model {seen}", LengthModel(7, means=means, spread=0.3)) for seen, means in SEEN.items()]
+            models += [(f"within {w}", within(name, w)) for w in range(a.within)]
+            for label, lengths in models:
+                res = one(name, mode, lengths, None, a.toml, a.images)
+                ranges += [(key, st, x) for st, x in res.items()]
+                lines += [f"{ln} range, {label}" for ln in table(key, res)]
                 print(lines[-1], flush=True)
             for seed in range(a.seeds):
                 lengths = LengthModel.drawn(100 + seed)
-                out = one(name, mode, lengths, a.pilot, a.toml, a.images)
-                lines += [f"{ln} pilot, {lengths!r}" for ln in out]
+                lines += [f"{ln} pilot, {lengths!r}" for ln in table(key, one(name, mode, lengths, a.pilot, a.toml,
+                                                                              a.images))]
                 print(lines[-1], flush=True)
     print(HEADER)
     print("\n".join(lines))
+    print("\nbefore any pilot (models seen and models drawn within the range's assumption):")
+    print("\n".join(coverage(ranges)))
 
 
 if __name__ == "__main__":
