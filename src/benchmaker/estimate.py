@@ -21,15 +21,19 @@ that has a cost file):
   annotation rows; the judge's requests carry the written query texts (from the writer's response
   cache; a typical text for a query not written yet) and its line also gives its price in both
   labelling modes, text-only and with each candidate's image (``labelling_modes``);
-* **prompt caching**: the stable prefix of a request (schema + system prompt, when it reaches 1,024
-  tokens) at the cached-input rate for every request after the first, as the provider bills.
+* **prompt caching**: the stable prefix of a request (schema + system prompt + the leading text of
+  the user message that every request with that schema and system prompt shares, when it reaches
+  1,024 tokens) at the cached-input rate for every request after the first, as the provider bills.
 
 Tokens: ~4 characters per text token, each provider's image rule; output = a schema-shaped answer of
 typical size plus reasoning. Before any answer of the stage is cached, the reasoning is not known:
 the estimate is a **range** (``low_usd`` .. ``high_usd``) whose assumptions are :data:`RANGE` and
-``assumes`` says; ``usd`` is the allowance's figure (:data:`~benchmaker.providers.tokens.REASONING_OUTPUT`).
-Once at least :data:`CALIBRATE_MIN` answers of the stage's current requests are cached, what they
-were billed (input, output, reasoning) replaces the guesses and the range is their 95 % interval.
+``assumes`` says: a model whose mean reasoning per request lies between the least and the most of the
+models seen at the request's ``reasoning_effort`` (:data:`REASONING_SEEN`), and the spread of the
+stage's n requests around n such means (:data:`REQUEST_CV`, a 90 % interval); ``usd`` is the
+allowance's figure (:data:`~benchmaker.providers.tokens.REASONING_OUTPUT`). Once at least
+:data:`CALIBRATE_MIN` answers of the stage's current requests are cached, what they were billed
+(input, output, reasoning) replaces the guesses and the range is their 95 % interval.
 
 **Pilot** (``benchmaker estimate --pilot [N]``, :func:`run_pilot`): sends a stratified sample (by
 request size) of each stage's real requests still to send, at least ``N`` (default
