@@ -1,5 +1,5 @@
 """The recorded estimate (``<results>/estimate/estimate.json``, docs/formats.md ``estimate``): what
-``benchmaker estimate --record`` writes (benchmaker/estimate.py) and the summary reads beside the bill,
+``benchmaker estimate --record`` writes (benchmaker/estimate/) and the summary reads beside the bill,
 validated here when read."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Token guesses that need no provider: an answer's output tokens from its schema (plus the reasoning
 allowance) and an annotation row of typical length. Used by ``benchmaker estimate``
-(benchmaker/estimate.py) and by the deepening budget (deepen/label.py), which estimate imports."""
+(benchmaker/estimate/) and by the deepening budget (deepen/label.py), which estimate imports."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["REASONING_OUTPUT", "answer_tokens", "out_tokens", "reasoning_allowan
            "answer_text"]
 
 # Reasoning (thinking) tokens an answer costs beyond its visible JSON, by ``reasoning_effort``: the main
-# uncertainty of every estimate before answers are cached (then estimate.py measures them).
+# uncertainty of every estimate before answers are cached (then benchmaker/estimate/core.py measures them).
 # low / medium are rounded from the one published run with token counts, upstream imsearch_benchmaker's
 # example (gpt-5-mini; its vision always sends "low", its judge "medium"; docs/openai.md "Estimate"):
 # 717 output tokens per image, ~250 of them the answer; 1,481 per 13-candidate query, ~500 the answer.
