@@ -2,8 +2,9 @@
 the strict fakes counting tokens as each provider documents), with models whose answer and reasoning
 lengths the estimator is never told (support.LengthModel):
 
-* before any pilot, the range holds for models like the ones measured so far (the issue's table and
-  upstream's one published run) and is at most 4x wide;
+* before any pilot, every stage's range (the writer's too) holds for the models measured so far (the
+  issue's table and upstream's one published run) and for models drawn anywhere within what it
+  assumes (estimate.REASONING_SEEN), and is at most 4x wide;
 * after a pilot (at least 20 requests per stage, stratified, cached for the run), each stage's
   estimate is within 15 % of its bill, for models drawn with different means and spreads, far from
   the allowance too, in sync and batch mode, OpenAI and Gemini;
