@@ -26,9 +26,10 @@ PILOT_MIN, PILOT_SHARE = 20, 0.02
 # ("other"): the widest of those
 RANGE: dict[str, Any] = {"input": (0.97, 1.08), "answer": (0.80, 1.90)}
 # mean reasoning tokens per request of the models seen, (least, most), by reasoning_effort: issue 34's
-# table (output per request minus its answer: ~80 at low for gpt-5-mini's images and labels, ~240 at
-# medium for FireBench's judge) and upstream's one published run (717 - ~250 per image at low;
-# 1,481 - ~500 per 13-candidate query at medium)
+# table (output per request minus its answer, billed by the fakes it was tried against: ~80 at low for
+# images and labels, ~240 at medium for FireBench's judge) and upstream's one published run, the one
+# real model measured (gpt-5-mini: 717 - ~250 per image at low; 1,481 - ~500 per 13-candidate query at
+# medium). A model outside them is outside the range: the pilot measures it
 REASONING_SEEN = {"low": (80, 467), "medium": (240, 981)}
 # a stage's bill is n requests' draws, not n times the model's mean: the range adds RANGE_Z (a 90 %
 # two-sided interval) standard errors of a per-request coefficient of variation REQUEST_CV (assumed;
@@ -209,10 +210,12 @@ class _Stage:
         source = (f"answer schema + reasoning allowance of {allowance} tokens for reasoning_effort {effort!s} "
                   "(assumed: the main uncertainty until answers are cached; `--pilot` measures it)")
         assumes = [f"input tokens x{RANGE['input'][0]}..{RANGE['input'][1]} of the 4-characters rule",
-                   f"answers x{RANGE['answer'][0]}..{RANGE['answer'][1]} of the schema's typical size",
-                   f"reasoning {lo:.0f}..{hi:.0f} tokens per request: a model reasoning {r[0]:.2f}..{r[1]:.2f}x "
-                   f"the allowance of {allowance} for reasoning_effort {effort!s} on average ({seen}), "
-                   f"+-{draws:.0%} for {self.requests} requests varying {REQUEST_CV:.0%} each (90 %)"]
+                   f"answers x{RANGE['answer'][0]}..{RANGE['answer'][1]} of the schema's typical size"]
+        if not allowance:
+            return f, source, [*assumes, f"no reasoning (reasoning_effort {effort!s})"]
+        assumes.append(f"reasoning {lo:.0f}..{hi:.0f} tokens per request: a model reasoning {r[0]:.2f}..{r[1]:.2f}x "
+                       f"the allowance of {allowance} for reasoning_effort {effort!s} on average ({seen}), "
+                       f"+-{draws:.0%} for {self.requests} requests varying {REQUEST_CV:.0%} each (90 %)")
         return f, source, assumes
 
     def line(self) -> dict:
