@@ -38,9 +38,16 @@ message, the container ``ContainerStatusUnknown``, exit 137) and ``DeadlineExcee
 ``activeDeadlineSeconds``: the job controller deletes the pod, no log, the Job's condition says so).
 
 ``pod_quota=N`` models a namespace ResourceQuota on pods (NRP namespaces have one): at most N pods
-exist at once; a Job created beyond that is accepted but has no pod yet and an empty status (no
-``active`` count, as the API server reports it until its job controller can create the pod), and
-gets its pod when another one ends or is deleted.
+exist at once. A Job created beyond that is accepted (201) but its job controller's pod creation is
+forbidden (``exceeded quota``): the Job has no pod and the status the job controller writes after
+its first sync, ``startTime``, ``ready: 0``, ``terminating: 0`` and ``uncountedTerminatedPods: {}``,
+with no ``active``, ``succeeded`` or ``failed`` count (omitted when zero, as the API serializes
+them) and no condition; it gets its pod when another one ends or is deleted.
+
+``hold_create=REGEX`` holds the answer to the first Job create whose ``rule:wildcards`` target
+matches: the Job is stored and runs (or waits for its pod) as any other, ``held`` names it and
+``create_held`` is set, and the answer is sent only once ``release_create`` is set (or after
+``job_timeout``): a controller killed meanwhile has a Job in the cluster it never heard of.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ class FakeKube:
     def __init__(self, *, namespace: str, run_jobs: bool = False, base_env: dict | None = None,
                  pvcs: set[str] | None = None, job_timeout: float = 600,
                  hide_paths: list[str] | None = None, pod_quota: int | None = None,
-                 fates: dict[str, str] | None = None):
+                 fates: dict[str, str] | None = None, hold_create: str | None = None):
         self.namespace = namespace
         self.run_jobs = run_jobs
         self.base_env = dict(base_env or {})
@@ -76,6 +83,10 @@ class FakeKube:
         self.pod_quota = pod_quota
         self.fates = dict(fates or {})        # target regex -> OOMKilled | Evicted | DeadlineExceeded
         self.waiting: list[str] = []         # Jobs accepted but without a pod (over pod_quota), in order
+        self.hold_create = hold_create        # target regex: the answer to its first create waits
+        self.held: str | None = None
+        self.create_held = threading.Event()  # set once that create is stored and its answer held
+        self.release_create = threading.Event()
         self.secrets: dict[str, dict] = {}
         self.deleted_secrets: list[str] = []
         self.jobs: dict[str, dict] = {}      # name -> Job body as posted
@@ -140,6 +151,7 @@ class FakeKube:
         return f"http://127.0.0.1:{self.srv.server_address[1]}"
 
     def stop(self):
+        self.release_create.set()  # a held answer is sent (to nobody) and its handler ends
         support.shutdown(self.srv)
         import shutil
 
@@ -304,7 +316,28 @@ class FakeKube:
             pass
         out = json.loads(json.dumps(body))
         out.setdefault("metadata", {})["namespace"] = self.namespace
+        if self._hold(name, body):  # the Job is in the cluster; its creator hears of it only now
+            self.release_create.wait(self.job_timeout)
+            try:
+                return h._send(201, out)
+            except OSError:  # the creator died meanwhile: nobody reads the answer
+                return None
         return h._send(201, out)
+
+    def _hold(self, name: str, body: dict) -> bool:
+        """Whether this create's answer is the one to hold (``hold_create``)."""
+        if self.hold_create is None or self.held is not None:
+            return False
+        args = " ".join(body["spec"]["template"]["spec"]["containers"][0].get("args") or [])
+        m = re.search(r"--target-jobs '([^']+)'", args)
+        if not (m and re.search(self.hold_create, m.group(1))):
+            return False
+        with self.lock:
+            if self.held is not None:
+                return False
+            self.held = name
+        self.create_held.set()
+        return True
 
     def _run(self, name: str, body: dict):
         pod = body["spec"]["template"]["spec"]
@@ -373,18 +406,22 @@ class FakeKube:
         return next((f for pat, f in self.fates.items() if m and re.search(pat, m.group(1))), None)
 
     def _status_of(self, name: str) -> dict:
+        """The Job's status as its job controller writes it (zero counts omitted, ``ready`` and
+        ``terminating`` always there)."""
         st = self.state[name]
-        if name in self.waiting:  # accepted, no pod yet: the API server reports no counts at all
-            return {}
-        if st["exit"] is None:
-            return {"active": 1}
         t = "2026-01-01T00:00:00Z"
+        synced = {"startTime": t, "ready": 0, "terminating": 0, "uncountedTerminatedPods": {}}
+        if name in self.waiting:  # accepted; its pod's creation is forbidden (exceeded quota)
+            return synced
+        if st["exit"] is None:
+            return {**synced, "active": 1, "ready": 1 if st.get("proc") else 0}
         if st["exit"] == 0:
-            return {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": t}]}
+            return {**synced, "succeeded": 1, "completionTime": t,
+                    "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": t}]}
         reason, message = (("DeadlineExceeded", "Job was active longer than specified deadline")
                            if st.get("fate") == "DeadlineExceeded" else
                            ("BackoffLimitExceeded", "Job has reached the specified backoff limit"))
-        return {"failed": 1, "conditions": [
+        return {**synced, "failed": 1, "conditions": [
             {"type": "FailureTarget", "status": "True", "reason": reason, "message": message, "lastTransitionTime": t},
             {"type": "Failed", "status": "True", "reason": reason, "message": message, "lastTransitionTime": t}]}
 
@@ -393,7 +430,7 @@ class FakeKube:
         while self.waiting and (self.pod_quota is None or self._pods_alive() < self.pod_quota):
             name = self.waiting.pop(0)
             threading.Thread(target=self._run, args=(name, self.jobs[name]), daemon=True).start()
-            self.state[name]["started"] = True
+            self.state[name].update(started=True, started_at=time.monotonic())
 
     def _pods_alive(self) -> int:
         return sum(1 for n, st in self.state.items()

@@ -3,8 +3,9 @@ against the strict fake Kubernetes API (tests/fake_kube.py) through the real `ku
 
 The arrangement that the Jobs' ``status.active`` misses: a namespace with a pod quota (NRP namespaces
 have one) and a controller that submitted more Jobs than it allows. The Jobs over the quota exist,
-accepted, with no pod and an empty status; they start when a place frees, which is when the new
-controller's own Jobs for the same outputs run. They must be cancelled with the running ones.
+accepted, with no pod (its creation is forbidden: exceeded quota) and no ``active`` count; they start
+when a place frees, which is when the new controller's own Jobs for the same outputs run. They must
+be cancelled with the running ones.
 """
 
 from __future__ import annotations

@@ -1045,20 +1045,13 @@ def _target(body: dict) -> str:
     return re.search(r"--target-jobs '([^']+)'", body["spec"]["template"]["spec"]["containers"][0]["args"][1]).group(1)
 
 
-@pytest.mark.slow
-@pytest.mark.heavy
-def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
-    """kill -9 of the controller while a GPU job's pod runs and other Jobs wait for a pod (the
-    namespace's pod quota is used up), then the README's resume line: the new controller cancels every
-    Job the dead one left of this build, running or waiting, before it submits anything (and says
-    so), never runs two Jobs for one output at a time, finishes with the same bytes as an
-    uninterrupted run of the same config, and a later params change replans the same jobs as after
-    the uninterrupted run (nothing finished unwatched is trusted)."""
-    import signal
+# ------------------------------------------------ a controller killed: in a pod's run, at a submission
+GPU_RULES = ("vision", "embed_images")
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from same_bytes import digests
 
+def _killable_run(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube, **fake) -> dict:
+    """The user's files, the fake cluster (``fake``: FakeKube's options), the README's environment and
+    the controller started in its own process group; returns what the kill tests use."""
     s3 = s3_server["client"]
     _clear(s3, PREFIX)
     home = tmp_path / "home"
@@ -1067,83 +1060,189 @@ def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp
     config, cfg = _user_files(home, corpus, tiny_clip)
     pod_home = tmp_path / "podhome"
     pod_home.mkdir()
-    # room for 2 pods at once: of the 4 Jobs the controller submits at once, 2 wait for a pod
-    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, pod_quota=2, base_env={
+    fk, kubeconfig = kube(run_jobs=True, pvcs={PVC}, base_env={
         "PATH": f"{_pod_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(pod_home), "HF_HUB_OFFLINE": "1",
         "POD_PIP_LOG": str(tmp_path / "pip.log"), "MPLCONFIGDIR": str(pod_home / "mpl"),
-    }, hide_paths=[str(home), str(checkout["dir"])])
+    }, hide_paths=[str(home), str(checkout["dir"])], **fake)
     env = _env(checkout, s3_server["url"], KUBECONFIG=str(kubeconfig), BENCHMAKER_K8S_PVC=f"{PVC}:{corpus}",
                BENCHMAKER_K8S_JOBS="4")
     cmd = [sys.executable, "-m", "snakemake", "--profile", "nrp", "--configfile", str(config),
            "--retries", "0", "--latency-wait", "2"]
+    since = {"s3_log": s3_server["log"].stat().st_size, "time": time.time()}
     log = open(tmp_path / "first.log", "w")
     first = subprocess.Popen(cmd, cwd=checkout["dir"], env=env, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
-    deadline = time.monotonic() + 900
-    gpu = None
-    while time.monotonic() < deadline and first.poll() is None and gpu is None:
-        time.sleep(0.5)
-        with fk.lock:
-            gpu = next((n for n, b in fk.jobs.items() if _target(b).split(":")[0] in ("vision", "embed_images")
-                        and fk.state[n].get("proc") and fk.state[n]["exit"] is None), None)
-            gpu = gpu if fk.waiting else None
-    assert gpu is not None, (tmp_path / "first.log").read_text()[-3000:]
-    os.killpg(first.pid, signal.SIGKILL)  # the controller dies; its pods do not
-    first.wait()
-    log.close()
-    time.sleep(1)  # a Job the controller was creating when it died is in the cluster now
-    # long GPU jobs, whatever the machine's load: the orphans' pods are still running (paused) when
-    # the new controller looks, and their places in the quota stay taken
-    def pause_orphans() -> tuple[set, set, set] | None:
-        """(orphans, waiting, all Jobs) with every orphan's pod paused; None while a pod is starting."""
-        with fk.lock:
-            if any(st.get("started") and st["exit"] is None and st.get("proc") is None for st in fk.state.values()):
-                return None
-            waiting = set(fk.waiting)
-            orphans = set(waiting)
-            for n, st in fk.state.items():
-                if st["exit"] is None and st.get("proc") is not None:
-                    try:
-                        os.killpg(st["proc"].pid, signal.SIGSTOP)
-                        orphans.add(n)
-                    except ProcessLookupError:
-                        pass  # it has just ended
-            return orphans, waiting, set(fk.jobs)
+    return {"s3": s3, "dir": checkout["dir"], "s3_log": s3_server["log"], "home": home, "corpus": corpus,
+            "config": config, "cfg": cfg, "fk": fk, "env": env,
+            "first": first, "log": log, "since": since, "base": f"{PREFIX}/results/{cfg['benchmark']['name']}"}
 
-    while (paused := pause_orphans()) is None:
+
+def _pause_pods(fk) -> tuple[set, set, set] | None:
+    """(paused, waiting, all Jobs): every running pod paused (SIGSTOP: a long job, whatever the
+    machine's load, still runs when the new controller looks, its place in the quota taken), the
+    Jobs waiting for a pod; None while a pod is starting (call again)."""
+    import signal
+
+    with fk.lock:
+        if any(st.get("started") and st["exit"] is None and st.get("proc") is None for st in fk.state.values()):
+            return None
+        paused = set()
+        for n, st in fk.state.items():
+            if st["exit"] is None and st.get("proc") is not None:
+                try:
+                    os.killpg(st["proc"].pid, signal.SIGSTOP)
+                    paused.add(n)
+                except ProcessLookupError:
+                    pass  # it has just ended
+        return paused, set(fk.waiting), set(fk.jobs)
+
+
+def _kill_controller(run: dict) -> tuple[set, set, set, dict]:
+    """kill -9 of the controller's process group with every pod paused first and again after (a Job
+    it was creating when it died is in the cluster by then); returns (orphans: the paused and the
+    waiting Jobs, waiting, all Jobs, what the controller and the bucket hold at the kill)."""
+    import signal
+
+    fk = run["fk"]
+    while _pause_pods(fk) is None:
         time.sleep(0.1)
-    orphans, waiting, before = paused
-    gpu_rules = ("vision", "embed_images")
-    assert waiting and orphans - waiting and any(_target(fk.jobs[n]).split(":")[0] in gpu_rules for n in orphans), \
-        (orphans, waiting)
+    os.killpg(run["first"].pid, signal.SIGKILL)  # the controller dies; its pods do not
+    run["first"].wait()
+    run["log"].close()
+    fk.release_create.set()  # a held answer goes to nobody now
+    time.sleep(1)
+    while (paused := _pause_pods(fk)) is None:
+        time.sleep(0.1)
+    paused_pods, waiting, jobs = paused
+    time.sleep(1)  # an upload a paused pod had sent has arrived
+    return paused_pods | waiting, waiting, jobs, _at_the_kill(run)
 
-    # the README's resume line
-    unlock = _snakemake(checkout, config, env, "--unlock")
+
+def _records(dot: Path, kind: str, since: float) -> set[str]:
+    """Bucket keys of the outputs Snakemake keeps a ``kind`` record of (``metadata``: finished and
+    recorded; ``incomplete``: marked before it ran), written at or after ``since`` (earlier tests of
+    the module ran in the same checkout). Snakemake names a record by the url-safe base64 of the
+    output's storage query, cut into ``@``-prefixed parts (snakemake.persistence.file)."""
+    import base64
+
+    out = set()
+    root = dot / kind
+    for f in root.rglob("*") if root.is_dir() else ():
+        if f.is_file() and f.stat().st_mtime >= since - 1:
+            try:
+                query = base64.urlsafe_b64decode("".join(p.lstrip("@") for p in f.relative_to(root).parts)).decode()
+            except ValueError:
+                continue  # not a record (migration_underway)
+            if query.startswith(f"s3://{BUCKET}/"):
+                out.add(query[len(f"s3://{BUCKET}/"):])
+    return out
+
+
+def _at_the_kill(run: dict) -> dict:
+    """The bucket's keys and the dead controller's records (outputs recorded finished, outputs marked
+    incomplete)."""
+    dot = run["dir"] / ".snakemake"
+    return {"keys": set(_keys(run["s3"], f"{run['base']}/")),
+            "recorded": _records(dot, "metadata", run["since"]["time"]),
+            "marked": _records(dot, "incomplete", run["since"]["time"])}
+
+
+def _covered(key: str, records: set[str]) -> bool:
+    """``key`` is a recorded output or a file of a recorded directory() output."""
+    return any(key == r or key.startswith(r.rstrip("/") + "/") for r in records)
+
+
+def _s3_writes(log: Path, since: int) -> dict[str, int]:
+    """Object writes per bucket key in the S3 server's request log from byte ``since`` on: PUTs of an
+    object (put, upload, copy; not of an upload's parts) and completed multipart uploads."""
+    from urllib.parse import unquote
+
+    with open(log, "rb") as fh:
+        fh.seek(since)
+        text = fh.read().decode(errors="replace")
+    out: dict[str, int] = {}
+    for m in re.finditer(rf'"(?:\x1b\[[0-9;]*m)*(PUT|POST) /{BUCKET}/([^ ?"]+)(\?[^ "]*)? HTTP', text):
+        method, key, query = m.group(1), unquote(m.group(2)), m.group(3) or ""
+        if (method == "PUT" and "partNumber=" not in query) or (method == "POST" and "uploadId=" in query):
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _written_once(run: dict, at_kill: dict) -> dict[str, int]:
+    """Every output of the run was written once, by the dead controller's jobs or by the resumed
+    one's, but for what a job of the dead controller finished while none watched (in the bucket at
+    the kill, not recorded): that is remade, once (the dead controller marked it incomplete before
+    it submitted the job, so it is never trusted without its metadata). A job's log and benchmark
+    files are its records, not outputs (Snakemake keeps no metadata of them): they are written by
+    every run of the job. Returns the writes per output key."""
+    base = f"{run['base']}/"
+    records = re.compile(rf"^{re.escape(base)}(logs|benchmarks)/")
+    writes = {k: n for k, n in _s3_writes(run["s3_log"], run["since"]["s3_log"]).items()
+              if k.startswith(base) and not records.match(k)}  # not the controllers' workflow-source archives
+    final = {k for k in _keys(run["s3"], base) if not records.match(k)}
+    assert final <= set(writes), "\n".join(sorted(final - set(writes)))
+    unwatched = {k for k in at_kill["keys"] if not records.match(k) and not _covered(k, at_kill["recorded"])}
+    assert all(_covered(k, at_kill["marked"]) for k in unwatched), \
+        "\n".join(sorted(k for k in unwatched if not _covered(k, at_kill["marked"])))
+    twice = {k: n for k, n in writes.items() if n > 1}
+    assert all(k in unwatched and n == 2 for k, n in twice.items()), \
+        "\n".join(f"{k}: {n}" for k, n in sorted(twice.items()) if k not in unwatched or n != 2)
+    print(f"bucket writes: {len(writes)} keys, {sum(writes.values())} writes; finished unwatched (remade "
+          f"once): {len(unwatched)}; written twice: {sorted(twice)}")
+    return writes
+
+
+def _never_two_at_once(fk) -> None:
+    """No two Jobs for one output ever had a pod at the same time, and none is left running."""
+    with fk.lock:
+        by_target: dict[str, list[tuple[float, float]]] = {}
+        for n, b in fk.jobs.items():
+            st = fk.state[n]
+            assert st["exit"] is not None, f"Job {n} ({_target(b)}) still runs after the resumed run ended"
+            if st.get("started_at") is not None:
+                by_target.setdefault(_target(b), []).append((st["started_at"], st["ended"]))
+        for target, spans in by_target.items():
+            spans.sort()
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (target, spans)
+        assert not fk.unexpected and not fk.rejected, (fk.unexpected, fk.rejected)
+
+
+def _resume(checkout, run: dict) -> str:
+    """The README's resume line (unlock, the same command); returns its output."""
+    unlock = _snakemake(checkout, run["config"], run["env"], "--unlock")
     assert unlock.returncode == 0, (unlock.stdout + unlock.stderr)[-2000:]
-    res = _snakemake(checkout, config, env, "--retries", "0", "--latency-wait", "2", timeout=1500)
+    res = _snakemake(checkout, run["config"], run["env"], "--retries", "0", "--latency-wait", "2", timeout=1500)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-5000:]
+    return out
+
+
+def _cancelled(out: str, fk, orphans: set, waiting: set, before: set) -> None:
+    """The resumed controller said it cancels every Job of the dead one (running or waiting) and did,
+    the waiting ones before they got a pod, before it created any Job of its own."""
     m = re.search(r"benchmaker: (\d+) Job\(s\) of a previous controller of this build still run in namespace "
-                  r"'sage' \(([^)]*)\): cancelling them", out)
+                  r"'sage' \(([^)]*)\): cancelling them[^\n]*\(([^)]*)\)", out)
     assert m, out[-5000:]
     with fk.lock:
         cancelled = set(fk.deleted_jobs) & orphans
         assert cancelled == orphans and int(m.group(1)) == len(orphans), (m.group(0), orphans, fk.deleted_jobs)
+        assert set(m.group(3).split(", ")) == orphans, (m.group(3), orphans)
         assert all(fk.state[n]["exit"] == 137 for n in cancelled)
         assert not any(fk.state[n].get("started") for n in waiting)  # cancelled before they got a pod
         resumed = {n: b for n, b in fk.jobs.items() if n not in before}
         first_new = min(fk.state[n]["created"] for n in resumed)
         assert all(fk.state[n]["ended"] <= first_new for n in orphans), "a new Job started beside an orphan"
-        for n in orphans:  # the same output never by two Jobs at once
-            same = [r for r, b in resumed.items() if _target(b) == _target(fk.jobs[n])]
-            assert all(fk.state[r]["created"] >= fk.state[n]["ended"] for r in same)
-        assert not fk.unexpected and not fk.rejected, (fk.unexpected, fk.rejected)
-    base = f"{PREFIX}/results/{cfg['benchmark']['name']}"
-    assert s3.head_object(Bucket=BUCKET, Key=f"{base}/qrels_with_score.jsonl")["ContentLength"] > 0
 
-    # the same bytes as an uninterrupted run of the same config (a local one: same inputs, same bytes
-    # whatever the executor): every file but the run's records (logs, timings, run_facts.json:
-    # benchmarks/same_bytes.py) and the staged copies of the user's files (inputs/, cluster only)
+
+def _same_bytes_as_uninterrupted(run: dict, checkout, tmp_path: Path):
+    """The same bytes as an uninterrupted run of the same config (a local one: same inputs, same bytes
+    whatever the executor): every file but the run's records (logs, timings, run_facts.json:
+    benchmarks/same_bytes.py) and the staged copies of the user's files (inputs/, cluster only).
+    Returns a function running Snakemake in that uninterrupted checkout."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from same_bytes import digests
+
+    s3, base, cfg = run["s3"], run["base"], run["cfg"]
     cluster = tmp_path / "cluster-results"
     for k in _keys(s3, f"{base}/"):
         if not k[len(base) + 1:].startswith("inputs/"):
@@ -1151,26 +1250,102 @@ def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp
             (cluster / k[len(base) + 1:]).write_bytes(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read())
     local = tmp_path / "uninterrupted"
     shutil.copytree(checkout["dir"], local, ignore=shutil.ignore_patterns(".snakemake", "results"))
-    lenv = {k: v for k, v in env.items() if not k.startswith(("BENCHMAKER_", "SNAKEMAKE_", "KUBECONFIG"))}
+    lenv = {k: v for k, v in run["env"].items() if not k.startswith(("BENCHMAKER_", "SNAKEMAKE_", "KUBECONFIG"))}
     lenv["PYTHONPATH"] = str(local / "src")
 
     def local_snakemake(cfg_file: Path, *args: str):
         return subprocess.run([sys.executable, "-m", "snakemake", "--configfile", str(cfg_file), *args], cwd=local,
                               env=lenv, capture_output=True, text=True, timeout=1500)
 
-    run = local_snakemake(config, "--cores", "2")
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    done = local_snakemake(run["config"], "--cores", "2")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     mine, theirs = digests(cluster), digests(local / "results" / cfg["benchmark"]["name"])
     assert sorted(mine) == sorted(theirs), sorted(set(mine) ^ set(theirs))
     assert not [f for f in mine if mine[f] != theirs[f]], [f for f in mine if mine[f] != theirs[f]]
+    return local_snakemake
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_controller_killed_while_pods_run_is_survivable(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube):
+    """kill -9 of the controller while a GPU job's pod runs and other Jobs wait for a pod (the
+    namespace's pod quota is used up: their pods' creation is forbidden), then the README's resume
+    line: the new controller cancels every Job the dead one left of this build, running or waiting,
+    before it submits anything (and says so), never runs two Jobs for one output at a time, writes
+    no output twice (but what a pod finished while no controller watched: remade once, never
+    trusted), finishes with the same bytes as an uninterrupted run of the same config, and a later
+    params change replans the same jobs as after the uninterrupted run (nothing finished unwatched
+    is trusted)."""
+    # room for 2 pods at once: of the 4 Jobs the controller submits at once, 2 wait for a pod
+    run = _killable_run(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube, pod_quota=2)
+    fk, first = run["fk"], run["first"]
+    deadline = time.monotonic() + 900
+    gpu = None
+    while time.monotonic() < deadline and first.poll() is None and gpu is None:
+        time.sleep(0.5)
+        with fk.lock:
+            gpu = next((n for n, b in fk.jobs.items() if _target(b).split(":")[0] in GPU_RULES
+                        and fk.state[n].get("proc") and fk.state[n]["exit"] is None), None)
+            gpu = gpu if fk.waiting else None
+    assert gpu is not None, (tmp_path / "first.log").read_text()[-3000:]
+    orphans, waiting, before, at_kill = _kill_controller(run)
+    assert waiting and orphans - waiting and any(_target(fk.jobs[n]).split(":")[0] in GPU_RULES for n in orphans), \
+        (orphans, waiting)
+
+    out = _resume(checkout, run)
+    _cancelled(out, fk, orphans, waiting, before)
+    _never_two_at_once(fk)
+    _written_once(run, at_kill)
+    assert run["s3"].head_object(Bucket=BUCKET, Key=f"{run['base']}/qrels_with_score.jsonl")["ContentLength"] > 0
+    local_snakemake = _same_bytes_as_uninterrupted(run, checkout, tmp_path)
 
     # a params change after the resume replans the same jobs as after the uninterrupted run (every
     # shard's vision job and what follows; the controller-side staging jobs are the cluster's own)
-    config2, _ = _user_files(home, corpus, tiny_clip, vision={"clip": {"prompt_template": "a picture of {}."}})
-    dry = _snakemake(checkout, config2, env, "-n")
+    config2, _ = _user_files(run["home"], run["corpus"], tiny_clip,
+                             vision={"clip": {"prompt_template": "a picture of {}."}})
+    dry = _snakemake(checkout, config2, run["env"], "-n")
     stats = _job_stats(dry.stdout + dry.stderr)
-    assert stats.get("vision") == cfg["n_shards"] and stats.get("plan") == 1, stats
+    assert stats.get("vision") == run["cfg"]["n_shards"] and stats.get("plan") == 1, stats
     plain = local_snakemake(config2, "--cores", "2", "-n")
     assert plain.returncode == 0, (plain.stdout + plain.stderr)[-3000:]
     without_staging = {k: v for k, v in stats.items() if not k.startswith("stage_") and k != "total"}
     assert without_staging == {k: v for k, v in _job_stats(plain.stdout + plain.stderr).items() if k != "total"}
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_controller_killed_at_a_submission_is_survivable(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip,
+                                                         kube):
+    """kill -9 of the controller at the worst moment of a submission: the API server has stored the
+    plan Job and its pod runs, but the answer to the create request has not reached the controller
+    (the fake holds it). The controller never learns the Job's name, and nothing it would do once
+    the call returned (Snakemake's own incomplete mark, the job's record) happens; only what it did
+    before the request is there. Killed before the request nothing is in the cluster (a plain
+    restart); killed after the answer, the Job is one the controller knew, as in the test above.
+    Then the README's resume line: the plan's outputs were marked incomplete before the request
+    (benchmaker.snakemake_compat.mark_before_submission), the new controller finds the Job it
+    never heard of by this build's storage prefix and cancels it before it submits anything, the
+    run finishes, writes no output twice (but what a pod finished unwatched: remade once) and ends
+    with the same bytes as an uninterrupted run."""
+    run = _killable_run(s3_server, checkout, tmp_path, tiny_corpus, tiny_clip, kube, hold_create=r"^plan\b")
+    fk, first = run["fk"], run["first"]
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and first.poll() is None and not fk.create_held.wait(0.5):
+        pass
+    assert fk.create_held.is_set(), (tmp_path / "first.log").read_text()[-3000:]
+    orphans, waiting, before, at_kill = _kill_controller(run)
+    held = fk.held
+    assert held in orphans and not waiting, (held, orphans, waiting)
+    assert held not in (tmp_path / "first.log").read_text()  # the dead controller never heard of it
+    plan_out = f"{run['base']}/query_plan.jsonl"
+    assert _covered(plan_out, at_kill["marked"]) and not _covered(plan_out, at_kill["recorded"]), at_kill["marked"]
+
+    out = _resume(checkout, run)
+    _cancelled(out, fk, orphans, waiting, before)
+    with fk.lock:
+        replaced = [n for n, b in fk.jobs.items() if n not in before and _target(b) == _target(fk.jobs[held])]
+        assert len(replaced) == 1 and fk.state[replaced[0]]["exit"] == 0, replaced
+    _never_two_at_once(fk)
+    writes = _written_once(run, at_kill)
+    assert writes[plan_out] == 1, writes.get(plan_out)
+    _same_bytes_as_uninterrupted(run, checkout, tmp_path)
