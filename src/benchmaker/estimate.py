@@ -57,7 +57,7 @@ from .providers.tokens import (  # noqa: F401 - re-exported
     reasoning_allowance,
     text_tokens,
 )
-from .stages import ESTIMATE_FILE, PILOT_COSTS_FILE
+from .stages import ESTIMATE_FILE, PILOT_COSTS_FILE, STAGES
 
 __all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "estimate", "out_tokens",
            "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
@@ -769,7 +769,8 @@ def _estimate_second_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
 # stage (benchmaker.stages.STAGES) -> its estimate: the (accumulated stage, extra line fields) it prices.
 # A paid stage plugs in here: build its requests as the run does (its own items function) and add each to
 # a _Stage with its item (``item=``: what a pilot sends); a stage with a cost file that is not priced is
-# in NOT_ESTIMATED, with why (tests/test_estimate_bill.py checks that every one is in one of the two).
+# in NOT_ESTIMATED: its declaration says why (``Stage(not_estimated=...)``; tests/test_estimate_bill.py checks
+# that every one is in one of the two).
 PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
     "vision": _estimate_vision,
     "queries": _estimate_queries,       # before the judge: its pilot's texts are the judge's queries
@@ -777,8 +778,7 @@ PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
     "deepen_system": _estimate_deepen,
     "audit_judge2": _estimate_second_judge,
 }
-NOT_ESTIMATED = {"evaluate_system": "a system under evaluation is not part of the benchmark's bill "
-                                    "(its cost file is counted, docs/evaluate.md)"}
+NOT_ESTIMATED = {name: st.not_estimated for name, st in STAGES.items() if st.not_estimated}
 
 
 def _context(cfg: Mapping[str, Any]) -> Context:
