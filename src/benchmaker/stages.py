@@ -17,6 +17,10 @@ From this one table come
 * the memory requests (:data:`benchmaker.resources.MEMORY`: every stage's ``memory`` models, which
   ``resources.mem_mb(name)`` evaluates on a job's input sizes);
 * the GPU requests (:func:`needs_gpu`, which the rules hand to ``gpu_resources`` in rules/cluster.smk);
+* the paid stages ``benchmaker estimate`` does not price, with why (``estimate.NOT_ESTIMATED``: each
+  stage's ``not_estimated``);
+* the rules a stage's settings decide (tests/test_triggers.py: a key of the schema section named like
+  the stage decides its rules);
 * the checks of tests/test_versions.py: every rule with a script is declared here, under the stage
   that its ``version=stage_version(...)`` param names, and a rule with its own script calls the
   function declared for it.
