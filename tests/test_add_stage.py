@@ -1,5 +1,6 @@
-"""Adding a stage touches four places (docs/architecture.md, "Adding a stage"): its function, its rule
-(a rule file and its ``include:``), one entry in ``benchmaker/stages.py`` and its settings in
+"""Adding a stage touches four places (docs/architecture.md, "Adding a stage", names their files; this
+test touches exactly those): its module with its function (and the module's line in the library layout),
+its rule (a rule file and its ``include:``), one entry in ``benchmaker/stages.py`` and its settings in
 ``config/schema.yaml``. A toy stage that loses an item, pays for a request, needs memory by the size of
 its input and runs a model on a GPU is added to a copy of the workflow in exactly those places and run
 for real: it gets its stage version, the shared script runs its function, its settings reach it with
@@ -7,7 +8,10 @@ the schema's defaults, its job asks for the memory its declared model gives for 
 for a GPU, its losses and its cost appear in the summary's totals and its losses table (the entry in
 stages.py names its files), a runtime knob reruns nothing and a setting that decides its output reruns
 it (and the summary that counts it) alone. Every other registry is derived: no other stage's version
-changes by the addition.
+changes by the addition, and the checks that read the registries pass on the copy with nothing more:
+the estimate's (a stage that pays is priced or its declaration says why not), tests/test_triggers.py's
+(the toy's settings decide the toy's rules, from its declaration) and the library layout's; the toy
+writes no new file kind (no ``formats.Spec``).
 """
 
 from __future__ import annotations
@@ -76,9 +80,14 @@ TOY_SCHEMA = '''  toy:
 '''
 
 
-def _add_toy_stage(root: Path) -> list[str]:
-    """The four places, edited as a person would; returns the files touched."""
-    (root / "src/benchmaker/toy.py").write_text(TOY_MODULE)                          # 1. the function
+def _add_toy_stage(root: Path) -> dict[int, list[str]]:
+    """The four places, edited as a person would; returns the files touched in each."""
+    (root / "src/benchmaker/toy.py").write_text(TOY_MODULE)                          # 1. the function ...
+    layout = root / "docs/architecture.md"                                            # ... its module's line
+    text = layout.read_text()
+    anchor = "## Library layout\n\n```\n"
+    assert anchor in text
+    layout.write_text(text.replace(anchor, anchor + "toy.py           the toy stage (tests/test_add_stage.py)\n"))
     (root / "rules/toy.smk").write_text(TOY_RULE.lstrip("\n"))                       # 2. the rule ...
     with open(root / "Snakefile", "a") as fh:                                        # ... and its include
         fh.write('\n\ninclude: "rules/toy.smk"\n')
@@ -89,12 +98,50 @@ def _add_toy_stage(root: Path) -> list[str]:
     stages.write_text(text.replace(anchor, anchor + '    "toy": Stage({"toy": "benchmaker.toy:run"}, '
                                    'losses="losses/toy.jsonl", costs="costs/toy.jsonl", '
                                    f'memory={{"toy": Memory(PY_MB, {{"images": {TOY_MB_PER_MB}}})}}, '
-                                   'gpu={"toy": True}),\n'))
+                                   'gpu={"toy": True}, not_estimated="a toy: its one request is not predicted"),\n'))
     schema = root / "config/schema.yaml"                                             # 4. its settings
     text = schema.read_text()
     assert "\nproperties:\n" in text
     schema.write_text(text.replace("\nproperties:\n", "\nproperties:\n" + TOY_SCHEMA, 1))
-    return ["src/benchmaker/toy.py", "rules/toy.smk", "Snakefile", "src/benchmaker/stages.py", "config/schema.yaml"]
+    return {1: ["src/benchmaker/toy.py", "docs/architecture.md"], 2: ["rules/toy.smk", "Snakefile"],
+            3: ["src/benchmaker/stages.py"], 4: ["config/schema.yaml"]}
+
+
+def _documented_places() -> dict[int, list[str]]:
+    """The files each place of docs/architecture.md's "Adding a stage" names: ``N. **...** (`file`, ...)``."""
+    text = (ROOT / "docs/architecture.md").read_text().split("## Adding a stage", 1)[1].split("\n## ", 1)[0]
+    return {int(n): re.findall(r"`([^`]+)`", files)
+            for n, files in re.findall(r"^(\d)\. \*\*[^*]+\*\* \(([^)]*)\)", text, re.M)}
+
+
+def _registries(root: Path) -> subprocess.Popen:
+    """In the copy: the stage versions, the paid stages that the estimate neither prices nor says why not,
+    and the rules tests/test_triggers.py expects each toy setting to decide (a process: it runs beside the
+    workflow's; :func:`_answer`)."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_triggers; "
+            "from benchmaker.versions import STAGE_ENTRIES, stage_version; "
+            "from benchmaker.estimate import NOT_ESTIMATED, PAID; from benchmaker.stages import STAGES; "
+            "from benchmaker.triggers import RUNTIME, setting_paths; "
+            "print(json.dumps({'versions': {s: stage_version(s) for s in STAGE_ENTRIES}, "
+            "'unpriced': sorted(n for n, s in STAGES.items() if s.costs and n not in {**PAID, **NOT_ESTIMATED}), "
+            "'rules': {p: sorted(test_triggers.direct_rules(p)) for p, node in setting_paths() "
+            "          if p.startswith('toy.') and not node.get(RUNTIME)}}))")
+    return subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={"PYTHONPATH": str(root / "src"), "PATH": os.environ["PATH"]})
+
+
+def _answer(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def _layout_misses(root: Path) -> set[str]:
+    """The copy's top-level modules that its docs/architecture.md library layout does not name."""
+    block = (root / "docs/architecture.md").read_text().split("## Library layout", 1)[1].split("```", 2)[1]
+    return {p.name for p in (root / "src/benchmaker").glob("*.py")} - {"__init__.py"} - set(
+        re.findall(r"^(\S+)", block, re.M))
 
 
 def _versions(root: Path) -> dict[str, str]:
@@ -116,24 +163,28 @@ def _snakemake(root: Path, workdir: Path, config: Path, *args: str) -> subproces
 
 def test_a_new_stage_takes_four_places(tmp_path, tiny_cfg):
     root = tmp_path / "checkout"
-    for part in ("Snakefile", "rules", "scripts", "config", "src", "envs", "profiles"):
+    for part in ("Snakefile", "rules", "scripts", "config", "src", "envs", "profiles", "docs/architecture.md"):
         src = ROOT / part
         if src.is_dir():
             shutil.copytree(src, root / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         elif src.exists():
-            root.mkdir(exist_ok=True)
+            (root / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, root / part)
     before = _versions(root)
     touched = _add_toy_stage(root)
-    assert len(touched) == 5  # four places: the rule file and its include are one
-    after = _versions(root)
-    assert after.pop("toy") and after == before, "adding a stage changed other stages' versions"
+    assert touched == _documented_places(), "the places docs/architecture.md names are not the ones touched"
+    assert len(touched) == 4
+    assert not _layout_misses(root)
+    registries = _registries(root)
 
     work = tmp_path / "work"
     work.mkdir()
     cfg = support.write_config(tmp_path / "c.yaml", {**tiny_cfg, "toy": {"workers": 3}})
     results = Path(tiny_cfg["paths"]["results"]) / "tiny"
     r = _snakemake(root, work, cfg, str(results / "summary"))
+    after = _answer(registries)
+    assert after["versions"].pop("toy") and after["versions"] == before, "adding a stage changed other versions"
+    assert after["unpriced"] == [] and after["rules"] == {"toy.greeting": ["toy"]}, after
     assert r.returncode == 0, r.stderr[-3000:]
     out = results / "toy.json"
     assert json.loads(out.read_text()) == {"greeting": "hello"}  # the schema's default, no runtime knob

@@ -78,7 +78,8 @@ def _llm(provider: str, base_url: str, mode: str) -> dict:
 
 def test_every_paid_stage_has_an_estimate_entry():
     """A stage with a cost file (benchmaker/stages.py) is priced by its entry in estimate.PAID, or is
-    in NOT_ESTIMATED with why: a new paid stage cannot be left out of the estimate silently."""
+    in NOT_ESTIMATED, its declaration's ``not_estimated=`` saying why: a new paid stage cannot be left out of
+    the estimate silently."""
     from benchmaker.estimate import NOT_ESTIMATED, PAID
     from benchmaker.stages import STAGES
 

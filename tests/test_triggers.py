@@ -25,6 +25,7 @@ import pytest
 import support
 
 from benchmaker.config import deep_merge, validate_config
+from benchmaker.stages import STAGES
 from benchmaker.triggers import RUNTIME, setting_paths, without_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,9 @@ AUDIT = {"audit_sample", "audit_labelling", "audit_report"}
 EVERYTHING = "*"
 
 # the rules whose output a setting decides (longest matching prefix wins); every output-deciding
-# setting is also recorded in the dataset (export's public_config), so export is added to each
+# setting is also recorded in the dataset (export's public_config), so export is added to each. A key of
+# a section named like a stage of benchmaker/stages.py that no prefix here matches decides that stage's
+# rules (direct_rules: plan, summary, evaluate; a new stage's settings need no line here)
 DIRECT: dict[str, set[str] | str] = {
     "benchmark": {"summary", "audit_labelling"},  # the title: report and labelling page
     "benchmark.description": {"summary"},
@@ -62,7 +65,6 @@ DIRECT: dict[str, set[str] | str] = {
     "vision.clip.pretrained": {"vision", "decode_images", "embed_images"},
     "vision.clip.device": {"vision", "embed_images"},
     "vision.clip.precision": {"vision", "embed_images"},
-    "plan": {"plan"},
     # the query writer runs on the judge's adapter: with the rules judge its model and prompts are
     # recorded only (tests below: with an API judge they decide the queries)
     "queries": set(),
@@ -86,7 +88,6 @@ DIRECT: dict[str, set[str] | str] = {
     # embed_images becomes the producer of the embeddings the vision job wrote (the same bytes, from
     # the pixel store the vision job read), and so of clip-same's inputs
     "similarity.share_vision_job": {"embed_images", "score", "evaluate", "evaluate_system"},
-    "summary": {"summary"},
     "export": set(),
     "audit": set(),
     "audit.enabled": {"summary"},
@@ -105,7 +106,6 @@ DIRECT: dict[str, set[str] | str] = {
     "audit.label_studio_image_prefix": {"audit_labelling"},
     "audit.second_judge": {"audit_judge2", "audit_report"},
     "audit.second_judge.judge": {"audit_judge2"},
-    "evaluate": {"evaluate"},
     "evaluate.depth": {"evaluate", "evaluate_model", "evaluate_system"},
     "evaluate.report": {"summary"},
     "evaluate.systems.0": {"evaluate_model"},
@@ -325,10 +325,15 @@ def skipped(path: str) -> str | None:
     return None
 
 
-def direct_rules(path: str) -> set[str] | str:
+def direct_rules(path: str, stages=STAGES) -> set[str] | str:
+    """The rules whose output ``path`` decides: DIRECT's longest prefix of it, else, for a key of the
+    section named like a stage, that stage's rules (its declaration in ``stages``)."""
     best = max((p for p in DIRECT if path == p or path.startswith(p + ".")), key=len, default=None)
-    assert best is not None, f"{path}: which rules does it decide? Add it to DIRECT"
-    return DIRECT[best]
+    if best is not None:
+        return DIRECT[best]
+    section = path.split(".")[0]
+    assert section in stages, f"{path}: which rules does it decide? Add it to DIRECT"
+    return set(stages[section].rules)
 
 
 def downstream(rules: set[str], edges: dict[str, list[str]]) -> set[str]:

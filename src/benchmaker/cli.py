@@ -324,6 +324,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", metavar="DIR",
                    help="paths.results of the new config; converted files go to DIR/<name>/imported")
     p.add_argument("--force", action="store_true", help="overwrite FILE and converted outputs that exist")
+    _add_compare(add)
+    p = add("keep-evaluation", "keep an evaluation in a history folder (compare later ones with it)",
+            cmd_keep_evaluation,
+            "Copy RESULTS' evaluation (leaderboard, per-query values, drill-downs) into HISTORY/<tag>/ and "
+            "append it to HISTORY/history.jsonl with each system's version; `benchmaker compare HISTORY NEW` "
+            "then compares NEW with the latest kept evaluation, `compare HISTORY/<tag> NEW` with a given one.")
+    p.add_argument("results", metavar="RESULTS", help="a results folder (or its evaluate/ folder)")
+    p.add_argument("history", metavar="HISTORY", help="the history folder (created if missing)")
+    p.add_argument("--tag", default=None, help="snapshot name (default: UTC time, plus the version if all agree)")
+    _add_mteb(add)
+    _add_power(add)
+    return ap
+
+
+def _add_compare(add) -> None:
+    """The `compare` command."""
     p = add("compare", "compare an evaluation with an earlier one of the same benchmark (regressions gate a deploy)",
             cmd_compare,
             "Compare the evaluation NEW with OLD: each is a results folder (results/<benchmark>, with "
@@ -355,14 +371,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="compare although the two evaluations used different qrels (shared queries only)")
     p.add_argument("--out", default=None, metavar="DIR", help="also write comparison.csv, .md and .json to DIR")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of markdown")
-    p = add("keep-evaluation", "keep an evaluation in a history folder (compare later ones with it)",
-            cmd_keep_evaluation,
-            "Copy RESULTS' evaluation (leaderboard, per-query values, drill-downs) into HISTORY/<tag>/ and "
-            "append it to HISTORY/history.jsonl with each system's version; `benchmaker compare HISTORY NEW` "
-            "then compares NEW with the latest kept evaluation, `compare HISTORY/<tag> NEW` with a given one.")
-    p.add_argument("results", metavar="RESULTS", help="a results folder (or its evaluate/ folder)")
-    p.add_argument("history", metavar="HISTORY", help="the history folder (created if missing)")
-    p.add_argument("--tag", default=None, help="snapshot name (default: UTC time, plus the version if all agree)")
+
+
+def _add_mteb(add) -> None:
+    """The `mteb` command."""
     p = add("mteb", "evaluate a model on an exported benchmark with mteb (mteb.evaluate)", cmd_mteb,
             "Run mteb's own retrieval evaluation (the task of docs/evaluate.md, subset `mteb`) on an exported "
             "hf_dataset folder (or a Hub dataset with --revision) for an open_clip model loaded as the `clip` "
@@ -379,8 +391,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trec-run", default=None, metavar="FILE",
                    help="also write mteb's ranking as a TREC run file (score it with trec_eval and the export's "
                         "trec/qrels.txt: the leaderboard's `exported` scope, unrounded)")
-    _add_power(add)
-    return ap
 
 
 def _add_power(add) -> None:

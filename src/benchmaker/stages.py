@@ -17,6 +17,10 @@ From this one table come
 * the memory requests (:data:`benchmaker.resources.MEMORY`: every stage's ``memory`` models, which
   ``resources.mem_mb(name)`` evaluates on a job's input sizes);
 * the GPU requests (:func:`needs_gpu`, which the rules hand to ``gpu_resources`` in rules/cluster.smk);
+* the paid stages ``benchmaker estimate`` does not price, with why (``estimate.NOT_ESTIMATED``: each
+  stage's ``not_estimated``);
+* the rules a stage's settings decide (tests/test_triggers.py: a key of the schema section named like
+  the stage decides its rules);
 * the checks of tests/test_versions.py: every rule with a script is declared here, under the stage
   that its ``version=stage_version(...)`` param names, and a rule with its own script calls the
   function declared for it.
@@ -81,7 +85,10 @@ class Stage:
     for by name (``resources.mem_mb(name)``; mostly a rule's own name, or a variant such as
     ``vision_clip``; a rule of another stage that runs the same code may name it too). ``gpu``: its
     rules that run a model, so that a cluster gives their jobs a GPU: True, or the ``<stage>.adapter``
-    values with which it does (:func:`needs_gpu`)."""
+    values with which it does (:func:`needs_gpu`). ``not_estimated``: for a stage with ``costs``, why
+    ``benchmaker estimate`` does not price it (``estimate.NOT_ESTIMATED`` is these); a stage the estimate
+    prices has its function in ``estimate.PAID`` instead (tests/test_estimate_bill.py: every stage with
+    ``costs`` is in one of the two)."""
 
     rules: dict[str, str]
     losses: str | None = None
@@ -90,6 +97,7 @@ class Stage:
     outside_benchmark: bool = False
     memory: Mapping[str, Memory] = field(default_factory=dict)
     gpu: Mapping[str, bool | frozenset[str]] = field(default_factory=dict)
+    not_estimated: str | None = None
 
 
 # in the order the totals read them (the losses file and the card list them in this order)
@@ -152,6 +160,8 @@ STAGES: dict[str, Stage] = {
                              losses="losses/evaluate/{evaluate_system}.jsonl",
                              costs="costs/evaluate/{evaluate_system}.jsonl", counted_as="evaluate: {evaluate_system}",
                              outside_benchmark=True,
+                             not_estimated="a system under evaluation is not part of the benchmark's bill "
+                                           "(its cost file is counted, docs/evaluate.md)",
                              # ranx + numba (~300 MB) and one system's runs; a clip system ranking the
                              # similarity stage's embeddings holds every image's vector (frame, matrix, copy)
                              memory={"evaluate_system": Memory(PY_MB + 300, {

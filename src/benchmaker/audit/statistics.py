@@ -13,6 +13,7 @@ Formats: docs/formats.md; meaning: docs/audit.md.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -68,17 +69,59 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
             settings: Mapping[str, Any] | None = None, facets: Sequence[str] = ()) -> dict[str, Any]:
     """Every audit number as one JSON-able dict plus the tables (key ``tables``: name -> frame)."""
     s = filled("audit", settings)
-    reps = int(s["bootstrap"])
-    conf = float(s["confidence"])
-    seed = int(s["seed"])
+    boot = _Boot(reps=int(s["bootstrap"]), conf=float(s["confidence"]), seed=int(s["seed"]))
     graded = scale.kind == "graded"
     labels = scale.values
     level = "ordinal" if graded else "nominal"
+    strata_all = np.asarray(sample["stratum"].to_list())
+    raters, people, j2 = _raters(sample, humans, judge2, judge2_name)
+    pair_rows, group_rows, conf_rows = _pairwise(sample, raters, _comparisons(people, j2), labels, graded, boot,
+                                                 _group_values(sample, facets))
+    if j2 and judge2_scope == "all" and qrels is not None and judge2 is not None:
+        _whole_qrels(qrels, judge2, j2, labels, graded, boot, pair_rows, conf_rows)
+    multi_rows = _multi_rater(raters, people, labels, level, strata_all, boot)
+
+    ranking = None
+    if people and runs:
+        audited = sample.select("item_id", "query_id", "image_id", "judge_label").join(
+            consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
+        ranking = compare_rankings(audited, runs, list(s["metrics"]))
+
+    audited = bool(people) or j2 is not None
+    info: dict[str, Any] = {
+        "status": "audited" if audited else "not audited yet",
+        "sample_id": meta["sample_id"], "labels": scale.kind,
+        "sample": {k: meta.get(k) for k in ("population_pairs", "population_queries", "sample_pairs",
+                                            "sample_queries", "settings")},
+        "people": [{"rater": p, "pairs": int((~np.isnan(raters[p])).sum())} for p in people],
+        "second_judge": None if not j2 else {"name": j2, "scope": judge2_scope,
+                                              "judge": (judge2["judge"][0] if judge2 is not None and judge2.height
+                                                        else None),
+                                              "pairs_on_sample": int((~np.isnan(raters[j2])).sum())},
+        "judge": sample["judge"][0] if sample.height else None,
+        "bootstrap": {"replicates": boot.reps, "confidence": boot.conf,
+                      "method": "percentile, pairs resampled within strata"},
+        "comparisons": pair_rows, "multi_rater": multi_rows, "ranking": ranking,
+    }
+    return info | {"tables": _tables(pair_rows, group_rows, conf_rows, multi_rows, ranking)}
+
+
+@dataclass(frozen=True)
+class _Boot:
+    """The bootstrap's settings: replicates, confidence level and base seed."""
+
+    reps: int
+    conf: float
+    seed: int
+
+
+def _raters(sample: pl.DataFrame, humans: pl.DataFrame, judge2: pl.DataFrame | None,
+            judge2_name: str | None) -> tuple[dict[str, np.ndarray], list[str], str | None]:
+    """Each rater's label of every sample item (NaN: not labelled), in sample order: the judge, each
+    person, the second judge and, with two people or more, their majority; the people; the second
+    judge's name (None without one)."""
     items = sample["item_id"].to_list()
     pos = {iid: k for k, iid in enumerate(items)}
-    strata_all = np.asarray(sample["stratum"].to_list())
-    weight_all = np.asarray(sample["weight"].to_list(), dtype=float)
-
     raters: dict[str, np.ndarray] = {JUDGE: np.asarray(sample["judge_label"].to_list(), dtype=float)}
     people = humans["rater"].unique(maintain_order=True).to_list() if humans.height else []
     for r in people:
@@ -101,7 +144,11 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
         for iid, lab in cons.iter_rows():
             col[pos[iid]] = lab
         raters["people (majority)"] = col
+    return raters, people, j2
 
+
+def _comparisons(people: list[str], j2: str | None) -> list[tuple[str, str, str]]:
+    """The pairs of raters compared, (rater a, rater b, kind), in the report's order."""
     comparisons: list[tuple[str, str, str]] = [(JUDGE, p, "judge vs person") for p in people]
     if len(people) >= 2:
         comparisons.append((JUDGE, "people (majority)", "judge vs people"))
@@ -109,14 +156,33 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
         comparisons.append((JUDGE, j2, "judge vs judge"))
         comparisons += [(j2, p, "second judge vs person") for p in people]
     comparisons += [(a, b, "person vs person") for i, a in enumerate(people) for b in people[i + 1:]]
+    return comparisons
 
+
+def _group_values(sample: pl.DataFrame, facets: Sequence[str]) -> dict[str, list[str]]:
+    """The groups agreement is broken down by (pool, difficulty, each facet): each item's value."""
     group_cols = ["pool", "difficulty"]
     fac = sample.select(pl.col("facets").struct.unnest()) if facets else None
     group_values: dict[str, list[str]] = {g: [str(v) for v in sample[g].to_list()] for g in group_cols}
     for f in facets:
         if fac is not None and f in fac.columns:
             group_values[f"facet:{f}"] = [str(v) for v in fac[f].to_list()]
+    return group_values
 
+
+def _confusion_rows(comparison: str, a_name: str, b_name: str, a: np.ndarray, b: np.ndarray,
+                    labels: list[int]) -> list[dict[str, Any]]:
+    cm = A.confusion(a, b, labels)
+    return [{"comparison": comparison, "rater_a": a_name, "rater_b": b_name, "label_a": la, "label_b": lb,
+             "pairs": int(cm[i, j])} for i, la in enumerate(labels) for j, lb in enumerate(labels)]
+
+
+def _pairwise(sample: pl.DataFrame, raters: Mapping[str, np.ndarray], comparisons: list[tuple[str, str, str]],
+              labels: list[int], graded: bool, boot: _Boot, group_values: Mapping[str, list[str]]):
+    """Each comparison on the items both raters labelled: its agreement row, its confusion rows and
+    (but between two people) its agreement by group."""
+    strata_all = np.asarray(sample["stratum"].to_list())
+    weight_all = np.asarray(sample["weight"].to_list(), dtype=float)
     pair_rows, group_rows, conf_rows = [], [], []
     for c_i, (a_name, b_name, kind) in enumerate(comparisons):
         a_all, b_all = raters[a_name], raters[b_name]
@@ -124,15 +190,11 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
         a, b = a_all[both].astype(int), b_all[both].astype(int)
         st = strata_all[both]
         res = _compare(a, b, labels=labels, graded=graded, strata=st,
-                       weights=weight_all[both] if a_name == JUDGE else None, reps=reps, seed=seed + c_i,
-                       confidence=conf)
+                       weights=weight_all[both] if a_name == JUDGE else None, reps=boot.reps, seed=boot.seed + c_i,
+                       confidence=boot.conf)
         pair_rows.append({"comparison": f"{a_name} vs {b_name}", "kind": kind, "rater_a": a_name,
                           "rater_b": b_name, "scope": "sample", **res})
-        cm = A.confusion(a, b, labels)
-        for i, la in enumerate(labels):
-            for j, lb in enumerate(labels):
-                conf_rows.append({"comparison": f"{a_name} vs {b_name}", "rater_a": a_name, "rater_b": b_name,
-                                  "label_a": la, "label_b": lb, "pairs": int(cm[i, j])})
+        conf_rows += _confusion_rows(f"{a_name} vs {b_name}", a_name, b_name, a, b, labels)
         if kind == "person vs person":
             continue
         for g, vals in group_values.items():
@@ -140,7 +202,7 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
             for v in sorted(set(v_both.tolist())):
                 m = v_both == v
                 r = _compare(a[m], b[m], labels=labels, graded=False, strata=st[m], weights=None,
-                             reps=reps, seed=seed + c_i, confidence=conf)
+                             reps=boot.reps, seed=boot.seed + c_i, confidence=boot.conf)
                 group_rows.append({"comparison": f"{a_name} vs {b_name}", "group_by": g, "group": v,
                                    "pairs": r["pairs"], "agreement": r.get("agreement"),
                                    "agreement_lo": (r.get("agreement_ci") or [None])[0],
@@ -148,60 +210,48 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
                                    "kappa": r.get("kappa"), "kappa_lo": (r.get("kappa_ci") or [None])[0],
                                    "kappa_hi": (r.get("kappa_ci") or [None, None])[1],
                                    "kappa_undefined": r.get("kappa_undefined")})
+    return pair_rows, group_rows, conf_rows
 
-    whole: dict[str, Any] | None = None
-    if j2 and judge2_scope == "all" and qrels is not None and judge2 is not None:
-        joined = qrels.select("query_id", "image_id", "pool", pl.col("relevance_label").alias("a")).join(
-            judge2.select("query_id", "image_id", pl.col("relevance_label").alias("b")),
-            on=["query_id", "image_id"], how="inner")
-        a = joined["a"].to_numpy().astype(int)
-        b = joined["b"].to_numpy().astype(int)
-        whole = {"comparison": f"{JUDGE} vs {j2}", "kind": "judge vs judge", "rater_a": JUDGE, "rater_b": j2,
-                 "scope": "all", **_compare(a, b, labels=labels, graded=graded, strata=None, weights=None,
-                                            reps=reps, seed=seed + 999, confidence=conf)}
-        pair_rows.append(whole)
-        cm = A.confusion(a, b, labels)
-        for i, la in enumerate(labels):
-            for j, lb in enumerate(labels):
-                conf_rows.append({"comparison": f"{JUDGE} vs {j2} (all pairs)", "rater_a": JUDGE, "rater_b": j2,
-                                  "label_a": la, "label_b": lb, "pairs": int(cm[i, j])})
 
+def _whole_qrels(qrels: pl.DataFrame, judge2: pl.DataFrame, j2: str, labels: list[int], graded: bool, boot: _Boot,
+                 pair_rows: list[dict], conf_rows: list[dict]) -> None:
+    """The judge against the second judge over every pair both labelled (scope ``all``): appended to
+    ``pair_rows`` and ``conf_rows``."""
+    joined = qrels.select("query_id", "image_id", "pool", pl.col("relevance_label").alias("a")).join(
+        judge2.select("query_id", "image_id", pl.col("relevance_label").alias("b")),
+        on=["query_id", "image_id"], how="inner")
+    a = joined["a"].to_numpy().astype(int)
+    b = joined["b"].to_numpy().astype(int)
+    pair_rows.append({"comparison": f"{JUDGE} vs {j2}", "kind": "judge vs judge", "rater_a": JUDGE, "rater_b": j2,
+                      "scope": "all", **_compare(a, b, labels=labels, graded=graded, strata=None, weights=None,
+                                                 reps=boot.reps, seed=boot.seed + 999, confidence=boot.conf)})
+    conf_rows += _confusion_rows(f"{JUDGE} vs {j2} (all pairs)", JUDGE, j2, a, b, labels)
+
+
+def _multi_rater(raters: Mapping[str, np.ndarray], people: list[str], labels: list[int], level: str,
+                 strata_all: np.ndarray, boot: _Boot) -> list[dict[str, Any]]:
+    """Krippendorff's alpha and Fleiss' kappa of the people, and of the people with the judge (two
+    people or more)."""
     multi_rows = []
     if len(people) >= 2:
         for name, who in (("people", people), ("people and judge", people + [JUDGE])):
             mat = np.vstack([raters[r] for r in who])
             keep = (~np.isnan(mat)).sum(axis=0) >= 2
             alpha = A.krippendorff_alpha(mat[:, keep], level)
-            iv = A.bootstrap_alpha(mat[:, keep], level, strata=strata_all[keep], reps=reps, seed=seed + 7,
-                                   confidence=conf)
+            iv = A.bootstrap_alpha(mat[:, keep], level, strata=strata_all[keep], reps=boot.reps, seed=boot.seed + 7,
+                                   confidence=boot.conf)
             fk, n_full = A.fleiss(mat, labels)
             multi_rows.append({"raters": name, "n_raters": len(who), "pairs": int(keep.sum()),
                                "krippendorff_alpha": alpha, "alpha_lo": iv.lo, "alpha_hi": iv.hi,
                                "alpha_undefined": iv.undefined, "alpha_level": level, "fleiss_kappa": fk,
                                "fleiss_pairs": n_full})
+    return multi_rows
 
-    ranking = None
-    if people and runs:
-        audited = sample.select("item_id", "query_id", "image_id", "judge_label").join(
-            consensus(humans).rename({"label": "human_label"}), on="item_id", how="inner")
-        ranking = compare_rankings(audited, runs, list(s["metrics"]))
 
-    audited = bool(people) or j2 is not None
-    info: dict[str, Any] = {
-        "status": "audited" if audited else "not audited yet",
-        "sample_id": meta["sample_id"], "labels": scale.kind,
-        "sample": {k: meta.get(k) for k in ("population_pairs", "population_queries", "sample_pairs",
-                                            "sample_queries", "settings")},
-        "people": [{"rater": p, "pairs": int((~np.isnan(raters[p])).sum())} for p in people],
-        "second_judge": None if not j2 else {"name": j2, "scope": judge2_scope,
-                                              "judge": (judge2["judge"][0] if judge2 is not None and judge2.height
-                                                        else None),
-                                              "pairs_on_sample": int((~np.isnan(raters[j2])).sum())},
-        "judge": sample["judge"][0] if sample.height else None,
-        "bootstrap": {"replicates": reps, "confidence": conf, "method": "percentile, pairs resampled within strata"},
-        "comparisons": pair_rows, "multi_rater": multi_rows, "ranking": ranking,
-    }
-    tables = {
+def _tables(pair_rows: list[dict], group_rows: list[dict], conf_rows: list[dict], multi_rows: list[dict],
+            ranking: Mapping[str, Any] | None) -> dict[str, pl.DataFrame]:
+    """The report's CSV tables."""
+    return {
         "agreement": _flat(pair_rows),
         "agreement_by_group": pl.DataFrame(group_rows, schema={
             "comparison": pl.String, "group_by": pl.String, "group": pl.String, "pairs": pl.Int64,
@@ -214,7 +264,6 @@ def compute(sample: pl.DataFrame, meta: Mapping[str, Any], humans: pl.DataFrame,
         "ranking": pl.DataFrame(ranking["systems"]) if ranking and ranking["systems"] else
         pl.DataFrame(schema={"system": pl.String}),
     }
-    return info | {"tables": tables}
 
 
 def _flat(rows: list[dict]) -> pl.DataFrame:

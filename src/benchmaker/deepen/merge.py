@@ -103,25 +103,8 @@ def _costs(paths: Sequence[str]) -> dict[str, tuple[float, int]]:
     return out
 
 
-def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, metas: Sequence[str] | str,
-        images: str, annotations: str, deepened: str, report_json: str, report_csv: str, leave_one_out: str,
-        leaderboard_csv: str, leaderboard_json: str, drilldown: str, significance_csv: str, per_query: str,
-        sage_leaderboard: str, sage: Sequence[str] | str = (), image_embeddings: Sequence[str] | str = (),
-        costs: Sequence[str] | str = (), before: str | None = None, settings: Mapping[str, Any] | None = None,
-        deepen: Mapping[str, Any], facets: Mapping[str, Any] | None = None,
-        columns: Mapping[str, str] | None = None, numba_cache_dir: str | None = None, version: str | None = None,
-        threads: int = 1) -> dict:
-    """Stage ``deepen`` (the merge): see the module docstring."""
-    from ..evaluate import metrics, stage
-    from ..evaluate.runs import corpus_view, read_run
-    from .reusability import leave_one_out as loo
-
-    stage.set_numba_cache(numba_cache_dir)
-    t0 = time.perf_counter()
-    d = filled("deepen", deepen)
-    systems = list(d["systems"])
-    k = int(d["k"])
-    q = read_table("qrels", qrels, columns=columns)
+def _read_labels(labels: Sequence[str] | str, columns: Mapping[str, str] | None) -> pl.DataFrame:
+    """The deepen jobs' labels, together; an error when two jobs labelled one pair."""
     lab = [read_table("deepen_labels", p, columns=columns) for p in _as_list(labels)]
     lab_df = pl.concat(lab, how="diagonal_relaxed") if lab else pl.DataFrame(
         schema={"query_id": pl.String, "image_id": pl.String, "relevance_label": pl.Int64, "judge": pl.String,
@@ -129,41 +112,17 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     dup = lab_df.group_by("query_id", "image_id").len().filter(pl.col("len") > 1)
     if dup.height:
         raise ValueError(f"deepen: pair ({dup['query_id'][0]}, {dup['image_id'][0]}) labelled by two deepen jobs")
-    paths = run_paths(runs, [Path(p).stem for p in _as_list(runs)])
-    groups = read_group_members(images, columns=columns)
-    tops = system_tops({s: paths[s] for s in systems}, k, q["query_id"].unique().to_list())
-    contributors = assign(tops, q, groups=groups)
-    skipped = assign(tops, q).height - contributors.height    # holes a judged or earlier group member stands for
-    _check_one_per_group(q, lab_df, groups)
-    deep = deepened_qrels(q, lab_df, contributors)
-    write_table(deep, "deepened_qrels", deepened, columns=columns)
+    return lab_df
 
-    log.info("deepen: deepened qrels (%d new pairs) in %.1f s", lab_df.height, time.perf_counter() - t0)
-    # every run on the deepened qrels: the evaluate aggregate, unchanged
-    t_eval = time.perf_counter()
-    doc = stage.run(qrels=deepened, images=images, annotations=annotations, runs=runs, metas=metas,
-                      image_embeddings=image_embeddings, leaderboard_csv=leaderboard_csv,
-                      leaderboard_json=leaderboard_json, drilldown=drilldown, significance_csv=significance_csv,
-                      per_query=per_query, settings=settings, facets=facets, columns=columns,
-                      numba_cache_dir=numba_cache_dir, version=version, threads=threads,
-                      sage_leaderboard=sage_leaderboard, sage=sage)
-    log.info("deepen: evaluate aggregate on the deepened qrels in %.1f s", time.perf_counter() - t_eval)
-    ks = [int(x) for x in filled("evaluate", settings)["k"]]
-    metric = f"ndcg@{ks[0]}"
-    before_scores, after_scores = _board_scores(before, metric), _board_scores(leaderboard_csv, metric)
 
-    deep_read = read_table("deepened_qrels", deepened, columns=columns)
-    has_pos = deep_read.group_by("query_id").agg((pl.col("relevance_label") > 0).any().alias("p"))
-    queries = has_pos.filter(pl.col("p"))["query_id"].sort().to_list()
-    all_q = q["query_id"].unique().sort().to_list()
-    metas_of = {}
-    for p in _as_list(metas):
-        m = json.loads(Path(p).read_text())
-        metas_of[m["name"]] = m
-    ranked = sorted(n for n, m in metas_of.items() if "corpus" in (m.get("scopes") or []))
-    depth = default("evaluate.depth")       # a run record without its depth: the schema's
-    views = {n: corpus_view(read_run(paths[n]), int(metas_of[n].get("depth") or depth)) for n in ranked}
-    cost_of = _costs(_as_list(costs))
+def _system_rows(ranked: list[str], systems: list[str], lab_df: pl.DataFrame, q: pl.DataFrame,
+                 deep_read: pl.DataFrame, paths: Mapping[str, str], views: Mapping[str, Any], k: int,
+                 all_q: list[str], metric: str, before_scores: Mapping[str, float], after_scores: Mapping[str, float],
+                 cost_of: Mapping[str, tuple[float, int]]) -> pl.DataFrame:
+    """report.csv: per ranked system, the judged share at k before and after, the pairs and relevant
+    pairs it brought, its score before and after and what its deepening cost."""
+    from ..evaluate import metrics
+
     rows = []
     for n in ranked:
         mine = lab_df.filter(pl.col("system") == n)
@@ -185,9 +144,15 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
               "pairs_added": pl.Int64, "relevant_added": pl.Int64, "relevant_share": pl.Float64,
               "metric": pl.String, "score_before": pl.Float64, "score_after": pl.Float64,
               "score_change": pl.Float64, "cost_usd": pl.Float64, "requests": pl.Int64}
-    rep = pl.DataFrame(rows, schema=schema)
-    Path(report_csv).parent.mkdir(parents=True, exist_ok=True)
-    rep.write_csv(report_csv)
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _leave_one_out(per_query: str, out: str, deep_read: pl.DataFrame, views: Mapping[str, Any], metric: str,
+                   queries: list[str], systems: list[str], ranked: list[str]) -> tuple[pl.DataFrame, dict]:
+    """The reusability check (:mod:`.reusability`): each deepened system left out of the pool, written to
+    ``out``; its table and totals."""
+    from .reusability import leave_one_out as loo
+
     t_loo = time.perf_counter()
     # the full per-query scores are the deepened leaderboard's (corpus scope): only left-out queries are re-scored
     pq = pl.read_csv(per_query, schema_overrides={"query_id": pl.String, "system": pl.String, "scope": pl.String})
@@ -195,7 +160,68 @@ def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, m
     loo_df, loo_tot = loo(deep_read, views, metric, queries, [s for s in systems if s in views], per_query=pq) \
         if queries else (pl.DataFrame(schema={"system": pl.String}), {"metric": metric, "systems_ranked": len(ranked)})
     log.info("deepen: leave-one-out in %.1f s", time.perf_counter() - t_loo)
-    loo_df.write_csv(leave_one_out)
+    loo_df.write_csv(out)
+    return loo_df, loo_tot
+
+
+def run(*, qrels: str, labels: Sequence[str] | str, runs: Sequence[str] | str, metas: Sequence[str] | str,
+        images: str, annotations: str, deepened: str, report_json: str, report_csv: str, leave_one_out: str,
+        leaderboard_csv: str, leaderboard_json: str, drilldown: str, significance_csv: str, per_query: str,
+        sage_leaderboard: str, sage: Sequence[str] | str = (), image_embeddings: Sequence[str] | str = (),
+        costs: Sequence[str] | str = (), before: str | None = None, settings: Mapping[str, Any] | None = None,
+        deepen: Mapping[str, Any], facets: Mapping[str, Any] | None = None,
+        columns: Mapping[str, str] | None = None, numba_cache_dir: str | None = None, version: str | None = None,
+        threads: int = 1) -> dict:
+    """Stage ``deepen`` (the merge): see the module docstring."""
+    from ..evaluate import stage
+    from ..evaluate.runs import corpus_view, read_run
+
+    stage.set_numba_cache(numba_cache_dir)
+    t0 = time.perf_counter()
+    d = filled("deepen", deepen)
+    systems = list(d["systems"])
+    k = int(d["k"])
+    q = read_table("qrels", qrels, columns=columns)
+    lab_df = _read_labels(labels, columns)
+    paths = run_paths(runs, [Path(p).stem for p in _as_list(runs)])
+    groups = read_group_members(images, columns=columns)
+    tops = system_tops({s: paths[s] for s in systems}, k, q["query_id"].unique().to_list())
+    contributors = assign(tops, q, groups=groups)
+    skipped = assign(tops, q).height - contributors.height    # holes a judged or earlier group member stands for
+    _check_one_per_group(q, lab_df, groups)
+    deep = deepened_qrels(q, lab_df, contributors)
+    write_table(deep, "deepened_qrels", deepened, columns=columns)
+
+    log.info("deepen: deepened qrels (%d new pairs) in %.1f s", lab_df.height, time.perf_counter() - t0)
+    # every run on the deepened qrels: the evaluate aggregate, unchanged
+    t_eval = time.perf_counter()
+    doc = stage.run(qrels=deepened, images=images, annotations=annotations, runs=runs, metas=metas,
+                      image_embeddings=image_embeddings, leaderboard_csv=leaderboard_csv,
+                      leaderboard_json=leaderboard_json, drilldown=drilldown, significance_csv=significance_csv,
+                      per_query=per_query, settings=settings, facets=facets, columns=columns,
+                      numba_cache_dir=numba_cache_dir, version=version, threads=threads,
+                      sage_leaderboard=sage_leaderboard, sage=sage)
+    log.info("deepen: evaluate aggregate on the deepened qrels in %.1f s", time.perf_counter() - t_eval)
+    ks = [int(x) for x in filled("evaluate", settings)["k"]]
+    metric = f"ndcg@{ks[0]}"
+
+    deep_read = read_table("deepened_qrels", deepened, columns=columns)
+    has_pos = deep_read.group_by("query_id").agg((pl.col("relevance_label") > 0).any().alias("p"))
+    queries = has_pos.filter(pl.col("p"))["query_id"].sort().to_list()
+    all_q = q["query_id"].unique().sort().to_list()
+    metas_of = {}
+    for p in _as_list(metas):
+        m = json.loads(Path(p).read_text())
+        metas_of[m["name"]] = m
+    ranked = sorted(n for n, m in metas_of.items() if "corpus" in (m.get("scopes") or []))
+    depth = default("evaluate.depth")       # a run record without its depth: the schema's
+    views = {n: corpus_view(read_run(paths[n]), int(metas_of[n].get("depth") or depth)) for n in ranked}
+    cost_of = _costs(_as_list(costs))
+    rep = _system_rows(ranked, systems, lab_df, q, deep_read, paths, views, k, all_q, metric,
+                       _board_scores(before, metric), _board_scores(leaderboard_csv, metric), cost_of)
+    Path(report_csv).parent.mkdir(parents=True, exist_ok=True)
+    rep.write_csv(report_csv)
+    loo_df, loo_tot = _leave_one_out(per_query, leave_one_out, deep_read, views, metric, queries, systems, ranked)
     n_new = lab_df.height
     n_rel = lab_df.filter(pl.col("relevance_label") > 0).height
     report = {

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..providers.tokens import _typical_row
+from ..stages import STAGES
 from .core import API_ADAPTERS, _Stage
 from .requests import (
     Context,
@@ -180,7 +181,8 @@ def _estimate_second_judge(ctx: Context) -> list[tuple[_Stage, dict]]:
 # stage (benchmaker.stages.STAGES) -> its estimate: the (accumulated stage, extra line fields) it prices.
 # A paid stage plugs in here: build its requests as the run does (its own items function) and add each to
 # a _Stage with its item (``item=``: what a pilot sends); a stage with a cost file that is not priced is
-# in NOT_ESTIMATED, with why (tests/test_estimate_bill.py checks that every one is in one of the two).
+# in NOT_ESTIMATED: its declaration says why (``Stage(not_estimated=...)``; tests/test_estimate_bill.py checks
+# that every one is in one of the two).
 PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
     "vision": _estimate_vision,
     "queries": _estimate_queries,       # before the judge: its pilot's texts are the judge's queries
@@ -188,5 +190,4 @@ PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
     "deepen_system": _estimate_deepen,
     "audit_judge2": _estimate_second_judge,
 }
-NOT_ESTIMATED = {"evaluate_system": "a system under evaluation is not part of the benchmark's bill "
-                                    "(its cost file is counted, docs/evaluate.md)"}
+NOT_ESTIMATED = {name: st.not_estimated for name, st in STAGES.items() if st.not_estimated}

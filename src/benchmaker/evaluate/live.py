@@ -23,7 +23,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -159,7 +159,7 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
     """Query the service once per query; the run is each answer's hits mapped to image ids."""
     import httpx2
 
-    from ..providers.retry import PermanentAPIError, RetryPolicy, TransientExhausted
+    from ..providers.retry import RetryPolicy
 
     s = {**HTTP_DEFAULTS, **dict(system)}
     name = s["name"]
@@ -202,21 +202,7 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
             r.raise_for_status()
             return r, ms
 
-        try:
-            r, ms = policy.call(call, f"evaluate {name}: query {qid!r}")
-        except PermanentAPIError as exc:
-            status = getattr(exc, "status", None)
-            resp = getattr(exc.__cause__, "response", None)
-            said = (resp.text or "")[:300] if resp is not None else ""
-            hint = ("the key in the environment variable named by auth_env, auth_header and auth_scheme"
-                    if status in (401, 403) else "url, method, params, headers and body")
-            raise UserError(f"evaluate system {name!r}: {req['method']} {req['url']} answered HTTP {status} for "
-                            f"query {qid!r} ({said!r}); asking again will not help: check {hint}") from None
-        except TransientExhausted as exc:
-            raise TransientExhausted(f"evaluate system {name!r}: {req['method']} {req['url']} kept failing for query "
-                                     f"{qid!r} ({str(exc.__cause__ or exc)[:200]}). Answers so far are cached: run "
-                                     f"the workflow again when the service is up, or raise max_attempts / "
-                                     f"timeout_s") from None
+        r, ms = _call(policy, call, name, req, qid)
         try:
             answer = r.json()
         except ValueError:
@@ -241,6 +227,34 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
     if unknown:
         log.warning("evaluate %s: %d hits are not benchmark images (id_regex %r?): dropped, listed in the losses file",
                     name, unknown, s.get("id_regex"))
+    return run, _timing(answers, t_query, failed, version)
+
+
+def _call(policy: Any, call: Callable[[], tuple[Any, float]], name: str, req: Mapping[str, Any], qid: str):
+    """``call()`` under the retry ``policy``: its (response, ms); what retrying will not mend (a 4xx) or
+    what kept failing, as one error that names the system, the request and what to check."""
+    from ..providers.retry import PermanentAPIError, TransientExhausted
+
+    try:
+        return policy.call(call, f"evaluate {name}: query {qid!r}")
+    except PermanentAPIError as exc:
+        status = getattr(exc, "status", None)
+        resp = getattr(exc.__cause__, "response", None)
+        said = (resp.text or "")[:300] if resp is not None else ""
+        hint = ("the key in the environment variable named by auth_env, auth_header and auth_scheme"
+                if status in (401, 403) else "url, method, params, headers and body")
+        raise UserError(f"evaluate system {name!r}: {req['method']} {req['url']} answered HTTP {status} for "
+                        f"query {qid!r} ({said!r}); asking again will not help: check {hint}") from None
+    except TransientExhausted as exc:
+        raise TransientExhausted(f"evaluate system {name!r}: {req['method']} {req['url']} kept failing for query "
+                                 f"{qid!r} ({str(exc.__cause__ or exc)[:200]}). Answers so far are cached: run "
+                                 f"the workflow again when the service is up, or raise max_attempts / "
+                                 f"timeout_s") from None
+
+
+def _timing(answers: list[tuple], t_query: float, failed: int, version: str | None) -> dict[str, Any]:
+    """The run's timing record: requests, retries, cached and failed answers, the latencies (the live
+    answers', else the cached ones')."""
     live_ms = [float(a[2]) for a in answers if not a[3] and a[2] is not None]
     cached_ms = [float(a[2]) for a in answers if a[3] and a[2] is not None]
     sent = sum(a[4] for a in answers)
@@ -250,4 +264,4 @@ def http_run(system: Mapping[str, Any], bench: Bench, *, cache_dir: str | None, 
               "latency_from_cache": not live_ms and bool(cached_ms), **latency_summary(live_ms or cached_ms),
               "system_version": version}
     timing["query_latency_ms"] = timing["latency_ms_mean"]
-    return run, timing
+    return timing

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,6 +115,49 @@ def _hits(result: Sequence, id_field: str, metric: str, what: str) -> list[list[
     return out
 
 
+def _searcher(client: Any, s: Mapping[str, Any], metric: str) -> Callable[[list, list[str], int, str], Any]:
+    """The search the system's settings ``s`` describe, on ``client``."""
+    params = {"metric_type": metric, "params": dict(s.get("search_params") or {})}
+    legs = list(s.get("legs") or [])
+    id_field, field = str(s["id_field"]), str(s["anns_field"])
+
+    def search(vecs: list, texts: list[str], limit: int, flt: str):
+        """One search (anns_field) or, with legs, one hybrid search per query (imsearch_eval's
+        clip_hybrid_query: AnnSearchRequest per leg, WeightedRanker over the legs' weights)."""
+        if not legs:
+            return client.search(s["collection"], data=vecs, anns_field=field, limit=limit,
+                                 search_params=params, output_fields=[id_field], group_by_field=id_field,
+                                 filter=flt)
+        from pymilvus import AnnSearchRequest, WeightedRanker
+
+        out = []
+        for vec, text in zip(vecs, texts):
+            reqs = [AnnSearchRequest(data=[text] if leg.get("text") else [vec], anns_field=str(leg["field"]),
+                                     param={"metric_type": "BM25"} if leg.get("text") else
+                                     {"metric_type": metric, "params": dict(leg.get("search_params") or
+                                                                            s.get("search_params") or {})},
+                                     limit=limit, expr=flt or None) for leg in legs]
+            out.append(client.hybrid_search(s["collection"], reqs=reqs,
+                                            ranker=WeightedRanker(*[float(leg["weight"]) for leg in legs]),
+                                            limit=limit, output_fields=[id_field], group_by_field=id_field)[0])
+        return out
+
+    return search
+
+
+def _benchmark_hits(rows: list[tuple[str, str, float]], known: set[str], losses: Losses, what: str,
+                    name: str) -> pl.DataFrame:
+    """The run of the hits (the first of a repeated pair); a hit that is not a benchmark image is a loss."""
+    run = (pl.DataFrame(rows, schema=["query_id", "image_id", "score"], orient="row") if rows else empty_run())
+    run = run.unique(["query_id", "image_id"], keep="first", maintain_order=True)
+    bad = run.filter(~pl.col("image_id").is_in(list(known)))
+    for q, d in bad.select("query_id", "image_id").iter_rows():
+        losses.add("image", d, "unknown_image", f"{what}: not a benchmark image", query_id=q)
+    if bad.height:
+        log.warning("evaluate %s: %d hits are not benchmark images: dropped (losses file)", name, bad.height)
+    return run.filter(pl.col("image_id").is_in(list(known)))
+
+
 def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threads: int = 1,
                client: Any = None) -> tuple[pl.DataFrame, dict]:
     """Search the collection for every query (top ``depth``, and each judged pool when ``score_pools``)."""
@@ -122,7 +165,7 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
 
     s = {**MILVUS_DEFAULTS, **dict(system)}
     name, depth, metric = s["name"], int(s["depth"]), str(s["metric"]).upper()
-    id_field, field = str(s["id_field"]), str(s["anns_field"])
+    id_field = str(s["id_field"])
     clip = load_clip(s["model"], s.get("pretrained"), device=s["device"],
                      precision=s["precision"])
     if clip.device == "cpu" and threads:
@@ -140,29 +183,8 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
             raise ConfigError(f"evaluate system {name!r}: Milvus has no collection {s['collection']!r} "
                               f"(collections: {client.list_collections()})")
         client.load_collection(s["collection"])
-        params = {"metric_type": metric, "params": dict(s.get("search_params") or {})}
         legs = list(s.get("legs") or [])
-
-        def search(vecs: list, texts: list[str], limit: int, flt: str):
-            """One search (anns_field) or, with legs, one hybrid search per query (imsearch_eval's
-            clip_hybrid_query: AnnSearchRequest per leg, WeightedRanker over the legs' weights)."""
-            if not legs:
-                return client.search(s["collection"], data=vecs, anns_field=field, limit=limit,
-                                     search_params=params, output_fields=[id_field], group_by_field=id_field,
-                                     filter=flt)
-            from pymilvus import AnnSearchRequest, WeightedRanker
-
-            out = []
-            for vec, text in zip(vecs, texts):
-                reqs = [AnnSearchRequest(data=[text] if leg.get("text") else [vec], anns_field=str(leg["field"]),
-                                         param={"metric_type": "BM25"} if leg.get("text") else
-                                         {"metric_type": metric, "params": dict(leg.get("search_params") or
-                                                                                s.get("search_params") or {})},
-                                         limit=limit, expr=flt or None) for leg in legs]
-                out.append(client.hybrid_search(s["collection"], reqs=reqs,
-                                                ranker=WeightedRanker(*[float(leg["weight"]) for leg in legs]),
-                                                limit=limit, output_fields=[id_field], group_by_field=id_field)[0])
-            return out
+        search = _searcher(client, s, metric)
 
         qids = bench.query_ids
         texts = bench.queries["query_text"].to_list()
@@ -197,14 +219,7 @@ def milvus_run(system: Mapping[str, Any], bench: Bench, *, losses: Losses, threa
     finally:
         if own:
             client.close()
-    run = (pl.DataFrame(rows, schema=["query_id", "image_id", "score"], orient="row") if rows else empty_run())
-    run = run.unique(["query_id", "image_id"], keep="first", maintain_order=True)
-    bad = run.filter(~pl.col("image_id").is_in(list(known)))
-    for q, d in bad.select("query_id", "image_id").iter_rows():
-        losses.add("image", d, "unknown_image", f"{what}: not a benchmark image", query_id=q)
-    if bad.height:
-        log.warning("evaluate %s: %d hits are not benchmark images: dropped (losses file)", name, bad.height)
-    run = run.filter(pl.col("image_id").is_in(list(known)))
+    run = _benchmark_hits(rows, known, losses, what, name)
     timing = {"query_seconds": round(t_encode + t_search, 4), "encode_seconds": round(t_encode, 4),
               "search_seconds": round(t_search, 4), **latency_summary(call_ms if bs == 1 else []),
               "requests_sent": len(call_ms) + pool_calls, "search_calls": len(call_ms),

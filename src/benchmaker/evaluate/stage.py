@@ -181,6 +181,42 @@ def _write_tables(board_rows: list[dict], drill_rows: list[dict], per_query_fram
         df.write_csv(paths[key])
 
 
+def _systems(runs: Sequence[str], metas: Sequence[str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """The systems' run records by name and their run files by name; an error when they do not match."""
+    meta_of = {}
+    for p in metas:
+        m = json.loads(Path(p).read_text())
+        meta_of[m["name"]] = m
+    run_of = {Path(p).stem: p for p in runs}
+    if set(run_of) != set(meta_of):
+        raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
+    return meta_of, run_of
+
+
+def _pool_qrels(q_all: pl.DataFrame, queries: list[str], ids: RanxIds) -> dict[str, tuple]:
+    """Per negative pool: (the relevant pairs and that pool's, its queries with a positive, their ranx
+    Qrels), built once for every system."""
+    pool_qrels = {}
+    for pool in NEGATIVE_POOLS:
+        sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
+        qs = sorted(set(queries) & set(q_all.filter(pl.col("pool") == pool)["query_id"].unique().to_list()))
+        if qs:
+            pool_qrels[pool] = (sub, qs, to_ranx_qrels(sub.filter(pl.col("query_id").is_in(qs)), ids))
+    return pool_qrels
+
+
+def _pool_drill(name: str, full: pl.DataFrame, pool_qrels: Mapping[str, tuple], metrics: list[str],
+                ids: RanxIds) -> list[dict]:
+    """The drill-down per candidate pool: the relevant images ranked against one negative pool only."""
+    rows = []
+    for pool, (sub, qs, q_sub) in pool_qrels.items():
+        pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub, ids=ids)
+        rows.append({"system": name, "scope": "pool", "dimension": "candidate_pool",
+                     "value": f"relevant vs {pool}", "queries": len(qs),
+                     **_mean(pq, [c for c in pq.columns if c != "query_id"])})
+    return rows
+
+
 def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str = (), metas: Sequence[str] | str = (),
         image_embeddings: Sequence[str] | str = (), leaderboard_csv: str, leaderboard_json: str, drilldown: str,
         significance_csv: str, per_query: str, settings: Mapping[str, Any] | None = None,
@@ -211,13 +247,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     facet_names = list(s.get("facets") or (list(fm.names) if fm else []))
     attrs = difficulty_of(q_all).join(query_facets(q_all, ann, facet_names), on="query_id", how="left")
 
-    meta_of = {}
-    for p in as_paths(metas):
-        m = json.loads(Path(p).read_text())
-        meta_of[m["name"]] = m
-    run_of = {Path(p).stem: p for p in as_paths(runs)}
-    if set(run_of) != set(meta_of):
-        raise ValueError(f"evaluate: runs {sorted(run_of)} and metadata {sorted(meta_of)} do not match")
+    meta_of, run_of = _systems(as_paths(runs), as_paths(metas))
     per_query_frames, board_rows, drill_rows, sage_rows, leak_rows = [], [], [], [], []
     sage_cfg = {"limit": sage_mod.DEFAULT_LIMIT, "score_column": sage_mod.DEFAULT_SCORE_COLUMN,
                 **dict(s.get("sage") or {})}
@@ -230,12 +260,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
     # the exported scope: every query of the export, as mteb and trec_eval average them
     export_queries = q_all["query_id"].unique().sort().to_list()
     q_export = to_ranx_qrels(q_all, ids) if export_queries else None
-    pool_qrels = {}  # per negative pool: (qrels frame, its queries, ranx Qrels), built once
-    for pool in NEGATIVE_POOLS:
-        sub = q_all.filter((pl.col("relevance_label") > 0) | (pl.col("pool") == pool))
-        qs = sorted(set(queries) & set(q_all.filter(pl.col("pool") == pool)["query_id"].unique().to_list()))
-        if qs:
-            pool_qrels[pool] = (sub, qs, to_ranx_qrels(sub.filter(pl.col("query_id").is_in(qs)), ids))
+    pool_qrels = _pool_qrels(q_all, queries, ids)
     for name in sorted(run_of):
         meta = meta_of[name]
         full = read_run(run_of[name])
@@ -260,12 +285,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                                           sage_path.pop(name, None) or str(Path(sage_leaderboard).parent / "sage"
                                                                            / f"{name}.csv")))
             sage_seconds += time.perf_counter() - t_sage
-        # drill-down per candidate pool: rank the relevant images against one negative pool only
-        for pool, (sub, qs, q_sub) in pool_qrels.items():
-            pq = evaluate_scope(sub, pool_view(full, sub), metrics, name, qs, ranx_qrels=q_sub, ids=ids)
-            drill_rows.append({"system": name, "scope": "pool", "dimension": "candidate_pool",
-                               "value": f"relevant vs {pool}", "queries": len(qs),
-                               **_mean(pq, [c for c in pq.columns if c != "query_id"])})
+        drill_rows += _pool_drill(name, full, pool_qrels, metrics, ids)
     stat_test, correction, max_p = s["stat_test"], s["correction"], float(s["max_p"])
     main = [m for m in metrics if m.startswith("ndcg@")] + ["map", "mrr"]
     sig = [significance(q_export if sc == "exported" else q_main, views[sc], main, stat_test, correction,

@@ -316,6 +316,30 @@ def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tup
 
 
 # ------------------------------------------------------------------------------------------------ stage
+def _write_costs(runner: Any, costs: str, timing: dict[str, Any]) -> float:
+    """The system's cost file: every paid request to date (the ledger's, across reruns: what this system
+    has cost) plus this run's answers from the response cache (cost 0); an empty one without a provider
+    runner. Adds this run's ``paid_requests`` and ``cost_usd_last_run`` to ``timing``; returns the
+    spend to date."""
+    from ..formats import empty_table, write_table
+
+    if runner is None:
+        write_table(empty_table("costs"), "costs", costs)
+        return 0.0
+    from ..providers.ledger import write_cost_file
+
+    write_cost_file(costs, runner.ledger, runner.cost_rows)
+    led = runner.ledger
+    if led is not None:
+        paid = list(led.rows())
+        now = [r for r in paid if r.get("run") == led.run]
+    else:
+        paid = now = [r for r in runner.cost_rows if not r.get("cached")]
+    timing["paid_requests"] = len(now)
+    timing["cost_usd_last_run"] = round(sum(float(r.get("cost_usd") or 0.0) for r in now), 6)
+    return round(sum(float(r.get("cost_usd") or 0.0) for r in paid), 6)
+
+
 def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, meta: str, losses: str,
         costs: str, annotations: str | None = None, component_runs: Sequence[str] | None = None,
         external: str | None = None, systems: Sequence[Mapping[str, Any]] | None = None,
@@ -337,7 +361,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     (http, milvus): ``llm_cache_dir`` (the http answer cache, ``<llm_cache_dir>/http``), ``client``
     (a MilvusClient) / ``transport`` (an httpx2 transport) for tests."""
     set_numba_cache(numba_cache_dir)
-    from ..formats import FacetModel, empty_table, write_table
+    from ..formats import FacetModel
 
     s = system_settings(system, system.get("depth"))
     # the rule passes this system only (so editing another system never reruns it), with its derived
@@ -379,24 +403,7 @@ def run(*, system: Mapping[str, Any], qrels: str, images: str, run_file: str, me
     q_sec = timing.get("query_seconds")
     timing.setdefault("query_latency_ms", round(1000 * q_sec / nq, 4) if q_sec is not None and nq else None)
     lines = write_run(result, run_file, s["name"])
-    # costs: every paid request to date (the ledger's, across reruns: what this system has cost) plus
-    # this run's answers from the response cache (cost 0); cost_usd_last_run: what this run paid
-    if runner is not None:
-        from ..providers.ledger import write_cost_file
-
-        write_cost_file(costs, runner.ledger, runner.cost_rows)
-        led = runner.ledger
-        if led is not None:
-            paid = list(led.rows())
-            now = [r for r in paid if r.get("run") == led.run]
-        else:
-            paid = now = [r for r in runner.cost_rows if not r.get("cached")]
-        cost_usd = round(sum(float(r.get("cost_usd") or 0.0) for r in paid), 6)
-        timing["paid_requests"] = len(now)
-        timing["cost_usd_last_run"] = round(sum(float(r.get("cost_usd") or 0.0) for r in now), 6)
-    else:
-        write_table(empty_table("costs"), "costs", costs)
-        cost_usd = 0.0
+    cost_usd = _write_costs(runner, costs, timing)
     record = {"name": s["name"], "kind": kind, "scopes": scopes, "depth": int(s["depth"]),
               "sees_judge_text": sees, "queries": nq, "run_lines": lines,
               # clip, bm25: the run also holds the judged collection's top depth (runs.rank_scored)

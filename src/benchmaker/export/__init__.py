@@ -464,6 +464,45 @@ def _metadata(*, meta: Mapping[str, Any], split: str, image_col: str, columns: M
     }
 
 
+def _export_rows(inp: Inputs, image_root: str, *, scored: str, columns: Mapping[str, str],
+                 image_col: str) -> tuple[pl.DataFrame, Losses, dict[str, Any]]:
+    """The rows to export (:func:`build_rows`), the export's losses and checks; an error when no pair is
+    left or when the image column's name is taken."""
+    rows, export_losses, checks = build_rows(inp, image_root)
+    if rows.height == 0:
+        # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)
+        lost = {s: int(c) for s, c in pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
+                .group_by("stage").len().sort("stage").iter_rows()}
+        raise ValueError(
+            f"export: no (query, image) pair to export: {scored} has {inp.scored.height} pair(s), "
+            f"{checks['queries_dropped_missing_images']} query(s) left out for missing image files; "
+            f"losses by stage: {lost or 'none'} (see the losses/ files and the summary)")
+    disk_names = to_disk_names(rows.head(0), columns).columns
+    if image_col in disk_names:
+        raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
+    return rows, export_losses, checks
+
+
+def _copy_summary(summary: str | None, out: Path, cfg_public: Mapping[str, Any]) -> None:
+    """The summary folder as published (:func:`_published_summary`), with the public config's values."""
+    if summary and Path(summary).is_dir():
+        shutil.copytree(summary, out / "summary")
+        _published_summary(out / "summary")
+    (out / "summary").mkdir(exist_ok=True)
+    cv = pl.DataFrame(flatten_config(cfg_public), schema=["Config Variable", "Value", "Type"], orient="row")
+    cv.write_csv(out / "summary" / "config_values.csv")
+
+
+def _refuse_leaks(out: Path, secrets: Sequence[str], local: Mapping[str, str]) -> None:
+    """An error when a secret of the environment or a local path of this machine is in a file of ``out``."""
+    leaked = find_secrets(out, secrets)
+    if leaked:
+        raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")
+    named = find_local_paths(out, local)
+    if named:
+        raise RuntimeError(f"export: a local path of this machine appears in {named}; nothing was published")
+
+
 def run(
     *,
     images: str,
@@ -506,18 +545,7 @@ def run(
     inp = load_inputs(images=images, quarantine=quarantine, annotations=annotations, plan=plan, scored=scored,
                       losses=losses, costs=costs, columns=columns, facets=facets,
                       loss_stages=loss_stages, cost_stages=cost_stages, outside_stages=outside_stages)
-    rows, export_losses, checks = build_rows(inp, image_root)
-    if rows.height == 0:
-        # a dataset without rows cannot even be loaded (`datasets` rejects an empty parquet row group)
-        lost = {s: int(c) for s, c in pl.concat([inp.losses, export_losses.to_frame()], how="vertical_relaxed")
-                .group_by("stage").len().sort("stage").iter_rows()}
-        raise ValueError(
-            f"export: no (query, image) pair to export: {scored} has {inp.scored.height} pair(s), "
-            f"{checks['queries_dropped_missing_images']} query(s) left out for missing image files; "
-            f"losses by stage: {lost or 'none'} (see the losses/ files and the summary)")
-    disk_names = to_disk_names(rows.head(0), columns).columns
-    if image_col in disk_names:
-        raise FormatError(f"columns.image = {image_col!r} collides with another exported column")
+    rows, export_losses, checks = _export_rows(inp, image_root, scored=scored, columns=columns, image_col=image_col)
     secrets = secret_values(public_config, [settings["token_env"]])
     # local folders (the config's paths, the working and home folders) in a public form (docs/export.md)
     local = local_paths(public_config, [image_root, Path(dataset).parent])
@@ -538,12 +566,7 @@ def run(
         written = sum(f["rows"] for f in files if f["path"].startswith("data/"))
         if written != rows.height:
             raise AssertionError(f"export: wrote {written} rows, expected {rows.height}")
-        if summary and Path(summary).is_dir():
-            shutil.copytree(summary, out / "summary")
-            _published_summary(out / "summary")
-        (out / "summary").mkdir(exist_ok=True)
-        cv = pl.DataFrame(flatten_config(cfg_public), schema=["Config Variable", "Value", "Type"], orient="row")
-        cv.write_csv(out / "summary" / "config_values.csv")
+        _copy_summary(summary, out, cfg_public)
         shutil.copyfile(annotations, out / "annotations.jsonl")
         ir_views = write_ir_views(rows, out, split)
         evaluation_md = _evaluation_files(out, evaluation=evaluation, leakage=leakage, deepen=deepen)
@@ -577,12 +600,7 @@ def run(
         hide_paths_in_folder(out, local)   # the copied summary, audit and evaluate files
         facts = run_facts(seconds=time.perf_counter() - t0, evaluation=evaluation, deepen=deepen)
         atomic_write_text(out / RUN_FACTS, json.dumps(facts, indent=2) + "\n")
-        leaked = find_secrets(out, secrets)
-        if leaked:
-            raise RuntimeError(f"export: a secret from the environment appears in {leaked}; nothing was published")
-        named = find_local_paths(out, local)
-        if named:
-            raise RuntimeError(f"export: a local path of this machine appears in {named}; nothing was published")
+        _refuse_leaks(out, secrets, local)
     log.info("export: %d rows, %d queries, %d images in %d file(s) -> %s (%.1f s)", n["rows"], n["queries"],
              n["images"], len(files), dataset, time.perf_counter() - t0)
     return metadata

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import polars as pl
 
@@ -144,17 +144,39 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     """The card's text. ``sources`` (original_dataset_name, license, images) and ``examples`` (a few
     queries with their pool size and positives) come from the exported rows (see export.card_tables).
     ``outside_stages``: the stages of ``losses`` that are not the benchmark's own (Inputs.outside_stages);
-    ``cost_stages``: every stage whose cost files ``costs`` totals (Inputs.cost_stages), named under it."""
+    ``cost_stages``: every stage whose cost files ``costs`` totals (Inputs.cost_stages), named under it.
+    One section after the other, each written by its own function below."""
+    from ..audit.render import card_markdown  # judge vs people; "not audited yet" without an audit
+
     name = meta.get("name") or "benchmark"
     title = meta.get("title") or name
     if meta.get("smoke_test") and "smoke" not in title.lower():
         title = f"SMOKE TEST - {title}"
-    c = counts
+    col = lambda k: columns.get(k, k)  # noqa: E731
+    out = _card_head(meta, title, features, files, split, counts, extra_configs, trust_md, repo_id, image_col, col)
+    out += _card_counts(meta, files, counts, checks, examples, summary, col)
+    if evaluation_md:
+        out.append(evaluation_md)
+    out.append(card_markdown(audit))
+    out += _card_how_built(config or {}, sources, facets, similarity, summary, config_digest, version, col)
+    out += _card_losses(losses, quarantine, checks, outside_stages)
+    out += _card_sources(sources, col)
+    out += _card_costs(costs, cost_stages)
+    out += _card_columns(features, columns, image_col, facets)
+    out += _card_files(split, files)
+    out += _card_credits(meta, name, title, col)
+    return "\n".join(out)
+
+
+def _card_head(meta: Mapping[str, Any], title: str, features, files: list[dict], split: str, c: dict[str, Any],
+               extra_configs: Sequence[Mapping[str, Any]], trust_md: str, repo_id: str | None, image_col: str,
+               col: Callable[[str], str]) -> list[str]:
+    """The front matter, the title, the smoke-test banner, what the benchmark is, how far to trust it
+    and how to load it."""
     tags = ["image-retrieval", "text-to-image-retrieval", "benchmark", "benchmaker"]
     if meta.get("smoke_test"):
         tags = ["image-retrieval", "benchmaker", "smoke-test", "not-a-benchmark"]
     fm = _front_matter(meta, features, files, split, c["rows"], tags, extra_configs)
-    col = lambda k: columns.get(k, k)  # noqa: E731
     out = [f"---\n{fm.rstrip()}\n---\n", f"# {title}\n"]
     if meta.get("smoke_test"):   # a random / tiny model (benchmaker.smoke): first thing a reader sees
         from ..smoke import BANNER
@@ -180,6 +202,12 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         f"relevant-per-query counts are exact); the seed image's row comes first. `{col('query_id')}` is a "
         "string. Images used in several pools appear once per query; "
         f"`{col('image_id')}` identifies them.\n")
+    return out
+
+
+def _card_counts(meta: Mapping[str, Any], files: list[dict], c: dict[str, Any], checks: dict[str, Any],
+                 examples: pl.DataFrame | None, summary: Mapping[str, Any], col: Callable[[str], str]) -> list[str]:
+    """The counts, the relevance labels, example queries and the CLIP baseline."""
     ppq = c["positives_per_query"]
     numbers = pl.DataFrame({
         "count": ["queries", "pairs (rows)", "unique images", "positive pairs",
@@ -189,7 +217,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
                   f"{ppq['mean']:.2f} / {ppq['min']} / {ppq['max']}", str(c["queries_without_positives"]),
                   str(c["seed_not_relevant_queries"]), str(c["pairs_without_clip_score"]), str(len(files))],
     })
-    out.append("## Counts\n")
+    out = ["## Counts\n"]
     out.append(md_table(numbers))
     rel = pl.DataFrame({"relevance_label": list(c["relevance_distribution"]),
                         "pairs": list(c["relevance_distribution"].values())})
@@ -208,16 +236,17 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
             f"\nBaseline: ranking each query's pool by `{col('clip_score')}` gives nDCG@10 "
             f"{rk['ndcg@10']:.4f}, MRR {rk.get('mrr') or 0:.4f}, MAP {rk.get('map') or 0:.4f} over "
             f"{rk.get('evaluated_queries')} queries with a positive (see summary/clip_ranking_metrics.csv).\n")
-    if evaluation_md:
-        out.append(evaluation_md)
-    from ..audit.render import card_markdown  # judge vs people; "not audited yet" without an audit
+    return out
 
-    out.append(card_markdown(audit))
-    out.append("## How it was built\n")
-    cfg = config or {}
+
+def _card_how_built(cfg: Mapping[str, Any], sources: pl.DataFrame | None, facets: FacetModel,
+                    similarity: Mapping[str, Any], summary: Mapping[str, Any], config_digest: str,
+                    version: str | None, col: Callable[[str], str]) -> list[str]:
+    """"How it was built": the five steps as configured, and where the configuration is."""
     plan = cfg.get("plan") or {}
     has_licenses = bool((cfg.get("paths") or {}).get("rights_map")) or (
         sources is not None and sources["license"].null_count() < sources.height)
+    out = ["## How it was built\n"]
     out.append(
         "1. **Preprocess**: the image folder was scanned recursively; empty, unreadable, truncated, non-image, "
         "oversized (bytes or pixels) and symlink-escaping files were quarantined (see below); size, MIME type "
@@ -242,7 +271,13 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         + f"precision `{similarity.get('precision', '?')}`).\n")
     out.append(f"The full public configuration is in `config.yaml` (sha256 `{config_digest[:16]}`; prompts "
                f"included); the export stage version is `{version}`.\n")
-    out.append("## Losses and quarantine\n")
+    return out
+
+
+def _card_losses(losses: pl.DataFrame, quarantine: pl.DataFrame, checks: dict[str, Any],
+                 outside_stages: Sequence[str]) -> list[str]:
+    """What the stages lost, what preprocessing quarantined and the queries the export left out."""
+    out = ["## Losses and quarantine\n"]
     lt = _losses_table(losses)
     if lt.height:
         out.append("Items lost on the way (details in `losses.jsonl`):\n\n" + md_table(lt, max_rows=100))
@@ -259,25 +294,41 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     if checks.get("queries_dropped_missing_images"):
         out.append(f"\n{checks['queries_dropped_missing_images']} queries were left out of the export whole "
                    "because an image of their pool was missing (stage `export` above).\n")
-    if sources is not None and sources.height:
-        out.append("## Image sources and licenses\n")
-        out.append(f"Images of the exported pairs by source collection and license (columns "
-                   f"`{col('original_dataset_name')}` and `{col('license')}`; each image keeps its own license):\n\n"
-                   + md_table(sources.with_columns(pl.col("license").fill_null("(not recorded)")), max_rows=50))
-        unknown = int(sources.filter(pl.col("license").is_null())["images"].sum())
-        if unknown:
-            out.append(f"\n{unknown} image(s) have no recorded license: check the rights map before publishing.\n")
-    if costs is not None:
-        out.append("## API costs\n")
-        over = cost_coverage(costs, cost_stages)
-        if costs.height:
-            last = (f"; the last run USD {costs['cost_usd_last_run'].sum():.4f}"
-                    if "cost_usd_last_run" in costs.columns else "")
-            out.append(md_table(costs) + f"\nTotal: USD {costs['cost_usd'].sum():.4f} {over + ',' if over else 'over'} "
-                       f"{int(costs['requests'].sum())} requests (spend to date, all runs){last}.\n")
-        else:
-            out.append(f"No paid request was made{' ' + over if over else ''}.\n")
-    out.append("## Columns\n")
+    return out
+
+
+def _card_sources(sources: pl.DataFrame | None, col: Callable[[str], str]) -> list[str]:
+    """The images' source collections and licenses (none without sources)."""
+    if sources is None or not sources.height:
+        return []
+    out = ["## Image sources and licenses\n"]
+    out.append(f"Images of the exported pairs by source collection and license (columns "
+               f"`{col('original_dataset_name')}` and `{col('license')}`; each image keeps its own license):\n\n"
+               + md_table(sources.with_columns(pl.col("license").fill_null("(not recorded)")), max_rows=50))
+    unknown = int(sources.filter(pl.col("license").is_null())["images"].sum())
+    if unknown:
+        out.append(f"\n{unknown} image(s) have no recorded license: check the rights map before publishing.\n")
+    return out
+
+
+def _card_costs(costs: pl.DataFrame | None, cost_stages: Sequence[str]) -> list[str]:
+    """The API spend by stage and model (none without a cost table)."""
+    if costs is None:
+        return []
+    out = ["## API costs\n"]
+    over = cost_coverage(costs, cost_stages)
+    if costs.height:
+        last = (f"; the last run USD {costs['cost_usd_last_run'].sum():.4f}"
+                if "cost_usd_last_run" in costs.columns else "")
+        out.append(md_table(costs) + f"\nTotal: USD {costs['cost_usd'].sum():.4f} {over + ',' if over else 'over'} "
+                   f"{int(costs['requests'].sum())} requests (spend to date, all runs){last}.\n")
+    else:
+        out.append(f"No paid request was made{' ' + over if over else ''}.\n")
+    return out
+
+
+def _card_columns(features, columns: Mapping[str, str], image_col: str, facets: FacetModel) -> list[str]:
+    """One row per exported column: its name, type and meaning."""
     docs = []
     for f_name, feat in features.items():
         canonical = next((k for k, v in columns.items() if v == f_name and k != "image"), f_name)
@@ -290,23 +341,32 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         else:
             desc = COLUMN_DOCS.get(canonical, "Image metadata from metadata.jsonl.")
         docs.append((f"`{f_name}`", feature_type(feat), desc))
-    out.append(md_table(pl.DataFrame(docs, schema=["column", "type", "description"], orient="row"), max_rows=500))
-    out.append("\n## Files\n")
-    out.append(
-        f"- `data/{split}-*.parquet`: the rows ({len(files)} file(s)).\n"
-        "- `annotations.jsonl`: the vision annotations of every image.\n"
-        "- `losses.jsonl`: every item lost by a stage, with the reason.\n"
-        "- `config.yaml`: the public configuration (private `_` keys and secrets removed).\n"
-        "- `dataset_metadata.json`: counts, digests and versions.\n"
-        "- [`run_facts.json`](run_facts.json): when and on what kind of machine this copy was built and how long "
-        "it took (the evaluated systems' timings included); the only file that differs between two builds of the "
-        "same benchmark.\n"
-        "- `beir/` (`queries.jsonl`, `corpus.jsonl`, `qrels/<split>.tsv`) and `trec/qrels.txt`: corpus-level views of "
-        "the same judgments, each image once, for evaluators that rank a whole corpus.\n"
-        "- `mteb/{corpus,queries,qrels}/`: the configs `corpus` (id, image), `queries` (id, text) and `qrels` "
-        "(query-id, corpus-id, score) that mteb's image retrieval tasks load (`load_dataset(repo, \"corpus\")`); "
-        "ids there and in `beir/` and `trec/` are URL-percent-encoded image/query ids (no whitespace).\n"
-        "- `summary/`: statistics and charts (`summary/report.md`), `summary/config_values.csv`.\n")
+    return ["## Columns\n",
+            md_table(pl.DataFrame(docs, schema=["column", "type", "description"], orient="row"), max_rows=500)]
+
+
+def _card_files(split: str, files: list[dict]) -> list[str]:
+    """The files of the dataset folder."""
+    return ["\n## Files\n",
+            f"- `data/{split}-*.parquet`: the rows ({len(files)} file(s)).\n"
+            "- `annotations.jsonl`: the vision annotations of every image.\n"
+            "- `losses.jsonl`: every item lost by a stage, with the reason.\n"
+            "- `config.yaml`: the public configuration (private `_` keys and secrets removed).\n"
+            "- `dataset_metadata.json`: counts, digests and versions.\n"
+            "- [`run_facts.json`](run_facts.json): when and on what kind of machine this copy was built and how "
+            "long it took (the evaluated systems' timings included); the only file that differs between two builds "
+            "of the same benchmark.\n"
+            "- `beir/` (`queries.jsonl`, `corpus.jsonl`, `qrels/<split>.tsv`) and `trec/qrels.txt`: corpus-level "
+            "views of the same judgments, each image once, for evaluators that rank a whole corpus.\n"
+            "- `mteb/{corpus,queries,qrels}/`: the configs `corpus` (id, image), `queries` (id, text) and `qrels` "
+            "(query-id, corpus-id, score) that mteb's image retrieval tasks load (`load_dataset(repo, \"corpus\")`); "
+            "ids there and in `beir/` and `trec/` are URL-percent-encoded image/query ids (no whitespace).\n"
+            "- `summary/`: statistics and charts (`summary/report.md`), `summary/config_values.csv`.\n"]
+
+
+def _card_credits(meta: Mapping[str, Any], name: str, title: str, col: Callable[[str], str]) -> list[str]:
+    """The authors, the license and how to cite the benchmark."""
+    out = []
     authors = meta.get("authors") or []
     if authors:
         out.append("## Authors\n")
@@ -324,4 +384,4 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         who = " and ".join(a.get("name", "") for a in authors) or "unknown"
         out.append("```bibtex\n@misc{" + key + ",\n  title = {" + json.dumps(title)[1:-1] + "},\n  author = {"
                    + who + "},\n  note = {version " + str(meta.get("version", "")) + "}\n}\n```\n")
-    return "\n".join(out)
+    return out

@@ -278,6 +278,51 @@ def _tag_codes(tags: pl.Series) -> tuple[list[str], np.ndarray]:
     return [names[k] for k in order], remap[phys]
 
 
+def _facet_codes(ann: pl.DataFrame, facets: FacetModel, rank: np.ndarray):
+    """Each facet's value codes of every image (in image-id order, column-major), its sorted values
+    (``<null>`` for a missing one) and each value's typed form (a boolean facet's True/False)."""
+    names = facets.names
+    n = ann.height
+    codes = np.zeros((n, len(names)), dtype=np.int32, order="F")  # column-major: one facet's codes contiguous
+    values: list[list[str]] = []
+    typed: list[dict[str, object]] = []
+    for j, f in enumerate(names):
+        s = ann[f].cast(pl.String).fill_null("<null>")
+        vals = sorted(s.unique().to_list())
+        values.append(vals)
+        codes[rank, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
+        tmap: dict[str, object] = {}
+        for v in vals:
+            if f in facets.boolean:
+                tmap[v] = {"true": True, "false": False}.get(v)
+            else:
+                tmap[v] = None if v == "<null>" else v
+        typed.append(tmap)
+    return codes, values, typed
+
+
+def _fingerprints(images: pl.DataFrame, sorted_ids: pl.Series):
+    """The duplicate fingerprints of the annotated images (in id order) from images.jsonl: sha256 and
+    duplicate group, hashed, each with whether it is known."""
+    n = sorted_ids.len()
+    fp = images.select(
+        "image_id",
+        pl.col("sha256").cast(pl.String).alias("sha"),
+        (pl.col("duplicate_group") if "duplicate_group" in images.columns else pl.lit(None))
+        .cast(pl.String).alias("group"),
+    )
+    if not (fp.height == n and fp["image_id"].cast(pl.String).equals(sorted_ids)):
+        # images.jsonl does not list exactly the annotated images in id order: look them up (when it
+        # does, as a run's sorted files do, its rows are already the annotations' sorted rows)
+        fp = pl.DataFrame({"image_id": sorted_ids}).join(fp.unique("image_id", keep="first"), on="image_id",
+                                                         how="left", maintain_order="left")
+    sha_ok = fp["sha"].is_not_null().to_numpy()
+    sha_code = fp["sha"].hash(seed=0).to_numpy().astype(np.uint64)
+    group_ok = fp["group"].is_not_null().to_numpy()
+    group_code = fp["group"].hash(seed=0).to_numpy().astype(np.uint64)
+    return sha_code, sha_ok, group_code, group_ok
+
+
 def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng: np.random.Generator,
                 postings_for: Sequence[str] | None = None, postings_min_bucket: int = 0) -> Index:
     """Index the annotated images; ``images`` supplies sha256 and duplicate_group (the duplicate checks
@@ -297,21 +342,7 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
     sorted_ids = ann["image_id"].gather(order)
     ids = sorted_ids.to_list()
 
-    codes = np.zeros((n, len(names)), dtype=np.int32, order="F")  # column-major: one facet's codes contiguous
-    values: list[list[str]] = []
-    typed: list[dict[str, object]] = []
-    for j, f in enumerate(names):
-        s = ann[f].cast(pl.String).fill_null("<null>")
-        vals = sorted(s.unique().to_list())
-        values.append(vals)
-        codes[rank, j] = s.cast(pl.Enum(vals)).to_physical().to_numpy()
-        tmap: dict[str, object] = {}
-        for v in vals:
-            if f in facets.boolean:
-                tmap[v] = {"true": True, "false": False}.get(v)
-            else:
-                tmap[v] = None if v == "<null>" else v
-        typed.append(tmap)
+    codes, values, typed = _facet_codes(ann, facets, rank)
 
     # tags: distinct tag codes per image, as bitsets (small vocabulary) or CSR (large vocabulary);
     # (image, tag) pairs as int32 codes (the strings are only looked at once, for the vocabulary)
@@ -343,22 +374,7 @@ def build_index(ann: pl.DataFrame, images: pl.DataFrame, facets: FacetModel, rng
         lens = np.bincount(owner, minlength=n).astype(np.int64)
         starts = (np.cumsum(lens) - lens).astype(np.int64)
 
-    # duplicate fingerprints from images.jsonl
-    fp = images.select(
-        "image_id",
-        pl.col("sha256").cast(pl.String).alias("sha"),
-        (pl.col("duplicate_group") if "duplicate_group" in images.columns else pl.lit(None))
-        .cast(pl.String).alias("group"),
-    )
-    if not (fp.height == n and fp["image_id"].cast(pl.String).equals(sorted_ids)):
-        # images.jsonl does not list exactly the annotated images in id order: look them up (when it
-        # does, as a run's sorted files do, its rows are already the annotations' sorted rows)
-        fp = pl.DataFrame({"image_id": sorted_ids}).join(fp.unique("image_id", keep="first"), on="image_id",
-                                                         how="left", maintain_order="left")
-    sha_ok = fp["sha"].is_not_null().to_numpy()
-    sha_code = fp["sha"].hash(seed=0).to_numpy().astype(np.uint64)
-    group_ok = fp["group"].is_not_null().to_numpy()
-    group_code = fp["group"].hash(seed=0).to_numpy().astype(np.uint64)
+    sha_code, sha_ok, group_code, group_ok = _fingerprints(images, sorted_ids)
 
     perm = rng.permutation(n).astype(np.int64)  # perm[k] = image at random position k
     perm_rank = np.empty(n, dtype=np.int64)

@@ -80,6 +80,34 @@ def _candidate(image_id: str, entry: os.DirEntry, follow: bool) -> Candidate | R
     return Candidate(image_id, st.st_size, st.st_mtime_ns)
 
 
+def _link(entry: os.DirEntry, rel: str, *, exts: set[str], follow: bool, real_root: str, excluded: set[str],
+          stats: ScanStats) -> Rejected | str | None:
+    """What :func:`scan` does with a symbolic link: ``"file"`` (an image file to yield), ``"folder"`` (a
+    folder to enter), a :class:`Rejected` (links not followed, broken, or leading outside the root), or
+    None (ignored: a link to a non-image file name or to an excluded folder, counted in ``stats``)."""
+    target_is_dir = entry.is_dir(follow_symlinks=True) if os.path.exists(entry.path) else False
+    ext = os.path.splitext(entry.name)[1].lower()
+    if not target_is_dir and ext not in exts:
+        stats.files_seen += 1
+        stats.skipped_extension += 1
+        return None  # a link to a non-image file name: ignored like any other such file
+    printable = _printable(rel)
+    if not follow:
+        kind = "directory" if target_is_dir else "file"
+        return Rejected(printable, "symlink", f"symbolic link to a {kind}; preprocess.follow_symlinks is false")
+    if not os.path.exists(entry.path):
+        return Rejected(printable, "broken_symlink", f"target {os.readlink(entry.path)!r} does not exist")
+    real = os.path.realpath(entry.path)
+    if not _is_within(real, real_root):
+        return Rejected(printable, "symlink_escape", "resolves outside image_root")
+    if target_is_dir:
+        if real in excluded:
+            stats.skipped_excluded_dirs += 1
+            return None
+        return "folder"
+    return "file"
+
+
 def scan(
     root: str | os.PathLike,
     *,
@@ -166,37 +194,20 @@ def scan(
                 yield _candidate(image_id, entry, False) if with_stat else Candidate(image_id)
                 continue
             # a symbolic link
-            target_is_dir = entry.is_dir(follow_symlinks=True) if os.path.exists(entry.path) else False
-            ext = os.path.splitext(name)[1].lower()
-            if not target_is_dir and ext not in exts:
-                stats.files_seen += 1
-                stats.skipped_extension += 1
-                continue  # a link to a non-image file name: ignored like any other such file
-            printable = _printable(rel)
-            if not follow_symlinks:
-                kind = "directory" if target_is_dir else "file"
-                yield Rejected(printable, "symlink", f"symbolic link to a {kind}; preprocess.follow_symlinks is false")
-                continue
-            if not os.path.exists(entry.path):
-                yield Rejected(printable, "broken_symlink", f"target {os.readlink(entry.path)!r} does not exist")
-                continue
-            real = os.path.realpath(entry.path)
-            if not _is_within(real, real_root):
-                yield Rejected(printable, "symlink_escape", "resolves outside image_root")
-                continue
-            if target_is_dir:
-                if real in excluded:
-                    stats.skipped_excluded_dirs += 1
-                    continue
+            link = _link(entry, rel, exts=exts, follow=follow_symlinks, real_root=real_root, excluded=excluded,
+                         stats=stats)
+            if isinstance(link, Rejected):
+                yield link
+            elif link == "folder":
                 problem = enter(entry.path, rel)
                 if problem is not None:
                     yield problem
-                continue
-            stats.files_seen += 1
-            image_id = _safe_id(rel)
-            if image_id is None:
-                yield Rejected(printable, "invalid_filename", "file name is not valid UTF-8")
-                continue
-            yield _candidate(image_id, entry, True) if with_stat else Candidate(image_id)
+            elif link == "file":
+                stats.files_seen += 1
+                image_id = _safe_id(rel)
+                if image_id is None:
+                    yield Rejected(_printable(rel), "invalid_filename", "file name is not valid UTF-8")
+                    continue
+                yield _candidate(image_id, entry, True) if with_stat else Candidate(image_id)
 
     yield from walk(str(root_path), "")

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from .. import __version__
+from ..formats import FacetModel
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
 from ..pages.outdir import staged_dir
@@ -146,6 +147,29 @@ def summarize(inp: Inputs, corpus: Corpus) -> tuple[dict[str, pl.DataFrame], dic
     return t, info
 
 
+def _charts(tables: Mapping[str, pl.DataFrame], fm: FacetModel) -> dict[str, Any]:
+    """The summary's charts, by file name (drawn by :mod:`.charts` from the summary's tables)."""
+    from . import charts
+
+    pngs = {
+        "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
+        "positives_per_query.png": charts.positives_per_query(tables["query_relevancy_stats"]),
+        "facet_distributions.png": charts.facet_distributions(tables["facet_distribution"]),
+        "clip_score_analysis.png": charts.clip_analysis(tables["clip_score_histogram"],
+                                                        tables["clip_score_stats_by_relevance"]),
+        "clip_ranking_by_query.png": charts.clip_ranking_by_query(tables["clip_ranking_by_query"],
+                                                                  tables["clip_ranking_metrics"]),
+        "pool_mix.png": charts.pool_mix(tables["pool_mix"]),
+        "plan_shortfalls.png": charts.shortfalls(tables["plan_shortfalls"]),
+        "difficulty_distribution.png": charts.difficulty(tables["difficulty_distribution"]),
+        "losses.png": charts.losses(tables["losses_by_stage"], tables["quarantine_by_reason"]),
+        "query_text_length_distribution.png": charts.query_length(tables["query_text_length"]),
+    }
+    for name in fm.names:
+        pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
+    return pngs
+
+
 def run(
     *,
     images: str,
@@ -214,24 +238,8 @@ def run(
                 _csv(df, out / f"{name}.csv")
             t1 = time.perf_counter()
             from ..pages.charts import save  # altair (~0.5 s of imports): only the stage that draws pays for it
-            from . import charts
 
-            pngs = {
-                "relevance_overview.png": charts.relevance_overview(tables["relevance_overview"], tables["pool_mix"]),
-                "positives_per_query.png": charts.positives_per_query(tables["query_relevancy_stats"]),
-                "facet_distributions.png": charts.facet_distributions(tables["facet_distribution"]),
-                "clip_score_analysis.png": charts.clip_analysis(tables["clip_score_histogram"],
-                                                                tables["clip_score_stats_by_relevance"]),
-                "clip_ranking_by_query.png": charts.clip_ranking_by_query(tables["clip_ranking_by_query"],
-                                                                          tables["clip_ranking_metrics"]),
-                "pool_mix.png": charts.pool_mix(tables["pool_mix"]),
-                "plan_shortfalls.png": charts.shortfalls(tables["plan_shortfalls"]),
-                "difficulty_distribution.png": charts.difficulty(tables["difficulty_distribution"]),
-                "losses.png": charts.losses(tables["losses_by_stage"], tables["quarantine_by_reason"]),
-                "query_text_length_distribution.png": charts.query_length(tables["query_text_length"]),
-            }
-            for name in fm.names:
-                pngs[f"relevance_by_{name}.png"] = charts.relevance_by_facet(tables["relevance_by_facet"], name)
+            pngs = _charts(tables, fm)
             for name, chart in pngs.items():
                 save(chart, out / name, scale, png)
             extra = []
@@ -291,14 +299,10 @@ def _trust_sections(trust: str | None, audit: str | None, deepen: str | None, ou
     return summary_section(trust, audit, deepen)
 
 
-def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
-            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "",
-            first: Sequence[Section] = ()) -> None:
-    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note);
-    ``first``: sections before the key numbers (the trust block)."""
-    title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
+def _overview(n: Mapping[str, Any]) -> pl.DataFrame:
+    """The report's key numbers."""
     ppq = n["positives_per_query"]
-    overview = pl.DataFrame({
+    return pl.DataFrame({
         "metric": ["queries", "pairs (query, image)", "unique images in pairs", "images in corpus",
                    "positive pairs", "mean positives per query", "queries without a positive",
                    "queries whose seed was judged not relevant", "losses (all stages)", "quarantined files",
@@ -310,6 +314,45 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
                   str(n["clip_score"]["missing"]), _reused(n),
                   f"{n['duplicate_groups']['groups']} ({n['duplicate_groups']['copies']})"],
     })
+
+
+def _cost_sections(n: Mapping[str, Any], t: Mapping[str, pl.DataFrame]) -> list[Section]:
+    """The report's "API costs" (when the run counts costs) and "Estimate vs bill" (when an estimate was recorded)."""
+    sections: list[Section] = []
+    if n["costs"] is not None:
+        c = n["costs"]
+        over = stats.cost_coverage(t["cost_summary"], c.get("stages") or [])
+        sections.append(Section(
+            "API costs",
+            text=(f"Total spend to date USD {c['cost_usd']:.4f} (all runs, interrupted ones included)"
+                  f"{' ' + over if over else ''}; the last run USD {c['cost_usd_last_run']:.4f}. {c['requests']} "
+                  "request row(s), "
+                  f"{c['cached_requests']} of them answered from the response cache (no cost in that run)."
+                  if c["requests"] else ""),
+            table=t["cost_summary"], files=["cost_summary.csv"],
+            empty=(f"No API request was recorded {over}: their adapters and systems in this run are offline "
+                   "or pay nothing." if over else
+                   "No API request was recorded: the vision and judge adapters of this run are offline.")))
+    if "estimate_vs_bill" in t:
+        ev = t["estimate_vs_bill"]
+        sections.append(Section(
+            "Estimate vs bill",
+            text=("What `benchmaker estimate` said before paying (recorded in estimate/estimate.json: each stage's "
+                  "requests still to send when it was made, plus what its pilot paid) beside the spend to date: "
+                  f"the bill is inside the estimate's range for {int(ev['within_range'].sum())} of {ev.height} "
+                  "stage(s)."),
+            table=ev, files=["estimate_vs_bill.csv"]))
+    return sections
+
+
+def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, pl.DataFrame], fm,
+            extra: Sequence[Section] = (), audit: str | None = None, outside: str = "",
+            first: Sequence[Section] = ()) -> None:
+    """``outside``: the note on the losses that are not the benchmark's own (stats.outside_note);
+    ``first``: sections before the key numbers (the trust block)."""
+    title = f"{meta.get('title') or meta.get('name') or 'benchmark'}: summary"
+    ppq = n["positives_per_query"]
+    overview = _overview(n)
     rk = n["clip_ranking"]
     sections = [
         *first,
@@ -356,29 +399,7 @@ def _report(out: Path, meta: Mapping[str, Any], n: dict[str, Any], t: dict[str, 
                 empty="No stage lost an image, query or pair."),
         Section("Query texts", images=["query_text_length_distribution.png"], files=["query_text_length.csv"]),
     ]
-    if n["costs"] is not None:
-        c = n["costs"]
-        over = stats.cost_coverage(t["cost_summary"], c.get("stages") or [])
-        sections.append(Section(
-            "API costs",
-            text=(f"Total spend to date USD {c['cost_usd']:.4f} (all runs, interrupted ones included)"
-                  f"{' ' + over if over else ''}; the last run USD {c['cost_usd_last_run']:.4f}. {c['requests']} "
-                  "request row(s), "
-                  f"{c['cached_requests']} of them answered from the response cache (no cost in that run)."
-                  if c["requests"] else ""),
-            table=t["cost_summary"], files=["cost_summary.csv"],
-            empty=(f"No API request was recorded {over}: their adapters and systems in this run are offline "
-                   "or pay nothing." if over else
-                   "No API request was recorded: the vision and judge adapters of this run are offline.")))
-    if "estimate_vs_bill" in t:
-        ev = t["estimate_vs_bill"]
-        sections.append(Section(
-            "Estimate vs bill",
-            text=("What `benchmaker estimate` said before paying (recorded in estimate/estimate.json: each stage's "
-                  "requests still to send when it was made, plus what its pilot paid) beside the spend to date: "
-                  f"the bill is inside the estimate's range for {int(ev['within_range'].sum())} of {ev.height} "
-                  "stage(s)."),
-            table=ev, files=["estimate_vs_bill.csv"]))
+    sections += _cost_sections(n, t)
     sections.extend(extra)
     sections.append(Section("Sample images", text="A deterministic sample (lowest content hashes).",
                             images=["random_image_sample.png"]))

@@ -133,6 +133,87 @@ def _prefill_vision(cfg: dict, images_rows: list[dict], ann_rows: list[dict], re
     cache.close()
 
 
+def _import_images(images_rows: list[dict], cfg: dict, rep: ImportReport, up_cols: Mapping[str, str],
+                   imported: Path) -> list[dict]:
+    """Upstream's images.jsonl rows (under this project's ``image_id``, less what preprocess computes):
+    their license, doi and dataset name as a rights map and their other columns as metadata.jsonl,
+    unless the config names its own."""
+    id_col = up_cols["image_id"]
+    meta_rows = []
+    for r in images_rows:
+        r = dict(r)
+        r["image_id"] = r.pop(id_col, r.get("image_id"))
+        meta_rows.append({k: v for k, v in r.items() if k not in ("image_url", "mime_type")})
+    rights_keys = {"license": up_cols["license"], "doi": up_cols["doi"],
+                   "dataset_name": up_cols["original_dataset_name"]}
+    if not cfg["paths"].get("rights_map"):
+        # upstream's per-image license / doi / dataset name, as a rights map (preprocess computes them)
+        files = {r["image_id"]: {k: r.get(col) for k, col in rights_keys.items()} for r in meta_rows}
+        imported.mkdir(parents=True, exist_ok=True)
+        (imported / "rights_map.json").write_text(json.dumps(
+            {"default": {"license": None, "doi": None, "dataset_name": None}, "files": files}, indent=1,
+            sort_keys=True) + "\n", encoding="utf-8")
+        cfg["paths"]["rights_map"] = str(imported / "rights_map.json")
+        rep.files.append(f"{imported / 'rights_map.json'} (upstream's license, doi, dataset name per image; "
+                         "paths.rights_map)")
+    extra = [{k: v for k, v in r.items() if k not in rights_keys.values()} for r in meta_rows]
+    if not cfg["paths"].get("metadata_jsonl") and any(len(r) > 1 for r in extra):
+        _write_jsonl(imported / "metadata.jsonl", extra)
+        cfg["paths"]["metadata_jsonl"] = str(imported / "metadata.jsonl")
+        rep.files.append(f"{imported / 'metadata.jsonl'} (upstream images.jsonl's extra columns; "
+                         "paths.metadata_jsonl)")
+    return meta_rows
+
+
+def _import_plan(plan_f: Path, cfg: dict, rep: ImportReport, up_cols: Mapping[str, str], imported: Path) -> None:
+    """Upstream's query plan as a pools file (paths.pools_file), with the notes on what it replaces."""
+    pools = []
+    qcol = up_cols["query_id"]
+    scol = up_cols["seed_image_ids"]
+    ccol = up_cols["candidate_image_ids"]
+    for r in _read_jsonl(plan_f):
+        pools.append({"query_id": r.get(qcol, r.get("query_id")),
+                      "seed_image_ids": r.get(scol, r.get("seed_image_ids", [])),
+                      "candidate_image_ids": r.get(ccol, r.get("candidate_image_ids", []))})
+    _write_jsonl(imported / "pools.jsonl", pools)
+    cfg["paths"]["pools_file"] = str(imported / "pools.jsonl")
+    rep.files.append(f"{imported / 'pools.jsonl'} ({len(pools)} queries with upstream's ids, seeds and "
+                     "candidate pools; paths.pools_file: the plan stage uses these pools instead of "
+                     "planning its own)")
+    p = cfg["plan"]
+    n_neg = p["neg_hard"] + p["neg_nearmiss"] + p["neg_easy"]
+    named = sum(1 for r in pools if len([c for c in r["candidate_image_ids"]
+                                         if c not in set(r["seed_image_ids"])]) == n_neg)
+    # the planner's pools are not drawn with a pools file: the note on pos/neutral totals does not apply
+    rep.notes = [n for n in rep.notes if not n.startswith("plan: upstream had no positive or neutral pools")]
+    rep.notes.append("plan: the plan is upstream's pools (paths.pools_file), so plan.pos_total, neutral_total "
+                     "and the other planner settings are not used; to let this project plan new pools "
+                     "instead, remove paths.pools_file (upstream's labels then cover few or none of them)")
+    rep.notes.append(f"plan: {named} of {len(pools)} upstream pools have neg_hard + neg_nearmiss + neg_easy = "
+                     f"{n_neg} candidates besides the seed and get pool names by position (hard, nearmiss, "
+                     "easy); the others' candidates are in the pool 'imported'")
+
+
+def _import_qrels(qrels_f: Path, cfg: dict, rep: ImportReport, up_cols: Mapping[str, str], imported: Path, *,
+                  has_plan: bool) -> None:
+    """Upstream's judgments as labels to reuse (paths.judge_reuse_file)."""
+    rows = []
+    for r in _read_jsonl(qrels_f):
+        rows.append({"query_id": r.get(up_cols["query_id"]),
+                     "query_text": r.get(up_cols["query_text"]),
+                     "image_id": r.get(up_cols["image_id"]), "relevance_label": r.get(up_cols["relevance_label"]),
+                     "judge": "imsearch_benchmaker"})
+    _write_jsonl(imported / "upstream_qrels.jsonl", rows)
+    cfg["paths"]["judge_reuse_file"] = str(imported / "upstream_qrels.jsonl")
+    rep.files.append(f"{imported / 'upstream_qrels.jsonl'} ({len(rows)} upstream judgments of "
+                     f"{len({r['query_id'] for r in rows})} queries; paths.judge_reuse_file: a planned query "
+                     "whose every candidate upstream labelled is not sent to the judge)")
+    if not has_plan:
+        rep.notes.append("judge: no query_plan.jsonl upstream, so this project plans its own pools; upstream's "
+                         "labels are reused only for queries whose planned candidates they all cover (few or "
+                         "none): see `benchmaker estimate`")
+
+
 def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out: str | Path = "config/imported.yaml",
                     results: str | None = None, force: bool = False) -> ImportReport:
     """Convert an upstream config (and outputs); writes ``out`` and files under ``<results>/<name>/imported``."""
@@ -158,72 +239,11 @@ def import_upstream(toml: str | Path, *, outputs: str | Path | None = None, out:
     images_rows = _read_jsonl(images_f) if images_f else []
     id_col = up_cols["image_id"]
     if images_rows:
-        meta_rows = []
-        for r in images_rows:
-            r = dict(r)
-            r["image_id"] = r.pop(id_col, r.get("image_id"))
-            meta_rows.append({k: v for k, v in r.items() if k not in ("image_url", "mime_type")})
-        images_rows = meta_rows
-        rights_keys = {"license": up_cols["license"], "doi": up_cols["doi"],
-                       "dataset_name": up_cols["original_dataset_name"]}
-        if not cfg["paths"].get("rights_map"):
-            # upstream's per-image license / doi / dataset name, as a rights map (preprocess computes them)
-            files = {r["image_id"]: {k: r.get(col) for k, col in rights_keys.items()} for r in meta_rows}
-            imported.mkdir(parents=True, exist_ok=True)
-            (imported / "rights_map.json").write_text(json.dumps(
-                {"default": {"license": None, "doi": None, "dataset_name": None}, "files": files}, indent=1,
-                sort_keys=True) + "\n", encoding="utf-8")
-            cfg["paths"]["rights_map"] = str(imported / "rights_map.json")
-            rep.files.append(f"{imported / 'rights_map.json'} (upstream's license, doi, dataset name per image; "
-                             "paths.rights_map)")
-        extra = [{k: v for k, v in r.items() if k not in rights_keys.values()} for r in meta_rows]
-        if not cfg["paths"].get("metadata_jsonl") and any(len(r) > 1 for r in extra):
-            _write_jsonl(imported / "metadata.jsonl", extra)
-            cfg["paths"]["metadata_jsonl"] = str(imported / "metadata.jsonl")
-            rep.files.append(f"{imported / 'metadata.jsonl'} (upstream images.jsonl's extra columns; "
-                             "paths.metadata_jsonl)")
+        images_rows = _import_images(images_rows, cfg, rep, up_cols, imported)
     if plan_f:
-        pools = []
-        qcol = up_cols["query_id"]
-        scol = up_cols["seed_image_ids"]
-        ccol = up_cols["candidate_image_ids"]
-        for r in _read_jsonl(plan_f):
-            pools.append({"query_id": r.get(qcol, r.get("query_id")),
-                          "seed_image_ids": r.get(scol, r.get("seed_image_ids", [])),
-                          "candidate_image_ids": r.get(ccol, r.get("candidate_image_ids", []))})
-        _write_jsonl(imported / "pools.jsonl", pools)
-        cfg["paths"]["pools_file"] = str(imported / "pools.jsonl")
-        rep.files.append(f"{imported / 'pools.jsonl'} ({len(pools)} queries with upstream's ids, seeds and "
-                         "candidate pools; paths.pools_file: the plan stage uses these pools instead of "
-                         "planning its own)")
-        p = cfg["plan"]
-        n_neg = p["neg_hard"] + p["neg_nearmiss"] + p["neg_easy"]
-        named = sum(1 for r in pools if len([c for c in r["candidate_image_ids"]
-                                             if c not in set(r["seed_image_ids"])]) == n_neg)
-        # the planner's pools are not drawn with a pools file: the note on pos/neutral totals does not apply
-        rep.notes = [n for n in rep.notes if not n.startswith("plan: upstream had no positive or neutral pools")]
-        rep.notes.append("plan: the plan is upstream's pools (paths.pools_file), so plan.pos_total, neutral_total "
-                         "and the other planner settings are not used; to let this project plan new pools "
-                         "instead, remove paths.pools_file (upstream's labels then cover few or none of them)")
-        rep.notes.append(f"plan: {named} of {len(pools)} upstream pools have neg_hard + neg_nearmiss + neg_easy = "
-                         f"{n_neg} candidates besides the seed and get pool names by position (hard, nearmiss, "
-                         "easy); the others' candidates are in the pool 'imported'")
+        _import_plan(plan_f, cfg, rep, up_cols, imported)
     if qrels_f:
-        rows = []
-        for r in _read_jsonl(qrels_f):
-            rows.append({"query_id": r.get(up_cols["query_id"]),
-                         "query_text": r.get(up_cols["query_text"]),
-                         "image_id": r.get(id_col), "relevance_label": r.get(up_cols["relevance_label"]),
-                         "judge": "imsearch_benchmaker"})
-        _write_jsonl(imported / "upstream_qrels.jsonl", rows)
-        cfg["paths"]["judge_reuse_file"] = str(imported / "upstream_qrels.jsonl")
-        rep.files.append(f"{imported / 'upstream_qrels.jsonl'} ({len(rows)} upstream judgments of "
-                         f"{len({r['query_id'] for r in rows})} queries; paths.judge_reuse_file: a planned query "
-                         "whose every candidate upstream labelled is not sent to the judge)")
-        if not plan_f:
-            rep.notes.append("judge: no query_plan.jsonl upstream, so this project plans its own pools; upstream's "
-                             "labels are reused only for queries whose planned candidates they all cover (few or "
-                             "none): see `benchmaker estimate`")
+        _import_qrels(qrels_f, cfg, rep, up_cols, imported, has_plan=bool(plan_f))
     if ann_f and cfg.get("vision", {}).get("adapter") == "openai" and \
             cfg["vision"]["openai"].get("image_transport") == "url":
         ann_rows = _read_jsonl(ann_f)
