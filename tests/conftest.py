@@ -25,6 +25,11 @@ _tvshim.install()
 
 import support  # noqa: E402
 
+# no SLURM in any Snakemake of the suite (subprocess, job or in-process parser): the SLURM plugin asks
+# `scontrol show config` (10 s of retries where SLURM's client is installed and no controller runs);
+# tests/test_slurm.py, which talks to a real one, runs its commands on support.real_path()
+os.environ["PATH"] = support.no_slurm_path()
+
 
 @pytest.fixture(scope="session")
 def tiny_clip(tmp_path_factory) -> Path:

@@ -175,9 +175,17 @@ def _no_slurm_bin() -> Path:
 
 
 def no_slurm_path(path: str | None = None) -> str:
-    """PATH with the failing `scontrol` stand-in first (see _no_slurm_bin)."""
+    """PATH with the failing `scontrol` stand-in first (see _no_slurm_bin); tests/conftest.py sets it
+    for the whole test session."""
     path = os.environ.get("PATH", "") if path is None else path
-    return str(_no_slurm_bin()) + os.pathsep + path
+    return os.pathsep.join([str(_no_slurm_bin()), *real_path(path).split(os.pathsep)])
+
+
+def real_path(path: str | None = None) -> str:
+    """PATH without the `scontrol` stand-in: for the tests that talk to a real SLURM (tests/test_slurm.py)."""
+    path = os.environ.get("PATH", "") if path is None else path
+    stand_in = str(_NO_SLURM_BIN) if _NO_SLURM_BIN is not None else None
+    return os.pathsep.join(p for p in path.split(os.pathsep) if p != stand_in)
 
 
 def snakemake(args: list[str], workdir: Path, config: Path, env: dict | None = None,
