@@ -60,9 +60,32 @@ def fake(monkeypatch):
 def numba_cache(request, tmp_path_factory) -> Path:
     """ranx's numba JIT cache (compiling costs ~40 s here): kept across test sessions in the pytest
     cache (.pytest_cache/d/numba), as real runs keep it per user (~/.cache/benchmaker/numba,
-    docs/evaluate.md); a fresh folder per session under ``-p no:cacheprovider``."""
+    docs/evaluate.md); a fresh folder per session under ``-p no:cacheprovider``. A fresh folder (a
+    clean clone in CI) starts as a copy of the per-user cache that `make`'s set-up compiled (step 5,
+    benchmaker.evaluate.warm): the same installation's functions, so nothing is compiled again."""
     cache = getattr(request.config, "cache", None)
-    return cache.mkdir("numba") if cache is not None else tmp_path_factory.mktemp("numba")
+    folder = cache.mkdir("numba") if cache is not None else tmp_path_factory.mktemp("numba")
+    _seed_numba_cache(folder)
+    return folder
+
+
+def _seed_numba_cache(folder: Path) -> None:
+    """Copy the per-user numba cache's entries into an empty ``folder``: each entry folder copied
+    aside, then renamed into place (a worker reading the cache never sees half a copy)."""
+    import shutil
+
+    from benchmaker.evaluate.warm import default_cache_dir
+
+    seed = default_cache_dir()
+    if any(folder.iterdir()) or not seed.is_dir() or seed.resolve() == folder.resolve():
+        return
+    for entry in sorted(p for p in seed.iterdir() if p.is_dir()):
+        aside = folder.parent / f".{folder.name}-{os.getpid()}-{entry.name}"
+        shutil.copytree(entry, aside)
+        try:
+            aside.rename(folder / entry.name)
+        except OSError:  # another worker put it there first
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 @pytest.fixture()
