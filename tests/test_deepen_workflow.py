@@ -39,6 +39,7 @@ def test_off_by_default_and_one_job_per_system_plus_merge(tmp_path, tiny_cfg, ti
 
 
 def test_deepen_offline_end_to_end(tmp_path, tiny_cfg, tiny_clip):
+    tiny_cfg["n_shards"] = 1  # deepening reads the merged benchmark, whatever the shards
     cfg = _cfg(tmp_path, tiny_cfg, tiny_clip, enabled=True, k=5)
     r = support.snakemake(["-c2"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -109,7 +110,8 @@ def test_workflow_openai_judge_through_the_fake_pays_each_new_pair_once(tmp_path
     try:
         llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync",
                "concurrency": 2}
-        cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, judge={"adapter": "openai", "openai": llm},
+        cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, n_shards=1,  # deepening: after the merge
+                                  judge={"adapter": "openai", "openai": llm},
                                   evaluate={"depth": 20, "systems": [{"name": "bm25", "kind": "bm25"},
                                                                      {"name": "bm25b", "kind": "bm25", "k1": 0.5,
                                                                       "fields": ["summary"]}]},
