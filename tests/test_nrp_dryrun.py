@@ -394,13 +394,16 @@ def test_absolute_results_path_is_refused(s3_server, checkout, tmp_path, tiny_co
 def _pod_bin(tmp: Path) -> Path:
     """What the image provides on PATH: `python` (with snakemake, torch, the S3 plugin) and a `pip`
     whose `install --target .snakemake/pip-deployments snakemake-storage-plugin-s3` is recorded
-    (the image has the plugin already; nothing is downloaded in tests)."""
+    (the image has the plugin already; nothing is downloaded in tests). The image has no SLURM
+    client: an `scontrol` that fails at once stands in for the missing one (this host's, where
+    tests/test_slurm.py installed it, retries 10 s per pod's Snakemake with no controller running)."""
     d = tmp / "podbin"
     d.mkdir()
     (d / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
     (d / "pip").write_text("#!/bin/sh\necho \"$@\" >> \"$POD_PIP_LOG\"\n"
                            "case \"$*\" in *snakemake-storage-plugin-s3*) exit 0;; esac\n"
                            "echo 'unexpected pip call' >&2; exit 1\n")
+    (d / "scontrol").write_text("#!/bin/sh\necho 'scontrol: command not found in the image' >&2\nexit 127\n")
     for f in d.iterdir():
         f.chmod(0o755)
     return d
