@@ -25,6 +25,11 @@ _tvshim.install()
 
 import support  # noqa: E402
 
+# no SLURM in any Snakemake of the suite (subprocess, job or in-process parser): the SLURM plugin asks
+# `scontrol show config` (10 s of retries where SLURM's client is installed and no controller runs);
+# tests/test_slurm.py, which talks to a real one, runs its commands on support.real_path()
+os.environ["PATH"] = support.no_slurm_path()
+
 
 @pytest.fixture(scope="session")
 def tiny_clip(tmp_path_factory) -> Path:
@@ -55,9 +60,32 @@ def fake(monkeypatch):
 def numba_cache(request, tmp_path_factory) -> Path:
     """ranx's numba JIT cache (compiling costs ~40 s here): kept across test sessions in the pytest
     cache (.pytest_cache/d/numba), as real runs keep it per user (~/.cache/benchmaker/numba,
-    docs/evaluate.md); a fresh folder per session under ``-p no:cacheprovider``."""
+    docs/evaluate.md); a fresh folder per session under ``-p no:cacheprovider``. A fresh folder (a
+    clean clone in CI) starts as a copy of the per-user cache that `make`'s set-up compiled (step 5,
+    benchmaker.evaluate.warm): the same installation's functions, so nothing is compiled again."""
     cache = getattr(request.config, "cache", None)
-    return cache.mkdir("numba") if cache is not None else tmp_path_factory.mktemp("numba")
+    folder = cache.mkdir("numba") if cache is not None else tmp_path_factory.mktemp("numba")
+    _seed_numba_cache(folder)
+    return folder
+
+
+def _seed_numba_cache(folder: Path) -> None:
+    """Copy the per-user numba cache's entries into an empty ``folder``: each entry folder copied
+    aside, then renamed into place (a worker reading the cache never sees half a copy)."""
+    import shutil
+
+    from benchmaker.evaluate.warm import default_cache_dir
+
+    seed = default_cache_dir()
+    if any(folder.iterdir()) or not seed.is_dir() or seed.resolve() == folder.resolve():
+        return
+    for entry in sorted(p for p in seed.iterdir() if p.is_dir()):
+        aside = folder.parent / f".{folder.name}-{os.getpid()}-{entry.name}"
+        shutil.copytree(entry, aside)
+        try:
+            aside.rename(folder / entry.name)
+        except OSError:  # another worker put it there first
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 @pytest.fixture()
@@ -89,6 +117,10 @@ def pytest_runtest_makereport(item, call):
 #     is then built once, on one worker, and the tests that read it in order stay together;
 #   * it must not run beside another test of its group (SERIAL_GROUPS: what they share);
 #   * it is marked `slurm` (the real SLURM cluster tests/test_slurm.py starts on localhost).
+# Longest first: a worker that asks for work gets the heaviest unit left (a `slow` or `slurm` test
+# weighs SLOW_WEIGHT, any other 1; a group the sum of its tests), so the workflow runs start early
+# and the many sub-second tests fill the end: both workers finish within seconds of each other
+# instead of one running a long test alone at the end.
 # The groups reach the scheduler through GroupScheduling below, not through pytest-xdist's own
 # loadgroup: with pytest >= 9.2 that one silently ignores every group (pytest-xdist#1386: it renames
 # the test's node id, which pytest 9.2 no longer reads), and tests/test_parallel_groups.py checks that
@@ -104,6 +136,13 @@ SERIAL_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
                      ("test_export_publish.py", "builds")),  # every test using the `builds` fixture
 }
 GROUPS_DIR = "benchmaker_xdist_groups"  # the workerinput key: where workers write their groups
+SLOW_WEIGHT = 30  # a workflow run (`slow`, `slurm`): tens of seconds, where most tests take under one
+
+
+def weight_of(item) -> int:
+    """How long a test is expected to take, in units of a unit test (see above)."""
+    slow = item.get_closest_marker("slow") is not None or item.get_closest_marker("slurm") is not None
+    return SLOW_WEIGHT if slow else 1
 
 
 def xdist_group_of(item) -> str | None:
@@ -132,9 +171,10 @@ def pytest_collection_modifyitems(config, items):
     if not folder:
         return
     groups = {item.nodeid: g for item in items if (g := xdist_group_of(item)) is not None}
+    weights = {item.nodeid: w for item in items if (w := weight_of(item)) != 1}
     out = Path(folder) / f"{config.workerinput['workerid']}.json"
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(groups))
+    tmp.write_text(json.dumps({"groups": groups, "weights": weights}))
     os.replace(tmp, out)
 
 
@@ -149,6 +189,11 @@ def pytest_configure_node(node):
     node.workerinput[GROUPS_DIR] = config._benchmaker_groups_dir
 
 
+def heaviest_unit(workqueue: dict[str, dict[str, bool]], weights: dict[str, int]) -> str:
+    """The scope whose tests weigh most (the first of equals, in queue order)."""
+    return max(workqueue, key=lambda scope: sum(weights.get(nodeid, 1) for nodeid in workqueue[scope]))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") not in ("load", "loadgroup"):  # `-n N` alone means `--dist load`
@@ -156,21 +201,32 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
-        """pytest-xdist's loadscope scheduler with our groups as scopes (largest first); every
-        other test is its own scope, so it goes to whichever worker is free."""
+        """pytest-xdist's loadscope scheduler with our groups as scopes, the heaviest unit first;
+        every other test is its own scope, so it goes to whichever worker is free."""
 
         groups: dict[str, str] | None = None
+        weights: dict[str, int] = {}
 
-        def _split_scope(self, nodeid: str) -> str:
+        def _read_groups(self) -> None:
             if self.groups is None:  # all workers have collected (and written) by now
-                self.groups = {}
+                self.groups, self.weights = {}, {}
                 written = sorted(Path(config._benchmaker_groups_dir).glob("*.json"))
                 if not written:
                     raise RuntimeError("no xdist worker wrote its test groups (tests/conftest.py)")
                 for f in written:
-                    self.groups.update(json.loads(f.read_text()))
+                    got = json.loads(f.read_text())
+                    self.groups.update(got["groups"])
+                    self.weights.update(got["weights"])
+
+        def _split_scope(self, nodeid: str) -> str:
+            self._read_groups()
             group = self.groups.get(nodeid)
             return f"group:{group}" if group is not None else nodeid
+
+        def _assign_work_unit(self, node) -> None:
+            self._read_groups()
+            self.workqueue.move_to_end(heaviest_unit(self.workqueue, self.weights), last=False)
+            super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)
 

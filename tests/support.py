@@ -153,6 +153,7 @@ def write_config(path: Path, cfg: dict) -> Path:
 
 
 _NO_SLURM_BIN: Path | None = None
+NO_SLURM_PREFIX = "noslurm-"
 
 
 def _no_slurm_bin() -> Path:
@@ -167,7 +168,7 @@ def _no_slurm_bin() -> Path:
     if _NO_SLURM_BIN is None:
         import tempfile
 
-        d = Path(tempfile.mkdtemp(prefix="noslurm-"))
+        d = Path(tempfile.mkdtemp(prefix=NO_SLURM_PREFIX))
         (d / "scontrol").write_text("#!/bin/sh\necho 'no SLURM controller in local tests' >&2\nexit 1\n")
         (d / "scontrol").chmod(0o755)
         _NO_SLURM_BIN = d
@@ -175,9 +176,22 @@ def _no_slurm_bin() -> Path:
 
 
 def no_slurm_path(path: str | None = None) -> str:
-    """PATH with the failing `scontrol` stand-in first (see _no_slurm_bin)."""
+    """PATH with the failing `scontrol` stand-in first (see _no_slurm_bin); tests/conftest.py sets it
+    for the whole test session."""
     path = os.environ.get("PATH", "") if path is None else path
-    return str(_no_slurm_bin()) + os.pathsep + path
+    return os.pathsep.join([str(_no_slurm_bin()), *real_path(path).split(os.pathsep)])
+
+
+def real_path(path: str | None = None) -> str:
+    """PATH without any `scontrol` stand-in (this process's, or the one an xdist worker inherited from
+    the controller's conftest): for the tests that talk to a real SLURM (tests/test_slurm.py)."""
+    path = os.environ.get("PATH", "") if path is None else path
+    return os.pathsep.join(p for p in path.split(os.pathsep) if not _is_stand_in(p))
+
+
+def _is_stand_in(entry: str) -> bool:
+    d = Path(entry)
+    return d.name.startswith(NO_SLURM_PREFIX) and (d / "scontrol").is_file()
 
 
 def snakemake(args: list[str], workdir: Path, config: Path, env: dict | None = None,

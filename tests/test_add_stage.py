@@ -25,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import support
 
 ROOT = support.ROOT
@@ -161,6 +162,7 @@ def _snakemake(root: Path, workdir: Path, config: Path, *args: str) -> subproces
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_new_stage_takes_four_places(tmp_path, tiny_cfg):
     root = tmp_path / "checkout"
     for part in ("Snakefile", "rules", "scripts", "config", "src", "envs", "profiles", "docs/architecture.md"):

@@ -20,7 +20,9 @@ job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/supp
 
 
 def _cfg(tmp, tiny_corpus, tiny_clip, **audit):
-    return support.tiny_config(tmp, tiny_corpus, tiny_clip, audit={"sample_size": 12, "bootstrap": 50, **audit})
+    # one shard: the audit reads the merged pairs, whatever the shards
+    return support.tiny_config(tmp, tiny_corpus, tiny_clip, n_shards=1,
+                               audit={"sample_size": 12, "bootstrap": 50, **audit})
 
 
 def _with_systems(cfg: dict, tiny_clip) -> dict:

@@ -153,7 +153,7 @@ def test_workflow_with_missing_image_root_is_a_clear_error(tmp_path, tiny_cfg):
 
 
 # -- end to end -------------------------------------------------------------------------------------------
-N_SHARDS = 4
+N_SHARDS = 3  # each step below reruns some shards and leaves another as it was (1: shard 2; 2: shards 0, 1)
 
 
 def _stats(out: str) -> dict[str, int]:

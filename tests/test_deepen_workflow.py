@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pytest
 import support
 from test_workflow import job_stats
 
@@ -38,7 +39,9 @@ def test_off_by_default_and_one_job_per_system_plus_merge(tmp_path, tiny_cfg, ti
     assert r.returncode != 0 and "deepen.systems[0]" in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_deepen_offline_end_to_end(tmp_path, tiny_cfg, tiny_clip):
+    tiny_cfg["n_shards"] = 1  # deepening reads the merged benchmark, whatever the shards
     cfg = _cfg(tmp_path, tiny_cfg, tiny_clip, enabled=True, k=5)
     r = support.snakemake(["-c2"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -98,6 +101,7 @@ def test_example_overlay_dry_run_from_repo_root():
     assert stats["deepen_system"] == 2 and stats["deepen"] == 1 and stats["summary"] == 1
 
 
+@pytest.mark.slow
 def test_workflow_openai_judge_through_the_fake_pays_each_new_pair_once(tmp_path, tiny_corpus, tiny_clip):
     """The workflow with the openai judge (sync) against the strict fake server: the deepen requests
     hold only pairs no judge labelled, each new pair once; forcing the deepen jobs again sends nothing."""
@@ -109,7 +113,8 @@ def test_workflow_openai_judge_through_the_fake_pays_each_new_pair_once(tmp_path
     try:
         llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync",
                "concurrency": 2}
-        cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, judge={"adapter": "openai", "openai": llm},
+        cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, n_shards=1,  # deepening: after the merge
+                                  judge={"adapter": "openai", "openai": llm},
                                   evaluate={"depth": 20, "systems": [{"name": "bm25", "kind": "bm25"},
                                                                      {"name": "bm25b", "kind": "bm25", "k1": 0.5,
                                                                       "fields": ["summary"]}]},

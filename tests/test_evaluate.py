@@ -140,6 +140,7 @@ def test_check_systems_names_the_key():
         validate_config(cfg)
 
 
+@pytest.mark.slow
 def test_systems_metrics_equal_ranx_and_drilldowns(bench, tiny_clip, monkeypatch):
     from ranx import Qrels, Run, evaluate
 

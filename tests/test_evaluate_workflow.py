@@ -93,6 +93,7 @@ def test_bad_system_names_the_key(tmp_path, tiny_cfg):
 def test_evaluate_target_end_to_end(tmp_path, tiny_cfg, tiny_clip):
     ext = tmp_path / "ext.trec"
     ext.write_text("")  # replaced below once the query ids are known
+    tiny_cfg["n_shards"] = 1  # the systems rank the merged benchmark (shard inputs: the dry-run test above)
     tiny_cfg["evaluate"] = {"systems": _systems(tiny_clip, ext), "k": [5], "report": False}
     cfg = support.write_config(tmp_path / "c.yaml", tiny_cfg)
     res = Path(tiny_cfg["paths"]["results"]) / tiny_cfg["benchmark"]["name"]

@@ -182,8 +182,10 @@ def _build(base: Path, numba: Path) -> Path:
     systems = [{"name": "tiny-clip", "kind": "clip", "model": f"local-dir:{clip}", "device": "cpu",
                 "num_workers": 0}, {"name": "bm25", "kind": "bm25"},
                {"name": "fused", "kind": "hybrid", "systems": ["tiny-clip", "bm25"]}]
-    # deepening on: its published files (deepen/, summary/deepen/) are held to the same bytes
-    cfg = support.tiny_config(base, corpus, clip, evaluate={"systems": systems}, deepen={"enabled": True, "k": 5})
+    # deepening on: its published files (deepen/, summary/deepen/) are held to the same bytes; one shard
+    # (what differs between the two builds is their folder, not the sharding)
+    cfg = support.tiny_config(base, corpus, clip, n_shards=1, evaluate={"systems": systems},
+                              deepen={"enabled": True, "k": 5})
     path = support.write_config(base / "config.yaml", cfg)
     home = base / f"home-{USER}"
     home.mkdir()

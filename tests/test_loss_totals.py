@@ -33,7 +33,7 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
            "concurrency": 1, "max_attempts": 2}
     rerankers = ("rr-a", "rr-b")      # the same model: their cost rows (stage "evaluate") would merge
     cfg = support.tiny_config(
-        tmp_path, tiny_corpus, tiny_clip,
+        tmp_path, tiny_corpus, tiny_clip, n_shards=1,  # one shard: the totals are not about sharding
         evaluate={"report": False,
                   "systems": [{"name": "bm25", "kind": "bm25"},
                               {"name": "ext", "kind": "trec_run", "path": str(ext), "scope": "pool"},

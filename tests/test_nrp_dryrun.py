@@ -394,13 +394,16 @@ def test_absolute_results_path_is_refused(s3_server, checkout, tmp_path, tiny_co
 def _pod_bin(tmp: Path) -> Path:
     """What the image provides on PATH: `python` (with snakemake, torch, the S3 plugin) and a `pip`
     whose `install --target .snakemake/pip-deployments snakemake-storage-plugin-s3` is recorded
-    (the image has the plugin already; nothing is downloaded in tests)."""
+    (the image has the plugin already; nothing is downloaded in tests). The image has no SLURM
+    client: an `scontrol` that fails at once stands in for the missing one (this host's, where
+    tests/test_slurm.py installed it, retries 10 s per pod's Snakemake with no controller running)."""
     d = tmp / "podbin"
     d.mkdir()
     (d / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
     (d / "pip").write_text("#!/bin/sh\necho \"$@\" >> \"$POD_PIP_LOG\"\n"
                            "case \"$*\" in *snakemake-storage-plugin-s3*) exit 0;; esac\n"
                            "echo 'unexpected pip call' >&2; exit 1\n")
+    (d / "scontrol").write_text("#!/bin/sh\necho 'scontrol: command not found in the image' >&2\nexit 127\n")
     for f in d.iterdir():
         f.chmod(0o755)
     return d
@@ -449,7 +452,10 @@ def test_readme_run_on_fake_kubernetes(s3_server, checkout, tmp_path, tiny_corpu
     env = _env(checkout, s3_server["url"], KUBECONFIG=str(kubeconfig),
                BENCHMAKER_K8S_PVC=f"{PVC}:{corpus}", BENCHMAKER_K8S_JOBS="4")
     t0 = time.monotonic()
-    res = _snakemake(checkout, config, env, "--retries", "0", "--latency-wait", "2", timeout=1500)
+    # the plugin asks for each Job's status every second instead of every 10 s: a finished pod's
+    # dependants start at once (the chain of rules is a dozen Jobs long)
+    res = _snakemake(checkout, config, env, "--retries", "0", "--latency-wait", "2",
+                     "--seconds-between-status-checks", "1", timeout=1500)
     wall = time.monotonic() - t0
     out = res.stdout + res.stderr
     failed = {n: st["log"][-3000:] for n, st in fk.state.items() if st["exit"] not in (0, None)}

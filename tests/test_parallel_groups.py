@@ -61,16 +61,27 @@ def test_group_rules():
                                          {"tiny_clip": "session"})) is None
     assert conftest.xdist_group_of(_Item("test_x.py", "test_b", ["full_run"], {"full_run": "module"})) == "test_x.py"
     assert conftest.xdist_group_of(_Item("test_x.py", "test_c", slurm=True)) == "slurm"
+    assert conftest.weight_of(_Item("test_x.py", "test_c", slurm=True)) == conftest.SLOW_WEIGHT
+    assert conftest.weight_of(_Item("test_x.py", "test_a")) == 1
     dry_run = _Item("test_example.py", "test_example_dry_run_from_repo_root")
     assert conftest.xdist_group_of(dry_run) == "checkout-workdir"
     assert conftest.xdist_group_of(_Item("test_export_publish.py", "test_y", ["builds"],
                                          {"builds": "module"})) == "pytest-cache"
 
 
+def test_heaviest_unit_first_ties_in_queue_order():
+    queue = {"a.py::t": {"a.py::t": False}, "group:g": {"g.py::x": False, "g.py::y": False},
+             "s.py::slow": {"s.py::slow": False}, "h.py::u": {"h.py::u": False}}
+    assert conftest.heaviest_unit(queue, {"s.py::slow": conftest.SLOW_WEIGHT}) == "s.py::slow"
+    assert conftest.heaviest_unit(queue, {}) == "group:g"
+    assert conftest.heaviest_unit({k: queue[k] for k in ("h.py::u", "a.py::t")}, {}) == "h.py::u"
+
+
 def test_groups_hold_under_xdist(tmp_path):
     """A real `pytest -n 2 --dist loadgroup` with this conftest's hooks: the users of a module-scoped
     fixture all run on one worker (the fixture is built once), while the other tests spread over
-    both workers. (pytest-xdist's own loadgroup fails the first half on pytest >= 9.2.)"""
+    both workers; the slow tests, written last, start first. (pytest-xdist's own loadgroup fails
+    the first half on pytest >= 9.2.)"""
     (tmp_path / "conftest.py").write_text(
         "import importlib.util, sys\n"
         f"sys.path.insert(0, {str(TESTS)!r})\n"
@@ -79,7 +90,7 @@ def test_groups_hold_under_xdist(tmp_path):
         "for name in ('pytest_collection_modifyitems', 'pytest_configure_node', "
         "'pytest_xdist_make_scheduler', 'pytest_unconfigure'):\n"
         "    globals()[name] = getattr(mod, name)\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: a workflow run\n")
     log = tmp_path / "ran.txt"
     (tmp_path / "test_g.py").write_text(
         "import os, time, pytest\n\n"
@@ -99,6 +110,11 @@ def test_groups_hold_under_xdist(tmp_path):
         "@pytest.mark.parametrize('i', range(8))\n"
         "def test_free(i):\n"
         "    _log('free')\n"
+        "    time.sleep(0.3)\n\n"
+        "@pytest.mark.slow\n"
+        "@pytest.mark.parametrize('i', range(2))\n"
+        "def test_slow(i):\n"
+        "    _log('slow')\n"
         "    time.sleep(0.3)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CI"))}
     r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q", "-p",
@@ -106,6 +122,8 @@ def test_groups_hold_under_xdist(tmp_path):
                        env=env, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ran = [line.split() for line in log.read_text().splitlines()]
-    assert len(ran) == 12
+    assert len(ran) == 14
     assert len({w for kind, w in ran if kind == "shared"}) == 1, ran
     assert {w for _, w in ran} == {"gw0", "gw1"}, ran
+    # each worker's first test was a slow one
+    assert [next(kind for kind, w in ran if w == worker) for worker in ("gw0", "gw1")] == ["slow", "slow"], ran

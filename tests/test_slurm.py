@@ -56,7 +56,7 @@ START_TIMEOUT = 1200  # the script's apt budget (600 s) + five daemons at <= 60 
 def _script(action: str, timeout: float) -> tuple[int, str, str]:
     """Run slurm-local.sh in its own session; on timeout kill the whole session (apt included)."""
     proc = subprocess.Popen(["bash", str(SCRIPT), action], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, env={**os.environ, "PATH": support.real_path()})
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -113,6 +113,7 @@ def slurm_cluster():
 def _command(workdir: Path, config: Path, extra: list[str], env: dict) -> tuple[list[str], dict]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("BENCHMAKER_SLURM_")}
     e.update(HF_HUB_OFFLINE="1", BENCHMAKER_SLURM_ACCOUNT="root", BENCHMAKER_SLURM_JOBS="6", **env)
+    e["PATH"] = support.real_path(e.get("PATH"))  # the real scontrol (tests/conftest.py hides it)
     e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "-d", str(workdir),
            "--configfile", str(config),
