@@ -294,8 +294,8 @@ class ClipModel:
 
     @property
     def tokenizer(self) -> Callable:
-        """open_clip's tokenizer, built on first use: a job that encodes no text (``embed_images``,
-        ``decode_images``) never reads the BPE vocabulary (0.2-0.8 s of CPU)."""
+        """open_clip's tokenizer, built on first use: a job that encodes no text (``embed_images``)
+        never reads the BPE vocabulary (0.2-0.8 s of CPU)."""
         with self._lock:
             if self._tokenizer is None:
                 self._tokenizer = self.make_tokenizer()
@@ -485,16 +485,20 @@ def load_clip(model: str, pretrained: str | None = None, *, device: str | None =
 
 def _prefetch_checkpoint_digest(model: str, pretrained: str | None) -> None:
     """Start hashing the checkpoint file the model identity will name (a ``pretrained`` file, or the
-    single weights file of a ``local-dir:`` folder), so that it runs beside the imports and the build."""
-    if model.startswith(_HF_HUB):
-        return
-    if model.startswith(_LOCAL_DIR):
-        folder = Path(model[len(_LOCAL_DIR):]).expanduser()
-        found = [f for pat in ("*.safetensors", "*.bin", "*.pth") for f in folder.glob(pat)] if folder.is_dir() else []
-        if len(found) == 1:  # several: open_clip's choice decides which one is hashed (_local_dir_weights)
-            prefetch_digest(found[0])
-    elif pretrained and Path(pretrained).expanduser().is_file():
-        prefetch_digest(Path(pretrained).expanduser())
+    single weights file of a ``local-dir:`` folder), so that it runs beside the imports and the build.
+    Never raises: a missing or unreadable file is reported by the load itself."""
+    try:
+        if model.startswith(_HF_HUB):
+            return
+        if model.startswith(_LOCAL_DIR):
+            folder = Path(model[len(_LOCAL_DIR):]).expanduser()
+            found = [f for pat in ("*.safetensors", "*.bin", "*.pth") for f in folder.glob(pat)]
+            if len(found) == 1:  # several: open_clip's choice decides which one is hashed (_local_dir_weights)
+                prefetch_digest(found[0])
+        elif pretrained and Path(pretrained).expanduser().is_file():
+            prefetch_digest(Path(pretrained).expanduser())
+    except (OSError, ValueError):
+        pass
 
 
 def _resolve(oc, model: str, pretrained: str | None, seed: int) -> tuple[str, Callable[[], str], str, str | None]:
