@@ -642,3 +642,45 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def test_a_checkpoint_is_loaded_without_random_init_into_open_clips_weights(tmp_path, tiny_clip):
+    """A model with a checkpoint is built without the random initialisation the checkpoint overwrites
+    and takes the checkpoint's tensors in place (similarity.model._checkpoint_only): every weight is
+    open_clip's own load's, bit for bit; a fp16 checkpoint is still copied into the fp32 model; the
+    initialisers are restored; the tokenizer is built on first use only, with the context length given."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from benchmaker import _tvshim
+    from benchmaker.similarity import model as m
+    from benchmaker.tinyclip import TINY_CLIP_CFG
+
+    _tvshim.install()
+    import open_clip
+
+    inits, load_checkpoint = dict(vars(torch.nn.init)), open_clip.factory.load_checkpoint
+    clip = load_clip(f"local-dir:{tiny_clip}", None, device="cpu", reuse=False)
+    assert dict(vars(torch.nn.init)) == inits and open_clip.factory.load_checkpoint is load_checkpoint
+    ref = open_clip.create_model(f"local-dir:{tiny_clip}")
+    mine, theirs = clip.model.state_dict(), ref.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(mine[k].dtype == theirs[k].dtype and torch.equal(mine[k], theirs[k]) for k in mine)
+    assert clip._tokenizer is None and clip.context_length == 77
+    assert clip.tokenizer.context_length == clip.context_length and clip._tokenizer is not None
+
+    cfg_dir = tmp_path / "arch"
+    cfg_dir.mkdir()
+    (cfg_dir / "bm-tiny-half.json").write_text(json.dumps(TINY_CLIP_CFG))
+    open_clip.add_model_config(cfg_dir)
+    half = tmp_path / "half.safetensors"
+    save_file({k: v.half() for k, v in load_file(str(tiny_clip / "open_clip_model.safetensors")).items()}, str(half))
+    m.prefetch_digest(half)  # hashed in the background; the identity waits for that one computation
+    by_half = load_clip("bm-tiny-half", str(half), device="cpu", reuse=False)
+    assert by_half.weights == f"file:sha256:{hashlib.sha256(half.read_bytes()).hexdigest()[:16]}"
+    ref = open_clip.create_model("bm-tiny-half", pretrained=str(half))
+    mine, theirs = by_half.model.state_dict(), ref.state_dict()
+    assert all(v.dtype == torch.float32 for v in mine.values())
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
