@@ -18,8 +18,9 @@ computed on the completed labels:
   prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
   for each label level with the rest of the query imputed, gives its residual (people's label minus the
   cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
-* **Imputation and interval.** Each replicate resamples the audited pairs with replacement within their
-  audit strata (Efron's bootstrap, stratified: the correction's design variance), draws the cells'
+* **Imputation and interval.** Each replicate reweights the audited pairs by a Rao & Wu (JASA 1988) rescaled
+  bootstrap within their audit strata (the correction's design variance under stratified sampling without
+  replacement, finite-population correction included), draws the cells'
   distributions from their posterior, draws a label for every unaudited pair from its cell's distribution
   (the audited pairs keep their people's labels), and computes the metric plus the correction over the
   evaluated queries — proper multiple imputation (Rubin 1987; cf. the approximate Bayesian bootstrap of
