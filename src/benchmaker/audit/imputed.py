@@ -188,14 +188,19 @@ def _influence(pools: _Pools, cell_all: np.ndarray, levels: np.ndarray, p_full: 
     q, j = pools.a_pos[:, 0], pools.a_pos[:, 1]
     n, P, L = len(q), pools.P, len(levels)
     cum = np.cumsum(p_full, axis=1)[:, :-1][cell_all[q]]  # [n, P, L-1]
-    lab = levels[(rng.random((d, n, P))[..., None] >= cum[None]).sum(axis=3)]
-    lab = np.where(free[q][None], lab, fixed[q][None])
-    lab = np.broadcast_to(lab, (L, d, n, P)).copy()
-    lab[:, :, np.arange(n), j] = levels[:, None, None]
-    shape = (L * d * n, 1, P)
-    vals = metric_values(lab.reshape(shape), np.broadcast_to(order[q], (L, d, n, P)).reshape(shape),
-                         np.broadcast_to(ranked[q], (L, d, n, P)).reshape(shape), metric[0], metric[1])
-    return vals.reshape(L, d, n).mean(axis=1).T
+    total = np.zeros((L, n))
+    step = max(1, _BLOCK_CELLS // max(1, L * n * P))  # draws per block (the same random stream as one block)
+    for d0 in range(0, d, step):
+        dd = min(step, d - d0)
+        lab = levels[(rng.random((dd, n, P))[..., None] >= cum[None]).sum(axis=3)]
+        lab = np.where(free[q][None], lab, fixed[q][None])
+        lab = np.broadcast_to(lab, (L, dd, n, P)).copy()
+        lab[:, :, np.arange(n), j] = levels[:, None, None]
+        shape = (L * dd * n, 1, P)
+        vals = metric_values(lab.reshape(shape), np.broadcast_to(order[q], (L, dd, n, P)).reshape(shape),
+                             np.broadcast_to(ranked[q], (L, dd, n, P)).reshape(shape), metric[0], metric[1])
+        total += vals.reshape(L, dd, n).sum(axis=1)
+    return (total / d).T
 
 
 def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, use_judge: bool,
