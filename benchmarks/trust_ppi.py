@@ -115,10 +115,12 @@ def main() -> None:
         res = corrected_scores(qrels.drop("human"), one_audit(rng, qrels, a.sample), runs, ks=[10], confidence=0.95,
                                draws=a.draws, seed=int(rng.integers(2**31)))
         for metric in ("ndcg@10", "map", "mrr", "precision@10", "dcg@10"):
-            st = stats.setdefault(metric, {k: [] for k in ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j", "err")})
+            keys = ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j", "err", "sys")
+            st = stats.setdefault(metric, {k: [] for k in keys})
             rows = [r for r in res["rows"] if r["metric"] == metric]
             for r in rows:
                 t = true[(r["system"], metric)]
+                st["sys"].append(r["system"])
                 st["cov"].append(r["corrected_lo"] <= t <= r["corrected_hi"])
                 st["err"].append(r["corrected"] - t)
                 st["cov_h"].append(r["human_only_lo"] <= t <= r["human_only_hi"])
@@ -139,6 +141,15 @@ def _report(stats, a, n_done: int, seconds: float) -> None:
               f"mean width corrected {np.mean(st['w']):.4f}, people-only {np.mean(st['w_h']):.4f}; "
               f"true ranking recovered: corrected {np.mean(st['rank_c']):.3f}, judge {np.mean(st['rank_j']):.3f}; "
               f"bias {np.mean(st['err']):+.4f}, rmse {np.sqrt(np.mean(np.square(st['err']))):.4f}", flush=True)
+        # diagnosis per system: bias, the error's spread and the mean reported half-width over 1.96 of it (1 = the
+        # intervals are as wide as a normal 95 % interval of the actual error needs)
+        parts = []
+        for s in SYSTEMS:
+            on = np.asarray(st["sys"]) == s
+            e, w = np.asarray(st["err"])[on], np.asarray(st["w"])[on]
+            parts.append(f"{s}: coverage {np.mean(np.asarray(st['cov'])[on]):.3f}, bias {e.mean():+.4f}, "
+                         f"sd {e.std():.4f}, half-width / (1.96 sd) {w.mean() / 2 / (1.96 * e.std()):.2f}")
+        print(f"  {metric} by system: " + "; ".join(parts), flush=True)
 
 
 if __name__ == "__main__":

@@ -172,3 +172,21 @@ def test_imputed_ndcg_map_mrr_census_and_sample():
     rows = imputed_rows(qrels, half, runs, ["q1", "q2"], ks=[2], confidence=0.95, draws=50, seed=3)
     assert rows == imputed_rows(qrels, half, runs, ["q1", "q2"], ks=[2], confidence=0.95, draws=50, seed=3)
     assert all(r["corrected_lo"] <= r["corrected_hi"] and 0 <= r["corrected"] <= 1 for r in rows)
+
+
+def test_imputed_replicate_weights_give_the_stratified_design_variance():
+    """The design correction's replicates (Rao & Wu 1988): mean weight = the design weight, and the replicate
+    variance of a weighted total = the stratified without-replacement variance, Σ N_h² (1 - f_h) s_h² / n_h."""
+    from types import SimpleNamespace
+
+    from benchmaker.audit.imputed import _replicate_weights
+
+    rng = np.random.default_rng(0)
+    strata = np.asarray(["a"] * 10 + ["b"] * 20 + ["c"], dtype=object)
+    weight = np.asarray([8.0] * 10 + [3.0] * 20 + [5.0])  # N_h = 80, 60, 5; a lone pair keeps its weight
+    y = rng.normal(size=31)
+    w = _replicate_weights(SimpleNamespace(strata=strata, weight=weight), 20000, rng)
+    assert np.allclose(w.mean(axis=0), weight, rtol=0.03) and np.all(w > 0) and np.all(w[:, 30] == 5.0)
+    want = sum((n * wt) ** 2 * (1 - 1 / wt) * y[s].var(ddof=1) / n
+               for s, n, wt in ((slice(0, 10), 10, 8.0), (slice(10, 30), 20, 3.0)))
+    assert (w @ y).var() == pytest.approx(want, rel=0.05)

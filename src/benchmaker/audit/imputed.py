@@ -18,8 +18,9 @@ computed on the completed labels:
   prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
   for each label level with the rest of the query imputed, gives its residual (people's label minus the
   cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
-* **Imputation and interval.** Each replicate resamples the audited pairs with replacement within their
-  audit strata (Efron's bootstrap, stratified: the correction's design variance), draws the cells'
+* **Imputation and interval.** Each replicate reweights the audited pairs by a Rao & Wu (JASA 1988) rescaled
+  bootstrap within their audit strata (the correction's design variance under stratified sampling without
+  replacement, finite-population correction included), draws the cells'
   distributions from their posterior, draws a label for every unaudited pair from its cell's distribution
   (the audited pairs keep their people's labels), and computes the metric plus the correction over the
   evaluated queries — proper multiple imputation (Rubin 1987; cf. the approximate Bayesian bootstrap of
@@ -54,6 +55,7 @@ def rank_buckets(rank: np.ndarray) -> np.ndarray:
     """The bucket of each pair's rank (0 = unranked -> the last bucket)."""
     b = np.searchsorted(np.asarray(BUCKETS), rank, side="right") - 1
     return np.where(rank > 0, b, len(BUCKETS) - 1)
+INFLUENCE_DRAWS = 100  # imputations of a query's other pairs behind each audited pair's influence
 _BLOCK_CELLS = 1_000_000  # replicates x pairs per vectorised block
 
 
@@ -146,14 +148,21 @@ class _Pools:
 
 
 def _replicate_weights(pools: _Pools, B: int, rng: np.random.Generator) -> np.ndarray:
-    """[B, n] design weight x multiplicity of each audited pair in a with-replacement resample within strata."""
-    w = np.zeros((B, len(pools.strata)))
+    """[B, n] Rao & Wu (JASA 1988) rescaled bootstrap weights of the audited pairs: per stratum n_h - 1 draws
+    with replacement, rescaled by sqrt(1 - f_h) (f_h = n_h / N_h), so that the replicates' variance of a
+    weighted total is the design variance of stratified sampling without replacement. A stratum of one
+    audited pair keeps its weight (it has no variance estimate)."""
+    out = np.tile(pools.weight, (B, 1))
     for h in np.unique(pools.strata):
         idx = np.flatnonzero(pools.strata == h)
-        draw = idx[rng.integers(0, len(idx), size=(B, len(idx)))]
-        for b in range(B):
-            w[b] += np.bincount(draw[b], minlength=len(pools.strata))
-    return w * pools.weight
+        n = len(idx)
+        if n < 2:
+            continue
+        lam = np.sqrt(max(0.0, 1.0 - 1.0 / pools.weight[idx[0]]))
+        mult = np.zeros((B, n))
+        np.add.at(mult, (np.arange(B)[:, None], rng.integers(0, n, size=(B, n - 1))), 1.0)
+        out[:, idx] = pools.weight[idx] * (1.0 - lam + lam * n / (n - 1) * mult)
+    return out
 
 
 def _posterior(args: tuple, weight: np.ndarray, counts: np.ndarray, nb: int, n_coarse: int, n_lab: int, B: int,
@@ -173,20 +182,25 @@ def _posterior(args: tuple, weight: np.ndarray, counts: np.ndarray, nb: int, n_c
 
 def _influence(pools: _Pools, cell_all: np.ndarray, levels: np.ndarray, p_full: np.ndarray, fixed: np.ndarray,
                free: np.ndarray, order: np.ndarray, ranked: np.ndarray, metric: tuple[str, int],
-               rng: np.random.Generator, d: int = 20) -> np.ndarray:
+               rng: np.random.Generator, d: int = INFLUENCE_DRAWS) -> np.ndarray:
     """[n, L]: each audited pair's query's metric with that pair's label set to each level, the query's other
     unaudited pairs imputed from ``p_full`` (mean over ``d`` draws)."""
     q, j = pools.a_pos[:, 0], pools.a_pos[:, 1]
     n, P, L = len(q), pools.P, len(levels)
     cum = np.cumsum(p_full, axis=1)[:, :-1][cell_all[q]]  # [n, P, L-1]
-    lab = levels[(rng.random((d, n, P))[..., None] >= cum[None]).sum(axis=3)]
-    lab = np.where(free[q][None], lab, fixed[q][None])
-    lab = np.broadcast_to(lab, (L, d, n, P)).copy()
-    lab[:, :, np.arange(n), j] = levels[:, None, None]
-    shape = (L * d * n, 1, P)
-    vals = metric_values(lab.reshape(shape), np.broadcast_to(order[q], (L, d, n, P)).reshape(shape),
-                         np.broadcast_to(ranked[q], (L, d, n, P)).reshape(shape), metric[0], metric[1])
-    return vals.reshape(L, d, n).mean(axis=1).T
+    total = np.zeros((L, n))
+    step = max(1, _BLOCK_CELLS // max(1, L * n * P))  # draws per block (the same random stream as one block)
+    for d0 in range(0, d, step):
+        dd = min(step, d - d0)
+        lab = levels[(rng.random((dd, n, P))[..., None] >= cum[None]).sum(axis=3)]
+        lab = np.where(free[q][None], lab, fixed[q][None])
+        lab = np.broadcast_to(lab, (L, dd, n, P)).copy()
+        lab[:, :, np.arange(n), j] = levels[:, None, None]
+        shape = (L * dd * n, 1, P)
+        vals = metric_values(lab.reshape(shape), np.broadcast_to(order[q], (L, dd, n, P)).reshape(shape),
+                             np.broadcast_to(ranked[q], (L, dd, n, P)).reshape(shape), metric[0], metric[1])
+        total += vals.reshape(L, dd, n).sum(axis=1)
+    return (total / d).T
 
 
 def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, use_judge: bool,
@@ -217,7 +231,7 @@ def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, u
         for m in metrics:
             out[m].append(metric_values(lab, order, ranked, m[0], m[1]))
     res = {}
-    unsampled = w * (1.0 - 1.0 / pools.weight)  # [B, n]: each audited pair's share of the unaudited pairs
+    unsampled = w - 1.0  # [B, n]: each audited pair's share of the unaudited pairs (replicate weight - 1)
     for m in metrics:
         e = _influence(pools, cell_all, levels, p_full, fixed, free, order, ranked, m, rng)  # [n, L]
         resid = e[np.arange(len(yidx)), yidx][None] - (probs[:, a_cell, :] * e[None]).sum(axis=2)  # [B, n]
