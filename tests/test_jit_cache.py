@@ -78,3 +78,58 @@ def test_a_copy_at_another_path_loads_what_the_first_compiled(tmp_path):
     assert second["hits"] and set(second["hits"]) <= set(first["hits"]) and all(second["hits"].values())
     assert [p.name for p in cache.iterdir()] == [cache_folder(copies[1] / "benchmaker" / "plan" / "compiled.py",
                                                               cache).name]
+
+
+def _save_both(folder: Path, save) -> None:
+    """Two jobs' numba cache files on one folder save two signatures of one function at once, each
+    pausing after it read the index (up to 1 s for the other to have read it too): numba's own timing
+    of two processes compiling together, made certain with threads."""
+    import threading
+
+    from numba.core.caching import IndexDataCacheFile
+
+    both_read = threading.Barrier(2, timeout=1.0)
+
+    def job(key):
+        f = IndexDataCacheFile(str(folder), "ranx.metric-12.py311", ("stamp", 1))
+        real = f._save_index
+
+        def paused(overloads):
+            try:
+                both_read.wait()
+            except threading.BrokenBarrierError:  # the other job waits for the lock: it reads after us
+                pass
+            real(overloads)
+
+        f._save_index = paused
+        save(f, key, f"code compiled for {key}")
+
+    threads = [threading.Thread(target=job, args=(k,)) for k in ("sig-a", "sig-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+
+def test_two_jobs_saving_at_once_keep_each_signature_its_own_code(tmp_path):
+    """numba's cache index and data files, saved by two jobs at once, keep each signature's own
+    machine code once :func:`benchmaker.jit_cache.lock_cache_files` is installed (the evaluate, deepen
+    and audit jobs of one run share one cache; numba/numba#10128). Without it both take data file 1:
+    one signature is lost or, for a job loading between the writes, bound to the other's code."""
+    from numba.core.caching import IndexDataCacheFile
+
+    from benchmaker.jit_cache import lock_cache_files
+
+    unlocked = getattr(IndexDataCacheFile.save, "__wrapped__", IndexDataCacheFile.save)
+    (tmp_path / "numba").mkdir()
+    _save_both(tmp_path / "numba", unlocked)
+    f = IndexDataCacheFile(str(tmp_path / "numba"), "ranx.metric-12.py311", ("stamp", 1))
+    assert [f.load(k) for k in ("sig-a", "sig-b")].count(None) == 1  # numba alone: the race is real
+
+    lock_cache_files()
+    (tmp_path / "locked").mkdir()
+    _save_both(tmp_path / "locked", IndexDataCacheFile.save)
+    f = IndexDataCacheFile(str(tmp_path / "locked"), "ranx.metric-12.py311", ("stamp", 1))
+    assert [f.load(k) for k in ("sig-a", "sig-b")] == ["code compiled for sig-a", "code compiled for sig-b"]
+    assert sorted(p.name for p in (tmp_path / "locked").glob("*.nbc")) == [
+        "ranx.metric-12.py311.1.nbc", "ranx.metric-12.py311.2.nbc"]
