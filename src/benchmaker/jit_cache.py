@@ -19,15 +19,6 @@ files inside this package; every other function (ranx's) goes to numba's own loc
 numba, or when the user set ``NUMBA_CACHE_LOCATOR_CLASSES``, it does nothing). It must run before the
 module's ``@njit(cache=True)`` decorators, which choose the locator (``plan/compiled.py`` calls it
 first).
-
-:func:`lock_cache_files` makes numba's reads and writes of one cache folder whole operations across
-processes (a lock file in the folder). numba's ``IndexDataCacheFile.save`` reads the folder's index,
-picks the first data file number the index does not use, writes the index, then the data file; two
-jobs saving two signatures of one function at once (the evaluate, deepen and audit jobs of one run
-compiling ranx into one fresh per-user cache, as the pods of a cluster run do) both take number 1,
-and a job that loads between their writes gets the other signature's machine code for its own: ranx
-then scored every pool as unjudged (tests/test_nrp_dryrun.py, the shipped controller Job against a
-local run of the same config). numba's own issue: numba/numba#10128.
 """
 
 from __future__ import annotations
@@ -36,7 +27,7 @@ import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["install", "cache_folder", "lock_cache_files"]  # and ContentCacheLocator (__getattr__: needs numba)
+__all__ = ["install", "cache_folder"]  # and ContentCacheLocator (module __getattr__: it needs numba)
 
 _PACKAGE = Path(__file__).resolve().parent
 # numba's own locators, in numba's order (numba.core.caching._CacheImpl._locator_classes)
@@ -95,11 +86,8 @@ def __getattr__(name: str):
 
 
 def install() -> bool:
-    """Make numba choose :class:`ContentCacheLocator` first; True when it is in use. Installs
-    :func:`lock_cache_files` too."""
+    """Make numba choose :class:`ContentCacheLocator` first; True when it is in use."""
     from numba.core import config
-
-    lock_cache_files()
 
     if not hasattr(config, "CACHE_LOCATOR_CLASSES") or os.environ.get("NUMBA_CACHE_LOCATOR_CLASSES"):
         return False
@@ -107,38 +95,4 @@ def install() -> bool:
     current = config.CACHE_LOCATOR_CLASSES or ",".join(_NUMBA_LOCATORS)
     if ours not in current.split(","):
         config.CACHE_LOCATOR_CLASSES = ",".join([ours, current])
-    return True
-
-
-LOCK_NAME = ".benchmaker-cache.lock"  # in each cache folder numba writes to
-
-
-def lock_cache_files() -> bool:
-    """Make numba's cache index and data file operations atomic across processes (module docstring):
-    ``save`` under an exclusive lock of the folder's :data:`LOCK_NAME`, ``load`` under a shared one.
-    Idempotent; True when it installed the locks now. Must run before the first cached function
-    loads or saves (:func:`install` and ``evaluate.runs.set_numba_cache`` call it)."""
-    import fcntl
-
-    from numba.core.caching import IndexDataCacheFile
-
-    if getattr(IndexDataCacheFile, "_benchmaker_locked", False):
-        return False
-
-    def locked(fn, mode):
-        def wrapper(self, *args):
-            try:
-                fh = open(os.path.join(self._cache_path, LOCK_NAME), "a+b")
-            except OSError:  # a folder numba can read but not write (an image's read-only cache)
-                return fn(self, *args)
-            with fh:
-                fcntl.flock(fh, mode)
-                return fn(self, *args)  # closing the file releases the lock
-
-        wrapper.__wrapped__ = fn
-        return wrapper
-
-    IndexDataCacheFile.save = locked(IndexDataCacheFile.save, fcntl.LOCK_EX)
-    IndexDataCacheFile.load = locked(IndexDataCacheFile.load, fcntl.LOCK_SH)
-    IndexDataCacheFile._benchmaker_locked = True
     return True

@@ -21,7 +21,6 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from ..ids import from_trec_id
-from ..jit_cache import lock_cache_files
 from ..logs import get_logger
 
 __all__ = ["read_run", "compare_rankings", "consensus"]
@@ -38,7 +37,6 @@ def consensus(labels: pl.DataFrame) -> pl.DataFrame:
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     """A TREC run file as {query_id: {image_id: score}} with the ids decoded (``from_trec_id``)."""
-    lock_cache_files()  # ranx's numba cache, shared with the run's other jobs (benchmaker.jit_cache)
     from ranx import Run
 
     path = Path(path)
@@ -64,7 +62,6 @@ def _scores(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[st
             metrics: Sequence[str]) -> dict[str, float | None]:
     """Each metric's mean over *every* query of ``qrels``; a query absent from ``run`` scores 0 (ranx's
     ``make_comparable`` gives it an empty ranking)."""
-    lock_cache_files()
     from ranx import Qrels, Run, evaluate
 
     if not run:  # nothing ranked at all: every query scores 0 (ranx refuses an empty run)

@@ -322,21 +322,11 @@ def set_numba_cache(path: str | None) -> None:
         os.environ["NUMBA_CACHE_DIR"] = str(Path(path).resolve())
     if "ranx" not in sys.modules:
         sys.path[:] = list(dict.fromkeys(os.path.realpath(p) if p else p for p in sys.path))
-    if "ranx" in sys.modules:
-        _ranx_caching()
-    elif not any(isinstance(f, _BeforeRanx) for f in sys.meta_path):
-        sys.meta_path.insert(0, _BeforeRanx())
-
-
-def _ranx_caching() -> None:
-    """Before ranx loads or compiles anything: numba's cache files locked across processes
-    (:func:`benchmaker.jit_cache.lock_cache_files`: the jobs of a run share one cache), and with
-    ``$NUMBA_CACHE_DIR`` the typed containers cached too (:func:`cache_typed_containers`)."""
-    from ..jit_cache import lock_cache_files
-
-    lock_cache_files()
     if os.environ.get("NUMBA_CACHE_DIR"):
-        cache_typed_containers()
+        if "ranx" in sys.modules:
+            cache_typed_containers()
+        elif not any(isinstance(f, _BeforeRanx) for f in sys.meta_path):
+            sys.meta_path.insert(0, _BeforeRanx())
 
 
 def cache_typed_containers() -> int:
@@ -362,11 +352,11 @@ def cache_typed_containers() -> int:
 
 
 class _BeforeRanx:
-    """A ``sys.meta_path`` finder that runs :func:`_ranx_caching` when ranx is first imported (and
-    finds nothing itself), so that stages that never use ranx never import numba."""
+    """A ``sys.meta_path`` finder that runs :func:`cache_typed_containers` when ranx is first
+    imported (and finds nothing itself), so that stages that never use ranx never import numba."""
 
     def find_spec(self, name, path=None, target=None):
         if name == "ranx":
             sys.meta_path.remove(self)
-            _ranx_caching()
+            cache_typed_containers()
         return None
