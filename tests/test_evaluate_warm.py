@@ -57,10 +57,11 @@ TYPED = ("import sys\n"
          "print(len(typeddict._contains.stats.cache_hits), len(typeddict._length.stats.cache_hits))\n")
 
 
-def test_numba_typed_container_helpers_are_cached_once(tmp_path):
-    """ranx builds typed Dicts and Lists from Python; numba's helpers behind ``in``, ``len``, ``append``
-    ... were compiled again by every evaluate process (~6 CPU-s of the example's evaluate job). With
-    set_numba_cache they are filed in the same per-user cache: the second process loads them."""
+def test_typed_containers_stay_uncached(tmp_path):
+    """numba's helpers behind a typed Dict's ``in``, ``len``, ``[]`` (ranx's Qrels and Runs) stay out
+    of the shared cache, as numba leaves them: filed there, the helpers that a hybrid system's job
+    compiled (ranx.fuse) made the evaluate job that loaded them score every pool as unjudged
+    (docs/evaluate.md; the shipped controller Job test compares a cluster run with a local run)."""
     env = {**os.environ, "PYTHONPATH": str(support.ROOT / "src")}
     env.pop("NUMBA_CACHE_DIR", None)
     hits = []
@@ -69,5 +70,5 @@ def test_numba_typed_container_helpers_are_cached_once(tmp_path):
                            env=env, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
         hits.append(r.stdout.split())
-    assert list((tmp_path / "numba").glob("typed_*/typeddict._contains-*.nbi"))
-    assert hits == [["0", "0"], ["1", "1"]]
+    assert not list((tmp_path / "numba").glob("typed_*"))
+    assert hits == [["0", "0"], ["0", "0"]]

@@ -201,6 +201,13 @@ def builds(tmp_path_factory, numba_cache):
     return _build(tmp / "first", numba_cache), _build(tmp / "elsewhere" / "second", numba_cache)
 
 
+def _keys_of(doc) -> set[str]:
+    """Every key of a JSON document, at any depth."""
+    if isinstance(doc, dict):
+        return set(doc) | {k for v in doc.values() for k in _keys_of(v)}
+    return {k for v in doc for k in _keys_of(v)} if isinstance(doc, list) else set()
+
+
 @pytest.mark.slow
 def test_two_builds_same_bytes_but_run_facts(builds):
     a, b = (r / "hf_dataset" for r in builds)
@@ -221,6 +228,17 @@ def test_two_builds_same_bytes_but_run_facts(builds):
         assert "query_latency_ms" not in pl.read_csv(a / f).columns, f
     assert "query_latency_ms" in pl.read_csv(builds[0] / "deepen" / "evaluate" / "leaderboard.csv").columns
     assert set(facts["deepen_evaluate"]) >= set(SYSTEMS) and "timing" in facts["deepen_evaluate"]["tiny-clip"]
+    # no timing in a published table or result file, even where two builds happened to time alike:
+    # none of the names the run facts hold a timing under is a column or a key of a published file
+    timing = {k for part in ("evaluate", "deepen_evaluate") for s in facts[part].values() if isinstance(s, dict)
+              for k in [*s, *(s.get("timing") or {})] if re.search(r"seconds|_ms|_per_s|latency", k)}
+    assert {"seconds", "query_latency_ms", "images_per_s", "index_seconds"} <= timing, sorted(timing)
+    for f in files_a:
+        if f.endswith(".csv") and (a / f).stat().st_size:
+            assert not timing & set(pl.read_csv(a / f, n_rows=0).columns), (f, timing & set(pl.read_csv(a / f).columns))
+        elif f.endswith(".json") and f != "run_facts.json":
+            assert not timing & _keys_of(json.loads((a / f).read_text())), (f, timing & _keys_of(json.loads((a / f)
+                                                                                                  .read_text())))
 
 
 @pytest.mark.slow

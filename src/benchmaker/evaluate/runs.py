@@ -27,7 +27,6 @@ from ..io import atomic_path
 __all__ = [
     "RUN_SCHEMA",
     "RanxIds",
-    "cache_typed_containers",
     "corpus_view",
     "empty_run",
     "exported_view",
@@ -322,41 +321,7 @@ def set_numba_cache(path: str | None) -> None:
         os.environ["NUMBA_CACHE_DIR"] = str(Path(path).resolve())
     if "ranx" not in sys.modules:
         sys.path[:] = list(dict.fromkeys(os.path.realpath(p) if p else p for p in sys.path))
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        if "ranx" in sys.modules:
-            cache_typed_containers()
-        elif not any(isinstance(f, _BeforeRanx) for f in sys.meta_path):
-            sys.meta_path.insert(0, _BeforeRanx())
-
-
-def cache_typed_containers() -> int:
-    """Let numba cache its typed ``Dict`` / ``List`` helpers in ``$NUMBA_CACHE_DIR``; returns how many.
-
-    ranx builds its Qrels and Runs as numba typed containers from Python, and every Python-level
-    operation on one (``Dict.empty``, ``in``, ``len``, iteration, ``List.append``) runs a jitted helper
-    of ``numba.typed.typeddict`` / ``numba.typed.typedlist`` that numba compiles without a cache: each
-    evaluate process compiled them again (~6 CPU-s of the example's evaluate job, where ranx's own
-    functions load from the cache in 0.1 s). Their dispatchers' ``enable_caching`` files them beside
-    ranx's functions (keyed by signature and numba's source file, as any cached function)."""
-    from numba.core.caching import NullCache
-    from numba.core.dispatcher import Dispatcher
-    from numba.typed import typeddict, typedlist
-
-    n = 0
-    for module in (typeddict, typedlist):
-        for fn in vars(module).values():
-            if isinstance(fn, Dispatcher) and isinstance(fn._cache, NullCache):
-                fn.enable_caching()
-                n += 1
-    return n
-
-
-class _BeforeRanx:
-    """A ``sys.meta_path`` finder that runs :func:`cache_typed_containers` when ranx is first
-    imported (and finds nothing itself), so that stages that never use ranx never import numba."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "ranx":
-            sys.meta_path.remove(self)
-            cache_typed_containers()
-        return None
+    # numba's typed Dict / List helpers (ranx's Qrels and Runs) stay uncached, as numba leaves them:
+    # cached once (commit e1009c6), those compiled by a hybrid system's job (ranx.fuse) made the
+    # evaluate job that loaded them score every pool as unjudged (same inputs, other bytes:
+    # tests/test_nrp_dryrun.py, the shipped controller Job against a local run; the two-builds test)

@@ -450,7 +450,7 @@ def _metadata(*, meta: Mapping[str, Any], split: str, image_col: str, columns: M
                                                                 (*RENAMABLE, "image")},
         "counts": n, "checks": checks,
         "losses": {s: {r: int(c) for r, c in g.group_by("reason").len().sort("reason").iter_rows()}
-                   for (s,), g in all_losses.group_by("stage")},
+                   for (s,), g in all_losses.group_by("stage", maintain_order=True)},
         "quarantine": {r: int(c) for r, c in quarantine.group_by("reason").len().sort("reason").iter_rows()},
         "files": files,
         "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
