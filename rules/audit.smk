@@ -128,6 +128,8 @@ if AUDIT_ON:
             labels=config["judge"]["labels"],
             facets=FACETS,
             columns=COLUMNS,
+            # ranx's JIT cache, the evaluate stage's (the audit's ranking hands ranx the same codes)
+            numba_cache_dir=not_a_trigger(NUMBA_CACHE),
             version=stage_version("audit_report"),
         script:
             "../scripts/stage.py"

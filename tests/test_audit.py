@@ -466,6 +466,61 @@ def test_rankings_score_every_system_on_the_same_queries(tmp_path):
     assert by["C"]["ndcg@10_judge"] == 0.0 and by["C"]["map_human"] == 0.0 and by["C"]["queries"] == 2
 
 
+def _raw_id_rankings(audited: pl.DataFrame, path: str, metrics: list[str]) -> dict[str, float]:
+    """What the audit computed before it handed ranx codes: ranx on the raw ids, reading the file itself."""
+    from ranx import Qrels, Run, evaluate
+
+    from benchmaker.ids import from_trec_id
+
+    run = {from_trec_id(q): {from_trec_id(d): s for d, s in docs.items()}
+           for q, docs in Run.from_file(path, kind="trec").to_dict().items()}
+    pairs = set(audited.select("query_id", "image_id").iter_rows())
+    cut = {q: {d: s for d, s in docs.items() if (q, d) in pairs} for q, docs in run.items()}
+    out = {}
+    for side in ("judge", "human"):
+        qrels: dict[str, dict[str, int]] = {}
+        for q, i, lab in audited.select("query_id", "image_id", f"{side}_label").iter_rows():
+            qrels.setdefault(q, {})[i] = lab
+        res = evaluate(Qrels.from_dict(qrels), Run.from_dict({q: d for q, d in cut.items() if d}), metrics,
+                       make_comparable=True)
+        out |= {f"{m}_{side}": float(res[m]) for m in metrics}
+    return out
+
+
+def test_rankings_with_score_ties_as_ranx_on_the_raw_ids(tmp_path):
+    """ranx gets the evaluate stage's fixed-width codes (one JIT cache); on runs full of score ties (in no
+    order in the file, ids of several lengths) every metric is ranx's on the raw ids, bit for bit, and the
+    run reads back in the order ranx's own reader gives. (The raw ids are at most as wide as the codes:
+    ranx on them compiles nothing new.)"""
+    import random
+
+    from ranx import Run
+
+    from benchmaker.audit.ranking import compare_rankings, read_run
+    from benchmaker.ids import from_trec_id
+
+    rnd = random.Random(11)
+    imgs = [f"{'x' * (k % 7)} {k:02d}" for k in range(80)]  # as TREC ids ('x%2001'): 5 to 11 characters
+    qids = [f"q{'z' * rnd.randint(0, 30)} {k}" for k in range(12)]
+    rows, runs, lines = [], {}, []
+    for q in qids:
+        for i in rnd.sample(imgs, 30):
+            rows.append((q, i, rnd.choice([0, 1, 2]), rnd.choice([0, 1, 2])))
+    audited = pl.DataFrame(rows, schema=["query_id", "image_id", "judge_label", "human_label"], orient="row")
+    for q in qids:  # 40 images a query, four distinct scores: ties beyond ranx's insertion-sort size
+        lines += [f"{trec_id(q)} Q0 {trec_id(i)} 1 {rnd.randint(0, 3) / 4} s" for i in rnd.sample(imgs, 40)]
+    rnd.shuffle(lines)
+    (tmp_path / "s.trec").write_text("\n".join(lines) + "\n")
+    runs["s"] = str(tmp_path / "s.trec")
+    metrics = ["ndcg@5", "ndcg@10", "precision@3", "recall@5", "map", "mrr", "hit_rate@1"]
+    row = compare_rankings(audited, runs, metrics)["systems"][0]
+    want = _raw_id_rankings(audited, runs["s"], metrics)
+    assert {k: row[k] for k in want} == want
+    raw = Run.from_file(runs["s"], kind="trec").to_dict()
+    assert [(q, list(d.items())) for q, d in read_run(runs["s"]).items()] == [
+        (from_trec_id(q), [(from_trec_id(i), s) for i, s in d.items()]) for q, d in raw.items()]
+
+
 def test_not_audited_yet_and_card_and_summary_sections(bench, tmp_path):
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
     out = tmp_path / "audit" / "report"

@@ -10,6 +10,14 @@ stage (a system that skips a hard query must not be scored on the easy ones only
 each metric under both, their difference, and, over systems, Kendall's tau-b (scipy) between the two
 orderings of the primary metric and whether the winner is the same. ranx's conventions apply: a query
 none of whose audited pairs is relevant scores 0.
+
+ranx gets the evaluate stage's fixed-width codes for the ids (:class:`benchmaker.evaluate.runs.RanxIds`),
+so the functions numba compiled for the evaluate stage serve the audit too (the rule points numba at the
+same per-user cache: ``numba_cache_dir``, :func:`benchmaker.evaluate.runs.set_numba_cache`). The numbers do
+not change: ranx breaks score ties by the order documents are given, never by id, and the codes keep the
+sorted order of the ids (the order of the queries a mean adds up); the documents reach ranx in the order
+they did when ranx read the run file itself (tests/test_audit.py checks runs full of ties against ranx
+on the raw ids).
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
-from ..ids import from_trec_id
+from ..evaluate.runs import RanxIds
+from ..evaluate.runs import read_run as read_run_frame
 from ..logs import get_logger
 
 __all__ = ["read_run", "compare_rankings", "consensus"]
@@ -36,19 +45,22 @@ def consensus(labels: pl.DataFrame) -> pl.DataFrame:
 
 
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
-    """A TREC run file as {query_id: {image_id: score}} with the ids decoded (``from_trec_id``)."""
+    """A TREC run file as {query_id: {image_id: score}} with the ids decoded, queries in id order and each
+    query's images in ranx's order of the file (score descending; ties as ranx leaves them)."""
     from ranx import Run
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: run file not found (written by the evaluate stage)")
-    if not path.stat().st_size:  # a system that ranked nothing (an empty external run): no query
+    frame = read_run_frame(path)  # FormatError (a ValueError) naming the line of a malformed file
+    if not frame.height:  # a system that ranked nothing (an empty external run): no query
         return {}
-    try:
-        run = Run.from_file(str(path), kind="trec").to_dict()
-    except Exception as exc:  # noqa: BLE001 - ranx raises plain errors on malformed lines
-        raise ValueError(f"{path}: not a TREC run file (query Q0 doc rank score name per line): {exc}") from None
-    return {from_trec_id(q): {from_trec_id(d): float(s) for d, s in docs.items()} for q, docs in run.items()}
+    ids = RanxIds(frame["query_id"].to_list(), frame["image_id"].to_list())
+    coded: dict[str, dict[str, float]] = {}
+    for q, d, s in frame.iter_rows():  # file order, as ranx's own reader hands it to ranx
+        coded.setdefault(ids.query(q), {})[ids.image(d)] = s
+    qs, ds = ids.decode()
+    return {qs[q]: {ds[d]: float(s) for d, s in docs.items()} for q, docs in Run(coded).to_dict().items()}
 
 
 def _clean(x: Any) -> float | None:
@@ -59,15 +71,16 @@ def _clean(x: Any) -> float | None:
 
 
 def _scores(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
-            metrics: Sequence[str]) -> dict[str, float | None]:
+            metrics: Sequence[str], ids: RanxIds) -> dict[str, float | None]:
     """Each metric's mean over *every* query of ``qrels``; a query absent from ``run`` scores 0 (ranx's
-    ``make_comparable`` gives it an empty ranking)."""
+    ``make_comparable`` gives it an empty ranking). ``ids``: the codes ranx gets (every id of both given)."""
     from ranx import Qrels, Run, evaluate
 
     if not run:  # nothing ranked at all: every query scores 0 (ranx refuses an empty run)
         return {m: 0.0 for m in metrics}
-    res = evaluate(Qrels.from_dict({q: dict(d) for q, d in qrels.items()}), Run.from_dict(dict(run)), list(metrics),
-                   make_comparable=True)
+    q_coded = {ids.query(q): {ids.image(i): r for i, r in d.items()} for q, d in qrels.items()}
+    r_coded = {ids.query(q): {ids.image(i): s for i, s in d.items()} for q, d in run.items()}
+    res = evaluate(Qrels.from_dict(q_coded), Run.from_dict(r_coded), list(metrics), make_comparable=True)
     res = res if isinstance(res, dict) else {metrics[0]: res}
     return {m: _clean(res[m]) for m in metrics}
 
@@ -86,6 +99,8 @@ def compare_rankings(audited: pl.DataFrame, runs: Mapping[str, str | Path], metr
         qj.setdefault(q, {})[i] = int(j)
         qh.setdefault(q, {})[i] = int(h)
     queries = sorted(qj)  # the audited queries: every system is scored on all of them
+    # codes in id order for every audited id (a run's cut holds no other): ranx's cache is the evaluate stage's
+    ids = RanxIds(queries, [i for _, i in pairs])
     rows = []
     for name, path in runs.items():
         run = read_run(path)
@@ -100,7 +115,7 @@ def compare_rankings(audited: pl.DataFrame, runs: Mapping[str, str | Path], metr
             log.info("audit: run %s ranks no audited pair of %d of the %d audited queries (they score 0)", name,
                      len(queries) - len(cut), len(queries))
         for label, qrels in (("judge", qj), ("human", qh)):
-            res = _scores(qrels, cut, metrics)
+            res = _scores(qrels, cut, metrics, ids)
             for m in metrics:
                 row[f"{m}_{label}"] = res[m]
         for m in metrics:

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from ..evaluate.runs import set_numba_cache
 from ..formats import read_table
 from ..io import atomic_path, atomic_write_text
 from ..logs import get_logger
@@ -284,7 +285,10 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
         judge2: str | None = None, judge2_name: str | None = None, judge2_scope: str = "sample",
         runs: str | Sequence[str] | None = None, systems: Sequence[str] | None = None,
         labels: str | None = None, facets: Mapping[str, Any] | None = None, columns: Mapping[str, str] | None = None,
-        version: str | None = None) -> dict[str, Any]:
+        numba_cache_dir: str | None = None, version: str | None = None) -> dict[str, Any]:
+    """Stage ``audit_report``. ``numba_cache_dir``: ranx's JIT cache, the evaluate stage's (its set-up,
+    :func:`benchmaker.evaluate.runs.set_numba_cache`, before ranx is imported)."""
+    set_numba_cache(numba_cache_dir)
     s = read_sample(sample)
     meta = read_sample_meta(sample_meta)
     scale = Scale(default("judge.labels") if labels is None else labels)
