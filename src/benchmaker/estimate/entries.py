@@ -13,7 +13,6 @@ from .core import API_ADAPTERS, _Stage
 from .requests import (
     Context,
     _annotations,
-    _pools_file_rows,
     _queries_stage,
     _query_items,
     _quota_pools,
@@ -21,6 +20,7 @@ from .requests import (
     _vision_stage,
     _with_written_queries,
     judge_requests,
+    pools_file_todo,
 )
 
 
@@ -41,17 +41,9 @@ def _estimate_queries(ctx: Context) -> list[tuple[_Stage, dict]]:
             st.add(it.spec, item=it)
         return [(st, {"source": f"the planner's plan ({plan.height} queries) over the annotations the run will "
                                 "have", "reused": plan.height - todo.height})]
-    cfg, reuse = ctx.cfg, ctx.cfg["paths"].get("judge_reuse_file")
-    pools_file = cfg["paths"].get("pools_file")
-    if pools_file:
-        rows = _pools_file_rows(pools_file, cfg["columns"])
-        done: set[str] = set()
-        if reuse:
-            from ..reuse import read_reuse_file, reusable
-
-            done = set(reusable(read_reuse_file(reuse, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
-                                3 if cfg["judge"]["labels"] == "graded" else 1)[0])
-        todo = [(q, n) for q, _ids, n in rows if q not in done]
+    if ctx.cfg["paths"].get("pools_file"):
+        rows, todo_rows = pools_file_todo(ctx.cfg, ctx.cfg["judge"]["labels"] == "graded")
+        todo = [(q, n) for q, _ids, n in todo_rows]
         n_all, source = len(rows), f"paths.pools_file ({len(rows)} queries, typical annotation rows)"
     else:
         n_q, n_seed, _per, why, _low = _quota_pools(ctx)

@@ -203,16 +203,27 @@ def judge_requests(ctx: Context, s: Mapping[str, Any]) -> JudgeRequests:
     return _typical_judge_requests(ctx, s, ann)
 
 
+def pools_file_todo(cfg: Mapping[str, Any], graded: bool) -> tuple[list, list]:
+    """``paths.pools_file``'s (query_id, candidate ids, seed count) rows, and those of them whose pools
+    ``paths.judge_reuse_file`` does not already answer (what the queries writer and the judge still send)."""
+    from ..reuse import read_reuse_file, reusable
+
+    rows = _pools_file_rows(cfg["paths"]["pools_file"], cfg["columns"])
+    reuse_path = cfg["paths"].get("judge_reuse_file")
+    done: set[str] = set()
+    if reuse_path:
+        done = set(reusable(read_reuse_file(reuse_path, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
+                            3 if graded else 1)[0])
+    return rows, [r for r in rows if r[0] not in done]
+
+
 def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeRequests:
     """Before the queries can be planned: the pools file's pools, else the ``plan`` quotas, with the
     annotation rows already answered (cycled), else rows of typical length."""
     from ..judge.prompts import candidate_keys, judge_spec
-    from ..reuse import read_reuse_file, reusable
 
     cfg, fm = ctx.cfg, ctx.fm
     rows_known = list(ann.iter_rows(named=True)) if ann is not None else []
-    reuse_path = cfg["paths"].get("judge_reuse_file")
-    graded = s.get("labels") == "graded"
     what = f"{len(rows_known)} annotation rows already answered" if rows_known else "typical annotation rows"
 
     def typical(qid: str, n_seed: int, n_c: int, q: int):
@@ -228,14 +239,8 @@ def _typical_judge_requests(ctx: Context, s: Mapping[str, Any], ann) -> JudgeReq
 
         return spec(rows), n_c, None, spec(rows[:n_seed])
 
-    pools_file = cfg["paths"].get("pools_file")
-    if pools_file:
-        rows = _pools_file_rows(pools_file, cfg["columns"])
-        done: set[str] = set()
-        if reuse_path:
-            done = set(reusable(read_reuse_file(reuse_path, cfg["columns"]), ((q, ids) for q, ids, _ in rows),
-                                3 if graded else 1)[0])
-        todo = [r for r in rows if r[0] not in done]
+    if cfg["paths"].get("pools_file"):
+        rows, todo = pools_file_todo(cfg, s.get("labels") == "graded")
         return JudgeRequests((typical(q, n_seed, len(ids), k) for k, (q, ids, n_seed) in enumerate(todo)),
                              f"paths.pools_file ({len(rows)} queries, {what})", len(rows) - len(todo))
     n_q, n_seed, per_query, why, low = _quota_pools(ctx)
