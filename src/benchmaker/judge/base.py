@@ -14,11 +14,12 @@ __all__ = ["Judge", "ADAPTERS", "get_judge"]
 
 
 class Judge(Protocol):
-    """Writes one query text per planned query and labels each of its candidates.
+    """Labels each candidate of each planned query against the query the ``queries`` stage wrote.
 
-    ``judge(plan, annotations, images, losses)`` gets the canonical ``query_plan``, ``annotations`` and
-    ``images`` tables and returns a frame with one row per (query_id, image_id) it judged:
-    ``query_id, query_text, image_id, relevance_label`` (+ optional ``rationale``, ``judge``).
+    ``judge(plan, annotations, images, losses)`` gets the canonical ``query_plan`` with each query's
+    ``query_text`` and ``narrative`` (``judge.read_planned``), and the ``annotations`` and ``images``
+    tables, and returns a frame with one row per (query_id, image_id) it judged:
+    ``query_id, image_id, relevance_label`` (+ optional ``rationale``, ``judge``).
     Queries it could not judge go to ``losses`` (item_type ``query``) with the reason.
     """
 
