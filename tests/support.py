@@ -200,7 +200,7 @@ def snakemake(args: list[str], workdir: Path, config: Path, env: dict | None = N
     e = dict(os.environ)
     e.setdefault("HF_HUB_OFFLINE", "1")
     e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
-    e["PATH"] = str(_no_slurm_bin()) + os.pathsep + e.get("PATH", "")
+    e["PATH"] = no_slurm_path(e.get("PATH", ""))  # one stand-in entry, whatever PATH held
     if env:
         e.update(env)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
