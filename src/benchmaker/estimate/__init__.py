@@ -66,19 +66,18 @@ from .core import (
     REQUEST_CV,
     _spent,
     _Stage,
-    _stratified,
     pilot_size,
     run_pilot,
 )
 from .entries import NOT_ESTIMATED, PAID
 from .record import append_pilot_costs, record
-from .requests import Context, JudgeRequests, _annotations, _images, _quota_pools, judge_requests
+from .requests import Context, JudgeRequests, _images, _quota_pools, judge_requests
 
 __all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "REASONING_SEEN", "REQUEST_CV",
            "RANGE_Z", "CACHE_MIN", "CACHE_STEP", "CALIBRATE_MIN", "CALIBRATE_MAX", "MEASURED_FLOOR", "PILOT_MIN",
            "PILOT_SHARE", "Context", "JudgeRequests", "judge_requests", "estimate", "out_tokens", "pilot_size",
            "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE", "_Stage", "_images",
-           "_annotations", "_quota_pools", "_stratified", "_context"]
+           "_quota_pools", "_context"]
 
 
 def _context(cfg: Mapping[str, Any]) -> Context:
