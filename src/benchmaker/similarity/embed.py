@@ -33,7 +33,6 @@ from ..logs import get_logger, progress
 from ..losses import Losses
 from ..settings_schema import default
 from .cache import EmbeddingCache
-from .loads import process_cpu
 
 __all__ = [
     "run_images", "run_queries", "embed_image_table", "iter_image_batches", "load_image", "ImageFiles",
@@ -300,7 +299,7 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
     pending_sha: list[str] = []
     pending_emb: list[np.ndarray] = []
     failed_sha: dict[str, tuple[str, str]] = {}
-    t0, c0 = time.perf_counter(), process_cpu()
+    t0, c0 = time.perf_counter(), time.process_time()
 
     def flush() -> None:
         if cache is not None and pending_sha:
@@ -327,7 +326,7 @@ def embed_image_table(images: pl.DataFrame, clip, *, image_root: str | os.PathLi
     if todo_sha:
         dt = time.perf_counter() - t0
         log.info("%s: encoded %d images in %.2f s (%.1f img/s, %.2f s CPU), %d failed", desc, len(new_sha), dt,
-                 len(todo_sha) / max(dt, 1e-9), process_cpu() - c0, len(failed_sha))
+                 len(todo_sha) / max(dt, 1e-9), time.process_time() - c0, len(failed_sha))
     fresh = pl.DataFrame({
         "sha256": pl.Series(new_sha, dtype=pl.String),
         "embedding": pl.Series(np.concatenate(new_emb) if new_emb else np.zeros((0, dim), np.float32),
@@ -481,10 +480,10 @@ def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtim
         raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
     queries = queries.sort("query_id")
     clip, _ = _load_from_params(model, runtime, threads, device, purpose="embed_queries")
-    t0, c0 = time.perf_counter(), process_cpu()
+    t0, c0 = time.perf_counter(), time.process_time()
     emb, truncated = clip.encode_texts(queries["query_text"].to_list())
     log.info("embed_queries: encoded %d texts in %.2f s (%.2f s CPU)", queries.height, time.perf_counter() - t0,
-             process_cpu() - c0)
+             time.process_time() - c0)
     n_trunc = sum(truncated)
     if n_trunc:
         log.warning("embed_queries: %d of %d query texts are longer than the model context (%d tokens) and "

@@ -11,21 +11,11 @@ import time
 from ..logs import get_logger
 from ..settings_schema import default
 
-__all__ = ["LOAD_LINE", "load_counted", "loads_in_process", "process_cpu"]
+__all__ = ["LOAD_LINE", "load_counted", "loads_in_process"]
 
 log = get_logger("similarity.loads")
 LOAD_LINE = "model load"
 _seen: set[int] = set()
-
-
-def process_cpu() -> float:
-    """CPU seconds (user + system) of this process so far: the model jobs log the CPU of their encode
-    loops beside the wall (``encoded N images in X s (..., Y s CPU)``), which ``benchmarks/model_jobs.py``
-    subtracts from the job's CPU to get its fixed cost on a loaded machine."""
-    import resource
-
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def loads_in_process() -> int:

@@ -155,7 +155,6 @@ class ClipAnnotator:
     def annotate(self, images: pl.DataFrame, losses: Losses) -> pl.DataFrame:
         from ..similarity.cache import EmbeddingCache
         from ..similarity.embed import embed_image_table
-        from ..similarity.loads import process_cpu
 
         fm = self.facets
         if images.height == 0:
@@ -169,10 +168,10 @@ class ClipAnnotator:
             return empty_table("annotations", fm)
         emb = np.asarray(table["embedding"].to_numpy(), dtype=np.float32)
         texts, plan = self._plan_prompts()
-        t0, c0 = time.perf_counter(), process_cpu()
+        t0, c0 = time.perf_counter(), time.process_time()
         temb, _ = clip.encode_texts(texts) if texts else (None, None)
         log.info("clip vision: encoded %d texts in %.2f s (%.2f s CPU)", len(texts), time.perf_counter() - t0,
-                 process_cpu() - c0)
+                 time.process_time() - c0)
         logits_all = clip.logit_scale * _row_dots(emb, temb) if texts else None
         n = table.height
         cols: dict[str, Any] = {"image_id": table["image_id"].to_list()}
