@@ -362,18 +362,24 @@ def probe(workdir: Path, requests: dict[str, str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def touched_build(work: Path, raw: dict) -> tuple[Path, dict, dict]:
+    """``raw`` written as base.yaml in ``work``, its outputs recorded as made (``snakemake --touch``):
+    (the config file, the files it makes, the rule edges)."""
+    base = support.write_config(work / "base.yaml", raw)
+    made = probe(work, {"create": str(base)})["create"]
+    assert "error" not in made, made
+    r = support.snakemake(["--touch", "--forceall", "-c1"], work, base)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return base, made, rule_edges(work, base)
+
+
 @pytest.fixture(scope="module")
 def touched(tmp_path_factory, tiny_corpus, tiny_clip):
     """A workdir whose outputs are recorded as made by the base config (``snakemake --touch``)."""
     work = tmp_path_factory.mktemp("triggers")
     support.rights_map(work / "rights_map.json")
     raw = base_config(work, tiny_corpus, tiny_clip)
-    base = support.write_config(work / "base.yaml", raw)
-    made = probe(work, {"create": str(base)})["create"]
-    assert "error" not in made, made
-    r = support.snakemake(["--touch", "--forceall", "-c1"], work, base)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    edges = rule_edges(work, base)
+    base, made, edges = touched_build(work, raw)
     check = probe(work, {"base": str(base)})["base"]
     assert check == {"planned": {}, "reasons": {}}, check
     return {"work": work, "raw": raw, "filled": validate_config(raw), "edges": edges, "made": made}
@@ -518,12 +524,7 @@ def test_api_judge_a_labelling_change_relabels_only_and_a_writer_change_rewrites
     raw = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, paths={"results": "results"},
                               judge={"adapter": "openai", "openai": {"mode": "sync", "base_url": "http://127.0.0.1:9"}},
                               audit={"enabled": False})
-    base = support.write_config(tmp_path / "base.yaml", raw)
-    made = probe(tmp_path, {"create": str(base)})["create"]
-    assert "error" not in made, made
-    r = support.snakemake(["--touch", "--forceall", "-c1"], tmp_path, base)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    edges = rule_edges(tmp_path, base)
+    base, made, edges = touched_build(tmp_path, raw)
     assert "queries" in edges["judge"], edges["judge"]      # the judge reads queries.jsonl
     requests, expected = {}, {}
     for path, (value, direct) in API_CHANGES.items():
