@@ -646,7 +646,7 @@ print("ok")
 
 def test_a_checkpoint_is_loaded_without_random_init_into_open_clips_weights(tmp_path, tiny_clip):
     """A model with a checkpoint is built without the random initialisation the checkpoint overwrites
-    and takes the checkpoint's tensors in place (similarity.model._checkpoint_only): every weight is
+    and takes the checkpoint's tensors in place (similarity.checkpoint._checkpoint_only): every weight is
     open_clip's own load's, bit for bit; a fp16 checkpoint is still copied into the fp32 model; the
     initialisers are restored; the tokenizer is built on first use only, with the context length given."""
     import hashlib
