@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -425,10 +426,16 @@ def _add_power(add) -> None:
 
 def cmd_power(args) -> int:
     from .errors import UserError
-    from .evaluate.power import mdd, pair_alpha, queries_needed, sd_from
+    from .evaluate.power import check_levels, mdd, pair_alpha, queries_needed, sd_from
 
     if args.systems < 2:
         raise UserError("--systems: a comparison needs at least two systems")
+    if args.queries is not None and args.queries < 2:
+        raise UserError(f"--queries: a paired test needs at least 2 queries (got {args.queries})")
+    if args.sd is not None and not (math.isfinite(args.sd) and args.sd >= 0):
+        raise UserError(f"--sd: the standard deviation of the per-query differences must be a number >= 0 "
+                        f"(got {args.sd})")
+    check_levels(args.alpha, args.power)
     if args.sd is not None:
         sd, n_src, origin = float(args.sd), None, "--sd"
     else:
@@ -449,7 +456,8 @@ def cmd_power(args) -> int:
     for d, n in out["queries_needed"].items():
         print(f"  a difference of {d} needs {n} queries")
     for n, m in (out.get("mdd_at_queries") or {}).items():
-        print(f"  {n} queries detect differences of {m:.4f} or more")
+        beyond = " (beyond a metric bounded by 0 and 1: these queries detect no difference)" if m > 1 else ""
+        print(f"  {n} queries detect differences of {m:.4f} or more{beyond}")
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ import functools
 import itertools
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ import polars as pl
 from ..errors import UserError
 from ..settings_schema import default
 
-__all__ = ["HEADLINE_PREFIXES", "TYPICAL_SD", "headline_metrics", "mdd", "pair_alpha", "pair_table",
+__all__ = ["HEADLINE_PREFIXES", "TYPICAL_SD", "check_levels", "headline_metrics", "mdd", "pair_alpha", "pair_table",
            "power_doc", "queries_needed", "sd_from"]
 
 # the metrics the significance table tests (evaluate.stage: nDCG@k, MAP, MRR): the card's headline metrics
@@ -53,13 +54,60 @@ def pair_alpha(alpha: float, pairs: int, correction: str) -> float:
     return float(alpha) / int(pairs)
 
 
-@functools.lru_cache(maxsize=1024)
-def _effect_size(n: int, alpha: float, power: float) -> float:
-    """The standardised difference (Δ / σ_d) a two-sided paired t-test on ``n`` queries detects."""
+def _quiet_solve(**kw) -> float:
+    """statsmodels' ``TTestPower.solve_power`` (two-sided), its convergence warnings silenced: the callers
+    check the answer with :func:`_power` and solve again where it is off (NaN, or a root finder's bound)."""
+    from statsmodels.stats.power import TTestPower
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning  # its import puts an "always" filter first
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        try:
+            return float(np.asarray(TTestPower().solve_power(alternative="two-sided", **kw)).item())
+        except (ValueError, ArithmeticError):
+            return float("nan")
+
+
+def _power(es: float, n: int, alpha: float) -> float:
+    """The power of a two-sided paired t-test on ``n`` queries at level ``alpha`` for the standardised
+    difference ``es``: statsmodels' noncentral t. Where scipy's noncentral t gives NaN (a large noncentrality
+    on few degrees of freedom: e.g. an effect of 8 on 2 queries) the same probability is taken as the
+    expectation, over the chi-square of the variance, of the normal tails (T = (Z + λ) / sqrt(V / df))."""
+    from scipy import stats
     from statsmodels.stats.power import TTestPower
 
-    return float(TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power,
-                                          alternative="two-sided"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = float(TTestPower().power(effect_size=es, nobs=n, alpha=alpha, alternative="two-sided"))
+    if math.isfinite(p):
+        return p
+    df, lam = n - 1, es * math.sqrt(n)
+    c = float(stats.t.isf(alpha / 2, df))
+    return float(stats.chi2(df).expect(lambda v: stats.norm.sf(c * math.sqrt(v / df) - lam)
+                                       + stats.norm.cdf(-c * math.sqrt(v / df) - lam)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _effect_size(n: int, alpha: float, power: float) -> float:
+    """The standardised difference (Δ / σ_d) a two-sided paired t-test on ``n`` queries detects: statsmodels'
+    solution where it holds; else (NaN, or its root finder stopped at a bound: few queries at a small
+    level) the root of :func:`_power` by scipy's ``brentq``."""
+    from scipy.optimize import brentq
+
+    es = _quiet_solve(effect_size=None, nobs=n, alpha=alpha, power=power)
+    if math.isfinite(es) and abs(_power(es, n, alpha) - power) < 1e-4:
+        return es
+    hi = 1.0
+    while _power(hi, n, alpha) < power:
+        hi *= 2
+    return float(brentq(lambda e: _power(e, n, alpha) - power, 0.0, hi, xtol=1e-10))
+
+
+def check_levels(alpha: float, power: float) -> None:
+    """A level and a power must lie strictly between 0 and 1 (a clear error, not a solver's NaN)."""
+    for name, v in (("alpha", alpha), ("power", power)):
+        if not (math.isfinite(v) and 0 < v < 1):
+            raise UserError(f"{name} must be between 0 and 1, exclusive (got {v})")
 
 
 def mdd(sd: float, n: int, *, alpha: float, power: float = default("evaluate.power.power")) -> float | None:
@@ -75,16 +123,30 @@ def mdd(sd: float, n: int, *, alpha: float, power: float = default("evaluate.pow
 def queries_needed(delta: float, sd: float, *, alpha: float,
                    power: float = default("evaluate.power.power")) -> int:
     """Queries a two-sided paired t-test needs to detect a mean difference ``delta`` with ``power`` at
-    level ``alpha`` when the per-query differences have standard deviation ``sd`` (rounded up)."""
-    from statsmodels.stats.power import TTestPower
-
-    if delta <= 0:
+    level ``alpha`` when the per-query differences have standard deviation ``sd`` (rounded up; at least 2).
+    statsmodels' solution where it holds, else the smallest n whose :func:`_power` reaches ``power``."""
+    if not (math.isfinite(delta) and delta > 0):
         raise UserError(f"the difference to detect must be positive (got {delta})")
-    if sd <= 0:
+    if not (math.isfinite(sd) and sd >= 0):
+        raise UserError(f"the standard deviation of the per-query differences must be a number >= 0 (got {sd})")
+    check_levels(alpha, power)
+    if sd == 0:
         return 2
-    n = TTestPower().solve_power(effect_size=float(delta) / float(sd), nobs=None, alpha=float(alpha),
-                                 power=float(power), alternative="two-sided")
-    return max(2, int(math.ceil(float(np.asarray(n).item()) - 1e-9)))
+    es = float(delta) / float(sd)
+    n = _quiet_solve(effect_size=es, nobs=None, alpha=float(alpha), power=float(power))
+    if math.isfinite(n):
+        got = max(2, int(math.ceil(n - 1e-9)))
+        if _power(es, got, alpha) >= power - 1e-6 and (got == 2 or _power(es, got - 1, alpha) < power + 1e-6):
+            return got
+    if _power(es, 2, alpha) >= power:
+        return 2
+    lo, hi = 2, 4  # power(lo) < power <= power(hi): the power of a fixed difference grows with n
+    while _power(es, hi, alpha) < power:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _power(es, mid, alpha) < power else (lo, mid)
+    return hi
 
 
 def headline_metrics(columns: Sequence[str]) -> list[str]:
