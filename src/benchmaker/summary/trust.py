@@ -59,23 +59,28 @@ def _power(trust: Mapping[str, Any] | None) -> str:
             f"σ_d {_f(row['sd_diff_median'])}). At this σ_d, {need} (`benchmaker power`).")
 
 
+def _not_audited(audit: Mapping[str, Any]) -> str:
+    """What labelling the audit sample would buy: its size and the widest projected people-only interval."""
+    n = (audit.get("sample") or {}).get("sample_pairs")
+    proj = audit.get("projected") or {}
+    buys = ""
+    if proj.get("rows"):
+        r = max(proj["rows"], key=lambda r: r["half_width"])
+        buys = (f"; with them every system's {r['metric']} is reported human-corrected, to within about "
+                f"±{_f(r['half_width'])} (95 %, at worst; narrower as far as the judge agrees with people)")
+    return (f"not audited yet: labelling the {n} sampled pairs (audit/labelling/) gives the judge's agreement "
+            f"with people{buys}.")
+
+
 def _agreement(audit: Mapping[str, Any] | None) -> str:
     if audit is None:
         return "**Judge agreement**: not measured (audit.enabled is false): nothing checks the judge against people."
     if audit.get("status") != "audited":
-        n = (audit.get("sample") or {}).get("sample_pairs")
-        proj = audit.get("projected") or {}
-        buys = ""
-        if proj.get("rows"):
-            r = max(proj["rows"], key=lambda r: r["half_width"])
-            buys = (f"; with them every system's {r['metric']} is reported human-corrected, to within about "
-                    f"±{_f(r['half_width'])} (95 %, at worst; narrower as far as the judge agrees with people)")
-        return (f"**Judge agreement**: not audited yet: labelling the {n} sampled pairs (audit/labelling/) gives the "
-                f"judge's agreement with people{buys}.")
+        return "**Judge agreement**: " + _not_audited(audit)
     comps = [c for c in audit.get("comparisons") or [] if c.get("kind") in ("judge vs people", "judge vs person")]
     comps.sort(key=lambda c: (c.get("kind") != "judge vs people", c["comparison"]))
-    if not comps:
-        return "**Judge agreement**: no person's labels; " + _judges(audit)
+    if not comps:  # a second judge ran, no person labelled: what labelling would buy, then the second judge
+        return "**Judge agreement**: " + _not_audited(audit) + " " + _judges(audit)
     c = comps[0]
     ci = c.get("kappa_ci") or [None, None]
     return (f"**Judge agreement**: {c['comparison']}: Cohen's κ {_f(c.get('kappa'), 2)} "

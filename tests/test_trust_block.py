@@ -1,0 +1,41 @@
+"""The "How far to trust this benchmark" block's judge-agreement statement (docs/trust.md): a second judge
+without any person's labels must still say what labelling the audit sample would buy."""
+
+from __future__ import annotations
+
+import json
+
+from benchmaker.summary.trust import trust_items
+
+PROJECTED = {"status": "ok", "sample_pairs": 60, "confidence": 0.95,
+             "rows": [{"system": "a", "metric": "precision@10", "half_width": 0.04},
+                      {"system": "b", "metric": "precision@10", "half_width": 0.06}]}
+JUDGES = {"status": "ok", "primary_metric": "ndcg@10", "scope": "sample", "pairs": 60, "kendall_tau": 1.0,
+          "same_winner": True}
+
+
+def _agreement(tmp_path, audit: dict) -> str:
+    (tmp_path / "audit.json").write_text(json.dumps(audit))
+    return next(i for i in trust_items(None, tmp_path / "audit.json", None) if i.startswith("**Judge agreement"))
+
+
+def test_second_judge_without_people_still_says_what_labelling_buys(tmp_path):
+    # a second judge makes the audit "audited" with no judge-vs-people comparison: the statement used to
+    # be "no person's labels" and the second judge only, dropping what labelling the sample would buy
+    text = _agreement(tmp_path, {"status": "audited", "sample": {"sample_pairs": 60}, "projected": PROJECTED,
+                                 "comparisons": [{"kind": "judge vs judge2", "comparison": "judge vs loose"}],
+                                 "judges": JUDGES})
+    assert "not audited yet: labelling the 60 sampled pairs" in text and "±0.060" in text
+    assert "**Second judge**" in text and "Kendall τ 1.00" in text
+
+
+def test_not_audited_and_audited_statements_unchanged(tmp_path):
+    text = _agreement(tmp_path, {"status": "not audited", "sample": {"sample_pairs": 60}, "projected": PROJECTED})
+    assert text == ("**Judge agreement**: not audited yet: labelling the 60 sampled pairs (audit/labelling/) gives "
+                    "the judge's agreement with people; with them every system's precision@10 is reported "
+                    "human-corrected, to within about ±0.060 (95 %, at worst; narrower as far as the judge agrees "
+                    "with people).")
+    text = _agreement(tmp_path, {"status": "audited", "comparisons": [
+        {"kind": "judge vs people", "comparison": "judge vs people", "kappa": 0.5, "kappa_ci": [0.3, 0.7],
+         "agreement": 0.8, "pairs": 60}]})
+    assert "Cohen's κ 0.50 (0.30–0.70), raw agreement 0.80 on 60 pairs" in text
