@@ -72,6 +72,18 @@ def test_deepen_systems_checked_with_the_key():
 
 
 # -- leave-one-system-out, worked by hand ----------------------------------------------------------------
+def test_card_says_why_duplicate_members_stay_unjudged(tmp_path):
+    from benchmaker.deepen.report import card_markdown
+
+    rep = {"k": 10, "systems": ["a"], "pairs_added": 5, "relevant_share": 0.4, "cost_usd": 0.0, "metric": "ndcg@10",
+           "duplicate_members_skipped": 3, "per_system": [], "leave_one_out": {}}
+    (tmp_path / "report.json").write_text(json.dumps(rep))
+    assert ("3 image(s) in a top k were not judged: another member of their duplicate group is judged for that "
+            "query (a group counts once)") in card_markdown(tmp_path / "report.json")
+    (tmp_path / "report.json").write_text(json.dumps({**rep, "duplicate_members_skipped": 0}))
+    assert "duplicate group" not in card_markdown(tmp_path / "report.json")
+
+
 def test_leave_one_out_hand_worked():
     """One query; x planner-judged relevant, n planner-judged not relevant; a brought in by A alone,
     s by A and B (both relevant). nDCG@2, ideal = two relevant at ranks 1-2 = 1 + 1/log2(3) = 1.6309.

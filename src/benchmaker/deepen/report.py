@@ -58,10 +58,14 @@ def _headline(rep: dict) -> str:
     verdict = ("" if tau is None else
                f" Lowest Kendall tau {tau:.3f} over {n} systems: "
                + ("meets" if tau >= loo.get("tau_bar", 0.9) else "below") + " the 0.9 bar.")
+    skipped = rep.get("duplicate_members_skipped") or 0
+    dups = ("" if not skipped else
+            f" {skipped} image(s) in a top k were not judged: another member of their duplicate group is judged "
+            f"for that query (a group counts once), so judged@k after deepening can stay below 1.")
     return (f"Depth k = {rep.get('k')}, {len(rep.get('systems') or [])} systems deepened: "
             f"{rep.get('pairs_added', 0)} pairs added, "
             f"{'' if share is None else f'{share:.1%} of them relevant, '}cost {rep.get('cost_usd', 0):.4f} USD "
-            f"(metric {rep.get('metric')}, corpus scope).{verdict}")
+            f"(metric {rep.get('metric')}, corpus scope).{dups}{verdict}")
 
 
 def summary_sections(report_json: str | Path, out_dir: Path) -> list:
