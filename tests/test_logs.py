@@ -7,6 +7,7 @@ import io
 import logging
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,24 @@ def test_empty_progress_says_nothing_to_do(tmp_path, term):
         with logs.progress(total=0, desc="embed 00000", unit="img"):
             pass
     assert "embed 00000: nothing to do (0 img)" in term.getvalue()
+
+
+def test_every_error_written_for_the_user_gets_the_short_block():
+    """An exception class documented as carrying the fix in its message is a user error: its block has no
+    "unexpected error: please report it" (an audit label file with a wrong id used to get that line)."""
+    import ast
+    import re
+
+    from benchmaker.audit.labels import LabelImportError
+    from benchmaker.logs import USER_ERROR_NAMES, error_block
+
+    says_fix = re.compile(r"message (says|names)|says how to fix|names the (file|key)")
+    missing = []
+    for f in sorted((Path(__file__).resolve().parents[1] / "src" / "benchmaker").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and says_fix.search(ast.get_docstring(node) or "") \
+                    and node.name.endswith("Error") and node.name not in USER_ERROR_NAMES:
+                missing.append(f"{f.name}:{node.name}")
+    assert not missing, missing
+    block = error_block(LabelImportError("bob.csv: row 6: item 'ffff' is not in the audit sample"), rule="audit_report")
+    assert "unexpected" not in block and "bob.csv: row 6" in block

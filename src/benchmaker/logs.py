@@ -59,6 +59,8 @@ USER_ERROR_NAMES = frozenset({
     "IsADirectoryError",
     "AuthenticationError", "PermissionDeniedError", "KeyRejected",
     "PermanentAPIError", "TransientExhausted",   # benchmaker.providers.retry: messages say what to do
+    "LabelImportError",                          # benchmaker.audit.labels: the label file and row, and the fix
+    "StagingError", "SlurmError", "KubeError",   # their messages say how to fix (tests/test_logs.py checks)
 })
 # third-party loggers whose records below WARNING never reach a handler
 NOISY = ("httpx", "httpx2", "httpcore", "urllib3", "PIL", "matplotlib", "filelock", "openai", "google_genai",
