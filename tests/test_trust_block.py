@@ -39,3 +39,22 @@ def test_not_audited_and_audited_statements_unchanged(tmp_path):
         {"kind": "judge vs people", "comparison": "judge vs people", "kappa": 0.5, "kappa_ci": [0.3, 0.7],
          "agreement": 0.8, "pairs": 60}]})
     assert "Cohen's κ 0.50 (0.30–0.70), raw agreement 0.80 on 60 pairs" in text
+
+
+def test_one_system_power_and_reusability_read_as_sentences(tmp_path):
+    import polars as pl
+
+    from benchmaker.evaluate.trust import trust_doc
+
+    per_query = pl.DataFrame({"scope": ["pool"] * 16, "system": ["bm25"] * 16,
+                              "query_id": [f"q{i}" for i in range(16)], "ndcg@10": [0.5] * 16})
+    doc, _ = trust_doc(per_query, [{"name": "bm25", "kind": "bm25", "settings": {}}], settings={},
+                       models={"judge": None, "vision": None}, queries=16)
+    (tmp_path / "trust.json").write_text(json.dumps(doc))
+    (tmp_path / "deepen.json").write_text(json.dumps({"leave_one_out": {"min_kendall_tau": None, "systems_ranked": 1}}))
+    power, *_, reuse = trust_items(tmp_path / "trust.json", None, tmp_path / "deepen.json")
+    # the assumed MDDs were printed unrounded (0.11242, 0.187366) after "not measured: two or more ..."
+    assert power.startswith("**Power**: not measured: it needs two or more evaluated systems")
+    assert "about 0.112 at σ_d 0.15, 0.187 at σ_d 0.25" in power
+    assert reuse == ("**Reusability**: leave-one-system-out τ not defined: it needs two or more ranked systems "
+                     "(1 system ranked).")

@@ -41,8 +41,8 @@ def _power(trust: Mapping[str, Any] | None) -> str:
                 "power` gives the queries a chosen difference needs from a pilot's or an earlier benchmark's files.")
     p = trust["power"]
     if p.get("status") != "ok":
-        assumed = ", ".join(f"{v} at σ_d {k}" for k, v in (p.get("assumed") or {}).items())
-        return (f"**Power**: not measured: {p.get('needs')}. With {p.get('queries')} queries and an assumed "
+        assumed = ", ".join(f"{_f(v)} at σ_d {k}" for k, v in (p.get("assumed") or {}).items())
+        return (f"**Power**: not measured: it needs {p.get('needs')}. With {p.get('queries')} queries and an assumed "
                 f"per-query σ_d of 0.15–0.25 (typical of nDCG@10 differences) it would detect differences of about "
                 f"{assumed} (α {p['alpha']}, power {p['power']}); `benchmaker power` computes the queries a chosen "
                 "difference needs.")
@@ -148,7 +148,9 @@ def _reusability(deepen: Mapping[str, Any] | None) -> str:
         return ("**Reusability**: not measured (deepen.enabled is false): whether systems that did not contribute "
                 "to the pools are scored fairly is unknown.")
     if loo.get("min_kendall_tau") is None:
-        return f"**Reusability**: leave-one-system-out τ not defined ({loo.get('systems_ranked', 0)} systems ranked)."
+        n = loo.get("systems_ranked", 0)
+        return (f"**Reusability**: leave-one-system-out τ not defined: it needs two or more ranked systems "
+                f"({n} system{'' if n == 1 else 's'} ranked).")
     return (f"**Reusability**: leave-one-system-out Kendall τ ≥ {_f(loo['min_kendall_tau'], 2)} over "
             f"{loo.get('systems_ranked')} systems ({'meets' if loo.get('reusable') else 'below'} the "
             f"{loo.get('tau_bar', 0.9)} bar; few systems make τ coarse).")
