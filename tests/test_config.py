@@ -73,6 +73,21 @@ def test_quota_sum_checked():
         validate_config(cfg)
 
 
+def test_deepen_systems_checked_when_the_config_is_validated():
+    # `benchmaker validate-config` said "valid" and only `snakemake -n` refused an unknown deepen system
+    cfg = minimal()
+    cfg["evaluate"] = {"systems": [{"name": "bm25", "kind": "bm25"}]}
+    cfg["deepen"] = {"enabled": True, "systems": ["zz"]}
+    with pytest.raises(ConfigError, match=r"deepen.systems\[0\]: 'zz' is not an evaluate system"):
+        validate_config(cfg)
+    cfg["evaluate"] = {"systems": []}
+    cfg["deepen"] = {"enabled": True}
+    with pytest.raises(ConfigError, match="deepen.enabled: true needs at least one corpus-ranked system"):
+        validate_config(cfg)
+    cfg["evaluate"] = {"systems": [{"name": "bm25", "kind": "bm25"}]}
+    assert validate_config(cfg)["deepen"]["enabled"] is True
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]

@@ -192,6 +192,12 @@ def _cross_checks(cfg: dict) -> None:
         for f in cfg["evaluate"].get("facets") or []:
             if f not in all_facets:
                 problems.append(f"evaluate.facets: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
+    from .evaluate_settings import deepen_systems  # the workflow's own check (rules/deepen_common.smk)
+
+    try:
+        deepen_systems(cfg.get("deepen") or {}, (cfg.get("evaluate") or {}).get("systems") or [])
+    except ConfigError as exc:
+        problems.append(str(exc))
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
 

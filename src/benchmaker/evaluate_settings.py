@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -19,7 +19,8 @@ from .triggers import runtime_keys
 
 __all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS", "LIVE_KINDS",
            "LIVE_RUNTIME", "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS", "check_http", "check_milvus",
-           "check_systems", "render", "reuses_similarity_embeddings", "runs_model", "system_settings"]
+           "check_systems", "deepen_systems", "has_corpus_scope", "render", "reuses_similarity_embeddings",
+           "runs_model", "system_settings"]
 
 
 # an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
@@ -238,3 +239,34 @@ def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
 # often to try, whether a cached answer may be reused, queries per search call): the schema's x-runtime
 # keys of an evaluate system that a live kind takes. Never rerun triggers, never in a run's recorded settings
 LIVE_RUNTIME = tuple(k for k in runtime_keys("evaluate.systems.[]") if any(k in DEFAULTS[kind] for kind in LIVE_KINDS))
+
+
+def has_corpus_scope(system: Mapping[str, Any]) -> bool:
+    """Whether a system's run ranks the whole corpus (else it ranks the judged pools only: a reranker or
+    a trec_run with ``scope: pool``). Only those get the corpus, condensed and sage views."""
+    kind = system.get("kind")
+    return not (kind in ("rerank", "trec_run") and (system.get("scope") or DEFAULTS[kind]["scope"]) == "pool")
+
+
+def deepen_systems(deepen: Mapping[str, object], systems: Sequence[Mapping[str, object]]) -> list[str]:
+    """The deepen systems (``deepen.systems``, or every corpus-ranked evaluate system), checked: a
+    ``ConfigError`` names the key when deepening is enabled without systems or names an unknown or
+    pool-only system (here, below the stages, so that ``validate_config`` runs the same check as the
+    workflow: docs/deepen.md)."""
+    if not deepen.get("enabled"):
+        return []
+    ranked = [str(s["name"]) for s in systems if has_corpus_scope(s)]
+    names = [str(n) for n in (deepen.get("systems") or [])] or ranked
+    for i, n in enumerate(deepen.get("systems") or []):
+        if n not in {str(s["name"]) for s in systems}:
+            raise ConfigError(f"deepen.systems[{i}]: {n!r} is not an evaluate system "
+                              f"(evaluate.systems: {[s['name'] for s in systems]})")
+        if n not in ranked:
+            raise ConfigError(f"deepen.systems[{i}]: {n!r} ranks only the judged pools (nothing to deepen); "
+                              f"corpus-ranked systems: {ranked}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"deepen.systems: a system is listed twice ({names})")
+    if not names:
+        raise ConfigError("deepen.enabled: true needs at least one corpus-ranked system in evaluate.systems "
+                          "(or set deepen.enabled: false)")
+    return names

@@ -26,6 +26,7 @@ import polars as pl
 
 from ..evaluate.metrics import top_k
 from ..evaluate.runs import read_run
+from ..evaluate_settings import deepen_systems
 from ..logs import get_logger
 
 __all__ = ["ASSIGNED_SCHEMA", "deepen_systems", "system_tops", "assign", "one_per_group", "group_extras",
@@ -35,32 +36,6 @@ log = get_logger("deepen")
 
 ASSIGNED_SCHEMA = {"query_id": pl.String, "image_id": pl.String, "system": pl.String, "depth": pl.Int64,
                    "order": pl.Int64, "systems": pl.List(pl.String)}
-
-
-def deepen_systems(deepen: Mapping[str, object], systems: Sequence[Mapping[str, object]]) -> list[str]:
-    """The deepen systems (``deepen.systems``, or every corpus-ranked evaluate system), checked: a
-    ``ConfigError`` names the key when deepening is enabled without systems or names an unknown or
-    pool-only system."""
-    from ..config import ConfigError
-    from ..evaluate.systems import has_corpus_scope
-
-    if not deepen.get("enabled"):
-        return []
-    ranked = [str(s["name"]) for s in systems if has_corpus_scope(s)]
-    names = [str(n) for n in (deepen.get("systems") or [])] or ranked
-    for i, n in enumerate(deepen.get("systems") or []):
-        if n not in {str(s["name"]) for s in systems}:
-            raise ConfigError(f"deepen.systems[{i}]: {n!r} is not an evaluate system "
-                              f"(evaluate.systems: {[s['name'] for s in systems]})")
-        if n not in ranked:
-            raise ConfigError(f"deepen.systems[{i}]: {n!r} ranks only the judged pools (nothing to deepen); "
-                              f"corpus-ranked systems: {ranked}")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"deepen.systems: a system is listed twice ({names})")
-    if not names:
-        raise ConfigError("deepen.enabled: true needs at least one corpus-ranked system in evaluate.systems "
-                          "(or set deepen.enabled: false)")
-    return names
 
 
 def run_paths(runs: Sequence[str] | str, systems: Sequence[str]) -> dict[str, str]:

@@ -45,6 +45,7 @@ from ..evaluate_settings import (  # noqa: F401 - re-exported: the kinds and the
     MODEL_KINDS,
     NAME_RE,
     check_systems,
+    has_corpus_scope,
     reuses_similarity_embeddings,
     runs_model,
     system_settings,
@@ -81,13 +82,6 @@ __all__ = [
 ]
 
 log = get_logger("evaluate")
-
-def has_corpus_scope(system: Mapping[str, Any]) -> bool:
-    """Whether a system's run ranks the whole corpus (else it ranks the judged pools only: a reranker or
-    a trec_run with ``scope: pool``). Only those get the corpus, condensed and sage views."""
-    kind = system.get("kind")
-    return not (kind in ("rerank", "trec_run") and (system.get("scope") or DEFAULTS[kind]["scope"]) == "pool")
-
 
 def sees_judge_text(system: Mapping[str, Any], systems: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a system reads the annotator's text (summaries, tags) that the judge labelled from."""
