@@ -58,3 +58,16 @@ def test_one_system_power_and_reusability_read_as_sentences(tmp_path):
     assert "about 0.112 at σ_d 0.15, 0.187 at σ_d 0.25" in power
     assert reuse == ("**Reusability**: leave-one-system-out τ not defined: it needs two or more ranked systems "
                      "(1 system ranked).")
+
+
+def test_both_judges_table_names_the_judges(tmp_path):
+    from benchmaker.summary.trust import tables
+
+    (tmp_path / "audit.json").write_text(json.dumps({
+        "status": "audited", "judge": "rules", "second_judge": {"name": "loose"},
+        "judges": {**JUDGES, "rows": [{"system": "a", "metric": "ndcg@10", "judge": 0.91234, "judge2": 0.8,
+                                       "queries": 15}]}}))
+    (title, table), = tables(None, tmp_path / "audit.json")
+    assert title == "Systems under both judges"
+    assert table.columns == ["system", "metric", "judge (rules)", "second judge (loose)"]
+    assert table.row(0) == ("a", "ndcg@10", 0.9123, 0.8)

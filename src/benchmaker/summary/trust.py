@@ -192,9 +192,12 @@ def tables(trust: str | Path | None, audit: str | Path | None) -> list[tuple[str
             "rank (judge → corrected)": f"{r['rank_judge']} → {r['rank_corrected']}"} for r in corr])
             .with_columns(pl.col(pl.Float64).round(4))))
     judges = ((a or {}).get("judges") or {}).get("rows") or []
-    if judges:
+    if judges:  # the columns named after the two judges (the second judge's name is its folder, audit.second_judge)
+        first = f"judge ({a['judge']})" if a.get("judge") else "judge"
+        second = f"second judge ({(a.get('second_judge') or {}).get('name') or 'judge2'})"
         out.append(("Systems under both judges", pl.DataFrame(judges).select(
-            "system", "metric", "judge", "judge2").with_columns(pl.col(pl.Float64).round(4))))
+            "system", "metric", pl.col("judge").alias(first), pl.col("judge2").alias(second))
+            .with_columns(pl.col(pl.Float64).round(4))))
     return out
 
 
