@@ -52,7 +52,8 @@ def _power(trust: Mapping[str, Any] | None) -> str:
     if row is None:
         return "**Power**: no metric had per-query differences to measure."
     need = "; ".join(f"a difference of {d} needs {n} queries" for d, n in row["queries_needed"].items())
-    return (f"**Power**: with {row['queries']} queries and {row['systems']} systems ({row['pairs_compared']} pairs "
+    pairs = f"{row['pairs_compared']} pair{'' if row['pairs_compared'] == 1 else 's'}"
+    return (f"**Power**: with {row['queries']} queries and {row['systems']} systems ({pairs} "
             f"compared, {p['correction']}-corrected, α {p['alpha']} → {row['alpha_pair']:.4g} per pair), "
             f"differences in {row['metric']} ({row['scope']} scope) below **{_f(row['mdd'])}** are not reliably "
             f"detected (power {p['power']}; {_f(row['mdd_min'])}–{_f(row['mdd_max'])} over the system pairs, "
