@@ -1,15 +1,9 @@
-"""The tiny benchmark built twice, in two folders, for tests/test_determinism.py and tests/test_workflow.py
-(one session fixture, ``tiny_runs`` in tests/conftest.py: two real builds serve both files).
-
-Both folders hold the same config file contents (results relative to the folder, shared corpus and
-checkpoint, the configured column names ``qid`` / ``relevant``):
-
-* A: fresh, ``--cores 1``;
-* B: runtime knobs changed (batch sizes, workers: not part of the output), the embedding cache
-  pre-warmed by ``embed_images`` of half the shards of another benchmark with 10 shards (so B's
-  jobs encode other subsets of images than A's, and find the rest in the cache), then ``--cores 2``
-  killed with SIGKILL mid-run, unlocked and resumed with ``--cores 1``.
-"""
+"""The tiny benchmark built twice, in two folders with the same config file contents (results relative
+to the folder, shared corpus and checkpoint, the configured column names ``qid`` / ``relevant``): run A
+fresh at ``--cores 1``; run B with other runtime knobs, a pre-warmed embedding cache, ``--cores 2``
+killed with SIGKILL, unlocked and resumed (tests/test_determinism.py says why). One session fixture,
+``tiny_runs`` (tests/conftest.py): tests/test_determinism.py compares the two, tests/test_workflow.py
+reads run A."""
 
 from __future__ import annotations
 
