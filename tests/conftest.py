@@ -57,6 +57,16 @@ def fake(monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, tiny_corpus, tiny_clip) -> dict:
+    """The tiny benchmark built twice, in two folders, other orders and cores, a kill -9 and resume
+    (tests/support_runs.py): tests/test_determinism.py compares them, tests/test_workflow.py reads
+    run A. One worker builds it (SERIAL_GROUPS "tiny-runs")."""
+    import support_runs
+
+    return support_runs.run_twice(tmp_path_factory.mktemp("det"), tiny_corpus, tiny_clip)
+
+
+@pytest.fixture(scope="session")
 def numba_cache(request, tmp_path_factory) -> Path:
     """ranx's numba JIT cache (compiling costs ~40 s here): kept across test sessions in the pytest
     cache (.pytest_cache/d/numba), as real runs keep it per user (~/.cache/benchmaker/numba,
@@ -131,6 +141,8 @@ SERIAL_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     "checkout-workdir": (("test_example.py", "test_example_dry_run_from_repo_root"),
                          ("test_deepen_workflow.py", "test_example_overlay_dry_run_from_repo_root"),
                          ("test_workflow.py", "test_lint_is_clean")),
+    # the session fixture `tiny_runs` (two workflow builds): built once, on the worker that runs its users
+    "tiny-runs": (("test_determinism.py", "runs"), ("test_workflow.py", "full_run")),
     # ranx's numba cache kept in the pytest cache (.pytest_cache/d/numba): one writer at a time
     "pytest-cache": (("test_example.py", "test_example_end_to_end_offline"),
                      ("test_export_publish.py", "builds")),  # every test using the `builds` fixture

@@ -2,7 +2,8 @@
 cache state, or a kill -9 and resume. And every setting either changes the output (a rerun trigger,
 part of the cache key) or is not a rerun trigger (``snakemake -n`` says nothing to do).
 
-The workflow runs twice on the tiny corpus, in two folders with the same config file contents:
+The workflow runs twice on the tiny corpus, in two folders with the same config file contents
+(tests/support_runs.py; the session fixture ``tiny_runs``, whose run A tests/test_workflow.py reads too):
 
 * A: fresh, ``--cores 1``;
 * B: runtime knobs changed (batch sizes, workers: not part of the output), the embedding cache
@@ -15,106 +16,22 @@ Every data file of A and B must have the same sha256.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import support
-
-ROOT = Path(__file__).resolve().parents[1]
-EPOCH = "1700000000"
-# files that may differ between runs: Snakemake's bookkeeping, logs and timings (the dataset's run facts)
-VOLATILE = re.compile(r"(^|/)(logs|benchmarks)/|\.snakemake_timestamp$|(^|/)run_facts\.json$")
-
+from support_runs import EPOCH, config_for, smk
 
 job_stats = support.job_stats  # parse Snakemake's 'Job stats' table (tests/support.py)
 
 
-def digests(results: Path) -> dict[str, str]:
-    out = {}
-    for f in sorted(results.rglob("*")):
-        rel = f.relative_to(results).as_posix()
-        if f.is_file() and not VOLATILE.search(rel):
-            out[rel] = hashlib.sha256(f.read_bytes()).hexdigest()
-    return out
-
-
-def config_for(shared: Path, tiny_corpus: Path, n_shards: int = 2, **runtime) -> dict:
-    """The tiny config with paths that are the same for every run folder (results is relative)."""
-    cfg = support.tiny_config(shared, tiny_corpus, shared / "clip", n_shards=n_shards)
-    cfg["paths"]["results"] = "results"
-    cfg["paths"]["rights_map"] = str(shared / "rights_map.json")
-    for section, values in runtime.items():
-        node = cfg
-        for part in section.split("."):
-            node = node.setdefault(part, {})
-        node.update(values)
-    return cfg
-
-
-def smk(args, workdir: Path, cfg: dict, name="config.yaml", **kw):
-    path = support.write_config(workdir / name, cfg)
-    return support.snakemake(args, workdir, path, env={"SOURCE_DATE_EPOCH": EPOCH}, **kw)
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_corpus, tiny_clip):
-    shared = tmp_path_factory.mktemp("det")
-    shutil.copytree(tiny_clip, shared / "clip")  # the in-place replacement test touches this copy
-    support.rights_map(shared / "rights_map.json")
-    a, b = shared / "a", shared / "b"
-    a.mkdir()
-    b.mkdir()
-    base = config_for(shared, tiny_corpus)
-
-    r = smk(["-c1", "--show-failed-logs"], a, base)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-
-    # B: other batch sizes and workers (runtime knobs); the embedding cache pre-warmed with half of
-    # the images by another benchmark with 10 shards sharing it: those embeddings come from forward
-    # passes of 1-5 images, and B's own jobs encode the other half. (Without fixed-shape passes a
-    # pass of 3 images gives other bits than one of 16, at 1 and at 2 threads; 8 and 12 do not.)
-    other = config_for(shared, tiny_corpus, **{"similarity": {"batch_size": 3, "num_workers": 1},
-                                               "vision.clip": {"batch_size": 5, "num_workers": 1}})
-    warm = config_for(shared, tiny_corpus, n_shards=10)
-    warm["paths"]["results"] = "prewarm"
-    warm["similarity"]["cache_dir"] = "results/.cache/embeddings"
-    warm["similarity"]["gpu_jobs"] = 10  # one embed_images job per shard: targets named by shard
-    r = smk(["-c1", *(f"prewarm/tiny/embeddings/images/{i:05d}.parquet" for i in range(5))], b, warm,
-            name="prewarm.yaml")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-    assert list((b / "results" / ".cache" / "embeddings").rglob("part-*.keys.npy"))
-    # then a --cores 2 run, killed (SIGKILL to Snakemake and its jobs) once some jobs have finished
-    cfg_path = support.write_config(b / "config.yaml", other)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", SOURCE_DATE_EPOCH=EPOCH,
-               PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PATH=support.no_slurm_path())
-    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(b),
-                             "--configfile", str(cfg_path), "--workflow-profile", "none", "-c2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-    deadline = time.time() + 600
-    marker = b / "results" / "tiny" / "annotations.jsonl"
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    killed = proc.poll() is None
-    if killed:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    r = smk(["--unlock"], b, other)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = smk(["-c1", "--rerun-incomplete", "--show-failed-logs"], b, other)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-    res_a, res_b = a / "results" / "tiny", b / "results" / "tiny"
-    return {"shared": shared, "a": a, "b": b, "base": base, "killed": killed,
-            "digests_a": digests(res_a), "digests_b": digests(res_b), "corpus": tiny_corpus}
+def runs(tiny_runs):
+    """The two builds (tests/support_runs.py), shared with tests/test_workflow.py."""
+    return tiny_runs
 
 
 @pytest.mark.slow

@@ -345,7 +345,8 @@ def test_estimate_within_10_percent_before_and_after_a_partial_run(fake, tmp_pat
     fake.count_tokens = True
     fake.lengths = LengthModel(3, means={"low": 300}, spread=0.2)
     llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync", "concurrency": 2}
-    config = write_config(tmp_path / "config.yaml", tiny_config(tmp_path, tiny_corpus, tiny_clip,
+    # one shard: the estimate and the bill count requests per image, whatever the sharding
+    config = write_config(tmp_path / "config.yaml", tiny_config(tmp_path, tiny_corpus, tiny_clip, n_shards=1,
                                                                 vision={"adapter": "openai", "openai": llm}))
     cfg = load_config(str(config))
     before = estimate(cfg)[0]

@@ -67,6 +67,10 @@ def test_group_rules():
     assert conftest.xdist_group_of(dry_run) == "checkout-workdir"
     assert conftest.xdist_group_of(_Item("test_export_publish.py", "test_y", ["builds"],
                                          {"builds": "module"})) == "pytest-cache"
+    # the session fixture tiny_runs: its users in two files on one worker (built once)
+    for file, fixture in (("test_determinism.py", "runs"), ("test_workflow.py", "full_run")):
+        assert conftest.xdist_group_of(_Item(file, "test_z", [fixture, "tiny_runs"],
+                                             {fixture: "module", "tiny_runs": "session"})) == "tiny-runs"
 
 
 def test_heaviest_unit_first_ties_in_queue_order():

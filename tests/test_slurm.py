@@ -276,7 +276,7 @@ def test_controller_killed_during_a_gpu_job_is_survivable(slurm_cluster, tmp_pat
     before it submits anything (and says how many), no two jobs for one output ever overlap in time
     (sacct), the run ends with the bytes of an uninterrupted run, and a later params change plans the
     same jobs as it does after the uninterrupted run (nothing finished unwatched is trusted)."""
-    from test_determinism import EPOCH, digests
+    from support_runs import EPOCH, digests
 
     from benchmaker.slurm import previous_jobs
 

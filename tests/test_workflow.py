@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -75,21 +76,41 @@ def test_snakefmt_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@dataclass
+class Run:
+    """A built benchmark: its folder, validated config (results as an absolute path) and config file."""
+    folder: Path
+    cfg: dict
+    config: Path
+    shared: Path
+    corpus: Path
+
+    def variant(self, name: str, **sections) -> Path:
+        """A config file in the run's folder: the run's config with ``sections`` merged in
+        (support_runs.config_for)."""
+        from support_runs import config_for
+
+        return support.write_config(self.folder / name, config_for(self.shared, self.corpus, **sections))
+
+    def dry_run(self, config: Path) -> subprocess.CompletedProcess:
+        from support_runs import EPOCH
+
+        return support.snakemake(["-n", "-c1"], self.folder, config, env={"SOURCE_DATE_EPOCH": EPOCH})
+
+
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory, tiny_corpus, tiny_clip):
-    tmp = tmp_path_factory.mktemp("wf")
-    cfg = support.tiny_config(tmp, tiny_corpus, tiny_clip,
-                              columns={"query_id": "qid", "relevance_label": "relevant"})
-    cfg_path = support.write_config(tmp / "config.yaml", cfg)
-    r = support.snakemake(["-c2", "--show-failed-logs"], tmp, cfg_path, timeout=1500)
-    if r.returncode != 0:
-        pytest.fail("workflow failed:\n" + (r.stdout + r.stderr)[-6000:])
-    return tmp, validate_config(cfg), cfg_path
+def full_run(tiny_runs) -> Run:
+    """Run A of the two builds tests/test_determinism.py compares (tests/support_runs.py: the tiny corpus,
+    2 shards, the columns renamed to qid / relevant, results relative to the folder)."""
+    a, base = tiny_runs["a"], tiny_runs["base"]
+    cfg = validate_config(base)
+    cfg["paths"]["results"] = str(a / base["paths"]["results"])  # the tests read the results from here
+    return Run(a, cfg, a / "config.yaml", tiny_runs["shared"], tiny_runs["corpus"])
 
 
 @pytest.mark.slow
 def test_end_to_end_contracts(full_run):
-    tmp, cfg, _ = full_run
+    cfg = full_run.cfg
     res = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"]
     cols = cfg["columns"]
     fm = FacetModel.from_config(cfg["facets"])
@@ -137,7 +158,7 @@ def test_end_to_end_contracts(full_run):
 @pytest.mark.slow
 def test_hf_dataset_loads_and_decodes(full_run):
     datasets = pytest.importorskip("datasets")
-    tmp, cfg, _ = full_run
+    cfg = full_run.cfg
     ds_dir = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"] / "hf_dataset"
     files = sorted(str(p) for p in (ds_dir / "data").glob("*.parquet"))
     ds = datasets.load_dataset("parquet", data_files={"test": files}, split="test")
@@ -151,21 +172,14 @@ def test_hf_dataset_loads_and_decodes(full_run):
 
 @pytest.mark.slow
 def test_second_run_has_nothing_to_do(full_run):
-    tmp, cfg, cfg_path = full_run
-    r = support.snakemake(["-n", "-c1"], tmp, cfg_path)
+    r = full_run.dry_run(full_run.config)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
 @pytest.mark.slow
 def test_judge_change_reruns_only_judge_and_downstream(full_run):
-    tmp, cfg, _ = full_run
-    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
-                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
-                              columns={"query_id": "qid", "relevance_label": "relevant"})
-    raw["judge"]["rules"] = {"relevant_min_jaccard": 0.6}
-    cfg2 = support.write_config(tmp / "config_judge.yaml", raw)
-    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    r = full_run.dry_run(full_run.variant("config_judge.yaml", **{"judge.rules": {"relevant_min_jaccard": 0.6}}))
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
     assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all",
@@ -176,13 +190,7 @@ def test_judge_change_reruns_only_judge_and_downstream(full_run):
 def test_query_writer_change_rewrites_the_queries_and_relabels(full_run):
     """A change of the query writer's settings writes the queries again and labels again (the judge
     reads queries.jsonl), and nothing before them; a labelling change (above) never rewrites a query."""
-    tmp, cfg, _ = full_run
-    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
-                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
-                              columns={"query_id": "qid", "relevance_label": "relevant"})
-    raw["queries"] = {"rules": {"query_tags": 3}}
-    cfg2 = support.write_config(tmp / "config_queries.yaml", raw)
-    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    r = full_run.dry_run(full_run.variant("config_queries.yaml", **{"queries.rules": {"query_tags": 3}}))
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
     assert set(stats) == {"queries", "judge", "embed_queries", "score", "summary", "export", "all",
@@ -191,17 +199,11 @@ def test_query_writer_change_rewrites_the_queries_and_relabels(full_run):
 
 @pytest.mark.slow
 def test_similarity_model_change_does_not_rerun_vision_or_judge(full_run):
-    tmp, cfg, _ = full_run
-    raw = support.tiny_config(tmp, Path(cfg["paths"]["image_root"]),
-                              Path(cfg["similarity"]["model"].removeprefix("local-dir:")),
-                              columns={"query_id": "qid", "relevance_label": "relevant"})
-    raw["similarity"]["precision"] = "fp32"
-    cfg2 = support.write_config(tmp / "config_sim.yaml", raw)
-    r = support.snakemake(["-n", "-c1"], tmp, cfg2)
+    r = full_run.dry_run(full_run.variant("config_sim.yaml", similarity={"precision": "fp32"}))
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
     assert "vision" not in stats and "judge" not in stats and "plan" not in stats
-    assert stats.get("embed_images") == cfg["n_shards"]
+    assert stats.get("embed_images") == full_run.cfg["n_shards"]
     assert "decode_images" not in stats  # the precision decides no pixel
 
 
@@ -211,7 +213,7 @@ def test_tiny_clip_run_is_marked_smoke_test_and_ships_no_empty_rationale(full_ru
     rules judge without rationale ships no all-null `rationale` column (#14)."""
     import pyarrow.parquet as pq
 
-    tmp, cfg, _ = full_run
+    cfg = full_run.cfg
     assert cfg["benchmark"]["smoke_test"] and "tinyclip" in cfg["benchmark"]["smoke_reason"]
     res = Path(cfg["paths"]["results"]) / cfg["benchmark"]["name"]
     html = (res / "summary" / "report.html").read_text()
