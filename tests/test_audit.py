@@ -535,6 +535,27 @@ def test_not_audited_yet_and_card_and_summary_sections(bench, tmp_path):
     assert "Not audited yet" in R.card_markdown(None) and "audit.enabled is false" in R.card_markdown(None)
 
 
+def test_a_listed_file_with_no_labels_is_named(bench, tmp_path, caplog):
+    """sample.csv listed with its label cells still empty: an error naming the file and the count with
+    require_complete, else a warning and the report and card saying so (it used to pass as an INFO line)."""
+    sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
+    s = read_sample(sample_p)
+    empty = _csv(tmp_path / "empty.csv", [(i, "") for i in s["item_id"]])
+    with pytest.raises(LabelImportError, match=r"empty.csv: no labels \(0 of 10 sample pairs labelled.*"
+                                               r"audit.require_complete: false"):
+        import_labels([empty], s, Scale("binary"))
+    out = tmp_path / "audit" / "report"
+    with caplog.at_level("WARNING"):
+        info = S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(out),
+                     settings={"bootstrap": 10, "require_complete": False}, human_labels=[empty], labels="binary",
+                     facets=audit_support.FACETS)
+    assert info["status"] == "not audited yet"
+    assert info["label_files"] == [{"path": empty["path"], "format": "csv", "labels": 0, "pairs": 10}]
+    assert any("empty.csv: no labels (0 of 10" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    for text in (R.card_markdown(str(out)), R.summary_section(str(out)).text):
+        assert f"holding no labels (0 of 10 sample pairs labelled): `{empty['path']}`" in text
+
+
 def test_graded_report(tmp_path):
     bench = audit_support.make_bench(tmp_path / "g", graded=True, images=False)
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=20)

@@ -116,8 +116,9 @@ def _clean(v: Any) -> str | None:
 
 def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scale: Scale, *,
                   require_complete: bool = default("audit.require_complete"),
-                  sample_id: str | None = None) -> pl.DataFrame:
-    """All human labels of ``files`` (each ``{path, rater}``), validated against ``sample``."""
+                  sample_id: str | None = None, counts: list[dict[str, Any]] | None = None) -> pl.DataFrame:
+    """All human labels of ``files`` (each ``{path, rater}``), validated against ``sample``. ``counts``, when
+    given, receives one ``{path, format, labels, pairs}`` per file (``labels``: the pairs it labels)."""
     by_item = {r["item_id"]: r for r in sample.select("item_id", "query_id", "image_id", "query_text")
                .iter_rows(named=True)}
     by_pair = {(r["query_id"], r["image_id"]): r["item_id"] for r in by_item.values()}
@@ -173,23 +174,45 @@ def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scal
             seen[key] = at
             rows.append({"rater": rater, "item_id": iid, "label": label, "source": at})
             n_file += 1
-        log.info("audit: %s (%s): %d labels", path, fmt, n_file)
+        _file_counted(path, fmt, n_file, sample.height, require_complete)
+        if counts is not None:
+            counts.append({"path": str(path), "format": fmt, "labels": n_file, "pairs": sample.height})
     out = pl.DataFrame(rows, schema=LABELS_SCHEMA)
     if "judge" in out["rater"].unique().to_list():
         raise LabelImportError("a human rater is called 'judge', the name of the judge's labels; set "
                                "audit.human_labels[].rater to another name")
     if require_complete:
-        for rater in out["rater"].unique(maintain_order=True).to_list():
-            have = set(out.filter(pl.col("rater") == rater)["item_id"].to_list())
-            missing = [iid for iid in sample["item_id"].to_list() if iid not in have]
-            if missing:
-                ref = by_item[missing[0]]
-                src = out.filter(pl.col("rater") == rater)["source"][0].split(": ")[0]
-                raise LabelImportError(
-                    f"{src}: rater {rater!r} has no label for {len(missing)} of {sample.height} sample pair(s), "
-                    f"first: item {missing[0]} (query {ref['query_id']}, image {ref['image_id']}); label them "
-                    "or set audit.require_complete: false to report on the labelled pairs only")
+        _check_complete(out, sample, by_item)
     return out
+
+
+def _file_counted(path: Path, fmt: str, n: int, pairs: int, require_complete: bool) -> None:
+    """Log a file's count; a listed file that labels nothing is an error (``require_complete``) or a warning,
+    never an INFO line: the audit would otherwise say "not audited yet" with the labels seemingly given."""
+    if n:
+        log.info("audit: %s (%s): %d labels", path, fmt, n)
+        return
+    what = (f"{path}: no labels (0 of {pairs} sample pairs labelled; every label cell is empty or every "
+            "annotation cancelled)")
+    if require_complete:
+        raise LabelImportError(f"{what}: label the pairs and export again (audit/labelling/label.html, Label "
+                               "Studio, or the label column of audit/labelling/sample.csv), remove the file from "
+                               "audit.human_labels, or set audit.require_complete: false")
+    log.warning("audit: %s; listed under audit.human_labels, it adds nothing to the audit", what)
+
+
+def _check_complete(out: pl.DataFrame, sample: pl.DataFrame, by_item: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every rater labelled every sample pair (``audit.require_complete``), else the first gap, named."""
+    for rater in out["rater"].unique(maintain_order=True).to_list():
+        have = set(out.filter(pl.col("rater") == rater)["item_id"].to_list())
+        missing = [iid for iid in sample["item_id"].to_list() if iid not in have]
+        if missing:
+            ref = by_item[missing[0]]
+            src = out.filter(pl.col("rater") == rater)["source"][0].split(": ")[0]
+            raise LabelImportError(
+                f"{src}: rater {rater!r} has no label for {len(missing)} of {sample.height} sample pair(s), "
+                f"first: item {missing[0]} (query {ref['query_id']}, image {ref['image_id']}); label them "
+                "or set audit.require_complete: false to report on the labelled pairs only")
 
 
 def _multi_ls(records: list[tuple[str, dict]]) -> bool:
