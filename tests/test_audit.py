@@ -622,5 +622,13 @@ def test_config_names_wrong_strata_and_facets():
     with pytest.raises(ConfigError) as e:
         validate_config(cfg)
     assert "audit.strata: 'colour'" in str(e.value) and "audit.facets: 'size'" in str(e.value)
+    # metrics: the evaluate stage's ranx names, checked when the config is read (a typo used to fail the
+    # whole run's audit_report on ranx's ValueError as an "unexpected error")
+    cfg["audit"] = {"metrics": ["ndcg@10", "mapp", "precision@0", "recall@5", "hit_rate@3", "mrr", "ndcg"]}
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg)
+    bad = [line for line in str(e.value).splitlines() if "audit.metrics" in line]
+    assert len(bad) == 3 and all("ndcg@k, precision@k, recall@k, hit_rate@k, map, mrr" in b for b in bad)
+    assert ["'mapp'" in bad[0], "'precision@0'" in bad[1], "'ndcg' is" in bad[2]] == [True] * 3
     cfg["audit"] = {"strata": ["difficulty", "color", "is_bright"], "second_judge": {"judge": {}}}
     assert validate_config(cfg)["audit"]["second_judge"] == {"judge": {}, "name": "judge2", "scope": "sample"}
