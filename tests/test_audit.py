@@ -209,6 +209,43 @@ def test_import_formats_and_validation(bench, tmp_path):
         import_labels([{"path": ok["path"], "rater": "judge"}], s, scale)
 
 
+def test_label_studio_csv_export(bench, tmp_path):
+    """Label Studio's CSV export of the project's labelling config, as label-studio-converter's csv2 writes it
+    (columns sorted, non-numeric values quoted, one row per annotation, the task's data as columns, the
+    choice under the Choices name): one rater per annotator, cancelled annotations left out."""
+    import csv
+
+    sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
+    s = read_sample(sample_p)
+    scale = Scale("binary")
+    rows = []
+    for k, r in enumerate(s.iter_rows(named=True)):
+        data = {"image": "/data/local-files/?d=" + r["image_id"], "query_text": r["query_text"],
+                "item_id": r["item_id"], "query_id": r["query_id"], "image_id": r["image_id"], "sample_id": "x"}
+        for n, (who, lab) in enumerate((("x@lab", k % 2), ("7", 1))):
+            rows.append({**data, "id": k + 1, L.LS_FROM: scale.choice(lab), "annotator": who,
+                         "annotation_id": 2 * k + n + 1, "created_at": "2026-11-28T10:00:00Z",
+                         "updated_at": "2026-11-28T10:00:00Z", "lead_time": 3.5, "was_cancelled": False})
+    rows.append({**rows[0], "annotator": "x@lab", L.LS_FROM: scale.choice(1), "annotation_id": 99,
+                 "was_cancelled": True})  # a cancelled second try: not a label, not a duplicate
+    path = tmp_path / "project-1-at-2026-11-28.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=sorted(rows[0]), quoting=csv.QUOTE_NONNUMERIC)
+        w.writeheader()
+        w.writerows(rows)
+    got = import_labels([{"path": str(path), "rater": "lab"}], s, scale)
+    assert sorted(got["rater"].unique().to_list()) == ["lab:7", "lab:x@lab"] and got.height == 20
+    alice = got.filter(pl.col("rater") == "lab:x@lab").sort("item_id")
+    assert alice["label"].to_list() == [k % 2 for k, _ in sorted(enumerate(s["item_id"]), key=lambda t: t[1])]
+    one = tmp_path / "one.csv"
+    pl.read_csv(path, infer_schema=False).filter(pl.col("annotator") == "x@lab").write_csv(one)
+    assert import_labels([{"path": str(one)}], s, scale)["rater"].unique().to_list() == ["labelstudio:x@lab"]
+    # a Label Studio CSV without the tasks' ids (tasks not made from label_studio_tasks*.json): pointed to JSON
+    pl.read_csv(one, infer_schema=False).drop("item_id", "query_id").write_csv(tmp_path / "noid.csv")
+    with pytest.raises(LabelImportError, match=r"needs an 'item_id' column.*Export → JSON"):
+        import_labels([{"path": str(tmp_path / "noid.csv")}], s, scale)
+
+
 # ---- statistics ------------------------------------------------------------------------------------------------
 
 A_LAB = [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
