@@ -587,10 +587,10 @@ def test_a_listed_file_with_no_labels_is_named(bench, tmp_path, caplog):
                      settings={"bootstrap": 10, "require_complete": False}, human_labels=[empty], labels="binary",
                      facets=audit_support.FACETS)
     assert info["status"] == "not audited yet"
-    assert info["label_files"] == [{"path": empty["path"], "format": "csv", "labels": 0, "pairs": 10}]
+    assert info["label_files"] == [{"path": "empty.csv", "format": "csv", "labels": 0, "pairs": 10}]
     assert any("empty.csv: no labels (0 of 10" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
     for text in (R.card_markdown(str(out)), R.summary_section(str(out)).text):
-        assert f"holding no labels (0 of 10 sample pairs labelled): `{empty['path']}`" in text
+        assert "holding no labels (0 of 10 sample pairs labelled): `empty.csv`" in text
 
 
 def test_graded_report(tmp_path):

@@ -134,7 +134,8 @@ def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scal
                   require_complete: bool = default("audit.require_complete"),
                   sample_id: str | None = None, counts: list[dict[str, Any]] | None = None) -> pl.DataFrame:
     """All human labels of ``files`` (each ``{path, rater}``), validated against ``sample``. ``counts``, when
-    given, receives one ``{path, format, labels, pairs}`` per file (``labels``: the pairs it labels)."""
+    given, receives one ``{path, format, labels, pairs}`` per file (``labels``: the pairs it labels; ``path`` as
+    listed, its name when absolute)."""
     by_item = {r["item_id"]: r for r in sample.select("item_id", "query_id", "image_id", "query_text")
                .iter_rows(named=True)}
     by_pair = {(r["query_id"], r["image_id"]): r["item_id"] for r in by_item.values()}
@@ -192,7 +193,9 @@ def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scal
             n_file += 1
         _file_counted(path, fmt, n_file, sample.height, require_complete)
         if counts is not None:
-            counts.append({"path": str(path), "format": fmt, "labels": n_file, "pairs": sample.height})
+            # the path as listed; its name when absolute (audit.json: the same bytes from any folder)
+            counts.append({"path": path.name if path.is_absolute() else str(path), "format": fmt, "labels": n_file,
+                           "pairs": sample.height})
     out = pl.DataFrame(rows, schema=LABELS_SCHEMA)
     if "judge" in out["rater"].unique().to_list():
         raise LabelImportError("a human rater is called 'judge', the name of the judge's labels; set "
