@@ -66,8 +66,8 @@ def _not_audited(audit: Mapping[str, Any]) -> str:
     buys = ""
     census = n is not None and n == (audit.get("sample") or {}).get("population_pairs")
     if proj.get("rows") and census:  # no sampling error left: an interval of ±0.000 would read as a bug
-        buys = ("; the sample is every judged pair, so with them every system's score is reported as people "
-                "would score it, exactly (no sampling error)")
+        buys = ("; the sample is every judged pair, so with them every system's score is reported "
+                "human-corrected exactly (no sampling error)")
     elif proj.get("rows"):
         r = max(proj["rows"], key=lambda r: r["half_width"])
         buys = (f"; with them every system's {r['metric']} is reported human-corrected, to within about "
