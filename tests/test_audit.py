@@ -209,6 +209,43 @@ def test_import_formats_and_validation(bench, tmp_path):
         import_labels([{"path": ok["path"], "rater": "judge"}], s, scale)
 
 
+def test_label_studio_csv_export(bench, tmp_path):
+    """Label Studio's CSV export of the project's labelling config, as label-studio-converter's csv2 writes it
+    (columns sorted, non-numeric values quoted, one row per annotation, the task's data as columns, the
+    choice under the Choices name): one rater per annotator, cancelled annotations left out."""
+    import csv
+
+    sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
+    s = read_sample(sample_p)
+    scale = Scale("binary")
+    rows = []
+    for k, r in enumerate(s.iter_rows(named=True)):
+        data = {"image": "/data/local-files/?d=" + r["image_id"], "query_text": r["query_text"],
+                "item_id": r["item_id"], "query_id": r["query_id"], "image_id": r["image_id"], "sample_id": "x"}
+        for n, (who, lab) in enumerate((("x@lab", k % 2), ("7", 1))):
+            rows.append({**data, "id": k + 1, L.LS_FROM: scale.choice(lab), "annotator": who,
+                         "annotation_id": 2 * k + n + 1, "created_at": "2026-11-28T10:00:00Z",
+                         "updated_at": "2026-11-28T10:00:00Z", "lead_time": 3.5, "was_cancelled": False})
+    rows.append({**rows[0], "annotator": "x@lab", L.LS_FROM: scale.choice(1), "annotation_id": 99,
+                 "was_cancelled": True})  # a cancelled second try: not a label, not a duplicate
+    path = tmp_path / "project-1-at-2026-11-28.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=sorted(rows[0]), quoting=csv.QUOTE_NONNUMERIC)
+        w.writeheader()
+        w.writerows(rows)
+    got = import_labels([{"path": str(path), "rater": "lab"}], s, scale)
+    assert sorted(got["rater"].unique().to_list()) == ["lab:7", "lab:x@lab"] and got.height == 20
+    alice = got.filter(pl.col("rater") == "lab:x@lab").sort("item_id")
+    assert alice["label"].to_list() == [k % 2 for k, _ in sorted(enumerate(s["item_id"]), key=lambda t: t[1])]
+    one = tmp_path / "one.csv"
+    pl.read_csv(path, infer_schema=False).filter(pl.col("annotator") == "x@lab").write_csv(one)
+    assert import_labels([{"path": str(one)}], s, scale)["rater"].unique().to_list() == ["labelstudio:x@lab"]
+    # a Label Studio CSV without the tasks' ids (tasks not made from label_studio_tasks*.json): pointed to JSON
+    pl.read_csv(one, infer_schema=False).drop("item_id", "query_id").write_csv(tmp_path / "noid.csv")
+    with pytest.raises(LabelImportError, match=r"needs an 'item_id' column.*Export → JSON"):
+        import_labels([{"path": str(tmp_path / "noid.csv")}], s, scale)
+
+
 # ---- statistics ------------------------------------------------------------------------------------------------
 
 A_LAB = [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
@@ -535,6 +572,27 @@ def test_not_audited_yet_and_card_and_summary_sections(bench, tmp_path):
     assert "Not audited yet" in R.card_markdown(None) and "audit.enabled is false" in R.card_markdown(None)
 
 
+def test_a_listed_file_with_no_labels_is_named(bench, tmp_path, caplog):
+    """sample.csv listed with its label cells still empty: an error naming the file and the count with
+    require_complete, else a warning and the report and card saying so (it used to pass as an INFO line)."""
+    sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
+    s = read_sample(sample_p)
+    empty = _csv(tmp_path / "empty.csv", [(i, "") for i in s["item_id"]])
+    with pytest.raises(LabelImportError, match=r"empty.csv: no labels \(0 of 10 sample pairs labelled.*"
+                                               r"audit.require_complete: false"):
+        import_labels([empty], s, Scale("binary"))
+    out = tmp_path / "audit" / "report"
+    with caplog.at_level("WARNING"):
+        info = S.run(sample=str(sample_p), sample_meta=str(meta_p), qrels=str(bench["qrels"]), report=str(out),
+                     settings={"bootstrap": 10, "require_complete": False}, human_labels=[empty], labels="binary",
+                     facets=audit_support.FACETS)
+    assert info["status"] == "not audited yet"
+    assert info["label_files"] == [{"path": "empty.csv", "format": "csv", "labels": 0, "pairs": 10}]
+    assert any("empty.csv: no labels (0 of 10" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    for text in (R.card_markdown(str(out)), R.summary_section(str(out)).text):
+        assert "holding no labels (0 of 10 sample pairs labelled): `empty.csv`" in text
+
+
 def test_graded_report(tmp_path):
     bench = audit_support.make_bench(tmp_path / "g", graded=True, images=False)
     sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=20)
@@ -601,5 +659,13 @@ def test_config_names_wrong_strata_and_facets():
     with pytest.raises(ConfigError) as e:
         validate_config(cfg)
     assert "audit.strata: 'colour'" in str(e.value) and "audit.facets: 'size'" in str(e.value)
+    # metrics: the evaluate stage's ranx names, checked when the config is read (a typo used to fail the
+    # whole run's audit_report on ranx's ValueError as an "unexpected error")
+    cfg["audit"] = {"metrics": ["ndcg@10", "mapp", "precision@0", "recall@5", "hit_rate@3", "mrr", "ndcg"]}
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg)
+    bad = [line for line in str(e.value).splitlines() if "audit.metrics" in line]
+    assert len(bad) == 3 and all("ndcg@k, precision@k, recall@k, hit_rate@k, map, mrr" in b for b in bad)
+    assert ["'mapp'" in bad[0], "'precision@0'" in bad[1], "'ndcg' is" in bad[2]] == [True] * 3
     cfg["audit"] = {"strata": ["difficulty", "color", "is_bright"], "second_judge": {"judge": {}}}
     assert validate_config(cfg)["audit"]["second_judge"] == {"judge": {}, "name": "judge2", "scope": "sample"}

@@ -112,6 +112,38 @@ def test_corrected_scores_census_equals_people_and_ranks():
     assert proj["status"] == "ok" and all(r["half_width"] >= 0 for r in proj["rows"])
 
 
+def test_projection_bounds_the_people_only_interval_when_pools_fit_in_k():
+    """Pools of 8 < k = 10 pairs, strata by the judge's label: the judge's labels standing in for people's
+    projected ±0.000 (the bug). The projection is the worst case over people's labels: no labelling gives a
+    wider people-only precision@k interval, and one labelling reaches it."""
+    rng = np.random.default_rng(3)
+    qs, imgs = [f"q{i}" for i in range(6) for _ in range(8)], [f"i{j}" for _ in range(6) for j in range(8)]
+    judge = rng.integers(0, 2, len(qs))
+    qrels = pl.DataFrame({"query_id": qs, "image_id": imgs, "relevance_label": judge})
+    runs = {s: {q: {f"i{j}": float(rng.random()) for j in range(8)} for q in set(qs)} for s in ("x", "y")}
+    strat = qrels.with_columns(pl.format("judge={}", "relevance_label").alias("stratum"))
+    strat = strat.join(strat.group_by("stratum").len("stratum_size"), on="stratum")
+    sample = strat.filter(pl.int_range(pl.len()).over("stratum") < 10).rename({"relevance_label": "judge_label"})
+    stand_in = corrected_scores(qrels, sample.with_columns(pl.col("judge_label").alias("human_label")), runs,
+                                ks=[10], confidence=0.95)
+    assert {r["human_only_hi"] - r["human_only_lo"] for r in stand_in["rows"] if r["metric"] == "precision@10"} == {0}
+    proj = projected(qrels, sample, runs, ks=[10], confidence=0.95)
+    half = {r["system"]: r["half_width"] for r in proj["rows"]}
+    assert proj["status"] == "ok" and min(half.values()) > 0.05 and "worst case" in proj["assumption"]
+
+    def people_half(labels):
+        doc = corrected_scores(qrels, sample.with_columns(pl.Series("human_label", labels)), runs, ks=[10],
+                               confidence=0.95)
+        return {r["system"]: (r["human_only_hi"] - r["human_only_lo"]) / 2 for r in doc["rows"]
+                if r["metric"] == "precision@10"}
+
+    for _ in range(200):
+        got = people_half(rng.integers(0, 2, sample.height))
+        assert all(got[s] <= half[s] + 1e-6 for s in half)
+    worst = (pl.int_range(pl.len()).over("stratum") < pl.len().over("stratum") // 2).cast(pl.Int64)
+    assert people_half(sample.select(worst.alias("w"))["w"]) == pytest.approx(half, abs=1e-6)
+
+
 def test_families_and_circularity():
     assert family_of("ViT-B-32") == family_of("hf-hub:laion/CLIP-ViT-H-14-laion2B-s32B-b79K")
     assert family_of("hf-hub:timm/ViT-SO400M-14-SigLIP-384") == "SigLIP (Google)"

@@ -71,3 +71,12 @@ def test_both_judges_table_names_the_judges(tmp_path):
     assert title == "Systems under both judges"
     assert table.columns == ["system", "metric", "judge (rules)", "second judge (loose)"]
     assert table.row(0) == ("a", "ndcg@10", 0.9123, 0.8)
+
+
+def test_a_census_sample_is_exact_not_plus_minus_zero(tmp_path):
+    # the example's audit sample holds every judged pair: no sampling error, said so instead of "±0.000"
+    proj = PROJECTED | {"rows": [{"system": "a", "metric": "precision@10", "half_width": 0.0}]}
+    text = _agreement(tmp_path, {"status": "not audited", "projected": proj,
+                                 "sample": {"sample_pairs": 54, "population_pairs": 54}})
+    assert "±" not in text and "the sample is every judged pair" in text
+    assert "human-corrected exactly (no sampling error)" in text

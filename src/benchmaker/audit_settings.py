@@ -10,7 +10,8 @@ BUILTIN_STRATA = ("pool", "judge_label", "difficulty")
 
 
 def audit_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """Messages naming the key, for strata and facets that are not facets of the config."""
+    """Messages naming the key, for strata and facets that are not facets of the config and metrics that are
+    not the evaluate stage's ranx metrics."""
     audit = cfg.get("audit") or {}
     facets = cfg.get("facets") or {}
     names = list(facets.get("taxonomy") or {}) + list(facets.get("boolean") or [])
@@ -22,4 +23,9 @@ def audit_problems(cfg: Mapping[str, Any]) -> list[str]:
     for f in audit.get("facets") or []:
         if f not in names:
             out.append(f"audit.facets: '{f}' is not a facet (facets: {', '.join(names)})")
+    from .evaluate_settings import metric_problem  # the evaluate stage's ranx metrics, declared once
+
+    for m in audit.get("metrics") or []:
+        if (why := metric_problem(m)) is not None:
+            out.append(f"audit.metrics: {why}")
     return out

@@ -17,10 +17,27 @@ from .errors import ConfigError
 from .settings_schema import default, filled, kind_defaults
 from .triggers import runtime_keys
 
-__all__ = ["COLLECTION_KINDS", "COMMON", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS", "LIVE_KINDS",
-           "LIVE_RUNTIME", "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS", "check_http", "check_milvus",
-           "check_systems", "deepen_systems", "has_corpus_scope", "render", "reuses_similarity_embeddings",
-           "runs_model", "system_settings"]
+__all__ = ["COLLECTION_KINDS", "COMMON", "CUTOFF_METRICS", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS",
+           "LIVE_KINDS", "LIVE_RUNTIME", "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS",
+           "WHOLE_METRICS", "check_http", "check_milvus", "check_systems", "deepen_systems", "has_corpus_scope",
+           "metric_problem", "render", "reuses_similarity_embeddings", "runs_model", "system_settings"]
+
+
+# ranx's metrics as the evaluate stage computes them (benchmaker.evaluate.metrics.ranx_metrics): these at each
+# cutoff k (``ndcg@10``), those over the whole ranking (``map``); other settings naming metrics are checked here
+CUTOFF_METRICS = ("ndcg", "precision", "recall", "hit_rate")
+WHOLE_METRICS = ("map", "mrr")
+
+
+def metric_problem(name: Any) -> str | None:
+    """Why ``name`` is not a metric the project computes with ranx (None when it is one)."""
+    s = str(name)
+    base, at, k = s.partition("@")
+    if (at and base in CUTOFF_METRICS and k.isdigit() and int(k) > 0) or (not at and s in WHOLE_METRICS):
+        return None
+    return (f"{s!r} is not a metric benchmaker computes (ranx's names: "
+            + ", ".join(f"{m}@k" for m in CUTOFF_METRICS) + ", " + ", ".join(WHOLE_METRICS)
+            + "; k a positive integer, e.g. ndcg@10)")
 
 
 # an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)

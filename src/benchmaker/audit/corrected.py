@@ -185,13 +185,54 @@ def corrected_table(doc: Mapping[str, Any]) -> pl.DataFrame:
 
 def projected(qrels: pl.DataFrame, sample: pl.DataFrame, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
               *, ks: Sequence[int], confidence: float) -> dict[str, Any]:
-    """Before any human label: the half-width of each system's people-only interval if the sample were
-    labelled, with the judge's labels standing in for people's (the corrected interval is never wider than
-    the people-only one, so this bounds what labelling the sample buys; docs/trust.md)."""
-    audited = sample.select("query_id", "image_id", "judge_label", pl.col("judge_label").alias("human_label"),
-                            "stratum", "stratum_size")
-    doc = corrected_scores(qrels, audited, runs, ks=ks, confidence=confidence)
-    rows = [{"system": r["system"], "metric": r["metric"],
-             "half_width": round((r["human_only_hi"] - r["human_only_lo"]) / 2, 6)}
-            for r in doc.get("rows") or [] if r["metric"].startswith("precision@")]
-    return {"status": doc["status"], "sample_pairs": sample.height, "confidence": confidence, "rows": rows}
+    """Before any human label: the half-width of each system's people-only precision@k interval once the
+    sample is labelled, **at worst** — whatever labels people give. Precision@k's pair terms c·g(y) are 0
+    or 1/k, so in a stratum of n labelled pairs of which m are in the system's top k the sample variance is
+    at most j(n − j)/(n(n − 1)k²), j = min(m, ⌊n/2⌋) (half of the top-k pairs relevant); the interval is
+    :func:`_strat_var`'s with that variance. The corrected (PPI++) interval is never wider than the
+    people-only one, so this bounds what labelling the sample buys (docs/trust.md). The judge's labels
+    cannot stand in for people's here: the strata hold one judge label each, so a pool of at most k pairs
+    (all in the top k) would project a variance of 0 and an interval of ±0."""
+    from scipy.stats import norm
+
+    queries = sorted(qrels.filter(pl.col("relevance_label") > 0)["query_id"].unique().to_list())
+    status = "ok" if sample.height and runs and queries else ("no systems" if not runs else "nothing to label")
+    out = {"status": status, "sample_pairs": sample.height, "confidence": confidence,
+           "assumption": "worst case over people's labels: in every stratum half of the sampled pairs in the "
+                         "system's top k relevant (the largest variance any labels can give)", "rows": []}
+    if status != "ok":
+        return out
+    pools: dict[str, list[str]] = {}
+    for q, i in qrels.select("query_id", "image_id").iter_rows():
+        pools.setdefault(q, []).append(i)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    N = {h: int(n) for h, n in sample.select("stratum", "stratum_size").unique().iter_rows()}
+    strata = np.asarray(sample["stratum"].to_list())
+    keys = list(zip(sample["query_id"].to_list(), sample["image_id"].to_list()))
+    for k in ks:
+        for name in sorted(runs):
+            ranks, nq = pair_weights(runs[name], pools, queries, k)
+            top = np.asarray([key in ranks for key in keys])
+            out["rows"].append({"system": name, "metric": f"precision@{k}",
+                                "half_width": round(z * math.sqrt(_worst_var(top, strata, N)) / (k * nq), 6)})
+    return out
+
+
+def _worst_s2(top: np.ndarray) -> float:
+    """The largest sample variance (ddof 1) of 0/1 values that are 0 off ``top``: ⌊n/2⌋ ones, at most m."""
+    n = len(top)
+    if n < 2:
+        return 0.0
+    j = min(int(top.sum()), n // 2)
+    return j * (n - j) / (n * (n - 1))
+
+
+def _worst_var(top: np.ndarray, strata: np.ndarray, N: Mapping[str, int]) -> float:
+    """:func:`_strat_var` with each stratum's worst-case variance (a stratum of one pair: the pooled one)."""
+    pooled = _worst_s2(top)
+    v = 0.0
+    for h in np.unique(strata):
+        th = top[strata == h]
+        n, big = len(th), int(N[h])
+        v += big * big * max(0.0, 1.0 - n / big) * (_worst_s2(th) if n >= 2 else pooled) / n
+    return v

@@ -1,4 +1,5 @@
-"""Import of human labels: the page's JSON or CSV export, a filled-in ``sample.csv``, a Label Studio export.
+"""Import of human labels: the page's JSON or CSV export, a filled-in ``sample.csv``, a Label Studio JSON or
+CSV export.
 
 Every file is checked against the audit sample; a problem raises :class:`LabelImportError` naming the
 file, the row (1-based; CSV rows count the header as row 1) and what to do:
@@ -74,18 +75,33 @@ def _records_label_studio(path: Path, tasks: list) -> Iterable[tuple[str, dict]]
                 "query_text": data.get("query_text"), "label": picked[0], "rater_ls": _completed_by(ann)}
 
 
-def _records_csv(path: Path) -> Iterable[tuple[str, dict]]:
+def _records_csv(path: Path) -> tuple[str, list[tuple[str, dict]]]:
+    """A filled ``sample.csv`` or the page's CSV export (a ``label`` column), or Label Studio's CSV export of
+    the project's labelling config (the choice in a ``relevance`` column, the annotator in ``annotator``, one
+    row per annotation, the task's data fields as columns: label-studio-converter's ``csv2`` export)."""
+    from .labelling import LS_FROM
+
     try:
         df = pl.read_csv(path, infer_schema=False)
     except Exception as exc:  # noqa: BLE001
         raise LabelImportError(f"{path}: not a readable CSV file: {exc}") from None
-    if "label" not in df.columns:
+    studio = "label" not in df.columns and LS_FROM in df.columns
+    if "label" not in df.columns and not studio:
         raise LabelImportError(f"{path}: no 'label' column (columns: {df.columns}); fill in the label column of "
-                               "audit/labelling/sample.csv")
+                               f"audit/labelling/sample.csv (a Label Studio CSV export has a '{LS_FROM}' column "
+                               "when made with audit/labelling/label_studio_config.xml; else use Export → JSON)")
     if "item_id" not in df.columns and not {"query_id", "image_id"} <= set(df.columns):
-        raise LabelImportError(f"{path}: needs an 'item_id' column or both 'query_id' and 'image_id'")
+        raise LabelImportError(f"{path}: needs an 'item_id' column or both 'query_id' and 'image_id'"
+                               + ("; a Label Studio export has them when the tasks came from "
+                                  "audit/labelling/label_studio_tasks*.json (or use Export → JSON)" if studio else ""))
+    if not studio:
+        return "csv", [(f"row {i}", r) for i, r in enumerate(df.iter_rows(named=True), start=2)]
+    out = []
     for i, r in enumerate(df.iter_rows(named=True), start=2):
-        yield f"row {i}", r
+        if str(r.get("was_cancelled") or "").strip().lower() in ("true", "1"):
+            continue
+        out.append((f"row {i}", {**r, "label": r[LS_FROM], "rater_ls": _clean(r.get("annotator")) or ""}))
+    return "label-studio-csv", out
 
 
 def read_label_file(path: str | Path) -> tuple[str, list[tuple[str, dict]]]:
@@ -94,7 +110,7 @@ def read_label_file(path: str | Path) -> tuple[str, list[tuple[str, dict]]]:
     if not path.is_file():
         raise LabelImportError(f"{path}: human label file not found (audit.human_labels)")
     if path.suffix.lower() == ".csv":
-        return "csv", list(_records_csv(path))
+        return _records_csv(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -116,8 +132,10 @@ def _clean(v: Any) -> str | None:
 
 def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scale: Scale, *,
                   require_complete: bool = default("audit.require_complete"),
-                  sample_id: str | None = None) -> pl.DataFrame:
-    """All human labels of ``files`` (each ``{path, rater}``), validated against ``sample``."""
+                  sample_id: str | None = None, counts: list[dict[str, Any]] | None = None) -> pl.DataFrame:
+    """All human labels of ``files`` (each ``{path, rater}``), validated against ``sample``. ``counts``, when
+    given, receives one ``{path, format, labels, pairs}`` per file (``labels``: the pairs it labels; ``path`` as
+    listed, its name when absolute)."""
     by_item = {r["item_id"]: r for r in sample.select("item_id", "query_id", "image_id", "query_text")
                .iter_rows(named=True)}
     by_pair = {(r["query_id"], r["image_id"]): r["item_id"] for r in by_item.values()}
@@ -133,7 +151,7 @@ def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scal
                 log.warning("%s: exported from sample %s, the current sample is %s (pairs are checked one by one)",
                             path, doc_sid, sample_id)
         n_file = 0
-        multi = fmt == "label-studio" and _multi_ls(records)
+        multi = fmt.startswith("label-studio") and _multi_ls(records)
         for where, r in records:
             at = f"{path}: {where}"
             try:
@@ -160,7 +178,7 @@ def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scal
                 raise LabelImportError(f"{at}: the query text {text!r} differs from the sample's "
                                        f"{ref['query_text']!r} (query {ref['query_id']}): the judge wrote a new "
                                        "query since this file was made; label the new sample")
-            if fmt == "label-studio":
+            if fmt.startswith("label-studio"):
                 who = r.get("rater_ls") or ""
                 rater = (f"{cfg_rater}:{who}" if cfg_rater and who and multi else cfg_rater) \
                     or (f"labelstudio:{who}" if who else path.stem)
@@ -173,23 +191,47 @@ def import_labels(files: Sequence[Mapping[str, Any]], sample: pl.DataFrame, scal
             seen[key] = at
             rows.append({"rater": rater, "item_id": iid, "label": label, "source": at})
             n_file += 1
-        log.info("audit: %s (%s): %d labels", path, fmt, n_file)
+        _file_counted(path, fmt, n_file, sample.height, require_complete)
+        if counts is not None:
+            # the path as listed; its name when absolute (audit.json: the same bytes from any folder)
+            counts.append({"path": path.name if path.is_absolute() else str(path), "format": fmt, "labels": n_file,
+                           "pairs": sample.height})
     out = pl.DataFrame(rows, schema=LABELS_SCHEMA)
     if "judge" in out["rater"].unique().to_list():
         raise LabelImportError("a human rater is called 'judge', the name of the judge's labels; set "
                                "audit.human_labels[].rater to another name")
     if require_complete:
-        for rater in out["rater"].unique(maintain_order=True).to_list():
-            have = set(out.filter(pl.col("rater") == rater)["item_id"].to_list())
-            missing = [iid for iid in sample["item_id"].to_list() if iid not in have]
-            if missing:
-                ref = by_item[missing[0]]
-                src = out.filter(pl.col("rater") == rater)["source"][0].split(": ")[0]
-                raise LabelImportError(
-                    f"{src}: rater {rater!r} has no label for {len(missing)} of {sample.height} sample pair(s), "
-                    f"first: item {missing[0]} (query {ref['query_id']}, image {ref['image_id']}); label them "
-                    "or set audit.require_complete: false to report on the labelled pairs only")
+        _check_complete(out, sample, by_item)
     return out
+
+
+def _file_counted(path: Path, fmt: str, n: int, pairs: int, require_complete: bool) -> None:
+    """Log a file's count; a listed file that labels nothing is an error (``require_complete``) or a warning,
+    never an INFO line: the audit would otherwise say "not audited yet" with the labels seemingly given."""
+    if n:
+        log.info("audit: %s (%s): %d labels", path, fmt, n)
+        return
+    what = (f"{path}: no labels (0 of {pairs} sample pairs labelled; every label cell is empty or every "
+            "annotation cancelled)")
+    if require_complete:
+        raise LabelImportError(f"{what}: label the pairs and export again (audit/labelling/label.html, Label "
+                               "Studio, or the label column of audit/labelling/sample.csv), remove the file from "
+                               "audit.human_labels, or set audit.require_complete: false")
+    log.warning("audit: %s; listed under audit.human_labels, it adds nothing to the audit", what)
+
+
+def _check_complete(out: pl.DataFrame, sample: pl.DataFrame, by_item: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every rater labelled every sample pair (``audit.require_complete``), else the first gap, named."""
+    for rater in out["rater"].unique(maintain_order=True).to_list():
+        have = set(out.filter(pl.col("rater") == rater)["item_id"].to_list())
+        missing = [iid for iid in sample["item_id"].to_list() if iid not in have]
+        if missing:
+            ref = by_item[missing[0]]
+            src = out.filter(pl.col("rater") == rater)["source"][0].split(": ")[0]
+            raise LabelImportError(
+                f"{src}: rater {rater!r} has no label for {len(missing)} of {sample.height} sample pair(s), "
+                f"first: item {missing[0]} (query {ref['query_id']}, image {ref['image_id']}); label them "
+                "or set audit.require_complete: false to report on the labelled pairs only")
 
 
 def _multi_ls(records: list[tuple[str, dict]]) -> bool:

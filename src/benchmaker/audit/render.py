@@ -65,6 +65,16 @@ def key_table(info: Mapping[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(rows) if rows else pl.DataFrame()
 
 
+def _empty_files(info: Mapping[str, Any]) -> str:
+    """The label files listed under ``audit.human_labels`` that label no pair (``audit.require_complete:
+    false`` lets them through), named; "" when there are none."""
+    empty = [f for f in info.get("label_files") or [] if not f.get("labels")]
+    if not empty:
+        return ""
+    return ("Listed under audit.human_labels but holding no labels (0 of "
+            f"{empty[0]['pairs']} sample pairs labelled): " + ", ".join(f"`{f['path']}`" for f in empty) + ".")
+
+
 def _prose(info: Mapping[str, Any] | None) -> str:
     if info is None:
         return ("Not audited yet: the judge's labels have not been compared with human labels or with another "
@@ -75,11 +85,13 @@ def _prose(info: Mapping[str, Any] | None) -> str:
             f"({smp['sample_queries']} of {smp['population_queries']} queries), stratified by "
             f"{', '.join(st.get('strata') or []) or 'nothing'} (seed {st.get('seed')}, sample id "
             f"{info['sample_id']}); labels {info['labels']}; judge `{info.get('judge')}`.")
+    empty = _empty_files(info)
     if info["status"] != "audited":
         return (head + "\n\nNot audited yet: no human labels have been imported and no second judge has run. "
-                "Label the sample with audit/labelling/label.html (or Label Studio, or the CSV), list the "
+                + (empty + " " if empty else "")
+                + "Label the sample with audit/labelling/label.html (or Label Studio, or the CSV), list the "
                 "exported files under audit.human_labels and rerun (docs/audit.md).")
-    parts = [head]
+    parts = [head] + ([empty] if empty else [])
     who = [f"{p['rater']} ({p['pairs']} pairs)" for p in info["people"]]
     j2 = info.get("second_judge")
     if who:

@@ -293,8 +293,9 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
     meta = read_sample_meta(sample_meta)
     scale = Scale(default("judge.labels") if labels is None else labels)
     files = list(human_labels or [])
+    counts: list[dict[str, Any]] = []  # per listed file: how many pairs it labels (a file with 0 is said so)
     humans = import_labels(files, s, scale, require_complete=bool(filled("audit", settings)["require_complete"]),
-                           sample_id=meta["sample_id"]) if files else import_labels([], s, scale)
+                           sample_id=meta["sample_id"], counts=counts) if files else import_labels([], s, scale)
     j2 = read_table("qrels", judge2, columns=columns) if judge2 else None
     q_all = read_table("qrels", qrels, columns=columns)
     q = q_all if (judge2 and judge2_scope == "all") else None
@@ -307,7 +308,7 @@ def run(*, sample: str, sample_meta: str, qrels: str, report: str, settings: Map
                    judge2_scope=judge2_scope, qrels=q, runs=run_map, settings=settings, facets=list(fnames or []))
     tables = info.pop("tables")
     extra, extra_tables = _trust(s, humans, q_all, j2, judge2_scope, run_map, settings)
-    info.update(extra)
+    info.update(extra, label_files=counts)
     tables.update(extra_tables)
     info["stage_version"] = version
     with staged_dir(report, MARKER) as out:

@@ -38,10 +38,11 @@ __all__ = [
 DIFFICULTY_BINS = ((0.2, "hard"), (0.5, "medium"), (1.01, "easy"))
 
 def ranx_metrics(ks: Sequence[int]) -> list[str]:
-    out = []
-    for k in ks:
-        out += [f"ndcg@{k}", f"precision@{k}", f"recall@{k}", f"hit_rate@{k}"]
-    return out + ["map", "mrr"]
+    """The stage's ranx metrics at cutoffs ``ks`` (the names declared in :mod:`benchmaker.evaluate_settings`,
+    which config validation checks other settings against)."""
+    from ..evaluate_settings import CUTOFF_METRICS, WHOLE_METRICS
+
+    return [f"{m}@{k}" for k in ks for m in CUTOFF_METRICS] + list(WHOLE_METRICS)
 
 
 def to_ranx_qrels(qrels: pl.DataFrame, ids: RanxIds | None = None):

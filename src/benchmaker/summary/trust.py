@@ -65,7 +65,11 @@ def _not_audited(audit: Mapping[str, Any]) -> str:
     n = (audit.get("sample") or {}).get("sample_pairs")
     proj = audit.get("projected") or {}
     buys = ""
-    if proj.get("rows"):
+    census = n is not None and n == (audit.get("sample") or {}).get("population_pairs")
+    if proj.get("rows") and census:  # no sampling error left: an interval of ±0.000 would read as a bug
+        buys = ("; the sample is every judged pair, so with them every system's score is reported "
+                "human-corrected exactly (no sampling error)")
+    elif proj.get("rows"):
         r = max(proj["rows"], key=lambda r: r["half_width"])
         buys = (f"; with them every system's {r['metric']} is reported human-corrected, to within about "
                 f"±{_f(r['half_width'])} (95 %, at worst; narrower as far as the judge agrees with people)")
