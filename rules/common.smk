@@ -38,9 +38,9 @@ try:
 except ConfigError as exc:
     raise WorkflowError(str(exc))
 # validate_config checked the config against the schema as the installed package ships it
-# (benchmaker/schemas/: a job in a pod has no checkout; docs/clusters.md) and filled its defaults: the
-# config every rule reads. (No second check with snakemake.utils.validate: the same schema, read again
-# by a pure-Python YAML parser, ~0.2 s of CPU in every Snakemake process, pods and dry runs included.)
+# (benchmaker/schemas/, as a job in a pod has no checkout; docs/clusters.md) and filled its defaults.
+# No second check by snakemake.utils.validate, which read the same schema again with a pure-Python
+# YAML parser (~0.2 s of CPU in every Snakemake process, pods and dry runs included).
 config.clear()
 config.update(_validated)
 
