@@ -181,6 +181,9 @@ def test_a_new_stage_takes_four_places(tmp_path, tiny_cfg):
 
     work = tmp_path / "work"
     work.mkdir()
+    # one shard: the toy reads the merged images.jsonl, and the summary counts what every stage lost and
+    # paid whatever the shards (tests/test_change_detection.py is about shards)
+    tiny_cfg = {**tiny_cfg, "n_shards": 1}
     cfg = support.write_config(tmp_path / "c.yaml", {**tiny_cfg, "toy": {"workers": 3}})
     results = Path(tiny_cfg["paths"]["results"]) / "tiny"
     r = _snakemake(root, work, cfg, str(results / "summary"))

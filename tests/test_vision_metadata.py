@@ -76,7 +76,8 @@ def test_workflow_with_metadata_labels(tmp_path, tiny_corpus, tiny_clip):
             rows.append({"image_id": rel, "color": color, "shape": shape, "is_bright": color in ("yellow", "red")})
     meta = tmp_path / "metadata.jsonl"
     meta.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, vision={"adapter": "metadata"},
+    # one shard: the adapter's labels are the point (sharded runs: tests/test_change_detection.py)
+    cfg = support.tiny_config(tmp_path, tiny_corpus, tiny_clip, n_shards=1, vision={"adapter": "metadata"},
                               paths={"metadata_jsonl": str(meta)})
     path = support.write_config(tmp_path / "config.yaml", cfg)
     res = tmp_path / "results" / "tiny"

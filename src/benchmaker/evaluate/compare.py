@@ -194,9 +194,9 @@ def compare(old: Evaluation, new: Evaluation, *, test: str = default("evaluate.c
         if correction == "none" or len(pv) == 1:
             adj = pv
         else:
-            from statsmodels.stats.multitest import multipletests
+            from .metrics import adjusted_p
 
-            adj = list(multipletests(pv, alpha=max_p, method=correction)[1])
+            adj = adjusted_p(pv, alpha=max_p, method=correction)
         for i, pa in zip(idx, adj):
             r = rows[i]
             r["p_adjusted"] = float(pa)

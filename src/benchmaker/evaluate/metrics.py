@@ -131,6 +131,19 @@ def difficulty_of(qrels: pl.DataFrame) -> pl.DataFrame:
     return g.with_columns(expr.otherwise(pl.lit(DIFFICULTY_BINS[-1][1])).alias("difficulty"))
 
 
+def adjusted_p(p_values: Sequence[float], *, alpha: float, method: str) -> list[float]:
+    """``p_values`` corrected for multiple testing as one family (statsmodels ``multipletests``)."""
+    from statsmodels.stats.multitest import multipletests
+
+    # statsmodels' holm runs gc.collect() on every call: a full collection of everything ranx, scipy
+    # and numba loaded (~0.1 s each, more in a long-lived process); frozen objects are not scanned
+    gc.freeze()
+    try:
+        return [float(p) for p in multipletests(p_values, alpha=alpha, method=method)[1]]
+    finally:
+        gc.unfreeze()
+
+
 def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: str, correction: str,
                  max_p: float) -> pl.DataFrame:
     """Paired tests between every pair of systems (``ranx.compare`` on ranx Qrels ``q`` and ranx Runs of
@@ -152,16 +165,7 @@ def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: 
         if stat_test == "tukey" or correction == "none":
             adj, method = pv, ("tukey-hsd" if stat_test == "tukey" else "none")
         else:
-            from statsmodels.stats.multitest import multipletests
-
-            # statsmodels' holm runs gc.collect() on every call: a full collection of everything ranx,
-            # scipy and numba loaded (~0.1 s each, one per metric); frozen objects are not scanned
-            gc.freeze()
-            try:
-                adj = list(multipletests(pv, alpha=max_p, method=correction)[1])
-            finally:
-                gc.unfreeze()
-            method = correction
+            adj, method = adjusted_p(pv, alpha=max_p, method=correction), correction
         for (a, b), p, pa in zip(pairs, pv, adj):
             rows.append({"metric": m, "system_a": a, "system_b": b, "mean_a": report.results[a][m],
                          "mean_b": report.results[b][m], "p_value": p, "p_adjusted": float(pa),
