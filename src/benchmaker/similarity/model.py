@@ -92,19 +92,24 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = Tr
 
     _tvshim.install()
     skip = [name for name, needed in (("transformers", hf_text), ("timm", timm_vision),
-                                      ("huggingface_hub", hf_hub))
-            if not needed and name not in sys.modules]
+                                      ("huggingface_hub", hf_hub)) if not needed]
     if "open_clip" in sys.modules or not skip:
         import open_clip
 
         return open_clip
+    # hidden even when already imported: a lazy package (huggingface_hub, which benchmaker.logs
+    # imports for its logger) costs little until open_clip imports its download client from it
+    hidden = {name: sys.modules.get(name) for name in skip}
     for name in skip:  # `import <name>` raises ImportError: open_clip's fallback for optional towers
         sys.modules[name] = None  # type: ignore[assignment]
     try:
         import open_clip
     finally:
-        for name in skip:
-            del sys.modules[name]
+        for name, module in hidden.items():
+            if module is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = module
     return open_clip
 
 
