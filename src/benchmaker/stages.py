@@ -69,13 +69,13 @@ class Pace:
     runs on (``"cpu"``; ``"gpu"`` for a job a cluster gives a GPU, ``needs_gpu``), for ViT-B-32, the
     shipped model; ``start_s``, its seconds before the first image (interpreter, imports, the model's
     load, CUDA's start). Each figure is a measured rate divided by a stated margin (see :data:`STAGES`
-    and docs/performance.md, "Time requests"); the request then doubles it (``resources.runtime``)."""
+    and docs/clusters.md, "Time requests per device kind"); the request then doubles it (``resources.runtime``)."""
 
     per_s: Mapping[str, float]
     start_s: float = 60.0
 
 
-# The paces of the model rules, from measurements (docs/performance.md, "Time requests"):
+# The paces of the model rules, from measurements (docs/clusters.md, "Time requests per device kind"):
 # a CPU job of ViT-B-32 on its 2 threads encodes 25 images/s (section "Pass size per device kind":
 # 15.4 rows per CPU-second per thread); a JPEG of 1024x768 decodes at ~140/s per core (section "GPU").
 CPU_IMAGES_PER_S = 20.0
