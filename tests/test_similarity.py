@@ -615,7 +615,7 @@ def test_score_gathers_only_the_embeddings_its_pairs_use(tmp_path):
 
 def test_loading_a_clip_without_hf_text_tower_skips_transformers(tiny_clip):
     """open_clip imports transformers (~0.7 s of CPU) only for HF text towers, timm (~0.3 s) only
-    for timm vision towers and the Hugging Face Hub client (~0.26 s) only for weights it may download;
+    for timm vision towers and the Hugging Face Hub client (~0.13 s) only for weights it may download;
     a model without them (a local-dir: folder, a checkpoint file) is loaded without them, the pixel
     spec of a pretrained tag is read without the Hub client, and a later model that needs one in the
     same process still gets it (issue #33: a model job's fixed cost)."""

@@ -83,9 +83,9 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = Tr
     per model load that only HF text towers use (CoCa and hf-hub models always get it). Likewise
     ``timm_vision=False`` (no timm vision tower) skips its optional ``import timm`` (~0.3 s of CPU),
     and ``hf_hub=False`` (weights from a local file or folder: nothing to download) its optional
-    ``import huggingface_hub`` (~0.26 s of CPU). Each is an optional dependency that open_clip
-    imports in a ``try``/``except ImportError`` and works without; if a model of this process needs
-    one later, :func:`_enable_tower` imports it then."""
+    ``from huggingface_hub import hf_hub_download`` (~0.13 s of CPU in a job). Each is an optional
+    dependency that open_clip imports in a ``try``/``except ImportError`` and works without; if a
+    model of this process needs one later, :func:`_enable_tower` imports it then."""
     import sys
 
     from .. import _tvshim
