@@ -40,7 +40,7 @@ rule evaluate_model:
     resources:
         **gpu_resources(needs_gpu("evaluate_model")),
         mem_mb=evaluate_model_mem_mb,
-        runtime=RES.runtime("embed_images"),
+        runtime=evaluate_model_runtime,
     params:
         system=evaluate_system_params,
         triggers=evaluate_system_triggers,

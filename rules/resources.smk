@@ -21,3 +21,16 @@ def evaluate_model_mem_mb(wildcards, input, attempt=1):
         num_workers=int(s["num_workers"]),
     )
     return request(wildcards, input, attempt)
+
+
+def evaluate_model_runtime(wildcards, input, attempt=1):
+    """A clip system's time: its images at the pace of a job that decodes its files (benchmaker/stages.py,
+    evaluate_model's pace) on the device kind its own `device` setting and the GPU it is given decide.
+    """
+    s = EVAL_BY_NAME[wildcards.system]
+    request = RES.runtime(
+        "evaluate_model",
+        gpu=needs_gpu("evaluate_model"),
+        device=s["device"],
+    )
+    return request(wildcards, input, attempt)

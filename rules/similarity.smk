@@ -77,7 +77,11 @@ if not CLIP_SHARED:
             **gpu_resources(needs_gpu("embed_images")),
             # no decoding workers: two passes of pixels in flight (the CUDA pass is 256 rows)
             mem_mb=RES.mem_mb("embed_images", batch_size=512, num_workers=0),
-            runtime=RES.runtime("embed_images"),
+            runtime=RES.runtime(
+                "embed_images",
+                gpu=needs_gpu("embed_images"),
+                device=config["similarity"]["device"],
+            ),
             # a pod downloads its group's pixel stores (NRP: no shared file system)
             disk_mb=RES.disk_mb("embed_images"),
         params:

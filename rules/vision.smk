@@ -198,7 +198,9 @@ else:
                 num_workers=0,
             ),
             runtime=RES.runtime(
-                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api"
+                "vision_clip" if VISION_ADAPTER == "clip" else "vision_api",
+                gpu=needs_gpu("vision", VISION_ADAPTER),
+                device=config["vision"]["clip"]["device"],
             ),
             # clip: a pod downloads its shard's pixel store (NRP: no shared file system)
         params:

@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from benchmaker import resources as R
 
 
@@ -70,3 +72,35 @@ def test_merge_judge_export_are_bounded_by_a_part_or_the_pairs(tmp_path):
                            images=_write(tmp_path / "i2", 300))
     for rule in ("judge", "export", "summary"):
         assert R.mem_mb(rule)(None, huge, 1) == R.mem_mb(rule)(None, small, 1) <= 2500
+
+
+def test_model_jobs_ask_for_time_at_their_device_kinds_pace(tmp_path):
+    """A model job's runtime comes from its stage's pace for the device it runs on (stages.Pace):
+    250,000 images (a 100 MB manifest) ask a CPU job for hours and a GPU job that reads pixel stores
+    for minutes; a GPU job pinned to the CPU (``device: cpu``) asks for the CPU's time; a GPU job that
+    decodes its own files (an evaluate clip system) sits between; decode_images runs on CPUs only."""
+    from benchmaker.stages import STAGES, needs_gpu
+
+    manifest = tmp_path / "shard.jsonl"
+    with manifest.open("wb") as fh:
+        fh.truncate(100 * R.MB)  # sizes only: a sparse file
+    inp = type("In", (list,), {})([str(manifest)])
+    inp.images = str(manifest)
+    cpu = R.runtime("embed_images", gpu=False)(None, inp, 1)
+    gpu = R.runtime("embed_images", gpu=True, device="auto")(None, inp, 1)
+    assert cpu >= 2 * 250_000 / 20 / 60 >= 6 * 60  # hours: ViT-B-32 on a CPU
+    assert 10 <= gpu <= 30  # minutes: the model only, at a rate far below an H200's 19,825 images/s
+    assert gpu == R.runtime("vision_clip", gpu=True, device="cuda:1")(None, inp, 1)
+    assert R.runtime("embed_images", gpu=True, device="cpu")(None, inp, 1) == cpu
+    decoding = R.runtime("evaluate_model", gpu=True, device="auto")(None, inp, 1)
+    assert gpu < decoding < cpu
+    assert R.runtime("embed_images", gpu=True)(None, inp, 2) == 2 * gpu  # doubled per retry
+    with pytest.raises(ValueError, match="pace only for cpu"):
+        R.runtime("decode_images", gpu=True)
+    # every rule a cluster gives a GPU has a GPU pace, every paced rule a CPU one
+    assert all("cpu" in p.per_s for p in R.PACE.values())
+    for name in ("embed_images", "vision_clip", "evaluate_model"):
+        assert "gpu" in R.PACE[name].per_s
+    gpu_rules = {r for s in STAGES.values() for r, need in s.gpu.items() if need}
+    assert gpu_rules == {"vision", "embed_images", "evaluate_model"} and needs_gpu("vision", "clip")
+    assert not needs_gpu("decode_images")

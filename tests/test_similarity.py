@@ -614,29 +614,43 @@ def test_score_gathers_only_the_embeddings_its_pairs_use(tmp_path):
 
 
 def test_loading_a_clip_without_hf_text_tower_skips_transformers(tiny_clip):
-    """open_clip imports transformers (~0.7 s of CPU) only for HF text towers and timm (~0.3 s) only
-    for timm vision towers; a model without them is loaded without them, and a later model that needs
-    one in the same process still gets it."""
+    """open_clip imports transformers (~0.7 s of CPU) only for HF text towers, timm (~0.3 s) only
+    for timm vision towers and the Hugging Face Hub client (~0.13 s) only for weights it may download;
+    a model without them (a local-dir: folder, a checkpoint file) is loaded without them, the pixel
+    spec of a pretrained tag is read without the Hub client, and a later model that needs one in the
+    same process still gets it (issue #33: a model job's fixed cost)."""
     code = f"""
 import sys
-from benchmaker.similarity import model
-clip = model.load_clip("local-dir:{tiny_clip}", None, device="cpu", precision="fp32")
-assert "transformers" not in sys.modules, "transformers imported"
-assert "timm" not in sys.modules, "timm imported"
+from benchmaker.logs import stage_logging
+from benchmaker.similarity import model, pixels
+with stage_logging(None):  # as a job: it imports huggingface_hub's (lazy) package for its logger
+    assert "huggingface_hub" in sys.modules
+    clip = model.load_clip("local-dir:{tiny_clip}", None, device="cpu", precision="fp32")
+    assert pixels.pixel_spec("ViT-B-32", "laion2b_s34b_b79k").size == (224, 224)
+for name in ("transformers", "timm", "huggingface_hub.file_download", "httpx"):
+    assert name not in sys.modules, name + " imported"
 import open_clip.hf_model
 import open_clip.timm_model
+import open_clip.pretrained
 assert open_clip.hf_model.transformers is None
 assert open_clip.timm_model.timm is None
+assert not open_clip.pretrained.has_hf_hub()
 assert model._needs_hf_text("xlm-roberta-base-ViT-B-32") and not model._needs_hf_text("ViT-B-32")
 assert model._needs_timm("ViT-B-16-SigLIP") and not model._needs_timm("ViT-B-32")
 assert not model._needs_timm("local-dir:{tiny_clip}") and model._needs_timm("hf-hub:org/repo")
+assert model._needs_hf_hub("ViT-B-32", "laion2b_s34b_b79k") and model._needs_hf_hub("hf-hub:org/repo", None)
+assert not model._needs_hf_hub("local-dir:{tiny_clip}", None) and not model._needs_hf_hub("ViT-B-32", None)
+assert not model._needs_hf_hub("ViT-B-32", "{tiny_clip}/open_clip_model.safetensors")
 model._enable_tower("hf_text")
 model._enable_tower("timm")
+model._enable_tower("hf_hub")
 import open_clip.model
+from open_clip.factory import download_pretrained
 assert open_clip.hf_model.transformers is not None
 assert open_clip.model.HFTextEncoder is open_clip.hf_model.HFTextEncoder
 assert open_clip.timm_model.timm is not None
 assert open_clip.model.TimmModel is open_clip.timm_model.TimmModel
+assert open_clip.pretrained.has_hf_hub() and download_pretrained.__globals__["_has_hf_hub"]
 print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

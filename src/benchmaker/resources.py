@@ -15,6 +15,10 @@ The formulas (docs/performance.md lists them with measured peaks) use only input
   objects while validating), measured on the benchmarks in ``benchmarks/``. They are declared with
   their stage (``memory=`` in :data:`benchmaker.stages.STAGES`, :class:`benchmaker.stages.Memory`);
   :data:`MEMORY` collects them, and :func:`mem_mb` evaluates one for a job.
+* ``runtime`` of the model rules (and ``decode_images``): the images a job will see (from its shard
+  manifests' sizes) at the pace its stage declares for the kind of device the job runs on (``pace=``
+  in :data:`benchmaker.stages.STAGES`, :class:`benchmaker.stages.Pace`; :data:`PACE` collects them),
+  so a GPU job asks for minutes where a CPU job of the same images asks for hours.
 * CLIP jobs add the DataLoader's in-flight batches (``batch x 3 x 224 x 224``, uint8, per worker x
   prefetch 4, plus the float copy in the main process); ``decode_images`` has no model, and
   ``embed_images`` no loader (it reads two passes of the pixel store at a time).
@@ -31,9 +35,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .settings_schema import default
-from .stages import PY_MB, STAGES, Memory
+from .stages import PY_MB, STAGES, Memory, Pace
 
-__all__ = ["MEMORY", "disk_mb", "input_mb", "mem_mb", "runtime"]
+__all__ = ["MEMORY", "PACE", "device_kind", "disk_mb", "input_mb", "mem_mb", "runtime"]
 
 MB = 1_000_000
 PY_BASE = PY_MB        # interpreter + polars + benchmaker, MB resident
@@ -42,19 +46,22 @@ NAMED_WEIGHTS_MB = 600  # a named open_clip model whose weights are not an input
 MIN_MB = 500
 
 
-def _memory_models() -> dict[str, Memory]:
-    """name -> memory model, from every stage's declaration; a name declared twice is an error."""
-    out: dict[str, Memory] = {}
+def _declared(kind: str) -> dict:
+    """name -> the ``kind`` (``"memory"`` or ``"pace"``) model of every stage's declaration; a name
+    declared twice is an error."""
+    out: dict = {}
     for stage, declared in STAGES.items():
-        for name, model in declared.memory.items():
+        for name, model in getattr(declared, kind).items():
             if name in out:
-                raise ValueError(f"memory model {name!r} is declared twice (stage {stage!r} and another): one each")
+                raise ValueError(f"{kind} model {name!r} is declared twice (stage {stage!r} and another): one each")
             out[name] = model
     return out
 
 
 # name (a rule, or a variant such as vision_clip) -> its memory model (benchmaker.stages.Memory)
-MEMORY: dict[str, Memory] = _memory_models()
+MEMORY: dict[str, Memory] = _declared("memory")
+# name -> the pace of its jobs per device kind (benchmaker.stages.Pace): the model rules and decode_images
+PACE: dict[str, Pace] = _declared("pace")
 
 
 def _paths(x: Any) -> list[str]:
@@ -119,26 +126,38 @@ def mem_mb(rule: str, *, batch_size: int = default("similarity.batch_size"),
     return request
 
 
-def runtime(rule: str, *, images_per_s: float = 20.0, start_s: float = 60.0,
+def device_kind(gpu: bool, device: str | None = default("similarity.device")) -> str:
+    """The kind of device a job runs on, as :class:`benchmaker.stages.Pace` names them: ``"gpu"`` when
+    it is given a GPU (``gpu``: ``needs_gpu`` of its rule, as ``gpu_resources`` in rules/cluster.smk
+    asks for one) and its ``device`` setting does not pin it to the CPU; else ``"cpu"``."""
+    return "gpu" if gpu and not str(device or "auto").strip().lower().startswith("cpu") else "cpu"
+
+
+def runtime(rule: str, *, gpu: bool = False, device: str | None = default("similarity.device"),
             bytes_per_image: int = 400, mb_per_min: float = 50.0) -> Callable[..., int]:
     """Callable ``(wildcards, input, attempt) -> minutes`` for ``resources: runtime=``.
 
-    CLIP jobs: ``start_s`` (torch import + model load) + images / ``images_per_s`` (images estimated
-    from the shard manifest, ~``bytes_per_image`` bytes of JSONL each; the default 20 images/s is a
-    CPU's pace, so a GPU job is never killed for time). Other jobs: their inputs at ``mb_per_min``.
-    Doubled, and doubled again per retry; at least 10 minutes.
+    A rule with a pace (:data:`PACE`: the model rules, ``decode_images``): its ``start_s`` + images /
+    its images per second on the job's device kind (:func:`device_kind` of ``gpu`` and ``device``;
+    images estimated from the shard manifests, ~``bytes_per_image`` bytes of JSONL each). Other
+    rules: their inputs at ``mb_per_min``. Doubled, and doubled again per retry; at least 10 minutes.
     """
+    kind = device_kind(gpu, device)
+    pace = PACE.get(rule)
+    if pace is not None and kind not in pace.per_s:
+        raise ValueError(f"rule {rule!r} asks for a {kind} runtime, but its stage declares a pace only for "
+                         f"{', '.join(sorted(pace.per_s))} (benchmaker/stages.py: pace=)")
 
     def request(wildcards, input, attempt=1) -> int:
-        if MEMORY[rule].model in ("images", "decode"):
+        if pace is not None:
             n = input_mb(input, ["images"]) * MB / bytes_per_image
-            s = start_s + n / images_per_s
+            s = pace.start_s + n / pace.per_s[kind]
         else:
             s = 60.0 + 60.0 * input_mb(input) / mb_per_min
         minutes = 2 * s / 60.0 * (2 ** (max(1, int(attempt)) - 1))
         return int(max(10, math.ceil(minutes)))
 
-    request.__name__ = f"runtime_{rule}"
+    request.__name__ = f"runtime_{rule}_{kind}"
     return request
 
 

@@ -17,6 +17,9 @@ From this one table come
 * the memory requests (:data:`benchmaker.resources.MEMORY`: every stage's ``memory`` models, which
   ``resources.mem_mb(name)`` evaluates on a job's input sizes);
 * the GPU requests (:func:`needs_gpu`, which the rules hand to ``gpu_resources`` in rules/cluster.smk);
+* the time requests of the model rules (:data:`benchmaker.resources.PACE`: every stage's ``pace``, the
+  images per second of one job per kind of device it runs on, which ``resources.runtime(name)``
+  turns into a job's ``runtime``);
 * the paid stages ``benchmaker estimate`` does not price, with why (``estimate.NOT_ESTIMATED``: each
   stage's ``not_estimated``);
 * the rules a stage's settings decide (tests/test_triggers.py: a key of the schema section named like
@@ -36,8 +39,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
-__all__ = ["PY_MB", "STAGES", "Memory", "Stage", "counted_files", "counted_stages", "needs_gpu", "outside_stages",
-           "rule_target", "stage_of", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
+__all__ = ["PY_MB", "STAGES", "Memory", "Pace", "Stage", "counted_files", "counted_stages", "needs_gpu",
+           "outside_stages", "rule_target", "stage_of", "ESTIMATE_FILE", "PILOT_COSTS_FILE"]
 
 PY_MB = 250  # a job's interpreter with polars and benchmaker, MB resident
 
@@ -57,6 +60,33 @@ class Memory:
     per_mb: Mapping[str, float] = field(default_factory=dict)
     per_largest_mb: Mapping[str, float] = field(default_factory=dict)
     model: str | None = None
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast one job of a model rule gets through its images (evaluated by
+    :func:`benchmaker.resources.runtime`): ``per_s``, images per second by the kind of device the job
+    runs on (``"cpu"``; ``"gpu"`` for a job a cluster gives a GPU, ``needs_gpu``), for ViT-B-32, the
+    shipped model; ``start_s``, its seconds before the first image (interpreter, imports, the model's
+    load, CUDA's start). Each figure is a measured rate divided by a stated margin (see :data:`STAGES`
+    and docs/clusters.md, "Time requests per device kind"); the request then doubles it (``resources.runtime``)."""
+
+    per_s: Mapping[str, float]
+    start_s: float = 60.0
+
+
+# The paces of the model rules, from measurements (docs/clusters.md, "Time requests per device kind"):
+# a CPU job of ViT-B-32 on its 2 threads encodes 25 images/s (section "Pass size per device kind":
+# 15.4 rows per CPU-second per thread); a JPEG of 1024x768 decodes at ~140/s per core (section "GPU").
+CPU_IMAGES_PER_S = 20.0
+# A GPU job that reads pixel stores only runs the model: ViT-B-32 model-only at the CUDA pass size 256
+# is 19,825 images/s on an H200 (issue #33) and 18,258-18,917 on an H100 (section "GPU"); ViT-L-14 is
+# 1,700 on the H100. 500/s leaves 3.4x below ViT-L-14's model-only rate on an H100 for slower GPUs and
+# for the pixel store's reading (150 KB per image: a pod downloads its stores at >= 75 MB/s).
+GPU_STORE_IMAGES_PER_S = 500.0
+# A GPU job that decodes its image files itself (evaluate clip systems on their own model) is bound by
+# that decoding: 1,661 images/s with 16 decoding workers on the H200 (issue #33), ~140/s per worker.
+GPU_DECODING_IMAGES_PER_S = 100.0
 
 
 # written by `benchmaker estimate` outside the workflow (docs/formats.md ``estimate``), under the results
@@ -88,7 +118,9 @@ class Stage:
     values with which it does (:func:`needs_gpu`). ``not_estimated``: for a stage with ``costs``, why
     ``benchmaker estimate`` does not price it (``estimate.NOT_ESTIMATED`` is these); a stage the estimate
     prices has its function in ``estimate.PAID`` instead (tests/test_estimate_bill.py: every stage with
-    ``costs`` is in one of the two)."""
+    ``costs`` is in one of the two). ``pace``: the time models (:class:`Pace`) of its rules that
+    run a model or decode images, by name as ``memory`` (``resources.runtime(name)``; the other rules
+    ask for time by the size of their inputs)."""
 
     rules: dict[str, str]
     losses: str | None = None
@@ -98,6 +130,7 @@ class Stage:
     memory: Mapping[str, Memory] = field(default_factory=dict)
     gpu: Mapping[str, bool | frozenset[str]] = field(default_factory=dict)
     not_estimated: str | None = None
+    pace: Mapping[str, Pace] = field(default_factory=dict)
 
 
 # in the order the totals read them (the losses file and the card list them in this order)
@@ -113,7 +146,9 @@ STAGES: dict[str, Stage] = {
                     # the API adapters' build and collect hold the shard's images table
                     memory={"vision_clip": Memory(0, {"images": 8.0}, model="images"),
                             "vision_api": Memory(PY_MB, {"images": 12.0})},
-                    gpu={"vision": frozenset({"clip"})}),
+                    gpu={"vision": frozenset({"clip"})},
+                    # the clip adapter reads the shard's pixel store, as embed_images
+                    pace={"vision_clip": Pace({"cpu": CPU_IMAGES_PER_S, "gpu": GPU_STORE_IMAGES_PER_S})}),
     # one part at a time (the largest counts), then a line per part (benchmaker.merge)
     "merge": Stage({"merge_annotations": "benchmaker.merge:merge_annotations"}, losses="losses/vision.jsonl",
                    memory={"merge_annotations": Memory(PY_MB, per_largest_mb={"parts": 8.0})}),
@@ -139,7 +174,10 @@ STAGES: dict[str, Stage] = {
                    memory={"decode_images": Memory(0, {"images": 8.0}, model="decode"),
                            "embed_images": Memory(0, {"images": 8.0}, model="images"),
                            "embed_queries": Memory(0, {"qrels": 8.0}, model="texts")},
-                   gpu={"embed_images": True}),
+                   gpu={"embed_images": True},
+                   # decode_images runs on CPUs only (no GPU is asked for: needs_gpu)
+                   pace={"decode_images": Pace({"cpu": CPU_IMAGES_PER_S}),
+                         "embed_images": Pace({"cpu": CPU_IMAGES_PER_S, "gpu": GPU_STORE_IMAGES_PER_S})}),
     # the pairs and the query embeddings, and one shard's image embeddings at a time during the gather
     "score": Stage({"score": "benchmaker.similarity.score:run"}, losses="losses/similarity.jsonl",
                    memory={"score": Memory(PY_MB, {"qrels": 6.0, "query_embeddings": 6.0},
@@ -167,7 +205,10 @@ STAGES: dict[str, Stage] = {
                              memory={"evaluate_system": Memory(PY_MB + 300, {
                                  "qrels": 8.0, "images": 8.0, "annotations": 8.0, "component_runs": 8.0,
                                  "external": 8.0, "image_embeddings": 3.0, "query_embeddings": 3.0})},
-                             gpu={"evaluate_model": True, "evaluate_system": False}),
+                             gpu={"evaluate_model": True, "evaluate_system": False},
+                             # a clip system on its own model decodes its image files in its job
+                             pace={"evaluate_model": Pace({"cpu": CPU_IMAGES_PER_S,
+                                                           "gpu": GPU_DECODING_IMAGES_PER_S})}),
     "evaluate": Stage({"evaluate": "benchmaker.evaluate.trust:run"},
                       memory={"evaluate": Memory(PY_MB + 300, {"qrels": 8.0, "images": 8.0, "annotations": 8.0,
                                                                "runs": 8.0, "image_embeddings": 8.0})}),

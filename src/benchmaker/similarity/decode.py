@@ -28,7 +28,7 @@ def spec_transform(spec: PixelSpec):
     """open_clip's eval transform for ``spec``, without ToTensor/Normalize (PIL in, PIL out)."""
     from .model import _open_clip
 
-    oc = _open_clip(hf_text=False, timm_vision=False)
+    oc = _open_clip(hf_text=False, timm_vision=False, hf_hub=False)  # the transforms only
     tf = oc.transform.image_transform(spec.size, is_train=False, resize_mode=spec.resize_mode,
                                       interpolation=spec.interpolation, fill_color=spec.fill_color)
     pil_tf, mean, _ = _split_preprocess(tf)

@@ -77,50 +77,72 @@ def _torch():
     return torch
 
 
-def _open_clip(hf_text: bool = True, timm_vision: bool = True):
+def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = True):
     """``import open_clip``. With ``hf_text=False`` (the model to load has no Hugging Face text tower)
     and open_clip not yet imported, its optional ``import transformers`` is skipped: ~0.7 s of CPU
     per model load that only HF text towers use (CoCa and hf-hub models always get it). Likewise
-    ``timm_vision=False`` (no timm vision tower) skips its optional ``import timm`` (~0.3 s of CPU).
-    If a model of this process needs either later, :func:`_enable_tower`
-    imports it then."""
+    ``timm_vision=False`` (no timm vision tower) skips its optional ``import timm`` (~0.3 s of CPU),
+    and ``hf_hub=False`` (weights from a local file or folder: nothing to download) its optional
+    ``from huggingface_hub import hf_hub_download`` (~0.13 s of CPU in a job). Each is an optional
+    dependency that open_clip imports in a ``try``/``except ImportError`` and works without; if a
+    model of this process needs one later, :func:`_enable_tower` imports it then."""
     import sys
 
     from .. import _tvshim
 
     _tvshim.install()
-    skip = [name for name, needed in (("transformers", hf_text), ("timm", timm_vision))
-            if not needed and name not in sys.modules]
+    skip = [name for name, needed in (("transformers", hf_text), ("timm", timm_vision),
+                                      ("huggingface_hub", hf_hub)) if not needed]
     if "open_clip" in sys.modules or not skip:
         import open_clip
 
         return open_clip
+    # hidden even when already imported: a lazy package (huggingface_hub, which benchmaker.logs
+    # imports for its logger) costs little until open_clip imports its download client from it
+    hidden = {name: sys.modules.get(name) for name in skip}
     for name in skip:  # `import <name>` raises ImportError: open_clip's fallback for optional towers
         sys.modules[name] = None  # type: ignore[assignment]
     try:
         import open_clip
     finally:
-        for name in skip:
-            del sys.modules[name]
+        for name, module in hidden.items():
+            if module is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = module
     return open_clip
 
 
-# the optional towers open_clip can be imported without (see _open_clip): its module, the library
-# that module imports, and the class open_clip.model takes from it
+# the optional parts open_clip can be imported without (see _open_clip): its module, the name that
+# module binds when the library is there, and the class open_clip.model takes from it (None: none)
 _TOWERS = {"hf_text": ("open_clip.hf_model", "transformers", "HFTextEncoder"),
-           "timm": ("open_clip.timm_model", "timm", "TimmModel")}
+           "timm": ("open_clip.timm_model", "timm", "TimmModel"),
+           "hf_hub": ("open_clip.pretrained", "hf_hub_download", None)}
 
 
 def _enable_tower(tower: str) -> None:
-    """Give open_clip the ``tower`` ("hf_text" or "timm") it was imported without (see _open_clip)."""
+    """Give open_clip the ``tower`` ("hf_text", "timm" or "hf_hub") it was imported without (see
+    _open_clip): its module is executed again in place, now that the library imports."""
     import importlib
 
-    module, library, cls = _TOWERS[tower]
+    module, name, cls = _TOWERS[tower]
     mod = importlib.import_module(module)
-    if getattr(mod, library, None) is not None:
+    if getattr(mod, name, None) is not None:
         return
     mod = importlib.reload(mod)
-    setattr(importlib.import_module("open_clip.model"), cls, getattr(mod, cls))
+    if cls is not None:
+        setattr(importlib.import_module("open_clip.model"), cls, getattr(mod, cls))
+
+
+def _needs_hf_hub(model: str, pretrained: str | None) -> bool:
+    """Whether loading ``model`` / ``pretrained`` may ask the Hugging Face Hub for files: an
+    ``hf-hub:`` model or a pretrained tag (its weights come from the Hub or its cache); not a
+    ``local-dir:`` folder, a checkpoint file or random weights."""
+    if model.startswith(_LOCAL_DIR):
+        return False
+    if model.startswith(_HF_HUB):
+        return True
+    return bool(pretrained) and not Path(str(pretrained)).expanduser().is_file()
 
 
 def _model_config(model: str) -> dict | None:
@@ -493,13 +515,11 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
     if not model:
         raise ModelLoadError("similarity.model is empty: name an open_clip architecture, hf-hub:org/repo or "
                              "local-dir:/path")
-    hf_text, timm_vision = _needs_hf_text(model), _needs_timm(model)
-    oc = _open_clip(hf_text, timm_vision)
-    if hf_text:
-        _enable_tower("hf_text")
-    if timm_vision:
-        _enable_tower("timm")
     pretrained = pretrained or None
+    needs = {"hf_text": _needs_hf_text(model), "timm": _needs_timm(model), "hf_hub": _needs_hf_hub(model, pretrained)}
+    oc = _open_clip(needs["hf_text"], needs["timm"], needs["hf_hub"])
+    for tower in (t for t, needed in needs.items() if needed):
+        _enable_tower(tower)
     try:
         arch, weights_of, model_arg, pretrained_arg = _resolve(oc, model, pretrained, seed)
         random_init = pretrained_arg is None and not model.startswith((_LOCAL_DIR, _HF_HUB))

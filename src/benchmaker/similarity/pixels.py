@@ -75,13 +75,15 @@ class PixelSpec:
 
 def _model_configs(model: str, pretrained: str | None) -> tuple[dict, dict]:
     """(model_cfg, preprocess overlay) as open_clip's create_model reads them (factory.py)."""
-    from .model import _HF_HUB, _LOCAL_DIR, _open_clip
+    from .model import _HF_HUB, _LOCAL_DIR, _enable_tower, _open_clip
 
     if model.startswith(_LOCAL_DIR):
         cfg = json.loads((Path(model[len(_LOCAL_DIR):]).expanduser() / "open_clip_config.json").read_text())
         return cfg.get("model_cfg") or {}, cfg.get("preprocess_cfg") or {}
-    oc = _open_clip(hf_text=False, timm_vision=False)
+    # the Hub client only for a hub model's config (a pretrained tag's is in open_clip's tables)
+    oc = _open_clip(hf_text=False, timm_vision=False, hf_hub=model.startswith(_HF_HUB))
     if model.startswith(_HF_HUB):
+        _enable_tower("hf_hub")
         from open_clip.factory import _get_hf_config
 
         cfg = _get_hf_config(model[len(_HF_HUB):])
