@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 __all__ = ["audit_problems"]
 
-BUILTIN_STRATA = ("pool", "judge_label", "difficulty")
+BUILTIN_STRATA = ("pool", "judge_label", "difficulty", "rank")
 
 
 def audit_problems(cfg: Mapping[str, Any]) -> list[str]:

@@ -32,7 +32,7 @@ from ..logs import get_logger
 from ..settings_schema import default
 from .files import write_sample
 
-__all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "run", "BUILTIN_STRATA"]
+__all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "rank_strata", "run", "BUILTIN_STRATA"]
 
 log = get_logger("audit")
 
@@ -91,9 +91,12 @@ def _largest_remainder(total: int, weights: list[float], caps: list[int]) -> lis
 
 
 def allocate(sizes: Sequence[int], n: int, *, min_per_stratum: int = 0,
-             allocation: str = default("audit.allocation")) -> list[int]:
-    """Pairs to draw per stratum (strata in a fixed order); the sum is min(n, sum(sizes))."""
+             allocation: str = default("audit.allocation"), weights: Sequence[float] | None = None) -> list[int]:
+    """Pairs to draw per stratum (strata in a fixed order); the sum is min(n, sum(sizes)). ``weights``
+    (proportional allocation): a stratum's share is in proportion to its size times its weight (the rank
+    bands' over-sampling); None = 1 each."""
     sizes = list(sizes)
+    weights = [1.0] * len(sizes) if weights is None else [float(w) for w in weights]
     n = min(n, sum(sizes))
     if allocation == "equal":
         return _largest_remainder(n, [1.0 if s else 0.0 for s in sizes], sizes)
@@ -102,8 +105,47 @@ def allocate(sizes: Sequence[int], n: int, *, min_per_stratum: int = 0,
     floor = [min(s, min_per_stratum) for s in sizes]
     if sum(floor) >= n:  # too many strata for the floor: share n equally instead
         return _largest_remainder(n, [1.0 if s else 0.0 for s in sizes], floor)
-    extra = _largest_remainder(n - sum(floor), [float(s) for s in sizes], [s - f for s, f in zip(sizes, floor)])
+    extra = _largest_remainder(n - sum(floor), [s * w for s, w in zip(sizes, weights)],
+                               [s - f for s, f in zip(sizes, floor)])
     return [f + e for f, e in zip(floor, extra)]
+
+
+def rank_band_names(bands: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rank stratum's values, best band first: ``1-3``, ``4-10``, then ``11+`` (deeper or unranked)."""
+    names, lo = [], 1
+    for b in bands:
+        hi = int(b["max_rank"])
+        names.append(f"{lo}-{hi}" if hi > lo else f"{lo}")
+        lo = hi + 1
+    return names + [f"{lo}+"]
+
+
+def rank_strata(qrels: pl.DataFrame, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
+                bands: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """(query_id, image_id, rank, rank_weight): the band of the best rank any evaluated system gives the pair
+    in its query's judged pool (the leaderboard's pool scope; ties by image id, as the corrected scores), and
+    the band's allocation weight (``audit.rank_bands``; the last band, deeper or unranked, weighs 1)."""
+    from .corrected import pair_weights
+
+    deepest = max((int(b["max_rank"]) for b in bands), default=0)
+    pools: dict[str, list[str]] = {}
+    for q, i in qrels.select("query_id", "image_id").iter_rows():
+        pools.setdefault(q, []).append(i)
+    best: dict[tuple[str, str], int] = {}
+    for name in sorted(runs):
+        ranks, _ = pair_weights(runs[name], pools, sorted(pools), deepest)
+        for key, r in ranks.items():
+            best[key] = min(r, best.get(key, r))
+    names = rank_band_names(bands)
+    tops = [int(b["max_rank"]) for b in bands]
+    weights = [float(b["weight"]) for b in bands] + [1.0]
+    band = []
+    for key in zip(qrels["query_id"].to_list(), qrels["image_id"].to_list()):
+        r = best.get(key, 0)
+        band.append(next((i for i, t in enumerate(tops) if 0 < r <= t), len(tops)))
+    return qrels.select("query_id", "image_id").with_columns(
+        pl.Series("rank", [names[b] for b in band], dtype=pl.String),
+        pl.Series("rank_weight", [weights[b] for b in band], dtype=pl.Float64))
 
 
 def _facet_values(ann: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
@@ -113,8 +155,11 @@ def _facet_values(ann: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
 
 def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFrame, fm: FacetModel, *,
                 sample_size: int, seed: int, strata: Sequence[str], min_per_stratum: int = 2,
-                allocation: str = default("audit.allocation")) -> pl.DataFrame:
-    """The sample (one row per drawn pair) in page order: queries by priority, pairs by priority."""
+                allocation: str = default("audit.allocation"), ranks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The sample (one row per drawn pair) in page order: queries by priority, pairs by priority.
+    ``ranks``: :func:`rank_strata` of the evaluated systems; without it the ``rank`` stratum is left out."""
+    if ranks is None:
+        strata = [s for s in strata if s != "rank"]
     unknown = [s for s in strata if s not in BUILTIN_STRATA and s not in fm.names]
     if unknown:
         raise ValueError(f"audit.strata: {unknown} are neither {list(BUILTIN_STRATA)} nor facets "
@@ -130,6 +175,11 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
         .join(_facet_values(annotations, facet_names), on="image_id", how="left")
         .with_columns([pl.col(n).fill_null("(none)") for n in facet_names])
     )
+    if ranks is not None and "rank" in strata:
+        df = df.join(ranks.select("query_id", "image_id", "rank", "rank_weight"), on=["query_id", "image_id"],
+                     how="left")
+    else:
+        df = df.with_columns(pl.lit(1.0).alias("rank_weight"))
     qids, iids = df["query_id"].to_list(), df["image_id"].to_list()
     df = df.with_columns(
         pl.Series("priority", [priority(seed, q, i) for q, i in zip(qids, iids)], dtype=pl.Int64),
@@ -140,10 +190,11 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
     else:
         key = pl.lit("all")
     df = df.with_columns(key.alias("stratum"))
-    sizes = df.group_by("stratum").len("stratum_size").sort("stratum")
+    sizes = (df.group_by("stratum").agg(pl.len().alias("stratum_size"), pl.col("rank_weight").first())
+             .sort("stratum"))
     take = allocate(sizes["stratum_size"].to_list(), sample_size, min_per_stratum=min_per_stratum,
-                    allocation=allocation)
-    sizes = sizes.with_columns(pl.Series("stratum_sample", take, dtype=pl.Int64))
+                    allocation=allocation, weights=sizes["rank_weight"].to_list())
+    sizes = sizes.drop("rank_weight").with_columns(pl.Series("stratum_sample", take, dtype=pl.Int64))
     df = (
         df.join(sizes, on="stratum", how="left")
         .sort("stratum", "priority", "item_id")
