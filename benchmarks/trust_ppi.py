@@ -91,7 +91,12 @@ def one_audit(rng: np.random.Generator, qrels: pl.DataFrame, runs, n: int, desig
     allocation, at least 5 per stratum), with a fresh sampling seed per audit."""
     q = qrels.with_columns(pl.col("query_id").alias("query_text"), pl.lit("random").alias("pool"),
                            pl.lit(False).alias("is_seed"), pl.lit("sim").alias("judge"))
-    ranks = rank_strata(q, runs, bands) if "rank" in DESIGNS[design] else None
+    ranks = None
+    if "rank" in DESIGNS[design]:
+        frames = {name: pl.DataFrame([(qq, i, sc) for qq, docs in run.items() for i, sc in docs.items()],
+                                     schema={"query_id": pl.String, "image_id": pl.String, "score": pl.Float64},
+                                     orient="row") for name, run in runs.items()}
+        ranks = rank_strata(q, frames, bands)
     s = draw_sample(q, pl.DataFrame(), pl.DataFrame({"image_id": []}, schema={"image_id": pl.String}),
                     FacetModel.from_config({}), sample_size=n, seed=int(rng.integers(2**62)),
                     strata=DESIGNS[design], min_per_stratum=5, allocation="proportional", ranks=ranks)

@@ -257,8 +257,10 @@ def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, u
     infl = _influence(pools, cell_r, levels, p_full, fixed_r, free_r, at, ranked, metrics, rng)
     for m in metrics:
         e = infl[m]  # [n, L]
-        resid = e[np.arange(len(yidx)), yidx][None] - (probs[:, a_cell, :] * e[None]).sum(axis=2)  # [B, n]
-        res[m] = np.concatenate(out[m]) + (unsampled * resid).sum(axis=1) / pools.Q
+        # the residual at the cells' posterior mean, not at the replicate's draw: the draw's spread (the
+        # cells' model uncertainty) stays in the replicates instead of cancelling against the correction
+        resid = e[np.arange(len(yidx)), yidx] - (p_full[a_cell] * e).sum(axis=1)  # [n]
+        res[m] = np.concatenate(out[m]) + (unsampled * resid[None]).sum(axis=1) / pools.Q
     return res
 
 

@@ -120,32 +120,30 @@ def rank_band_names(bands: Sequence[Mapping[str, Any]]) -> list[str]:
     return names + [f"{lo}+"]
 
 
-def rank_strata(qrels: pl.DataFrame, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
+def rank_strata(qrels: pl.DataFrame, runs: Mapping[str, pl.DataFrame],
                 bands: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
     """(query_id, image_id, rank, rank_weight): the band of the best rank any evaluated system gives the pair
-    in its query's judged pool (the leaderboard's pool scope; ties by image id, as the corrected scores), and
-    the band's allocation weight (``audit.rank_bands``; the last band, deeper or unranked, weighs 1)."""
-    from .corrected import pair_weights
-
-    deepest = max((int(b["max_rank"]) for b in bands), default=0)
-    pools: dict[str, list[str]] = {}
-    for q, i in qrels.select("query_id", "image_id").iter_rows():
-        pools.setdefault(q, []).append(i)
-    best: dict[tuple[str, str], int] = {}
-    for name in sorted(runs):
-        ranks, _ = pair_weights(runs[name], pools, sorted(pools), deepest)
-        for key, r in ranks.items():
-            best[key] = min(r, best.get(key, r))
+    in its query's judged pool (the leaderboard's pool scope; ties by image id, as the corrected scores),
+    and the band's allocation weight (``audit.rank_bands``; the last band, deeper or unranked, weighs 1).
+    ``runs``: system -> its run as a frame (query_id, image_id, score), :func:`benchmaker.evaluate.runs.read_run`."""
+    pairs = qrels.select("query_id", "image_id")
+    best = [pairs.join(run.select("query_id", "image_id", "score"), on=["query_id", "image_id"], how="inner")
+            .sort(["query_id", "score", "image_id"], descending=[False, True, False])
+            .select("query_id", "image_id", pl.int_range(1, pl.len() + 1).over("query_id").alias("_r"))
+            for _, run in sorted(runs.items())]
+    ranked = (pl.concat(best).group_by("query_id", "image_id").agg(pl.col("_r").min()) if best
+              else pl.DataFrame(schema={"query_id": pl.String, "image_id": pl.String, "_r": pl.Int64}))
     names = rank_band_names(bands)
-    tops = [int(b["max_rank"]) for b in bands]
+    band = pl.lit(len(bands))  # deeper or unranked
+    for i, b in reversed(list(enumerate(bands))):
+        band = pl.when(pl.col("_r") <= int(b["max_rank"])).then(pl.lit(i)).otherwise(band)
     weights = [float(b["weight"]) for b in bands] + [1.0]
-    band = []
-    for key in zip(qrels["query_id"].to_list(), qrels["image_id"].to_list()):
-        r = best.get(key, 0)
-        band.append(next((i for i, t in enumerate(tops) if 0 < r <= t), len(tops)))
-    return qrels.select("query_id", "image_id").with_columns(
-        pl.Series("rank", [names[b] for b in band], dtype=pl.String),
-        pl.Series("rank_weight", [weights[b] for b in band], dtype=pl.Float64))
+    out = pairs.join(ranked, on=["query_id", "image_id"], how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("_r").is_null()).then(pl.lit(len(bands))).otherwise(band).alias("_b"))
+    return out.select("query_id", "image_id",
+                      pl.col("_b").replace_strict(list(range(len(names))), names, return_dtype=pl.String).alias("rank"),
+                      pl.col("_b").replace_strict(list(range(len(weights))), weights, return_dtype=pl.Float64)
+                      .alias("rank_weight"))
 
 
 def _facet_values(ann: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
@@ -222,12 +220,29 @@ def sample_digest(sample: pl.DataFrame, settings: Mapping[str, Any]) -> str:
     return h.hexdigest()[:16]
 
 
-SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
+SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation", "rank_bands")
+
+
+def _ranks(qrels: pl.DataFrame, runs: str | Sequence[str] | None, systems: Sequence[str] | None,
+           strata: Sequence[str], bands: Sequence[Mapping[str, Any]]) -> pl.DataFrame | None:
+    """The rank stratum from the evaluated systems' runs; None (stratum left out) without systems."""
+    paths = [runs] if isinstance(runs, str) else list(runs or [])
+    if "rank" not in strata or not paths:
+        return None
+    from ..evaluate.runs import read_run
+
+    names = list(systems or [])
+    if len(names) != len(paths):
+        raise ValueError(f"audit_sample: {len(paths)} run files for systems {names}")
+    return rank_strata(qrels, {n: read_run(p) for n, p in zip(names, paths)}, bands)
 
 
 def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: str, settings: Mapping[str, Any],
         facets: Mapping[str, Any], columns: Mapping[str, str] | None = None, labels: str = default("judge.labels"),
+        runs: str | Sequence[str] | None = None, systems: Sequence[str] | None = None,
         benchmark: str | None = None, version: str | None = None) -> dict[str, Any]:
+    """Stage ``audit_sample``. ``runs``, ``systems``: the evaluate stage's run files and their systems' names
+    (the ``rank`` stratum); none = the stratum is left out and the settings recorded say so."""
     fm = FacetModel.from_config(facets)
     q = read_table("qrels", qrels, columns=columns)
     p = read_table("query_plan", plan, columns=columns)
@@ -236,13 +251,19 @@ def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: st
 
     full = filled("audit", {k: settings[k] for k in SAMPLE_KEYS if k in settings})
     s = {k: full[k] for k in SAMPLE_KEYS}
+    ranks = _ranks(q, runs, systems, list(s["strata"]), list(s["rank_bands"]))
+    if ranks is None:  # no rank stratum: the sample, its settings and its id as without the setting
+        s["strata"] = [x for x in s["strata"] if x != "rank"]
+        s.pop("rank_bands")
+    else:
+        s["systems"] = sorted(systems or [])
     if not q.height:
         from ..losses import nothing_to_do
 
         raise nothing_to_do("audit", f"{qrels} has no judged pair to sample", Path(qrels).parent / "losses")
     df = draw_sample(q, p, a, fm, sample_size=int(s["sample_size"]), seed=int(s["seed"]),
                      strata=list(s["strata"]), min_per_stratum=int(s["min_per_stratum"]),
-                     allocation=str(s["allocation"]))
+                     allocation=str(s["allocation"]), ranks=ranks)
     sid = sample_digest(df, s)
     write_sample(df, sample)
     strata = (df.group_by("stratum", maintain_order=True)
