@@ -1,13 +1,16 @@
 """Human-corrected scores against known truth: a biased judge, many simulated audits (docs/trust.md).
 
     python benchmarks/trust_ppi.py [--audits 1000] [--queries 50] [--pool 30] [--sample 200] [--seed 1] [--draws 200]
+                                   [--design label|label_rank] [--bands 3:4,10:2] [--every N]
 
 Each simulated benchmark draws people's (true) binary labels for ``queries x pool`` judged pairs (30 %
 relevant), three systems that rank each pool by noisy scores of different quality (A best, then B, then C),
 and a judge that calls 20 % of non-relevant pairs relevant, 60 % of the non-relevant pairs in system B's top
-10, and misses 10 % of relevant ones. The audit draws ``--sample`` pairs stratified by the judge's label
-(proportional allocation, at least 5 per stratum: ``benchmaker.audit.sample.allocate``, pairs drawn without
-replacement within a stratum), and :func:`benchmaker.audit.corrected.corrected_scores` estimates every
+10, and misses 10 % of relevant ones. The audit draws ``--sample`` pairs as the workflow does
+(``benchmaker.audit.sample.draw_sample``: proportional allocation, at least 5 per stratum, bottom-k by a fresh
+seed per audit), stratified by the judge's label (``--design label``) or by the judge's label x the band of
+the best rank any system gives the pair (``--design label_rank``: ``rank_strata``, bands and weights
+``--bands``, as ``audit.rank_bands``), and :func:`benchmaker.audit.corrected.corrected_scores` estimates every
 system's precision@10 and DCG@10 (PPI++) and nDCG@10, MAP and MRR (multiple imputation, ``--draws``
 replicates) as people would score them over all pairs. Printed per metric: the
 coverage of the 95 % corrected intervals and of the people-only intervals (target 0.95 ± 0.02), their mean
@@ -126,8 +129,9 @@ def main() -> None:
     for n_done in range(1, a.audits + 1):
         qrels, runs = one_benchmark(rng, a.queries, a.pool)
         true = truth(qrels, runs)
-        res = corrected_scores(qrels.drop("human"), one_audit(rng, qrels, runs, a.sample, a.design, a.band_list), runs, ks=[10], confidence=0.95,
-                               draws=a.draws, seed=int(rng.integers(2**31)))
+        audit = one_audit(rng, qrels, runs, a.sample, a.design, a.band_list)
+        res = corrected_scores(qrels.drop("human"), audit, runs, ks=[10], confidence=0.95, draws=a.draws,
+                               seed=int(rng.integers(2**31)))
         for metric in ("ndcg@10", "map", "mrr", "precision@10", "dcg@10"):
             keys = ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j", "err", "sys")
             st = stats.setdefault(metric, {k: [] for k in keys})
@@ -149,7 +153,8 @@ def main() -> None:
 
 def _report(stats, a, n_done: int, seconds: float) -> None:
     print(f"{n_done} simulated audits: {a.queries} queries x {a.pool} pairs, sample {a.sample} "
-          f"(design {a.design}{' ' + a.bands if a.design == 'label_rank' else ''}), 3 systems, {a.draws} imputation replicates; {seconds:.0f} s")
+          f"(design {a.design}{' ' + a.bands if a.design == 'label_rank' else ''}), 3 systems, "
+          f"{a.draws} imputation replicates; {seconds:.0f} s")
     for metric, st in stats.items():
         print(f"{metric}: coverage corrected {np.mean(st['cov']):.3f}, people-only {np.mean(st['cov_h']):.3f}; "
               f"mean width corrected {np.mean(st['w']):.4f}, people-only {np.mean(st['w_h']):.4f}; "

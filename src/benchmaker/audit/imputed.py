@@ -17,7 +17,10 @@ computed on the completed labels:
 * **Design-based correction** (model-assisted, Särndal, Swensson & Wretman 1992, ch. 6: the rectifier of
   prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
   for each label level with the rest of the query imputed, gives its residual (people's label minus the
-  cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
+  expectation under the cell's posterior mean); the residuals are expanded to the unaudited pairs (weights
+  N_h / n_h − 1) and added. Kept at the posterior mean, the residuals do not cancel the replicates' draws of
+  the cells, so the cells' posterior uncertainty is in the interval (a rare cell whose audited pairs hold
+  none of its errors otherwise gives a design variance of zero).
 * **Imputation and interval.** Each replicate reweights the audited pairs by a Rao & Wu (JASA 1988) rescaled
   bootstrap within their audit strata (the correction's design variance under stratified sampling without
   replacement, finite-population correction included), draws the cells'

@@ -12,8 +12,13 @@ seed rows or the judge's rare positives are always audited; ``equal`` gives ever
 (capped by its size). Each row carries ``weight`` = stratum size / pairs drawn from it, so estimates for the
 whole benchmark can be re-weighted.
 
-Human labels are never an input here: the sample rule reads only qrels, plan and annotations, so labels
-arriving later never re-draw it (docs/audit.md).
+With evaluated systems the ``rank`` stratum is the band of the best rank any of them gives the pair in its
+judged pool (``audit.rank_bands``), and proportional allocation weighs each stratum's size by its band's
+weight: the pairs the systems rank high, which nDCG@k, MAP and MRR rest on, are over-sampled
+(:func:`rank_strata`; docs/audit.md).
+
+Human labels are never an input here: the sample rule reads only qrels, plan, annotations and the systems'
+runs, so labels arriving later never re-draw it (docs/audit.md).
 """
 
 from __future__ import annotations
