@@ -94,6 +94,7 @@ DIRECT: dict[str, set[str] | str] = {
     "audit.sample_size": {"audit_sample"},
     "audit.seed": {"audit_sample", "audit_report"},
     "audit.strata": {"audit_sample"},
+    "audit.rank_bands": {"audit_sample"},  # the base config evaluates systems: the sample has a rank stratum
     "audit.allocation": {"audit_sample"},
     "audit.min_per_stratum": {"audit_sample"},
     "audit.facets": {"audit_report"},
@@ -167,6 +168,7 @@ NEW_VALUE = {
     "export.repo_id": "me/tiny",
     "export.endpoint": "http://127.0.0.1:9",
     "audit.strata": ["pool"],
+    "audit.rank_bands": [{"max_rank": 5, "weight": 3}],
     "audit.facets": ["color"],
     "audit.metrics": ["map"],
     "audit.second_judge.judge": {"rules": {"relevant_min_jaccard": 0.3}},

@@ -17,10 +17,12 @@ computed on the completed labels:
 * **Design-based correction** (model-assisted, Särndal, Swensson & Wretman 1992, ch. 6: the rectifier of
   prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
   for each label level with the rest of the query imputed, gives its residual (people's label minus the
-  expectation under the cell's posterior mean); the residuals are expanded to the unaudited pairs (weights
-  N_h / n_h − 1) and added. Kept at the posterior mean, the residuals do not cancel the replicates' draws of
-  the cells, so the cells' posterior uncertainty is in the interval (a rare cell whose audited pairs hold
-  none of its errors otherwise gives a design variance of zero).
+  cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
+  For nDCG@k and MAP the expectation is under the replicate's draw of the cells, which then cancels against
+  the imputation (GREG: the interval is the correction's design variance). MRR rests on each query's first
+  relevant pair, a handful of rare errors whose design variance is zero whenever the sample holds none of
+  them: its residuals are at the cells' posterior mean, so the cells' posterior uncertainty stays in its
+  interval (``FIRST_PAIR_METRICS``; docs/trust.md gives the measurements behind the choice).
 * **Imputation and interval.** Each replicate reweights the audited pairs by a Rao & Wu (JASA 1988) rescaled
   bootstrap within their audit strata (the correction's design variance under stratified sampling without
   replacement, finite-population correction included), draws the cells'
@@ -58,6 +60,7 @@ def rank_buckets(rank: np.ndarray) -> np.ndarray:
     """The bucket of each pair's rank (0 = unranked -> the last bucket)."""
     b = np.searchsorted(np.asarray(BUCKETS), rank, side="right") - 1
     return np.where(rank > 0, b, len(BUCKETS) - 1)
+FIRST_PAIR_METRICS = ("mrr",)  # metrics of each query's first relevant pair: residuals at the posterior mean
 INFLUENCE_DRAWS = 100  # imputations of a query's other pairs behind each audited pair's influence
 _BLOCK_CELLS = 1_000_000  # replicates x pairs per vectorised block
 
@@ -260,10 +263,12 @@ def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, u
     infl = _influence(pools, cell_r, levels, p_full, fixed_r, free_r, at, ranked, metrics, rng)
     for m in metrics:
         e = infl[m]  # [n, L]
-        # the residual at the cells' posterior mean, not at the replicate's draw: the draw's spread (the
-        # cells' model uncertainty) stays in the replicates instead of cancelling against the correction
-        resid = e[np.arange(len(yidx)), yidx] - (p_full[a_cell] * e).sum(axis=1)  # [n]
-        res[m] = np.concatenate(out[m]) + (unsampled * resid[None]).sum(axis=1) / pools.Q
+        # the residual at the replicate's draw of the cells (GREG: the draw's spread cancels against the
+        # correction, whose Rao-Wu replicates carry the design variance); for a metric of the first relevant
+        # pair (MRR) at the cells' posterior mean, so that their model uncertainty stays in the interval
+        p_res = p_full[None] if m[0] in FIRST_PAIR_METRICS else probs  # [B or 1, cells, L]
+        resid = e[np.arange(len(yidx)), yidx][None] - (p_res[:, a_cell, :] * e[None]).sum(axis=2)  # [B|1, n]
+        res[m] = np.concatenate(out[m]) + (unsampled * resid).sum(axis=1) / pools.Q
     return res
 
 
