@@ -180,7 +180,7 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
     )
     if ranks is not None and "rank" in strata:
         df = df.join(ranks.select("query_id", "image_id", "rank", "rank_weight"), on=["query_id", "image_id"],
-                     how="left")
+                     how="left").with_columns(pl.col("rank").fill_null("(none)"), pl.col("rank_weight").fill_null(1.0))
     else:
         df = df.with_columns(pl.lit(1.0).alias("rank_weight"))
     qids, iids = df["query_id"].to_list(), df["image_id"].to_list()
