@@ -1,13 +1,16 @@
 """Human-corrected scores against known truth: a biased judge, many simulated audits (docs/trust.md).
 
     python benchmarks/trust_ppi.py [--audits 1000] [--queries 50] [--pool 30] [--sample 200] [--seed 1] [--draws 200]
+                                   [--design label|label_rank] [--bands 3:4,10:2] [--every N]
 
 Each simulated benchmark draws people's (true) binary labels for ``queries x pool`` judged pairs (30 %
 relevant), three systems that rank each pool by noisy scores of different quality (A best, then B, then C),
 and a judge that calls 20 % of non-relevant pairs relevant, 60 % of the non-relevant pairs in system B's top
-10, and misses 10 % of relevant ones. The audit draws ``--sample`` pairs stratified by the judge's label
-(proportional allocation, at least 5 per stratum: ``benchmaker.audit.sample.allocate``, pairs drawn without
-replacement within a stratum), and :func:`benchmaker.audit.corrected.corrected_scores` estimates every
+10, and misses 10 % of relevant ones. The audit draws ``--sample`` pairs as the workflow does
+(``benchmaker.audit.sample.draw_sample``: proportional allocation, at least 5 per stratum, bottom-k by a fresh
+seed per audit), stratified by the judge's label (``--design label``) or by the judge's label x the band of
+the best rank any system gives the pair (``--design label_rank``: ``rank_strata``, bands and weights
+``--bands``, as ``audit.rank_bands``), and :func:`benchmaker.audit.corrected.corrected_scores` estimates every
 system's precision@10 and DCG@10 (PPI++) and nDCG@10, MAP and MRR (multiple imputation, ``--draws``
 replicates) as people would score them over all pairs. Printed per metric: the
 coverage of the 95 % corrected intervals and of the people-only intervals (target 0.95 ± 0.02), their mean
@@ -29,7 +32,8 @@ import polars as pl  # noqa: E402
 
 from benchmaker.audit.corrected import corrected_scores, pair_weights  # noqa: E402
 from benchmaker.audit.imputed import _Pools, metric_values  # noqa: E402
-from benchmaker.audit.sample import allocate  # noqa: E402
+from benchmaker.audit.sample import draw_sample, rank_strata  # noqa: E402
+from benchmaker.formats import FacetModel  # noqa: E402
 
 SYSTEMS = {"A": 1.6, "B": 1.0, "C": 0.6}  # signal of the true label in each system's score
 
@@ -82,18 +86,26 @@ def truth(qrels: pl.DataFrame, runs) -> dict[tuple[str, str], float]:
     return out
 
 
-def one_audit(rng: np.random.Generator, qrels: pl.DataFrame, n: int) -> pl.DataFrame:
-    q = qrels.with_columns(pl.format("judge_label={}", pl.col("relevance_label")).alias("stratum"))
-    sizes = q.group_by("stratum").len("stratum_size").sort("stratum")
-    take = allocate(sizes["stratum_size"].to_list(), n, min_per_stratum=5, allocation="proportional")
-    parts = []
-    for (h, size), t in zip(sizes.iter_rows(), take):
-        rows = q.filter(pl.col("stratum") == h)
-        pick = rng.choice(rows.height, size=t, replace=False)
-        parts.append(rows[np.sort(pick)].with_columns(pl.lit(size).alias("stratum_size")))
-    s = pl.concat(parts)
-    return s.select("query_id", "image_id", pl.col("relevance_label").alias("judge_label"),
-                    pl.col("human").alias("human_label"), "stratum", "stratum_size")
+DESIGNS = {"label": ["judge_label"], "label_rank": ["judge_label", "rank"]}
+
+
+def one_audit(rng: np.random.Generator, qrels: pl.DataFrame, runs, n: int, design: str, bands) -> pl.DataFrame:
+    """The audit sample as the workflow draws it (:func:`benchmaker.audit.sample.draw_sample`, proportional
+    allocation, at least 5 per stratum), with a fresh sampling seed per audit."""
+    q = qrels.with_columns(pl.col("query_id").alias("query_text"), pl.lit("random").alias("pool"),
+                           pl.lit(False).alias("is_seed"), pl.lit("sim").alias("judge"))
+    ranks = None
+    if "rank" in DESIGNS[design]:
+        frames = {name: pl.DataFrame([(qq, i, sc) for qq, docs in run.items() for i, sc in docs.items()],
+                                     schema={"query_id": pl.String, "image_id": pl.String, "score": pl.Float64},
+                                     orient="row") for name, run in runs.items()}
+        ranks = rank_strata(q, frames, bands)
+    s = draw_sample(q, pl.DataFrame(), pl.DataFrame({"image_id": []}, schema={"image_id": pl.String}),
+                    FacetModel.from_config({}), sample_size=n, seed=int(rng.integers(2**62)),
+                    strata=DESIGNS[design], min_per_stratum=5, allocation="proportional", ranks=ranks)
+    human = {(a, b): h for a, b, h in qrels.select("query_id", "image_id", "human").iter_rows()}
+    return s.select("query_id", "image_id", "judge_label", "stratum", "stratum_size").with_columns(
+        pl.Series("human_label", [human[k] for k in zip(s["query_id"].to_list(), s["image_id"].to_list())]))
 
 
 def main() -> None:
@@ -105,15 +117,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--draws", type=int, default=200, help="bootstrap replicates of the nDCG/MAP/MRR imputation")
     ap.add_argument("--every", type=int, default=0, help="also print the figures so far every N audits")
+    ap.add_argument("--design", choices=sorted(DESIGNS), default="label",
+                    help="audit strata: the judge's label, or the judge's label x the best rank band of any system")
+    ap.add_argument("--bands", default="3:4,10:2", help="rank bands as max_rank:weight,... (design label_rank)")
     a = ap.parse_args()
+    a.band_list = [{"max_rank": int(m), "weight": float(w)} for m, w in
+                   (b.split(":") for b in a.bands.split(",") if b)]
     rng = np.random.default_rng(a.seed)
     t0 = time.perf_counter()
     stats: dict[str, dict[str, list]] = {}
     for n_done in range(1, a.audits + 1):
         qrels, runs = one_benchmark(rng, a.queries, a.pool)
         true = truth(qrels, runs)
-        res = corrected_scores(qrels.drop("human"), one_audit(rng, qrels, a.sample), runs, ks=[10], confidence=0.95,
-                               draws=a.draws, seed=int(rng.integers(2**31)))
+        audit = one_audit(rng, qrels, runs, a.sample, a.design, a.band_list)
+        res = corrected_scores(qrels.drop("human"), audit, runs, ks=[10], confidence=0.95, draws=a.draws,
+                               seed=int(rng.integers(2**31)))
         for metric in ("ndcg@10", "map", "mrr", "precision@10", "dcg@10"):
             keys = ("cov", "cov_h", "w", "w_h", "rank_c", "rank_j", "err", "sys")
             st = stats.setdefault(metric, {k: [] for k in keys})
@@ -135,7 +153,8 @@ def main() -> None:
 
 def _report(stats, a, n_done: int, seconds: float) -> None:
     print(f"{n_done} simulated audits: {a.queries} queries x {a.pool} pairs, sample {a.sample} "
-          f"(strata: judge label), 3 systems, {a.draws} imputation replicates; {seconds:.0f} s")
+          f"(design {a.design}{' ' + a.bands if a.design == 'label_rank' else ''}), 3 systems, "
+          f"{a.draws} imputation replicates; {seconds:.0f} s")
     for metric, st in stats.items():
         print(f"{metric}: coverage corrected {np.mean(st['cov']):.3f}, people-only {np.mean(st['cov_h']):.3f}; "
               f"mean width corrected {np.mean(st['w']):.4f}, people-only {np.mean(st['w_h']):.4f}; "

@@ -1,7 +1,8 @@
 # Judge audit (docs/audit.md): a stratified sample of judged pairs -> labelling files for people ->
 # agreement of the judge with people (and with a second judge) -> audit/report/, read by the summary
 # and the dataset card. Human label files are inputs of audit_report only: labels arriving later never
-# re-draw the sample (audit_sample reads qrels, plan and annotations, nothing else).
+# re-draw the sample (audit_sample reads qrels, plan, annotations and, for its rank stratum, the evaluate
+# stage's runs: nothing the audit writes).
 
 
 include: "audit_common.smk"
@@ -14,6 +15,8 @@ if AUDIT_ON:
             qrels=f"{RESULTS}/qrels.jsonl",
             plan=f"{RESULTS}/query_plan.jsonl",
             annotations=f"{RESULTS}/annotations.jsonl",
+            # the rank stratum (audit.strata: rank): the evaluated systems' runs, when systems are configured
+            runs=audit_sample_runs,
         output:
             sample=f"{RESULTS}/audit/sample.jsonl",
             sample_meta=f"{RESULTS}/audit/sample.json",
@@ -25,7 +28,8 @@ if AUDIT_ON:
         conda:
             "../envs/benchmaker.yaml"
         params:
-            settings={k: AUDIT[k] for k in AUDIT_SAMPLE_KEYS},
+            settings=audit_sample_settings(),
+            systems=audit_sample_systems(),
             facets=FACETS,
             columns=COLUMNS,
             labels=config["judge"]["labels"],

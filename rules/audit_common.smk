@@ -5,7 +5,14 @@ from benchmaker.config import deep_merge
 AUDIT = config["audit"]
 AUDIT_ON = AUDIT["enabled"]
 AUDIT_REPORT = f"{RESULTS}/audit/report"
-AUDIT_SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
+AUDIT_SAMPLE_KEYS = (
+    "sample_size",
+    "seed",
+    "strata",
+    "min_per_stratum",
+    "allocation",
+    "rank_bands",
+)
 
 # audit.strata and audit.facets are checked with the config (benchmaker.audit.settings)
 
@@ -38,6 +45,28 @@ JUDGE2_DIR = (
 def evaluate_systems():
     """Names of the evaluate stage's systems (config evaluate.systems), when that stage exists."""
     return [s["name"] for s in (config.get("evaluate") or {}).get("systems") or []]
+
+
+def audit_sample_systems():
+    """The systems whose runs the sample's rank stratum reads: the evaluated systems when audit.strata has
+    `rank`; none otherwise (then the rank settings are not the job's: a benchmark without systems draws
+    and names the same sample as before the stratum existed)."""
+    return evaluate_systems() if "rank" in AUDIT["strata"] else []
+
+
+def audit_sample_runs(wildcards):
+    """The evaluate stage's runs behind the rank stratum (the evaluate stage reads nothing of the audit:
+    no cycle)."""
+    return [f"{RESULTS}/evaluate/runs/{n}.trec" for n in audit_sample_systems()]
+
+
+def audit_sample_settings():
+    """The settings that decide the sample (AUDIT_SAMPLE_KEYS), without the rank stratum when no system ranks."""
+    out = {k: AUDIT[k] for k in AUDIT_SAMPLE_KEYS}
+    if not audit_sample_systems():
+        out["strata"] = [s for s in out["strata"] if s != "rank"]
+        del out["rank_bands"]
+    return out
 
 
 def audit_report_inputs(wildcards):

@@ -669,3 +669,52 @@ def test_config_names_wrong_strata_and_facets():
     assert ["'mapp'" in bad[0], "'precision@0'" in bad[1], "'ndcg' is" in bad[2]] == [True] * 3
     cfg["audit"] = {"strata": ["difficulty", "color", "is_bright"], "second_judge": {"judge": {}}}
     assert validate_config(cfg)["audit"]["second_judge"] == {"judge": {}, "name": "judge2", "scope": "sample"}
+
+
+def _runs_of(q: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Two systems' runs of every judged pair: one ranks by image id, one ties pairs in four groups."""
+    base = q.select("query_id", "image_id").with_columns(
+        pl.col("image_id").rank("ordinal").over("query_id").cast(pl.Float64).alias("r"))
+    return {"up": base.select("query_id", "image_id", (-pl.col("r")).alias("score")),
+            "down": base.select("query_id", "image_id", (-(pl.col("r") % 4)).alias("score"))}
+
+
+def test_rank_stratum_bands_weights_and_over_sampling(bench):
+    from benchmaker.audit.sample import rank_strata
+
+    q, p, a, fm = _tables(bench)
+    runs = _runs_of(q)
+    bands = [{"max_rank": 2, "weight": 4}, {"max_rank": 5, "weight": 2}]  # pools of 9 pairs
+    ranks = rank_strata(q, runs, bands)
+    # the best rank over the systems in each query's judged pool, ties by image id
+    qid = q["query_id"][0]
+    best: dict[str, int] = {}
+    for run in runs.values():
+        rows = sorted(run.filter(pl.col("query_id") == qid).select("image_id", "score").iter_rows(),
+                      key=lambda t: (-t[1], t[0]))
+        for r, (i, _) in enumerate(rows, 1):
+            best[i] = min(r, best.get(i, r))
+    got = dict(ranks.filter(pl.col("query_id") == qid).select("image_id", "rank").iter_rows())
+    assert got == {i: "1-2" if r <= 2 else "3-5" if r <= 5 else "6+" for i, r in best.items()}
+    assert sorted(got.values()) == ["1-2"] * 4 + ["3-5"] * 3 + ["6+"] * 2
+    kw = dict(sample_size=40, seed=7, strata=["judge_label", "rank"], min_per_stratum=2, ranks=ranks)
+    s1 = draw_sample(q, p, a, fm, **kw)
+    assert s1.equals(draw_sample(q.sample(fraction=1.0, shuffle=True, seed=2), p, a, fm, **kw))  # deterministic
+    assert s1.height == 40 and all("|rank=" in st for st in s1["stratum"])
+    # the design weights expand each stratum's sample to its size, and the sample to the population
+    per = s1.group_by("stratum").agg(pl.col("weight").sum(), pl.col("stratum_size").first())
+    assert per["weight"].to_list() == pytest.approx(per["stratum_size"].cast(pl.Float64).to_list())
+    assert s1["weight"].sum() == pytest.approx(q.height)
+    # the pairs a system ranks high are over-sampled: inclusion rate by band follows the weights
+    rate = {b: 1 / s1.filter(pl.col("stratum").str.ends_with(f"rank={b}"))["weight"].mean() for b in
+            ("1-2", "3-5", "6+")}
+    assert rate["1-2"] > rate["3-5"] > rate["6+"]
+    # without runs the rank stratum is left out: the judge-label sample
+    assert draw_sample(q, p, a, fm, **(kw | {"ranks": None})).equals(
+        draw_sample(q, p, a, fm, **(kw | {"ranks": None, "strata": ["judge_label"]})))
+
+
+def test_sample_run_without_systems_is_the_sample_without_the_rank_stratum(bench, tmp_path):
+    s_new, m_new = audit_support.draw(bench, tmp_path / "new", strata=["pool", "judge_label", "rank"])
+    s_old, m_old = audit_support.draw(bench, tmp_path / "old")  # strata [pool, judge_label]
+    assert s_new.read_bytes() == s_old.read_bytes() and m_new.read_bytes() == m_old.read_bytes()

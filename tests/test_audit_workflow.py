@@ -49,6 +49,10 @@ def test_audit_in_the_workflow(tmp_path, tiny_corpus, tiny_clip, numba_cache):
     res = tmp_path / "results" / "tiny"
     sample = read_sample(res / "audit" / "sample.jsonl")
     assert 0 < sample.height <= 12
+    # with systems the sample is stratified by the best rank any of them gives the pair (audit.rank_bands)
+    assert all(re.search(r"\|rank=(1-3|4-10|11\+)$", s) for s in sample["stratum"])
+    meta = json.loads((res / "audit" / "sample.json").read_text())
+    assert meta["settings"]["systems"] == ["bm25", "clip-same"] and meta["settings"]["strata"][-1] == "rank"
     assert (res / "audit" / "labelling" / "label.html").is_file()
     assert "Not audited yet" in (res / "summary" / "report.md").read_text()
     card = (res / "hf_dataset" / "README.md").read_text()
@@ -116,18 +120,23 @@ def test_bad_audit_settings_are_named(tmp_path, tiny_corpus, tiny_clip):
 
 
 def test_second_judge_scope_decides_its_inputs(tmp_path, tiny_corpus, tiny_clip):
-    """scope sample: the second judge follows the sample; scope all: a new sample never reruns it."""
-    def edges(scope):
+    """scope sample: the second judge follows the sample; scope all: a new sample never reruns it. The
+    sample reads the evaluated systems' runs (its rank stratum) and the evaluate stage nothing of the audit."""
+    def edges(scope, systems=False):
         cfg = _cfg(tmp_path, tiny_corpus, tiny_clip, second_judge={"judge": {}, "scope": scope})
+        cfg = _with_systems(cfg, tiny_clip) if systems else cfg
         r = support.snakemake(["--rulegraph"], tmp_path, support.write_config(tmp_path / f"{scope}.yaml", cfg))
         assert r.returncode == 0, r.stderr[-3000:]
         names = dict(re.findall(r'(\d+)\[label = "(\w+)"', r.stdout))
         return {(names[a], names[b]) for a, b in re.findall(r"(\d+) -> (\d+)", r.stdout)}
 
-    sample = edges("sample")
+    sample = edges("sample", systems=True)
     assert ("audit_sample", "audit_judge2") in sample and ("audit_judge2", "audit_report") in sample
     whole = edges("all")
     assert ("audit_sample", "audit_judge2") not in whole and ("audit_judge2", "audit_report") in whole
     assert ("plan", "audit_judge2") in whole
     # the second judge's spend is in every total: its cost file is one of the summary's and the export's
     assert ("audit_judge2", "summary") in sample and ("audit_judge2", "summary") in whole
+    assert ("evaluate_system", "audit_sample") in sample
+    assert not any(a.startswith("audit") and b.startswith("evaluate") for a, b in sample)
+    assert not any(a.startswith("evaluate") and b == "audit_sample" for a, b in whole)  # no systems

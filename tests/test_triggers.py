@@ -94,6 +94,7 @@ DIRECT: dict[str, set[str] | str] = {
     "audit.sample_size": {"audit_sample"},
     "audit.seed": {"audit_sample", "audit_report"},
     "audit.strata": {"audit_sample"},
+    "audit.rank_bands": {"audit_sample"},  # the base config evaluates systems: the sample has a rank stratum
     "audit.allocation": {"audit_sample"},
     "audit.min_per_stratum": {"audit_sample"},
     "audit.facets": {"audit_report"},
@@ -199,7 +200,12 @@ NEW_VALUE = {
     "columns.image": "picture",
 }
 # changed together: one setting is only valid with the other (plan.neg_total = the sum of the three)
-TOGETHER = {"plan.neg_easy": {"plan.neg_easy": 2, "plan.neg_total": 4}}
+TOGETHER = {"plan.neg_easy": {"plan.neg_easy": 2, "plan.neg_total": 4},
+            # a band's key changes as part of the list (the base config leaves the default list to the schema)
+            **{f"audit.rank_bands.{i}.{k}": {"audit.rank_bands": [
+                {"max_rank": 3 + ((i, k) == (0, "max_rank")), "weight": 4 + ((i, k) == (0, "weight"))},
+                {"max_rank": 10 + ((i, k) == (1, "max_rank")), "weight": 2 + ((i, k) == (1, "weight"))}]}
+               for i in (0, 1) for k in ("max_rank", "weight")}}
 
 # settings this test does not change, and why
 SKIP = {

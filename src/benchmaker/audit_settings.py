@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 __all__ = ["audit_problems"]
 
-BUILTIN_STRATA = ("pool", "judge_label", "difficulty")
+BUILTIN_STRATA = ("pool", "judge_label", "difficulty", "rank")
 
 
 def audit_problems(cfg: Mapping[str, Any]) -> list[str]:
@@ -20,6 +20,9 @@ def audit_problems(cfg: Mapping[str, Any]) -> list[str]:
         if s not in BUILTIN_STRATA and s not in names:
             out.append(f"audit.strata: '{s}' is neither {', '.join(BUILTIN_STRATA)} nor a facet "
                        f"(facets: {', '.join(names)})")
+    tops = [b.get("max_rank") for b in audit.get("rank_bands") or [] if isinstance(b, Mapping)]
+    if any(not isinstance(t, int) for t in tops) or tops != sorted(set(tops)):
+        out.append(f"audit.rank_bands: max_rank must increase from band to band (got {tops})")
     for f in audit.get("facets") or []:
         if f not in names:
             out.append(f"audit.facets: '{f}' is not a facet (facets: {', '.join(names)})")

@@ -164,7 +164,8 @@ def corrected_scores(qrels: pl.DataFrame, audited: pl.DataFrame, runs: Mapping[s
                          "the audited pairs; people-only: stratified expansion estimator",
             "estimator_ratio": (f"nDCG@k, MAP, MRR: model-assisted multiple imputation of people's labels "
                                 f"({draws} replicates; cells: judge label x the system's rank bucket, Dirichlet "
-                                f"posterior; design-based residual correction, Rao-Wu stratified bootstrap); "
+                                f"posterior; design-based residual correction at the posterior mean, Rao-Wu stratified "
+                                f"bootstrap); "
                                 f"people-only: cells without the judge's label") if draws > 0 else None,
             "rows": [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}
 

@@ -18,6 +18,11 @@ computed on the completed labels:
   prediction-powered inference for a non-linear metric): each audited pair's effect on its query's metric,
   for each label level with the rest of the query imputed, gives its residual (people's label minus the
   cell's expectation); the residuals are expanded to the unaudited pairs (weights N_h / n_h − 1) and added.
+  For nDCG@k and MAP the expectation is under the replicate's draw of the cells, which then cancels against
+  the imputation (GREG: the interval is the correction's design variance). MRR rests on each query's first
+  relevant pair, a handful of rare errors whose design variance is zero whenever the sample holds none of
+  them: its residuals are at the cells' posterior mean, so the cells' posterior uncertainty stays in its
+  interval (``FIRST_PAIR_METRICS``; docs/trust.md gives the measurements behind the choice).
 * **Imputation and interval.** Each replicate reweights the audited pairs by a Rao & Wu (JASA 1988) rescaled
   bootstrap within their audit strata (the correction's design variance under stratified sampling without
   replacement, finite-population correction included), draws the cells'
@@ -55,6 +60,7 @@ def rank_buckets(rank: np.ndarray) -> np.ndarray:
     """The bucket of each pair's rank (0 = unranked -> the last bucket)."""
     b = np.searchsorted(np.asarray(BUCKETS), rank, side="right") - 1
     return np.where(rank > 0, b, len(BUCKETS) - 1)
+FIRST_PAIR_METRICS = ("mrr",)  # metrics of each query's first relevant pair: residuals at the posterior mean
 INFLUENCE_DRAWS = 100  # imputations of a query's other pairs behind each audited pair's influence
 _BLOCK_CELLS = 1_000_000  # replicates x pairs per vectorised block
 
@@ -62,21 +68,34 @@ _BLOCK_CELLS = 1_000_000  # replicates x pairs per vectorised block
 def metric_values(labels: np.ndarray, order: np.ndarray, ranked: np.ndarray, metric: str, k: int) -> np.ndarray:
     """Per replicate, the mean over queries of ``metric`` (``ndcg``: gain = label, log2 discount, ranx's;
     ``map``, ``mrr``: label > 0 is relevant). ``labels`` [B, Q, P] in pool order (0 for padding), ``order``
-    [Q, P] the system's ranking as pool positions, ``ranked`` [Q, P] whether rank position r holds a pair."""
-    r = np.take_along_axis(labels, np.broadcast_to(order, labels.shape), axis=2) * ranked
-    pos = np.arange(1, labels.shape[2] + 1, dtype=float)
+    [Q, P] a permutation of pool positions, the system's ranking first, ``ranked`` [Q, P] whether rank
+    position r holds a pair."""
+    return ranked_values(np.take_along_axis(labels, np.broadcast_to(order, labels.shape), axis=2), ranked,
+                         metric, k)
+
+
+def ranked_values(r: np.ndarray, ranked: np.ndarray, metric: str, k: int) -> np.ndarray:
+    """:func:`metric_values` of labels ``r`` [B, Q, P] already in the system's rank order (every pool pair
+    present once: the ranked ones first, then the unranked ones and padding)."""
+    P = r.shape[2]
+    pos = np.arange(1, P + 1, dtype=float)
     if metric == "ndcg":
         disc = 1.0 / np.log2(pos[:k] + 1.0)
-        dcg = (r[..., :k] * disc[: r.shape[2]]).sum(axis=2)
-        ideal = (-np.sort(-labels, axis=2)[..., :k] * disc[: labels.shape[2]]).sum(axis=2)
+        dcg = ((r[..., :k] * ranked[..., :k]) * disc[: min(k, P)]).sum(axis=2)
+        cum = np.concatenate([[0.0], np.cumsum(disc)])  # ideal DCG of the top min(n, k) gains
+        ideal = np.zeros(dcg.shape)
+        prev = 0.0
+        for lev in np.unique(r[r > 0]):  # sum over levels of (step) x discount of the pairs at least that high
+            ideal += (lev - prev) * cum[np.minimum((r >= lev).sum(axis=2), k)]
+            prev = lev
         per_q = np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
     else:
-        rel = (r > 0).astype(float)
+        rel = (r > 0) & ranked
         if metric == "mrr":
             first = np.argmax(rel, axis=2)
-            per_q = np.where(rel.max(axis=2) > 0, 1.0 / (first + 1.0), 0.0)
+            per_q = np.where(rel.any(axis=2), 1.0 / (first + 1.0), 0.0)
         else:
-            nrel = (labels > 0).sum(axis=2)
+            nrel = (r > 0).sum(axis=2)
             ap = (np.cumsum(rel, axis=2) / pos * rel).sum(axis=2)
             per_q = np.divide(ap, nrel, out=np.zeros_like(ap), where=nrel > 0)
     return per_q.mean(axis=1)
@@ -133,8 +152,10 @@ class _Pools:
             self.audited[self.a_pos[:, 0], self.a_pos[:, 1]] = True
 
     def ranking(self, run: Mapping[str, Mapping[str, float]], queries: Sequence[str]) -> tuple[np.ndarray, ...]:
-        """The system's ranking of each pool (ties: image id): ``order`` [Q, P] pool positions by rank,
-        ``ranked`` [Q, P] whether that rank holds a pair, ``rank`` [Q, P] each pool pair's rank (0: unranked)."""
+        """The system's ranking of each pool (ties: image id): ``order`` [Q, P] a permutation of the pool
+        positions, those the system ranks first in rank order, then the others (unranked pairs, padding);
+        ``ranked`` [Q, P] whether that position holds a ranked pair; ``rank`` [Q, P] each pool pair's rank
+        (0: unranked)."""
         order = np.zeros((self.Q, self.P), int)
         ranked = np.zeros((self.Q, self.P), bool)
         rank = np.zeros((self.Q, self.P), int)
@@ -143,7 +164,9 @@ class _Pools:
             pos = {i: j for j, i in enumerate(self.ids[n])}
             hits = sorted(((d, s) for d, s in docs.items() if d in pos), key=lambda t: (-t[1], t[0]))
             for r, (d, _) in enumerate(hits):
-                order[n, r], ranked[n, r], rank[n, pos[d]] = pos[d], True, r + 1
+                ranked[n, r], rank[n, pos[d]] = True, r + 1
+            rest = [j for j in range(self.P) if rank[n, j] == 0]
+            order[n] = [pos[d] for d, _ in hits] + rest
         return order, ranked, rank
 
 
@@ -180,27 +203,29 @@ def _posterior(args: tuple, weight: np.ndarray, counts: np.ndarray, nb: int, n_c
     return g / g.sum(axis=2, keepdims=True), alpha / alpha.sum(axis=1, keepdims=True)
 
 
-def _influence(pools: _Pools, cell_all: np.ndarray, levels: np.ndarray, p_full: np.ndarray, fixed: np.ndarray,
-               free: np.ndarray, order: np.ndarray, ranked: np.ndarray, metric: tuple[str, int],
-               rng: np.random.Generator, d: int = INFLUENCE_DRAWS) -> np.ndarray:
-    """[n, L]: each audited pair's query's metric with that pair's label set to each level, the query's other
-    unaudited pairs imputed from ``p_full`` (mean over ``d`` draws)."""
-    q, j = pools.a_pos[:, 0], pools.a_pos[:, 1]
+def _influence(pools: _Pools, cell_r: np.ndarray, levels: np.ndarray, p_full: np.ndarray, fixed_r: np.ndarray,
+               free_r: np.ndarray, at: np.ndarray, ranked: np.ndarray, metrics: Sequence[tuple[str, int]],
+               rng: np.random.Generator, d: int = INFLUENCE_DRAWS) -> dict[tuple[str, int], np.ndarray]:
+    """Per metric [n, L]: each audited pair's query's metric with that pair's label set to each level, the
+    query's other unaudited pairs imputed from ``p_full`` (mean over ``d`` draws). Arrays in the system's
+    rank order (``_r``); ``at`` [n]: each audited pair's position in it."""
+    q = pools.a_pos[:, 0]
     n, P, L = len(q), pools.P, len(levels)
-    cum = np.cumsum(p_full, axis=1)[:, :-1][cell_all[q]]  # [n, P, L-1]
-    total = np.zeros((L, n))
-    step = max(1, _BLOCK_CELLS // max(1, L * n * P))  # draws per block (the same random stream as one block)
+    cum = np.cumsum(p_full, axis=1)[:, :-1][cell_r[q]]  # [n, P, L-1]
+    total = {m: np.zeros((L, n)) for m in metrics}
+    step = max(1, _BLOCK_CELLS // max(1, L * n * P))  # draws per block
+    rk = ranked[q]
     for d0 in range(0, d, step):
         dd = min(step, d - d0)
         lab = levels[(rng.random((dd, n, P))[..., None] >= cum[None]).sum(axis=3)]
-        lab = np.where(free[q][None], lab, fixed[q][None])
+        lab = np.where(free_r[q][None], lab, fixed_r[q][None])
         lab = np.broadcast_to(lab, (L, dd, n, P)).copy()
-        lab[:, :, np.arange(n), j] = levels[:, None, None]
-        shape = (L * dd * n, 1, P)
-        vals = metric_values(lab.reshape(shape), np.broadcast_to(order[q], (L, dd, n, P)).reshape(shape),
-                             np.broadcast_to(ranked[q], (L, dd, n, P)).reshape(shape), metric[0], metric[1])
-        total += vals.reshape(L, dd, n).sum(axis=1)
-    return (total / d).T
+        lab[:, :, np.arange(n), at] = levels[:, None, None]
+        lab = lab.reshape(L * dd * n, 1, P)
+        rks = np.broadcast_to(rk, (L, dd, n, P)).reshape(L * dd * n, 1, P)
+        for m in metrics:
+            total[m] += ranked_values(lab, rks, m[0], m[1]).reshape(L, dd, n).sum(axis=1)
+    return {m: (t / d).T for m, t in total.items()}
 
 
 def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, use_judge: bool,
@@ -221,20 +246,28 @@ def _draws(pools: _Pools, topk: np.ndarray, levels: np.ndarray, w: np.ndarray, u
     fixed = np.zeros(pools.judge.shape)
     fixed[pools.a_pos[:, 0], pools.a_pos[:, 1]] = pools.a_human
     free = pools.valid & ~pools.audited
+    # everything in the system's rank order once, so no replicate gathers
+    cell_r, fixed_r, free_r = (np.take_along_axis(x, order, axis=1) for x in (cell_all, fixed, free))
+    at = np.argsort(order, axis=1)[pools.a_pos[:, 0], pools.a_pos[:, 1]]
     out: dict[tuple[str, int], list[np.ndarray]] = {m: [] for m in metrics}
     step = max(1, _BLOCK_CELLS // max(1, pools.Q * pools.P))
     for b0 in range(0, w.shape[0], step):
-        c = cum[b0:b0 + step][:, cell_all, :]  # [b, Q, P, L-1]
+        c = cum[b0:b0 + step][:, cell_r, :]  # [b, Q, P, L-1]
         u = rng.random(c.shape[:3])
         lab = levels[(u[..., None] >= c).sum(axis=3)]
-        lab = np.where(free, lab, fixed)
+        lab = np.where(free_r, lab, fixed_r)
         for m in metrics:
-            out[m].append(metric_values(lab, order, ranked, m[0], m[1]))
+            out[m].append(ranked_values(lab, ranked, m[0], m[1]))
     res = {}
     unsampled = w - 1.0  # [B, n]: each audited pair's share of the unaudited pairs (replicate weight - 1)
+    infl = _influence(pools, cell_r, levels, p_full, fixed_r, free_r, at, ranked, metrics, rng)
     for m in metrics:
-        e = _influence(pools, cell_all, levels, p_full, fixed, free, order, ranked, m, rng)  # [n, L]
-        resid = e[np.arange(len(yidx)), yidx][None] - (probs[:, a_cell, :] * e[None]).sum(axis=2)  # [B, n]
+        e = infl[m]  # [n, L]
+        # the residual at the replicate's draw of the cells (GREG: the draw's spread cancels against the
+        # correction, whose Rao-Wu replicates carry the design variance); for a metric of the first relevant
+        # pair (MRR) at the cells' posterior mean, so that their model uncertainty stays in the interval
+        p_res = p_full[None] if m[0] in FIRST_PAIR_METRICS else probs  # [B or 1, cells, L]
+        resid = e[np.arange(len(yidx)), yidx][None] - (p_res[:, a_cell, :] * e[None]).sum(axis=2)  # [B|1, n]
         res[m] = np.concatenate(out[m]) + (unsampled * resid).sum(axis=1) / pools.Q
     return res
 

@@ -12,8 +12,13 @@ seed rows or the judge's rare positives are always audited; ``equal`` gives ever
 (capped by its size). Each row carries ``weight`` = stratum size / pairs drawn from it, so estimates for the
 whole benchmark can be re-weighted.
 
-Human labels are never an input here: the sample rule reads only qrels, plan and annotations, so labels
-arriving later never re-draw it (docs/audit.md).
+With evaluated systems the ``rank`` stratum is the band of the best rank any of them gives the pair in its
+judged pool (``audit.rank_bands``), and proportional allocation weighs each stratum's size by its band's
+weight: the pairs the systems rank high, which nDCG@k, MAP and MRR rest on, are over-sampled
+(:func:`rank_strata`; docs/audit.md).
+
+Human labels are never an input here: the sample rule reads only qrels, plan, annotations and the systems'
+runs, so labels arriving later never re-draw it (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ..logs import get_logger
 from ..settings_schema import default
 from .files import write_sample
 
-__all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "run", "BUILTIN_STRATA"]
+__all__ = ["draw_sample", "allocate", "priority", "difficulty_bands", "rank_strata", "run", "BUILTIN_STRATA"]
 
 log = get_logger("audit")
 
@@ -91,9 +96,12 @@ def _largest_remainder(total: int, weights: list[float], caps: list[int]) -> lis
 
 
 def allocate(sizes: Sequence[int], n: int, *, min_per_stratum: int = 0,
-             allocation: str = default("audit.allocation")) -> list[int]:
-    """Pairs to draw per stratum (strata in a fixed order); the sum is min(n, sum(sizes))."""
+             allocation: str = default("audit.allocation"), weights: Sequence[float] | None = None) -> list[int]:
+    """Pairs to draw per stratum (strata in a fixed order); the sum is min(n, sum(sizes)). ``weights``
+    (proportional allocation): a stratum's share is in proportion to its size times its weight (the rank
+    bands' over-sampling); None = 1 each."""
     sizes = list(sizes)
+    weights = [1.0] * len(sizes) if weights is None else [float(w) for w in weights]
     n = min(n, sum(sizes))
     if allocation == "equal":
         return _largest_remainder(n, [1.0 if s else 0.0 for s in sizes], sizes)
@@ -102,8 +110,45 @@ def allocate(sizes: Sequence[int], n: int, *, min_per_stratum: int = 0,
     floor = [min(s, min_per_stratum) for s in sizes]
     if sum(floor) >= n:  # too many strata for the floor: share n equally instead
         return _largest_remainder(n, [1.0 if s else 0.0 for s in sizes], floor)
-    extra = _largest_remainder(n - sum(floor), [float(s) for s in sizes], [s - f for s, f in zip(sizes, floor)])
+    extra = _largest_remainder(n - sum(floor), [s * w for s, w in zip(sizes, weights)],
+                               [s - f for s, f in zip(sizes, floor)])
     return [f + e for f, e in zip(floor, extra)]
+
+
+def rank_band_names(bands: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rank stratum's values, best band first: ``1-3``, ``4-10``, then ``11+`` (deeper or unranked)."""
+    names, lo = [], 1
+    for b in bands:
+        hi = int(b["max_rank"])
+        names.append(f"{lo}-{hi}" if hi > lo else f"{lo}")
+        lo = hi + 1
+    return names + [f"{lo}+"]
+
+
+def rank_strata(qrels: pl.DataFrame, runs: Mapping[str, pl.DataFrame],
+                bands: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """(query_id, image_id, rank, rank_weight): the band of the best rank any evaluated system gives the pair
+    in its query's judged pool (the leaderboard's pool scope; ties by image id, as the corrected scores),
+    and the band's allocation weight (``audit.rank_bands``; the last band, deeper or unranked, weighs 1).
+    ``runs``: system -> its run as a frame (query_id, image_id, score), :func:`benchmaker.evaluate.runs.read_run`."""
+    pairs = qrels.select("query_id", "image_id")
+    best = [pairs.join(run.select("query_id", "image_id", "score"), on=["query_id", "image_id"], how="inner")
+            .sort(["query_id", "score", "image_id"], descending=[False, True, False])
+            .select("query_id", "image_id", pl.int_range(1, pl.len() + 1).over("query_id").alias("_r"))
+            for _, run in sorted(runs.items())]
+    ranked = (pl.concat(best).group_by("query_id", "image_id").agg(pl.col("_r").min()) if best
+              else pl.DataFrame(schema={"query_id": pl.String, "image_id": pl.String, "_r": pl.Int64}))
+    names = rank_band_names(bands)
+    band = pl.lit(len(bands))  # deeper or unranked
+    for i, b in reversed(list(enumerate(bands))):
+        band = pl.when(pl.col("_r") <= int(b["max_rank"])).then(pl.lit(i)).otherwise(band)
+    weights = [float(b["weight"]) for b in bands] + [1.0]
+    out = pairs.join(ranked, on=["query_id", "image_id"], how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("_r").is_null()).then(pl.lit(len(bands))).otherwise(band).alias("_b"))
+    return out.select("query_id", "image_id",
+                      pl.col("_b").replace_strict(list(range(len(names))), names, return_dtype=pl.String).alias("rank"),
+                      pl.col("_b").replace_strict(list(range(len(weights))), weights, return_dtype=pl.Float64)
+                      .alias("rank_weight"))
 
 
 def _facet_values(ann: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
@@ -113,8 +158,11 @@ def _facet_values(ann: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
 
 def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFrame, fm: FacetModel, *,
                 sample_size: int, seed: int, strata: Sequence[str], min_per_stratum: int = 2,
-                allocation: str = default("audit.allocation")) -> pl.DataFrame:
-    """The sample (one row per drawn pair) in page order: queries by priority, pairs by priority."""
+                allocation: str = default("audit.allocation"), ranks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The sample (one row per drawn pair) in page order: queries by priority, pairs by priority.
+    ``ranks``: :func:`rank_strata` of the evaluated systems; without it the ``rank`` stratum is left out."""
+    if ranks is None:
+        strata = [s for s in strata if s != "rank"]
     unknown = [s for s in strata if s not in BUILTIN_STRATA and s not in fm.names]
     if unknown:
         raise ValueError(f"audit.strata: {unknown} are neither {list(BUILTIN_STRATA)} nor facets "
@@ -130,6 +178,11 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
         .join(_facet_values(annotations, facet_names), on="image_id", how="left")
         .with_columns([pl.col(n).fill_null("(none)") for n in facet_names])
     )
+    if ranks is not None and "rank" in strata:
+        df = df.join(ranks.select("query_id", "image_id", "rank", "rank_weight"), on=["query_id", "image_id"],
+                     how="left").with_columns(pl.col("rank").fill_null("(none)"), pl.col("rank_weight").fill_null(1.0))
+    else:
+        df = df.with_columns(pl.lit(1.0).alias("rank_weight"))
     qids, iids = df["query_id"].to_list(), df["image_id"].to_list()
     df = df.with_columns(
         pl.Series("priority", [priority(seed, q, i) for q, i in zip(qids, iids)], dtype=pl.Int64),
@@ -140,10 +193,11 @@ def draw_sample(qrels: pl.DataFrame, plan: pl.DataFrame, annotations: pl.DataFra
     else:
         key = pl.lit("all")
     df = df.with_columns(key.alias("stratum"))
-    sizes = df.group_by("stratum").len("stratum_size").sort("stratum")
+    sizes = (df.group_by("stratum").agg(pl.len().alias("stratum_size"), pl.col("rank_weight").first())
+             .sort("stratum"))
     take = allocate(sizes["stratum_size"].to_list(), sample_size, min_per_stratum=min_per_stratum,
-                    allocation=allocation)
-    sizes = sizes.with_columns(pl.Series("stratum_sample", take, dtype=pl.Int64))
+                    allocation=allocation, weights=sizes["rank_weight"].to_list())
+    sizes = sizes.drop("rank_weight").with_columns(pl.Series("stratum_sample", take, dtype=pl.Int64))
     df = (
         df.join(sizes, on="stratum", how="left")
         .sort("stratum", "priority", "item_id")
@@ -171,12 +225,29 @@ def sample_digest(sample: pl.DataFrame, settings: Mapping[str, Any]) -> str:
     return h.hexdigest()[:16]
 
 
-SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation")
+SAMPLE_KEYS = ("sample_size", "seed", "strata", "min_per_stratum", "allocation", "rank_bands")
+
+
+def _ranks(qrels: pl.DataFrame, runs: str | Sequence[str] | None, systems: Sequence[str] | None,
+           strata: Sequence[str], bands: Sequence[Mapping[str, Any]]) -> pl.DataFrame | None:
+    """The rank stratum from the evaluated systems' runs; None (stratum left out) without systems."""
+    paths = [runs] if isinstance(runs, str) else list(runs or [])
+    if "rank" not in strata or not paths:
+        return None
+    from ..evaluate.runs import read_run
+
+    names = list(systems or [])
+    if len(names) != len(paths):
+        raise ValueError(f"audit_sample: {len(paths)} run files for systems {names}")
+    return rank_strata(qrels, {n: read_run(p) for n, p in zip(names, paths)}, bands)
 
 
 def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: str, settings: Mapping[str, Any],
         facets: Mapping[str, Any], columns: Mapping[str, str] | None = None, labels: str = default("judge.labels"),
+        runs: str | Sequence[str] | None = None, systems: Sequence[str] | None = None,
         benchmark: str | None = None, version: str | None = None) -> dict[str, Any]:
+    """Stage ``audit_sample``. ``runs``, ``systems``: the evaluate stage's run files and their systems' names
+    (the ``rank`` stratum); none = the stratum is left out and the settings recorded say so."""
     fm = FacetModel.from_config(facets)
     q = read_table("qrels", qrels, columns=columns)
     p = read_table("query_plan", plan, columns=columns)
@@ -185,13 +256,19 @@ def run(*, qrels: str, plan: str, annotations: str, sample: str, sample_meta: st
 
     full = filled("audit", {k: settings[k] for k in SAMPLE_KEYS if k in settings})
     s = {k: full[k] for k in SAMPLE_KEYS}
+    ranks = _ranks(q, runs, systems, list(s["strata"]), list(s["rank_bands"]))
+    if ranks is None:  # no rank stratum: the sample, its settings and its id as without the setting
+        s["strata"] = [x for x in s["strata"] if x != "rank"]
+        s.pop("rank_bands")
+    else:
+        s["systems"] = sorted(systems or [])
     if not q.height:
         from ..losses import nothing_to_do
 
         raise nothing_to_do("audit", f"{qrels} has no judged pair to sample", Path(qrels).parent / "losses")
     df = draw_sample(q, p, a, fm, sample_size=int(s["sample_size"]), seed=int(s["seed"]),
                      strata=list(s["strata"]), min_per_stratum=int(s["min_per_stratum"]),
-                     allocation=str(s["allocation"]))
+                     allocation=str(s["allocation"]), ranks=ranks)
     sid = sample_digest(df, s)
     write_sample(df, sample)
     strata = (df.group_by("stratum", maintain_order=True)

@@ -99,7 +99,7 @@ def _corrected(audit: Mapping[str, Any] | None) -> str | None:
     metric = next((r["metric"] for pre in ("ndcg@", "precision@") for r in doc["rows"] if r["metric"].startswith(pre)),
                   doc["rows"][0]["metric"])
     how = ("multiple imputation of people's labels from the judge's (model-assisted; nominal intervals that "
-           "covered 93 % in docs/trust.md's simulation)" if metric.startswith("ndcg@") else
+           "covered 96 % in docs/trust.md's simulation of a rank-stratified audit)" if metric.startswith("ndcg@") else
            "prediction-powered inference")
     rows = sorted((r for r in doc["rows"] if r["metric"] == metric), key=lambda r: r["rank_corrected"])
     pct = round(100 * float(doc["confidence"]))
