@@ -199,7 +199,7 @@ def tables(trust: str | Path | None, audit: str | Path | None) -> list[tuple[str
     judges = ((a or {}).get("judges") or {}).get("rows") or []
     if judges:  # the columns named after the two judges (the second judge's name is its folder, audit.second_judge)
         first = f"judge ({a['judge']})" if a.get("judge") else "judge"
-        second = f"second judge ({(a.get('second_judge') or {}).get('name') or 'judge2'})"
+        second = f"second judge ({a['second_judge']['name']})" if a.get("second_judge") else "second judge"
         out.append(("Systems under both judges", pl.DataFrame(judges).select(
             "system", "metric", pl.col("judge").alias(first), pl.col("judge2").alias(second))
             .with_columns(pl.col(pl.Float64).round(4))))
