@@ -67,6 +67,16 @@ def tiny_runs(tmp_path_factory, tiny_corpus, tiny_clip) -> dict:
 
 
 @pytest.fixture(scope="session")
+def tiny_upstream(tmp_path_factory, tiny_corpus, tiny_clip) -> dict:
+    """The tiny benchmark on one shard built up to its scored qrels and query embeddings, once
+    (tests/support_runs.py): a test copies it with support_runs.copy_upstream and runs only its own
+    stages. One worker builds it (SERIAL_GROUPS "tiny-upstream")."""
+    import support_runs
+
+    return support_runs.build_upstream(tmp_path_factory.mktemp("upstream"), tiny_corpus, tiny_clip)
+
+
+@pytest.fixture(scope="session")
 def numba_cache(request, tmp_path_factory) -> Path:
     """ranx's numba JIT cache (compiling costs ~40 s here): kept across test sessions in the pytest
     cache (.pytest_cache/d/numba), as real runs keep it per user (~/.cache/benchmaker/numba,
@@ -143,6 +153,11 @@ SERIAL_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
                          ("test_workflow.py", "test_lint_is_clean")),
     # the session fixture `tiny_runs` (two workflow builds): built once, on the worker that runs its users
     "tiny-runs": (("test_determinism.py", "runs"), ("test_workflow.py", "full_run")),
+    # the session fixture `tiny_upstream` (the one-shard tiny benchmark up to its qrels): built once, on
+    # the worker that runs the tests that copy it (each named: the fixture is defined in this file)
+    "tiny-upstream": (("test_evaluate_workflow.py", "test_evaluate_target_end_to_end"),
+                      ("test_deepen_workflow.py", "test_deepen_offline_end_to_end"),
+                      ("test_loss_totals.py", "test_system_and_second_judge_losses_reach_the_totals")),
     # ranx's numba cache kept in the pytest cache (.pytest_cache/d/numba): one writer at a time
     "pytest-cache": (("test_example.py", "test_example_end_to_end_offline"),
                      ("test_export_publish.py", "builds")),  # every test using the `builds` fixture

@@ -3,7 +3,12 @@ to the folder, shared corpus and checkpoint, the configured column names ``qid``
 fresh at ``--cores 1``; run B with other runtime knobs, a pre-warmed embedding cache, ``--cores 2``
 killed with SIGKILL, unlocked and resumed (tests/test_determinism.py says why). One session fixture,
 ``tiny_runs`` (tests/conftest.py): tests/test_determinism.py compares the two, tests/test_workflow.py
-reads run A."""
+reads run A.
+
+And the tiny benchmark's upstream on one shard (``tiny_upstream``): the stages up to the labelled,
+scored qrels and the query embeddings (UPSTREAM_RULES), built once; a test that evaluates, deepens or
+totals losses on it copies the folder (with its ``.snakemake``, so Snakemake sees that upstream as done)
+and runs only the stages it adds."""
 
 from __future__ import annotations
 
@@ -114,3 +119,39 @@ def run_twice(shared: Path, tiny_corpus: Path, tiny_clip: Path) -> dict:
     res_a, res_b = a / "results" / "tiny", b / "results" / "tiny"
     return {"shared": shared, "a": a, "b": b, "base": base, "killed": killed,
             "digests_a": digests(res_a), "digests_b": digests(res_b), "corpus": tiny_corpus}
+
+
+# the jobs of a 1-shard tiny build up to the scored qrels and the query embeddings: what every test on
+# `tiny_upstream` shares, and what a copy of it must not run again
+UPSTREAM_RULES = frozenset({"preprocess", "decode_images", "merge_images", "embed_images", "vision",
+                            "merge_annotations", "plan", "queries", "judge", "embed_queries", "score"})
+
+
+def build_upstream(shared: Path, tiny_corpus: Path, tiny_clip: Path) -> dict:
+    """The tiny config on one shard (support.tiny_config; results relative to the run folder, the rights
+    map in ``shared``) built up to UPSTREAM_RULES in ``shared/upstream``; its folder and config."""
+    folder = shared / "upstream"
+    folder.mkdir()
+    cfg = support.tiny_config(shared, tiny_corpus, tiny_clip, n_shards=1)
+    cfg["paths"]["results"] = "results"
+    targets = [f"results/tiny/{f}" for f in ("qrels_with_score.jsonl", "embeddings/queries.parquet")]
+    r = support.snakemake(["-c2", "--show-failed-logs", *targets], folder,
+                          support.write_config(shared / "upstream.yaml", cfg), timeout=1500)
+    _check(r)
+    assert set(support.job_stats(r.stdout + r.stderr)) - {"all"} == UPSTREAM_RULES, r.stdout[-3000:]
+    return {"folder": folder, "config": cfg}
+
+
+def copy_upstream(upstream: dict, workdir: Path, **sections) -> dict:
+    """Copy the built upstream into ``workdir`` (results under ``workdir/results``, Snakemake's records
+    in ``workdir/.snakemake``, file times kept); a copy of its config with ``sections`` merged in."""
+    from benchmaker.config import deep_merge
+
+    shutil.copytree(upstream["folder"], workdir, symlinks=True, dirs_exist_ok=True)
+    return deep_merge(upstream["config"], sections)
+
+
+def assert_upstream_not_rerun(output: str) -> None:
+    """A run on a copy of `tiny_upstream` (its Snakemake output) ran none of the upstream's jobs."""
+    ran = set(support.job_stats(output))
+    assert ran and not ran & UPSTREAM_RULES, (sorted(ran & UPSTREAM_RULES), output[-3000:])

@@ -9,6 +9,7 @@ import json
 import polars as pl
 import pytest
 import support
+import support_runs
 from test_workflow import job_stats
 
 from benchmaker.formats import read_table
@@ -40,11 +41,13 @@ def test_off_by_default_and_one_job_per_system_plus_merge(tmp_path, tiny_cfg, ti
 
 
 @pytest.mark.slow
-def test_deepen_offline_end_to_end(tmp_path, tiny_cfg, tiny_clip):
-    tiny_cfg["n_shards"] = 1  # deepening reads the merged benchmark, whatever the shards
-    cfg = _cfg(tmp_path, tiny_cfg, tiny_clip, enabled=True, k=5)
+def test_deepen_offline_end_to_end(tmp_path, tiny_upstream, tiny_clip):
+    # deepening reads the merged benchmark, whatever the shards: the one-shard tiny benchmark built once
+    # (tiny_upstream), copied here; this run adds the evaluate, deepen, audit, summary and export jobs
+    cfg = _cfg(tmp_path, support_runs.copy_upstream(tiny_upstream, tmp_path), tiny_clip, enabled=True, k=5)
     r = support.snakemake(["-c2"], tmp_path, cfg)
     assert r.returncode == 0, r.stderr[-4000:]
+    support_runs.assert_upstream_not_rerun(r.stdout + r.stderr)
     res = tmp_path / "results" / "tiny"
     q = read_table("qrels", res / "qrels.jsonl")
     deep = read_table("deepened_qrels", res / "deepen" / "qrels.jsonl")

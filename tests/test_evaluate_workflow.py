@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import support
+import support_runs
 from test_workflow import job_stats
 
 from benchmaker.ids import trec_id
@@ -90,21 +91,21 @@ def test_bad_system_names_the_key(tmp_path, tiny_cfg):
 
 
 @pytest.mark.slow
-def test_evaluate_target_end_to_end(tmp_path, tiny_cfg, tiny_clip):
+def test_evaluate_target_end_to_end(tmp_path, tiny_upstream, tiny_clip):
     ext = tmp_path / "ext.trec"
-    ext.write_text("")  # replaced below once the query ids are known
-    tiny_cfg["n_shards"] = 1  # the systems rank the merged benchmark (shard inputs: the dry-run test above)
-    tiny_cfg["evaluate"] = {"systems": _systems(tiny_clip, ext), "k": [5], "report": False}
+    # the systems rank the merged benchmark (shard inputs: the dry-run test above): the one-shard tiny
+    # benchmark built once (tiny_upstream), copied here; this run adds the evaluate jobs only
+    tiny_cfg = support_runs.copy_upstream(tiny_upstream, tmp_path,
+                                          evaluate={"systems": _systems(tiny_clip, ext), "k": [5], "report": False})
     cfg = support.write_config(tmp_path / "c.yaml", tiny_cfg)
-    res = Path(tiny_cfg["paths"]["results"]) / tiny_cfg["benchmark"]["name"]
-    r = support.snakemake(["-c2", "--show-failed-logs", f"{res}/qrels.jsonl"], tmp_path, cfg, timeout=1500)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res = tmp_path / tiny_cfg["paths"]["results"] / tiny_cfg["benchmark"]["name"]
     qrels = pl.read_ndjson(res / "qrels.jsonl")
     q0 = qrels["query_id"][0]
     pool = qrels.filter(pl.col("query_id") == q0)["image_id"].to_list()
     ext.write_text("".join(f"{trec_id(q0)} Q0 {trec_id(i)} {n + 1} {10 - n} ext\n" for n, i in enumerate(pool)))
     r = support.snakemake(["-c2", "--show-failed-logs", "evaluate"], tmp_path, cfg, timeout=1500)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    support_runs.assert_upstream_not_rerun(r.stdout + r.stderr)
     board = pl.read_csv(res / "evaluate" / "leaderboard.csv")
     assert set(board["system"]) == {"tiny-clip", "bm25", "fused", "ext"}
     assert board.filter(pl.col("system") == "ext")["scope"].to_list() == ["pool"]

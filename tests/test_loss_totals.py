@@ -12,6 +12,7 @@ import fake_openai
 import polars as pl
 import pytest
 import support
+import support_runs
 
 
 @pytest.fixture()
@@ -22,7 +23,7 @@ def fake():
 
 
 @pytest.mark.slow
-def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_corpus, tiny_clip):
+def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_upstream):
     """With the leaderboard left out of the report (evaluate.report: false) the systems still run (rule
     `all`), so their losses and spend are in the totals all the same: two rerankers on one model are two
     rows of the cost table, and the totals name every stage they count."""
@@ -32,8 +33,10 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
     llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync",
            "concurrency": 1, "max_attempts": 2}
     rerankers = ("rr-a", "rr-b")      # the same model: their cost rows (stage "evaluate") would merge
-    cfg = support.tiny_config(
-        tmp_path, tiny_corpus, tiny_clip, n_shards=1,  # one shard: the totals are not about sharding
+    # one shard (the totals are not about sharding): the tiny benchmark built once (tiny_upstream),
+    # copied here; this run adds the systems, the audit with its second judge, the summary and the export
+    cfg = support_runs.copy_upstream(
+        tiny_upstream, tmp_path,
         evaluate={"report": False,
                   "systems": [{"name": "bm25", "kind": "bm25"},
                               {"name": "ext", "kind": "trec_run", "path": str(ext), "scope": "pool"},
@@ -63,6 +66,7 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_co
     env = {"OPENAI_API_KEY": "sk-test"}
     r = support.snakemake(["-c2", "--show-failed-logs"], tmp_path, path, env=env, timeout=1500)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    support_runs.assert_upstream_not_rerun(r.stdout + r.stderr)
     res = tmp_path / "results" / "tiny"
     j2 = [json.loads(x) for x in (res / "audit/judge2/j2/losses.jsonl").read_text().splitlines()]
     ev = [json.loads(x) for x in (res / "losses/evaluate/ext.jsonl").read_text().splitlines()]

@@ -71,6 +71,13 @@ def test_group_rules():
     for file, fixture in (("test_determinism.py", "runs"), ("test_workflow.py", "full_run")):
         assert conftest.xdist_group_of(_Item(file, "test_z", [fixture, "tiny_runs"],
                                              {fixture: "module", "tiny_runs": "session"})) == "tiny-runs"
+    # the session fixture tiny_upstream: its three users in three files on one worker (built once)
+    users = [("test_evaluate_workflow.py", "test_evaluate_target_end_to_end"),
+             ("test_deepen_workflow.py", "test_deepen_offline_end_to_end"),
+             ("test_loss_totals.py", "test_system_and_second_judge_losses_reach_the_totals")]
+    for file, name in users:
+        assert conftest.xdist_group_of(_Item(file, name, ["tmp_path", "tiny_upstream"],
+                                             {"tiny_upstream": "session"})) == "tiny-upstream"
 
 
 def test_heaviest_unit_first_ties_in_queue_order():
