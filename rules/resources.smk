@@ -30,7 +30,7 @@ def evaluate_model_runtime(wildcards, input, attempt=1):
     s = EVAL_BY_NAME[wildcards.system]
     request = RES.runtime(
         "evaluate_model",
-        gpu=needs_gpu("evaluate_model"),
+        on_gpu=needs_gpu("evaluate_model"),
         device=s["device"],
     )
     return request(wildcards, input, attempt)

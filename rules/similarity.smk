@@ -79,7 +79,7 @@ if not CLIP_SHARED:
             mem_mb=RES.mem_mb("embed_images", batch_size=512, num_workers=0),
             runtime=RES.runtime(
                 "embed_images",
-                gpu=needs_gpu("embed_images"),
+                on_gpu=needs_gpu("embed_images"),
                 device=config["similarity"]["device"],
             ),
             # a pod downloads its group's pixel stores (NRP: no shared file system)

@@ -199,7 +199,7 @@ else:
             ),
             runtime=RES.runtime(
                 "vision_clip" if VISION_ADAPTER == "clip" else "vision_api",
-                gpu=needs_gpu("vision", VISION_ADAPTER),
+                on_gpu=needs_gpu("vision", VISION_ADAPTER),
                 device=config["vision"]["clip"]["device"],
             ),
             # clip: a pod downloads its shard's pixel store (NRP: no shared file system)

@@ -86,17 +86,17 @@ def test_model_jobs_ask_for_time_at_their_device_kinds_pace(tmp_path):
         fh.truncate(100 * R.MB)  # sizes only: a sparse file
     inp = type("In", (list,), {})([str(manifest)])
     inp.images = str(manifest)
-    cpu = R.runtime("embed_images", gpu=False)(None, inp, 1)
-    gpu = R.runtime("embed_images", gpu=True, device="auto")(None, inp, 1)
+    cpu = R.runtime("embed_images", on_gpu=False)(None, inp, 1)
+    gpu = R.runtime("embed_images", on_gpu=True, device="auto")(None, inp, 1)
     assert cpu >= 2 * 250_000 / 20 / 60 >= 6 * 60  # hours: ViT-B-32 on a CPU
     assert 10 <= gpu <= 30  # minutes: the model only, at a rate far below an H200's 19,825 images/s
-    assert gpu == R.runtime("vision_clip", gpu=True, device="cuda:1")(None, inp, 1)
-    assert R.runtime("embed_images", gpu=True, device="cpu")(None, inp, 1) == cpu
-    decoding = R.runtime("evaluate_model", gpu=True, device="auto")(None, inp, 1)
+    assert gpu == R.runtime("vision_clip", on_gpu=True, device="cuda:1")(None, inp, 1)
+    assert R.runtime("embed_images", on_gpu=True, device="cpu")(None, inp, 1) == cpu
+    decoding = R.runtime("evaluate_model", on_gpu=True, device="auto")(None, inp, 1)
     assert gpu < decoding < cpu
-    assert R.runtime("embed_images", gpu=True)(None, inp, 2) == 2 * gpu  # doubled per retry
+    assert R.runtime("embed_images", on_gpu=True)(None, inp, 2) == 2 * gpu  # doubled per retry
     with pytest.raises(ValueError, match="pace only for cpu"):
-        R.runtime("decode_images", gpu=True)
+        R.runtime("decode_images", on_gpu=True)
     # every rule a cluster gives a GPU has a GPU pace, every paced rule a CPU one
     assert all("cpu" in p.per_s for p in R.PACE.values())
     for name in ("embed_images", "vision_clip", "evaluate_model"):

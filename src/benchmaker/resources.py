@@ -133,16 +133,16 @@ def device_kind(gpu: bool, device: str | None = default("similarity.device")) ->
     return "gpu" if gpu and not str(device or "auto").strip().lower().startswith("cpu") else "cpu"
 
 
-def runtime(rule: str, *, gpu: bool = False, device: str | None = default("similarity.device"),
+def runtime(rule: str, *, on_gpu: bool = False, device: str | None = default("similarity.device"),
             bytes_per_image: int = 400, mb_per_min: float = 50.0) -> Callable[..., int]:
     """Callable ``(wildcards, input, attempt) -> minutes`` for ``resources: runtime=``.
 
     A rule with a pace (:data:`PACE`: the model rules, ``decode_images``): its ``start_s`` + images /
-    its images per second on the job's device kind (:func:`device_kind` of ``gpu`` and ``device``;
+    its images per second on the job's device kind (:func:`device_kind` of ``on_gpu`` and ``device``;
     images estimated from the shard manifests, ~``bytes_per_image`` bytes of JSONL each). Other
     rules: their inputs at ``mb_per_min``. Doubled, and doubled again per retry; at least 10 minutes.
     """
-    kind = device_kind(gpu, device)
+    kind = device_kind(on_gpu, device)
     pace = PACE.get(rule)
     if pace is not None and kind not in pace.per_s:
         raise ValueError(f"rule {rule!r} asks for a {kind} runtime, but its stage declares a pace only for "
