@@ -120,24 +120,32 @@ def _coef(metric: str, rank: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def _design(qrels: pl.DataFrame, sample: pl.DataFrame, confidence: float):
+    """What both the corrected scores and the projection read of the judged pools and a stratified sample:
+    each query's pool (image ids in qrels order), the normal quantile of ``confidence``, each stratum's
+    size, and the sample's strata and (query, image) keys in its row order."""
+    from scipy.stats import norm
+
+    pools: dict[str, list[str]] = {}
+    for q, i in qrels.select("query_id", "image_id").iter_rows():
+        pools.setdefault(q, []).append(i)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    N = {h: int(n) for h, n in sample.select("stratum", "stratum_size").unique().iter_rows()}
+    strata = np.asarray(sample["stratum"].to_list())
+    keys = list(zip(sample["query_id"].to_list(), sample["image_id"].to_list()))
+    return pools, z, N, strata, keys
+
+
 def corrected_scores(qrels: pl.DataFrame, audited: pl.DataFrame, runs: Mapping[str, Mapping[str, Mapping[str, float]]],
                      *, ks: Sequence[int], confidence: float, draws: int = 0, seed: int = 0) -> dict[str, Any]:
     """``qrels``: every judged pair (query_id, image_id, relevance_label); ``audited``: the labelled sample
     pairs (query_id, image_id, judge_label, human_label, stratum, stratum_size); ``runs``: system -> TREC run
     as {query: {image: score}}. Returns {"status", "queries", "confidence", "rows": [...]}. With ``draws``
     > 0 also nDCG@k, MAP and MRR by multiple imputation with that many replicates (:mod:`.imputed`)."""
-    from scipy.stats import norm
-
     if not audited.height or not runs:
         return {"status": "no human labels" if not audited.height else "no systems", "rows": []}
     queries = sorted(qrels.filter(pl.col("relevance_label") > 0)["query_id"].unique().to_list())
-    pools: dict[str, list[str]] = {}
-    for q, i in qrels.select("query_id", "image_id").iter_rows():
-        pools.setdefault(q, []).append(i)
-    z = float(norm.ppf(0.5 + confidence / 2))
-    N = {h: int(n) for h, n in audited.select("stratum", "stratum_size").unique().iter_rows()}
-    strata = np.asarray(audited["stratum"].to_list())
-    a_keys = list(zip(audited["query_id"].to_list(), audited["image_id"].to_list()))
+    pools, z, N, strata, a_keys = _design(qrels, audited, confidence)
     y, yj = audited["human_label"].to_numpy(), audited["judge_label"].to_numpy()
     all_keys = list(zip(qrels["query_id"].to_list(), qrels["image_id"].to_list()))
     all_j = qrels["relevance_label"].to_numpy()
@@ -194,8 +202,6 @@ def projected(qrels: pl.DataFrame, sample: pl.DataFrame, runs: Mapping[str, Mapp
     people-only one, so this bounds what labelling the sample buys (docs/trust.md). The judge's labels
     cannot stand in for people's here: the strata hold one judge label each, so a pool of at most k pairs
     (all in the top k) would project a variance of 0 and an interval of ±0."""
-    from scipy.stats import norm
-
     queries = sorted(qrels.filter(pl.col("relevance_label") > 0)["query_id"].unique().to_list())
     status = "ok" if sample.height and runs and queries else ("no systems" if not runs else "nothing to label")
     out = {"status": status, "sample_pairs": sample.height, "confidence": confidence,
@@ -203,13 +209,7 @@ def projected(qrels: pl.DataFrame, sample: pl.DataFrame, runs: Mapping[str, Mapp
                          "system's top k relevant (the largest variance any labels can give)", "rows": []}
     if status != "ok":
         return out
-    pools: dict[str, list[str]] = {}
-    for q, i in qrels.select("query_id", "image_id").iter_rows():
-        pools.setdefault(q, []).append(i)
-    z = float(norm.ppf(0.5 + confidence / 2))
-    N = {h: int(n) for h, n in sample.select("stratum", "stratum_size").unique().iter_rows()}
-    strata = np.asarray(sample["stratum"].to_list())
-    keys = list(zip(sample["query_id"].to_list(), sample["image_id"].to_list()))
+    pools, z, N, strata, keys = _design(qrels, sample, confidence)
     for k in ks:
         for name in sorted(runs):
             ranks, nq = pair_weights(runs[name], pools, queries, k)
