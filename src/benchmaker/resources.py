@@ -130,7 +130,7 @@ def device_kind(gpu: bool, device: str | None = default("similarity.device")) ->
     """The kind of device a job runs on, as :class:`benchmaker.stages.Pace` names them: ``"gpu"`` when
     it is given a GPU (``gpu``: ``needs_gpu`` of its rule, as ``gpu_resources`` in rules/cluster.smk
     asks for one) and its ``device`` setting does not pin it to the CPU; else ``"cpu"``."""
-    return "gpu" if gpu and not str(device or "auto").strip().lower().startswith("cpu") else "cpu"
+    return "gpu" if gpu and not str(device).strip().lower().startswith("cpu") else "cpu"
 
 
 def runtime(rule: str, *, on_gpu: bool = False, device: str | None = default("similarity.device"),
