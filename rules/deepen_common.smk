@@ -1,6 +1,6 @@
 # The deepen stage's wiring (docs/deepen.md), opt-in, after evaluate: its systems and the report
 # it hands summary and export. Included by rules/deepen.smk; no rules here.
-from benchmaker.deepen.pairs import deepen_systems
+from benchmaker.evaluate_settings import deepen_systems
 from benchmaker.deepen.report import RESULT_FILES as DEEPEN_RESULT_FILES
 from benchmaker.deepen.report import RUN_FACT_FILES as DEEPEN_RUN_FACT_FILES
 

@@ -19,9 +19,10 @@ from openai_helpers import SETTINGS, SYNC_COST, images_frame, write_images
 from support import TINY_FACETS
 
 from benchmaker.deepen import label
-from benchmaker.deepen.pairs import assign, cap_by_cost, deepen_systems
+from benchmaker.deepen.pairs import assign, cap_by_cost
 from benchmaker.deepen.reusability import kendall_tau, leave_one_out
 from benchmaker.evaluate.runs import write_run
+from benchmaker.evaluate_settings import deepen_systems
 from benchmaker.formats import read_table, write_table
 from benchmaker.io import iter_jsonl
 

@@ -26,10 +26,9 @@ import polars as pl
 
 from ..evaluate.metrics import top_k
 from ..evaluate.runs import read_run
-from ..evaluate_settings import deepen_systems
 from ..logs import get_logger
 
-__all__ = ["ASSIGNED_SCHEMA", "deepen_systems", "system_tops", "assign", "one_per_group", "group_extras",
+__all__ = ["ASSIGNED_SCHEMA", "system_tops", "assign", "one_per_group", "group_extras",
            "read_group_members", "cap_by_cost", "run_paths"]
 
 log = get_logger("deepen")
