@@ -189,3 +189,21 @@ def test_export_reader_stores_decoded_pixels(files):
     assert iid == p.name and data == export_bytes(p.read_bytes()) != p.read_bytes()
     plain = files["plain"]
     assert _ImageReader(plain.parent, {})(plain.name)[1] == plain.read_bytes()
+
+
+def test_accepted_huge_images_open_whatever_pils_default_limit(tmp_path, monkeypatch):
+    """preprocess.max_pixels is the one pixel limit: an image it accepted (a 180 MP scan under
+    max_pixels: 300000000) decodes and exports without PIL's default bomb error (above 179 MP) or its
+    "could be decompression bomb DOS attack" warning (above 89 MP), which failed or cluttered every later
+    stage; a limit set on purpose (preprocess's own during its run) still applies."""
+    import warnings
+
+    path = _save(Image.new("1", (15000, 12000), 1), tmp_path / "scan.png")   # 22 KB on disk, 22 MB as "1"
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1024 * 1024 * 1024 // 4 // 3)   # Pillow's default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert decode(path, mode="1").size == (15000, 12000)
+        assert export_bytes(path.read_bytes()) == path.read_bytes()
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)                        # set on purpose: kept
+    with pytest.raises(Image.DecompressionBombError):
+        decode(_save(Image.new("RGB", (32, 32)), tmp_path / "small.png"))

@@ -26,6 +26,13 @@ profile) the pixels ``decode`` produced, re-encoded losslessly in the file's own
 quality 95 4:4:4 for a CMYK JPEG; a GIF's first frame as a single-frame GIF), so ``mime_type`` stays
 true and width/height describe the stored image. Bump ``IMAGING_VERSION`` when any of this changes
 what pixels a stage sees (it is part of the CLIP model identity, hence of the embedding cache key).
+
+**Size.** The one pixel limit is ``preprocess.max_pixels``: preprocess quarantines larger files
+(``decompression_bomb``) and every file this module opens is one it accepted. PIL's own default
+limit (a ``DecompressionBombWarning`` above 89 MP, ``DecompressionBombError`` above 179 MP) would
+contradict it (an accepted 200 MP panorama under ``max_pixels: 300000000`` failed every later stage;
+a 108 MP one logged "could be decompression bomb DOS attack" in each), so :func:`_open` lifts that
+default, once per process; a limit someone set on purpose (preprocess's own, during its run) is kept.
 """
 
 from __future__ import annotations
@@ -41,6 +48,16 @@ BACKGROUND = (255, 255, 255)        # transparent pixels are composited on white
 
 _ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 _PLAIN_MODES = ("RGB", "L", "1", "YCbCr")
+_PIL_DEFAULT_MAX_PIXELS = 1024 * 1024 * 1024 // 4 // 3    # PIL.Image.MAX_IMAGE_PIXELS as Pillow sets it
+
+
+def _open(src: str | Path | IO[bytes]):
+    """``PIL.Image.open`` without PIL's default pixel limit (module doc, "Size")."""
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS == _PIL_DEFAULT_MAX_PIXELS:
+        Image.MAX_IMAGE_PIXELS = None
+    return Image.open(src)
 
 
 def _has_transparency(im: Any) -> bool:
@@ -108,9 +125,7 @@ def decode(src: str | Path | IO[bytes], *, mode: str = "RGB", draft_size: tuple[
 
     ``draft_size``: JPEGs are decoded in draft mode (DCT scaling) at the smallest scale still >= it.
     """
-    from PIL import Image
-
-    with Image.open(src) as im:
+    with _open(src) as im:
         if draft_size is not None and im.format == "JPEG":
             im.draft("RGB", draft_size)  # smallest DCT scale whose result is still >= draft_size
         im.load()
@@ -146,7 +161,7 @@ def export_bytes(data: bytes) -> bytes:
     """The bytes the dataset stores for an image file's ``data`` (see the module doc)."""
     from PIL import Image
 
-    with Image.open(io.BytesIO(data)) as im:
+    with _open(io.BytesIO(data)) as im:
         if not needs_reencode(im):
             return data
         fmt = im.format or "PNG"
