@@ -115,5 +115,8 @@ def test_bad_gemini_key_against_fake_server(tmp_path, tiny_corpus, tiny_clip):
         assert_quiet_failure(r, "gemini API rejected the API key", "GEMINI_API_KEY", "api_key_env",
                              log_glob="results/tiny/logs/vision/*.log", workdir=tmp_path)
         assert "gm-wrong" not in r.stdout + r.stderr
+        # the provider's words, not the hint for a 400 ("malformed or too large"), cut off mid-word
+        assert "(HTTP 400: API key not valid.)" in r.stdout + r.stderr
+        assert "malformed" not in r.stdout + r.stderr
     finally:
         fake_gemini.stop(fake)

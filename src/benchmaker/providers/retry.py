@@ -46,9 +46,10 @@ class TransientExhausted(RuntimeError):
 class PermanentAPIError(RuntimeError):
     """The provider refused a call in a way that trying again will not change."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None):
         super().__init__(message)
         self.status = status
+        self.detail = message if detail is None else detail   # the provider's own message, without our hint
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -190,7 +191,7 @@ class RetryPolicy:
                     if status is None:
                         raise
                     raise PermanentAPIError(f"{what}: HTTP {status}: {msg}. What to do: {_hint(status)}",
-                                            status) from exc
+                                            status, msg) from exc
                 d = self.delay(n, requested)
                 n += 1
                 if n >= self.max_tries or waited + d > self.budget_seconds:

@@ -70,7 +70,9 @@ class SyncTransport:
                 # a rejected key: every later request would fail the same way (one short block, benchmaker.errors)
                 from ..errors import key_rejected
 
-                raise key_rejected(self.name, exc.status, str(exc)[:400]) from exc
+                # the provider's words only: the hint for its status (a 400 reads "malformed or too
+                # large") would contradict the key message
+                raise key_rejected(self.name, exc.status, exc.detail) from exc
             return Outcome(False, reason="api_error", detail=str(exc)[:500])
         return self._parse(resp)
 
