@@ -255,3 +255,22 @@ def test_recorded_estimate_is_validated(tmp_path):
     p.write_text(json.dumps({"version": 1, "stages": {"vision": {"usd": "cheap"}}}))
     with pytest.raises(FormatError, match="benchmaker estimate CONFIG --record"):
         read_estimate(p)
+
+
+def test_estimate_names_the_paid_rerankers_it_does_not_price(tmp_path, monkeypatch, capsys):
+    """A reranker calls its provider once per query; the estimate does not price it (NOT_ESTIMATED) and
+    says so, by name, also where the benchmark itself pays nothing (it printed only "nothing to pay")."""
+    from benchmaker.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    overlay = tmp_path / "rerank.yaml"
+    overlay.write_text(yaml.safe_dump({"paths": {"results": str(tmp_path / "results")}, "evaluate": {"systems": [
+        {"name": "vit", "kind": "clip", "model": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
+        {"name": "gpt-rerank", "kind": "rerank", "base": "vit", "k": 7, "llm": {"model": "gpt-5-mini"}}]}}))
+    assert main(["estimate", "config/config.yaml", str(overlay)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to pay" in out
+    assert "evaluate: gpt-rerank (rerank by openai, top 7 per query) is not priced here" in out
+    assert "costs/evaluate/gpt-rerank.jsonl" in out

@@ -157,11 +157,17 @@ def cmd_estimate(args) -> int:
     if args.json:
         print(json.dumps(lines, indent=1))
         return 0
+    from .estimate import not_priced
+
     if not lines:
-        print("no API adapter configured: nothing to pay (vision "
-              f"{cfg['vision']['adapter']}, judge {cfg['judge']['adapter']})")
+        print(f"no API adapter configured for the benchmark: nothing to pay (vision {cfg['vision']['adapter']}, "
+              f"judge {cfg['judge']['adapter']})")
+    else:
+        _print_estimate(lines)
+    for note in not_priced(cfg):       # paid, but not priced: never read the total as the whole bill
+        print(note)
+    if not lines:
         return 0
-    _print_estimate(lines)
     print("'cached': answered by the response cache (free); 'same': identical content, sent once. Tokens: ~4 "
           "characters per text token, each provider's image-token rule, the stable prompt prefix at the cached "
           "rate; output: until answers of a stage are cached its reasoning is unknown, so USD is a range "

@@ -69,13 +69,14 @@ from .core import (
     pilot_size,
     run_pilot,
 )
-from .entries import NOT_ESTIMATED, PAID
+from .entries import NOT_ESTIMATED, PAID, not_priced
 from .record import append_pilot_costs, record
 from .requests import Context, JudgeRequests, _images, _quota_pools, judge_requests
 
 __all__ = ["API_ADAPTERS", "PAID", "NOT_ESTIMATED", "REASONING_OUTPUT", "RANGE", "REASONING_SEEN", "REQUEST_CV",
            "RANGE_Z", "CACHE_MIN", "CACHE_STEP", "CALIBRATE_MIN", "CALIBRATE_MAX", "MEASURED_FLOOR", "PILOT_MIN",
-           "PILOT_SHARE", "Context", "JudgeRequests", "judge_requests", "estimate", "out_tokens", "pilot_size",
+           "PILOT_SHARE", "Context", "JudgeRequests", "judge_requests", "estimate", "not_priced", "out_tokens",
+           "pilot_size",
            "run_pilot", "record", "append_pilot_costs", "ESTIMATE_FILE", "PILOT_COSTS_FILE", "_Stage", "_images",
            "_quota_pools", "_context"]
 

@@ -183,3 +183,19 @@ PAID: dict[str, Callable[[Context], list[tuple[_Stage, dict]]]] = {
     "audit_judge2": _estimate_second_judge,
 }
 NOT_ESTIMATED = {name: st.not_estimated for name, st in STAGES.items() if st.not_estimated}
+
+
+def not_priced(cfg: Mapping[str, Any]) -> list[str]:
+    """One line per configured paid request maker that the estimate leaves out (:data:`NOT_ESTIMATED`):
+    today the rerank systems of ``evaluate.systems``, which call their provider once per query. Printed
+    with the estimate, so that its total (or "nothing to pay") is never read as the whole bill."""
+    from ..evaluate_settings import check_systems, system_settings
+
+    out = []
+    for s in check_systems(cfg.get("evaluate") or {}):
+        if s.get("kind") == "rerank":
+            s = system_settings(s)
+            out.append(f"evaluate: {s['name']} (rerank by {s['provider']}, top {s['k']} per query) is not priced "
+                       f"here: {NOT_ESTIMATED['evaluate_system']}; its spend is written to "
+                       f"costs/evaluate/{s['name']}.jsonl")
+    return out
