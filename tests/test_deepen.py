@@ -217,6 +217,21 @@ def test_sync_judges_only_new_pairs_once_and_rerun_pays_nothing(fake, tmp_path, 
     assert {r["depth"] for r in iter_jsonl(kw["labels"])} <= {1, 2}
 
 
+
+def test_dollar_cap_prices_pairs_with_the_judges_provider(fake, tmp_path, tiny_corpus):
+    """deepen.max_usd (set in the shipped config/deepen.yaml) with an API judge: each pair is priced by
+    the judge's provider runner (an ImportError stopped every deepen job before); a cap no pair fits
+    sends nothing, a roomy one keeps every pair."""
+    p = _inputs(tmp_path, tiny_corpus)
+    kw = _kw(p, tmp_path / "none", tiny_corpus, fake, "A")
+    kw["deepen"] = {**kw["deepen"], "max_usd": 0.0}
+    label.run(**kw)
+    assert not list(iter_jsonl(kw["labels"])) and not fake.bill
+    kw = _kw(p, tmp_path / "all", tiny_corpus, fake, "A")
+    kw["deepen"] = {**kw["deepen"], "max_usd": 100.0}
+    label.run(**kw)
+    assert len(list(iter_jsonl(kw["labels"]))) == 5
+
 def test_batch_mode_one_job_resumable(fake, tmp_path, tiny_corpus):
     p = _inputs(tmp_path, tiny_corpus)
     kw = _kw(p, tmp_path, tiny_corpus, fake, "B", mode="batch", poll_seconds=0)

@@ -68,7 +68,7 @@ def pair_costs(assigned: pl.DataFrame, plan: pl.DataFrame, qrels: pl.DataFrame, 
     cap does not depend on what the cache holds)."""
     from ..judge.openai import judge_items
     from ..providers.cost import Usage, cost_usd
-    from ..providers.engine import provider_runner
+    from ..providers.runners import provider_runner
     from ..providers.spec import estimate_input_tokens
     from ..providers.tokens import out_tokens
 
