@@ -14,6 +14,7 @@ stage below it (deepen uses evaluate's runs) and is then above it, never both wa
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,47 @@ def test_the_check_finds_an_upward_import(tmp_path, monkeypatch):
     g = import_graph()
     assert {(a, b) for a, t in g.items() for b in t if layer(b) > layer(a)} == {
         ("benchmaker.config", "benchmaker.judge.rules")}
+
+
+@functools.cache
+def _defined(f: Path) -> set[str]:
+    """The names a module defines at its top level (also under top-level if/try), and its submodules."""
+    names: set[str] = {p.stem for p in f.parent.glob("*.py")} | {p.name for p in f.parent.iterdir() if p.is_dir()} \
+        if f.name == "__init__.py" else set()
+
+    def scan(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try)):
+                scan(node.body + node.orelse + getattr(node, "finalbody", [])
+                     + [s for h in getattr(node, "handlers", []) for s in h.body])
+    scan(ast.parse(f.read_text()).body)
+    return names
+
+
+def test_every_imported_name_exists():
+    """``from benchmaker.x import name`` names something x defines, also in a lazy import inside a
+    function, which no test may reach: deepen's dollar cap imported provider_runner from the module it
+    had left (providers.engine) and every deepen job with an API judge stopped with ImportError."""
+    files = {_name(f): f for f in PKG.rglob("*.py")}
+    bad = []
+    for mod, f in files.items():
+        package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("benchmaker")):
+                continue
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+            if target not in files:
+                bad.append(f"{mod}:{node.lineno}: no module {target}")
+                continue
+            missing = [a.name for a in node.names if a.name != "*" and a.name not in _defined(files[target])]
+            bad += [f"{mod}:{node.lineno}: {target} has no {n}" for n in missing]
+    assert not bad, bad
