@@ -140,6 +140,10 @@ def test_known_dependencies_are_in_the_module_sets():
     assert {"vision/clip.py", "vision/metadata.py", "vision/gemini.py", "similarity/model.py"} <= set(vision)
     assert "vision/clip.py" not in judge and "similarity/model.py" not in judge
     assert {"judge/rules.py", "judge/gemini.py"} <= set(judge)
+    # the audit's second judge runs the judge with any adapter: an edit of an adapter, its prompts or the
+    # provider engine reruns it (its version missed them all, and the job warned so at every run)
+    assert {"judge/rules.py", "judge/openai.py", "judge/gemini.py", "judge/prompts.py",
+            "providers/transport.py"} <= set(stage_modules("audit_judge2"))
     # non-ML stages never reach the torch-importing modules
     for stage in ("preprocess", "merge", "plan", "summary", "export"):
         assert not {"similarity/model.py", "_tvshim.py"} & set(stage_modules(stage)), stage

@@ -41,9 +41,11 @@ STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
     for name, stage in STAGES.items()
 }
 # stage -> adapter registries outside its own package that it loads adapters from by name (pool
-# deepening runs whichever judge adapter is configured, through benchmaker.judge.base.get_judge)
+# deepening and the audit's second judge run whichever judge adapter is configured, through
+# benchmaker.judge.base.get_judge)
 STAGE_REGISTRIES: dict[str, tuple[str, ...]] = {
     "deepen_system": ("benchmaker.judge.base",),
+    "audit_judge2": ("benchmaker.judge.base",),
 }
 # the stage registry and this module: the runner loads them to check a job's modules, and they decide no
 # output, so they are in no stage's set (adding a stage, or editing this check, reruns nothing)
