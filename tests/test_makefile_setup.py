@@ -59,3 +59,18 @@ def test_a_second_checkout_linking_the_venv_installs_nothing(tmp_path):
     text = (second / "pyproject.toml").read_text()
     (second / "pyproject.toml").write_text(text.replace('"pytest>=8"', '"pytest>=8.1"', 1))
     assert "pip install -e" in _make_n(second, "example-offline")
+
+
+def test_the_build_backend_reads_pyproject_without_deprecations():
+    """`make example`'s pip step builds the project's metadata: a deprecated form in pyproject.toml
+    (``license = {text = ...}``) printed two screen-wide setuptools banners to every new user, one
+    saying builds stop working after 2027-02-18."""
+    import warnings
+
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist = apply_configuration(Distribution(), str(ROOT / "pyproject.toml"))
+    assert dist.metadata.license_expression == "MIT"
