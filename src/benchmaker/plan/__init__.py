@@ -22,9 +22,10 @@ from ..logs import get_logger, progress
 from ..losses import Losses
 from ..settings_schema import filled
 from ..table_blocks import iter_table_columns
+from .candidates import PlannedQuery
 from .duplicates import group_members, one_per_group
 from .index import Index, build_index
-from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner, use_compiled
+from .planner import DEFAULTS, SAMPLE_CAP, Planner, use_compiled
 from .pools import IMPORTED, read_pools_file
 from .seeds import query_ids, read_seeds_file, sample_seeds
 
