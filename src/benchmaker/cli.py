@@ -203,7 +203,7 @@ def _ours(cfg: dict, args) -> list[tuple[Any, dict]]:
 
 
 def cmd_batches(args) -> int:
-    from .providers.batch import TERMINAL
+    from .providers.backend import TERMINAL
     from .providers.openai import cancel_batch
 
     cfg = _load(args.config)

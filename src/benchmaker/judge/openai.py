@@ -19,7 +19,9 @@ import polars as pl
 from ..formats import FacetModel, write_table
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers import batch as pb
+from ..providers.batch_build import build_requests
+from ..providers.batch_collect import collect_results
+from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
 from ..providers.openai.runner import OpenAIRunner
 from ..providers.runners import provider_runner
@@ -147,14 +149,14 @@ def build(*, plan: str, queries: str, annotations: str, images: str, requests: s
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets, queries)
     plan_df = split_reused(plan_df, reuse, graded=s.get("labels") == "graded", columns=columns)[0]
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
-    pb.build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
+    build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            cache_dir: str | None = None, adapter: str = "openai") -> None:
     from ..providers.records import batch_metadata
 
-    pb.submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
+    submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
 
 
@@ -190,7 +192,7 @@ def collect(*, plan: str, queries: str, annotations: str, images: str, manifest:
             yield it
 
     with runner.ledger:
-        answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted,
+        answers = collect_results(runner, items, manifest=manifest, submitted=submitted,
                                      state_dir=state_dir, losses=loss,
                                      metadata=batch_metadata(benchmark, "judge", "all"),
                                      wait=bool(runner.settings["wait"]),

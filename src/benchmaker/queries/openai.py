@@ -18,7 +18,9 @@ import polars as pl
 from ..formats import FacetModel
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers import batch as pb
+from ..providers.batch_build import build_requests
+from ..providers.batch_collect import collect_results
+from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
 from ..providers.openai.runner import OpenAIRunner
 from ..providers.runners import provider_runner
@@ -108,14 +110,14 @@ def build(*, plan: str, annotations: str, images: str, requests: str, manifest: 
     fm, _, todo, _, ann, imgs = to_write(plan, annotations, images, columns, facets, reuse, reuse_labels)
     runner = _runner(settings, cache_dir, adapter)
     items = query_items(todo, ann, imgs, fm, runner.settings, image_root, Losses("queries"))
-    pb.build_requests(runner, items, requests=requests, manifest=manifest, threads=threads)
+    build_requests(runner, items, requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            cache_dir: str | None = None, adapter: str = "openai") -> None:
     from ..providers.records import batch_metadata
 
-    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
+    submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "queries", "all"))
 
 
@@ -141,7 +143,7 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
                                loss if calls == 1 else Losses("queries"))
 
     with runner.ledger:
-        answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted,
+        answers = collect_results(runner, items, manifest=manifest, submitted=submitted,
                                      state_dir=state_dir, losses=loss,
                                      metadata=batch_metadata(benchmark, "queries", "all"),
                                      wait=bool(runner.settings["wait"]),

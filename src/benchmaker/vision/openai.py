@@ -17,7 +17,9 @@ from ..formats import FacetModel, empty_table, read_table
 from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers import batch as pb
+from ..providers.batch_build import build_requests
+from ..providers.batch_collect import collect_results
+from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
 from ..providers.fastjson import dumps as fast_dumps
 from ..providers.openai.runner import OpenAIRunner
@@ -222,13 +224,13 @@ def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, A
           adapter: str = "openai") -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
-    pb.build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
+    build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
                       requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            shard: str = "all", cache_dir: str | None = None, adapter: str = "openai") -> None:
-    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
+    submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "vision", shard))
 
 
@@ -249,7 +251,7 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
     try:
         with open(cached_rows, "w", encoding="utf-8") as cost_fh, runner.ledger:
             runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
-            pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
+            collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
                                losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
                                wait=bool(runner.settings["wait"]),
                                poll_seconds=float(runner.settings["poll_seconds"]), on_answer=spill, ids=ids)
