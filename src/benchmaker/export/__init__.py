@@ -21,14 +21,14 @@ import yaml
 
 from .. import __version__
 from ..formats import FORMAT_VERSION, RENAMABLE, write_table
-from ..io import atomic_write_text
+from ..io import atomic_write_text, file_sha256
 from ..logs import get_logger
 from ..pages.outdir import staged_dir
 from ..summary.inputs import load_inputs
 from .card import render_card
 from .facts import RUN_FACTS, run_facts
 from .ir_views import MtebCorpusWriter, mteb_configs, write_ir_views
-from .parquet import _sha256, write_parquet
+from .parquet import write_parquet
 from .rows import _export_rows, hide_paths_col
 from .scrub import (
     find_local_paths,
@@ -154,8 +154,8 @@ def _metadata(*, meta: Mapping[str, Any], split: str, image_col: str, columns: M
         "quarantine": {r: int(c) for r, c in quarantine.group_by("reason").len().sort("reason").iter_rows()},
         "files": files,
         "digests": {"config": hashlib.sha256(config_text.encode()).hexdigest(),
-                    "annotations": _sha256(Path(annotations)), "qrels_with_score": _sha256(Path(scored)),
-                    "images": _sha256(Path(images))},
+                    "annotations": file_sha256(Path(annotations)), "qrels_with_score": file_sha256(Path(scored)),
+                    "images": file_sha256(Path(images))},
         "similarity": dict(similarity or {}),
         "versions": {"benchmaker": __version__, "export_stage": version, "format": FORMAT_VERSION,
                      "datasets": datasets.__version__, "pyarrow": pyarrow.__version__,

@@ -15,6 +15,7 @@ import polars as pl
 
 from ..formats import to_disk_names
 from ..imaging import export_bytes
+from ..io import file_sha256
 from ..logs import get_logger, progress
 from ..settings_schema import default
 from .hf_features import arrow_schema
@@ -124,7 +125,7 @@ def write_parquet(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_per_fil
                             del cache[i]
                     bar.update(len(ids))
             records.append({"path": name, "rows": chunk.height, "images_read": reads,
-                            "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
+                            "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)})
             log.info("export: wrote %s (%d rows, %d image reads)", name, chunk.height, reads)
     bar.close()
     return records, features
@@ -157,7 +158,7 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
                 tbl = to_disk_names(chunk.slice(g, ROW_GROUP * 50), columns).to_arrow()
                 writer.write_table(tbl.select(schema.names).cast(schema))
         records.append({"path": name, "rows": chunk.height, "images_read": 0,
-                        "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
+                        "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)})
     images = rows.select("image_id", "sha256").unique("image_id", keep="first", maintain_order=True)
     from ..settings_schema import filled
 
@@ -185,15 +186,7 @@ def _write_split_storage(rows: pl.DataFrame, *, out_dir: Path, split: str, rows_
                     writer.write_table(tbl.cast(cschema))
                     bar.update(len(ids))
             records.append({"path": name, "rows": len(ids_all), "images_read": len(ids_all),
-                            "bytes": (out_dir / name).stat().st_size, "sha256": _sha256(out_dir / name)})
+                            "bytes": (out_dir / name).stat().st_size, "sha256": file_sha256(out_dir / name)})
             log.info("export: wrote %s (%d images, each once)", name, len(ids_all))
     bar.close()
     return records, features
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
