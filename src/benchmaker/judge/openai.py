@@ -23,7 +23,6 @@ from ..providers.batch_build import build_requests
 from ..providers.batch_collect import collect_results
 from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
-from ..providers.openai.runner import OpenAIRunner
 from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef
 from .prompts import candidate_keys, check_answer, judge_spec, judgments_by_key
@@ -97,9 +96,10 @@ def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], j
 
 class OpenAIJudge:
     """Sync mode (the plain ``judge`` rule). Other providers subclass it and override
-    ``make_runner`` / ``answers`` (see judge/gemini.py)."""
+    ``provider`` and ``answers`` (see judge/gemini.py)."""
 
     provider = "openai"
+    stage, item_type = "judge", "query"   # the runner's (sync here, batch in _runner)
 
     def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
                  threads: int = 1, client: Any = None):
@@ -109,8 +109,8 @@ class OpenAIJudge:
         self.name = f"{self.provider}:{self.runner.llm.model}"
 
     def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return OpenAIRunner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir,
-                            client=client)
+        return provider_runner(self.provider, stage=self.stage, item_type=self.item_type, settings=settings,
+                               cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run_sync(items, losses)
@@ -136,7 +136,8 @@ def _load(plan: str, annotations: str, images: str, columns, facets, queries: st
 
 
 def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
-    return provider_runner(adapter, stage="judge", item_type="query", settings=settings, cache_dir=cache_dir)
+    return provider_runner(adapter, stage=OpenAIJudge.stage, item_type=OpenAIJudge.item_type, settings=settings,
+                           cache_dir=cache_dir)
 
 
 def build(*, plan: str, queries: str, annotations: str, images: str, requests: str, manifest: str,
