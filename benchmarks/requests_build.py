@@ -152,7 +152,7 @@ def phase_submit(n: int, tmp: Path, cache: bool) -> dict:
 
 def _write_outputs(tmp: Path, n: int) -> None:
     """The Batch API output file of every submitted batch (as collect would download it)."""
-    from benchmaker.providers import batch as pb
+    from benchmaker.providers.batch_answers import _chunk_ids
 
     p = _paths(tmp)
     fm_tags = facets()["tags"]["vocabulary"]
@@ -164,7 +164,7 @@ def _write_outputs(tmp: Path, n: int) -> None:
         chunk = Path(p["state_dir"]) / "chunks" / f"{b['digest']}.jsonl"
         # as collect's download writes them: gzip level 1
         with gzip.open(dl / f"{b['batch_id']}.output.jsonl.gz", "wt", compresslevel=1) as fh:
-            for cid in pb._chunk_ids(str(chunk)):
+            for cid in _chunk_ids(str(chunk)):
                 i = int(cid.split("-")[1])
                 ans = {"summary": f"image {i} shows something", "subject": f"subject_{i % 12}", "setting": "outdoor",
                        "shot": "wide", "season": "winter", "person_present": False, "animal_present": True,

@@ -207,7 +207,7 @@ def test_same_bytes_in_one_batch_shard_sent_once(fake, tmp_path, tiny_corpus):
 def test_shared_requests_with_wait_false_stop_then_complete(fake, tmp_path, tiny_corpus):
     """``wait: false``: a shard whose requests another shard is answering stops with a clear "run again
     later" (as for a running batch) instead of paying again, and completes on the next run."""
-    from benchmaker.providers.batch import BatchPending
+    from benchmaker.providers.batch_wait import BatchPending
     from benchmaker.vision import openai as vo
 
     root = tmp_path / "corpus"
@@ -243,7 +243,7 @@ def test_a_long_wait_on_another_shard_says_for_what_whom_and_until_when(tmp_path
     import logging
     import time as _time
 
-    from benchmaker.providers.batch import WAIT_SAY_SECONDS, _say_shared_wait
+    from benchmaker.providers.batch_wait import WAIT_SAY_SECONDS, _say_shared_wait
     from benchmaker.providers.claims import BATCH_CLAIM_SECONDS, Claims
 
     other = Claims(tmp_path, stale_seconds=BATCH_CLAIM_SECONDS, owner="batch:/r/api/vision/00002")

@@ -185,7 +185,7 @@ def test_pass_size_per_device_kind_is_in_the_cache_key_and_stays_deterministic(t
 
 
 def test_created_utc_honours_source_date_epoch(monkeypatch):
-    from benchmaker.export import created_utc
+    from benchmaker.export.facts import created_utc
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     assert created_utc() == "2023-11-14T22:13:20Z"

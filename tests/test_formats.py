@@ -9,10 +9,11 @@ import stat
 import polars as pl
 import pytest
 
-from benchmaker.formats import FacetModel, FormatError, empty_table, iter_table_blocks, read_table, write_table
+from benchmaker.formats import FacetModel, FormatError, empty_table, read_table, write_table
 from benchmaker.io import atomic_path, iter_jsonl, write_jsonl
 from benchmaker.losses import Losses, merge_losses, read_losses
 from benchmaker.sharding import shard_names, shard_of
+from benchmaker.table_blocks import iter_table_blocks
 
 FM = FacetModel(taxonomy={"color": ["red", "blue", "unknown"]}, boolean=["bright"], vocabulary=["a", "b"])
 
@@ -133,7 +134,8 @@ def test_outputs_get_the_umask_mode_not_mkstemp_0600(tmp_path):
 def test_read_table_where_reads_blocks_and_keeps_only_the_asked_rows(tmp_path):
     """The export's bounded read: the rows of the asked ids, in file order, whatever the block size
     (blocks end on whole lines; a column that is null in one block and typed in another still reads)."""
-    from benchmaker.formats import read_table, read_table_where
+    from benchmaker.formats import read_table
+    from benchmaker.table_blocks import read_table_where
 
     n = 40
     df = pl.DataFrame({
@@ -160,7 +162,7 @@ def test_read_table_where_reads_blocks_and_keeps_only_the_asked_rows(tmp_path):
 def test_line_blocks_skip_whitespace_only_blocks(tmp_path):
     """Blocks are whole lines; a block holding only whitespace (blank lines at the end) is not yielded,
     and each block's byte offset is kept (its line number is counted for an error message)."""
-    from benchmaker.formats import _line_blocks, _lines_before
+    from benchmaker.table_blocks import _line_blocks, _lines_before
 
     p = tmp_path / "t.jsonl"
     p.write_bytes(b'{"a": 1}\n{"a": 2}\n\n  \n\t\n{"a": 3}\n\n \n')

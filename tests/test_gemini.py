@@ -21,7 +21,7 @@ from benchmaker.judge import finalize
 from benchmaker.judge.gemini import GeminiJudge
 from benchmaker.losses import Losses
 from benchmaker.providers import gemini as gm
-from benchmaker.providers.batch import BatchPending
+from benchmaker.providers.batch_wait import BatchPending
 from benchmaker.providers.cost import Usage, cost_usd
 from benchmaker.vision.gemini import GeminiAnnotator
 from benchmaker.vision.openai import vision_items

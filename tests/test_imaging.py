@@ -181,7 +181,7 @@ def test_clip_loader_and_phash_use_the_decoder(files):
 def test_export_reader_stores_decoded_pixels(files):
     import hashlib
 
-    from benchmaker.export import _ImageReader
+    from benchmaker.export.parquet import _ImageReader
 
     p = files["grey16"]
     reader = _ImageReader(p.parent, {p.name: hashlib.sha256(p.read_bytes()).hexdigest()})

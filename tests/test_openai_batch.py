@@ -13,7 +13,9 @@ from support import TINY_FACETS
 
 from benchmaker.formats import read_table
 from benchmaker.io import iter_jsonl
-from benchmaker.providers import batch as pb
+from benchmaker.providers.batch_build import parse_custom_id
+from benchmaker.providers.batch_wait import BatchPending
+from benchmaker.providers.journal import Journal, split_requests
 from benchmaker.vision import openai as vo
 
 FM = FacetModel = None
@@ -92,13 +94,13 @@ def test_batch_round_trip_cost_and_cached_rerun(fake, tmp_path, tiny_corpus):
 
 def test_split_respects_count_and_bytes(tmp_path):
     lines = [json.dumps({"custom_id": f"v-{i:03d}-a1", "body": "x" * 100}) + "\n" for i in range(25)]
-    chunks = pb.split_requests(lines, tmp_path / "c", max_requests=10, max_bytes=10**9)
+    chunks = split_requests(lines, tmp_path / "c", max_requests=10, max_bytes=10**9)
     assert [c["n"] for c in chunks] == [10, 10, 5]
     size = len(lines[0].encode())
-    chunks = pb.split_requests(lines, tmp_path / "d", max_requests=1000, max_bytes=size * 4 + 1)
+    chunks = split_requests(lines, tmp_path / "d", max_requests=1000, max_bytes=size * 4 + 1)
     assert [c["n"] for c in chunks] == [4] * 6 + [1] and all(c["bytes"] <= size * 4 + 1 for c in chunks)
     # content-addressed: the same requests give the same chunks
-    again = pb.split_requests(lines, tmp_path / "d", max_requests=1000, max_bytes=size * 4 + 1)
+    again = split_requests(lines, tmp_path / "d", max_requests=1000, max_bytes=size * 4 + 1)
     assert [c["digest"] for c in again] == [c["digest"] for c in chunks]
 
 
@@ -119,7 +121,7 @@ def test_interrupt_between_submit_and_collect_never_submits_twice(fake, tmp_path
 def test_interrupt_inside_submit_resumes_by_metadata(fake, tmp_path, tiny_corpus, monkeypatch, where):
     sh = Shard(tmp_path, tiny_corpus, fake)
     sh.build()
-    real_write = pb.Journal.write
+    real_write = Journal.write
     event = {"after_create": "batch", "after_intent": "intent", "after_upload": "file"}[where]
 
     def interrupted(self, rec):
@@ -129,10 +131,10 @@ def test_interrupt_inside_submit_resumes_by_metadata(fake, tmp_path, tiny_corpus
         if rec.get("event") == event:
             raise KeyboardInterrupt          # the intent is recorded, no API call yet
 
-    monkeypatch.setattr(pb.Journal, "write", interrupted)
+    monkeypatch.setattr(Journal, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sh.submit()
-    monkeypatch.setattr(pb.Journal, "write", real_write)
+    monkeypatch.setattr(Journal, "write", real_write)
     sh.submit()
     sh.collect()
     assert fake.count("POST", "/v1/batches") == 1
@@ -142,7 +144,7 @@ def test_interrupt_inside_submit_resumes_by_metadata(fake, tmp_path, tiny_corpus
 
 def test_partial_failures_retried_as_new_batches_then_reported(fake, tmp_path, tiny_corpus):
     def fail(custom_id, body):
-        idx, att = pb.parse_custom_id(custom_id)
+        idx, att = parse_custom_id(custom_id)
         if idx == 0 and att == 1:
             return "invalid_json"
         if idx == 1 and att <= 2:
@@ -199,7 +201,7 @@ def test_wait_false_then_cli_cancel(fake, tmp_path, tiny_corpus, capsys):
     sh = Shard(tmp_path, tiny_corpus, fake, wait=False, max_attempts=3)
     sh.build()
     sh.submit()
-    with pytest.raises(pb.BatchPending):
+    with pytest.raises(BatchPending):
         sh.collect()
     assert not (tmp_path / "annotations.jsonl").exists()
     from support import tiny_config, write_config
@@ -276,7 +278,7 @@ def test_wait_false_submit_and_exit_then_a_later_run_collects(fake, tmp_path, ti
         try:
             sh.collect()
             break
-        except pb.BatchPending:
+        except BatchPending:
             pending += 1
             assert not (tmp_path / "annotations.jsonl").exists()
     assert pending >= 1
@@ -287,11 +289,11 @@ def test_wait_false_submit_and_exit_then_a_later_run_collects(fake, tmp_path, ti
 
 @pytest.mark.parametrize("event", ["intent", "file", "batch"])
 def test_interrupt_inside_a_retry_round_never_submits_twice(fake, tmp_path, tiny_corpus, monkeypatch, event):
-    fake.fail = lambda cid, body: "invalid_json" if pb.parse_custom_id(cid) == (0, 1) else None
+    fake.fail = lambda cid, body: "invalid_json" if parse_custom_id(cid) == (0, 1) else None
     sh = Shard(tmp_path, tiny_corpus, fake)
     sh.build()
     sh.submit()
-    real_write = pb.Journal.write
+    real_write = Journal.write
 
     def interrupted(self, rec):
         if rec.get("event") == event and any(r.get("event") == "round" and r.get("round") == 2
@@ -301,10 +303,10 @@ def test_interrupt_inside_a_retry_round_never_submits_twice(fake, tmp_path, tiny
             raise KeyboardInterrupt          # "file"/"batch": the API call happened, its record did not
         real_write(self, rec)
 
-    monkeypatch.setattr(pb.Journal, "write", interrupted)
+    monkeypatch.setattr(Journal, "write", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sh.collect()
-    monkeypatch.setattr(pb.Journal, "write", real_write)
+    monkeypatch.setattr(Journal, "write", real_write)
     sh.collect()
     ann, losses, _ = sh.results()
     assert ann.height == 6 and losses == []

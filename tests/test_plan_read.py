@@ -10,8 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from benchmaker.formats import FacetModel, FormatError, iter_table_blocks
+from benchmaker.formats import FacetModel, FormatError
 from benchmaker.plan import read_plan_inputs
+from benchmaker.table_blocks import iter_table_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,9 +25,10 @@ from typing import Any, Iterable, Mapping
 
 import polars as pl
 
-from .formats import FacetModel, _rename_map, iter_table_columns
+from .formats import FacetModel, _rename_map
 from .io import atomic_path
 from .logs import get_logger
+from .table_blocks import iter_table_columns
 
 __all__ = ["COPIES", "ROW_GROUP", "copy_columns", "file_digest", "read_copy", "write_copy",
            "write_copy_of_jsonl"]

@@ -6,7 +6,12 @@ see ``logs.is_user_error`` for the other exception classes treated the same way.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "ConfigError", "KeyRejected", "NothingToDo", "key_rejected"]
+__all__ = ["UserError", "ConfigError", "KeyRejected", "NothingToDo", "key_rejected", "EXIT_OK", "EXIT_FAILURE",
+           "EXIT_USAGE"]
+
+# the exit status of a `benchmaker` command: success (also: nothing to do or list), a failure (invalid config,
+# failed check, API or file error), a usage error (bad arguments, or a destructive action without --yes)
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 class UserError(Exception):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 __all__ = ["atomic_path", "publish_mode", "atomic_write_text", "write_jsonl", "iter_jsonl", "ensure_parent",
-           "JsonlAppender", "remove_stale_temporaries", "temporary_prefix", "as_paths"]
+           "JsonlAppender", "remove_stale_temporaries", "temporary_prefix", "as_paths", "file_sha256"]
 
 
 def as_paths(value: str | os.PathLike | Iterable[str | os.PathLike] | None) -> list[str]:
@@ -28,6 +28,14 @@ def ensure_parent(path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes (hex), read in blocks (hashlib.file_digest)."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _umask() -> int:

@@ -16,10 +16,11 @@ from typing import Any
 import polars as pl
 
 from ..evaluate_settings import deepen_systems
-from ..formats import FacetModel, read_table, read_table_where, write_table
+from ..formats import FacetModel, read_table, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from ..settings_schema import filled
+from ..table_blocks import read_table_where
 from .pairs import assign, cap_by_cost, read_group_members, run_paths, system_tops
 
 __all__ = ["run", "plan_for", "assigned_pairs", "pair_costs", "estimate_specs", "LABEL_COLUMNS"]

@@ -119,7 +119,7 @@ def read_group_members(images: str, *, columns: Mapping[str, str] | None = None,
     members, read one block at a time (memory holds the groups' members, not the corpus). A group is
     named by its first member (benchmaker.preprocess.duplicates), so the rows whose ``duplicate_group``
     differs from their ``image_id`` are the copies, and the groups they name are the first members."""
-    from ..formats import iter_table_blocks
+    from ..table_blocks import iter_table_blocks
 
     schema = {"image_id": pl.String, "duplicate_group": pl.String}
     copies = [blk.filter(pl.col("duplicate_group").is_not_null() & (pl.col("duplicate_group") != pl.col("image_id")))

@@ -14,7 +14,6 @@ metric (ranx's metrics by default) by at least ``min_delta``. ``benchmaker compa
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -31,7 +30,7 @@ from ..io import atomic_write_text
 from ..settings_schema import default
 
 __all__ = ["COMPARISON_COLUMNS", "COMPARISON_FILES", "Evaluation", "baseline_files", "compare", "compare_section",
-           "compare_with_baseline", "keep", "load_evaluation", "paired_p", "qrels_digest", "report_markdown",
+           "compare_with_baseline", "keep", "load_evaluation", "paired_p", "report_markdown",
            "write_comparison"]
 
 HISTORY_INDEX = "history.jsonl"
@@ -56,15 +55,6 @@ class Evaluation:
     @property
     def label(self) -> str:
         return self.tag or self.source
-
-
-def qrels_digest(path: str | Path) -> str:
-    """sha256 of a qrels.jsonl (the judgments an evaluation used)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _history_entries(folder: Path) -> list[dict]:

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from ..formats import FacetModel, read_table
-from ..io import atomic_write_text
+from ..io import atomic_write_text, file_sha256
 from ..logs import get_logger
 from ..settings_schema import filled
 from . import sage as sage_mod
@@ -83,12 +83,6 @@ def _mean(df: pl.DataFrame, cols: Sequence[str]) -> dict[str, float | None]:
 
 
 SAGE_BOARD_COLUMNS = ("system", "kind", "sees_judge_text", "queries", "complete_queries", "limit", "score_column")
-
-
-def _qrels_digest(path: str) -> str:
-    from .compare import qrels_digest
-
-    return qrels_digest(path)
 
 
 def _write_csv(df: pl.DataFrame, path: str) -> None:
@@ -302,7 +296,7 @@ def run(*, qrels: str, images: str, annotations: str, runs: Sequence[str] | str 
                                  for r in board_rows if r["system"] == n}} for n in sorted(meta_of)],
         "version": version,
         # the judgments scored against: `benchmaker compare` checks that two evaluations share them
-        "qrels_sha256": _qrels_digest(qrels),
+        "qrels_sha256": file_sha256(qrels),
     }
     if leakage:
         write_leakage(leakage, leak_rows, q_all, queries)

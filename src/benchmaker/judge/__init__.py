@@ -18,10 +18,11 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from ..formats import FacetModel, read_table, read_table_where, write_table
+from ..formats import FacetModel, read_table, write_table
 from ..logs import get_logger
 from ..losses import Losses
 from ..reuse import split_reused
+from ..table_blocks import read_table_where
 from .base import get_judge
 
 __all__ = ["run", "finalize", "planned_pairs"]

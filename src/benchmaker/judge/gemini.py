@@ -9,11 +9,8 @@ through the same ``judge_build`` → ``judge_submit`` → ``judge_collect`` rule
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers.gemini import GeminiRunner
 from .openai import OpenAIJudge
 
 __all__ = ["GeminiJudge"]
@@ -25,9 +22,6 @@ class GeminiJudge(OpenAIJudge):
     """The OpenAI judge's items and answer checks on the Gemini provider, sync or batch."""
 
     provider = "gemini"
-
-    def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return GeminiRunner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run(items, losses)

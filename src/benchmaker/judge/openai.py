@@ -19,9 +19,10 @@ import polars as pl
 from ..formats import FacetModel, write_table
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers import batch as pb
+from ..providers.batch_build import build_requests
+from ..providers.batch_collect import collect_results
+from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
-from ..providers.openai.runner import OpenAIRunner
 from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef
 from .prompts import candidate_keys, check_answer, judge_spec, judgments_by_key
@@ -95,9 +96,10 @@ def answers_to_frame(answers: Mapping[str, dict], keys_of: Mapping[str, dict], j
 
 class OpenAIJudge:
     """Sync mode (the plain ``judge`` rule). Other providers subclass it and override
-    ``make_runner`` / ``answers`` (see judge/gemini.py)."""
+    ``provider`` and ``answers`` (see judge/gemini.py)."""
 
     provider = "openai"
+    stage, item_type = "judge", "query"   # the runner's (sync here, batch in _runner)
 
     def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
                  threads: int = 1, client: Any = None):
@@ -107,8 +109,8 @@ class OpenAIJudge:
         self.name = f"{self.provider}:{self.runner.llm.model}"
 
     def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return OpenAIRunner(stage="judge", item_type="query", settings=settings, cache_dir=cache_dir,
-                            client=client)
+        return provider_runner(self.provider, stage=self.stage, item_type=self.item_type, settings=settings,
+                               cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run_sync(items, losses)
@@ -134,7 +136,8 @@ def _load(plan: str, annotations: str, images: str, columns, facets, queries: st
 
 
 def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
-    return provider_runner(adapter, stage="judge", item_type="query", settings=settings, cache_dir=cache_dir)
+    return provider_runner(adapter, stage=OpenAIJudge.stage, item_type=OpenAIJudge.item_type, settings=settings,
+                           cache_dir=cache_dir)
 
 
 def build(*, plan: str, queries: str, annotations: str, images: str, requests: str, manifest: str,
@@ -147,14 +150,14 @@ def build(*, plan: str, queries: str, annotations: str, images: str, requests: s
     fm, plan_df, ann, imgs = _load(plan, annotations, images, columns, facets, queries)
     plan_df = split_reused(plan_df, reuse, graded=s.get("labels") == "graded", columns=columns)[0]
     items = (it for it, _ in judge_items(plan_df, ann, imgs, fm, s, image_root, Losses("judge")))
-    pb.build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
+    build_requests(_runner(s, cache_dir, adapter), items, requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            cache_dir: str | None = None, adapter: str = "openai") -> None:
     from ..providers.records import batch_metadata
 
-    pb.submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
+    submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
 
 
@@ -190,7 +193,7 @@ def collect(*, plan: str, queries: str, annotations: str, images: str, manifest:
             yield it
 
     with runner.ledger:
-        answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted,
+        answers = collect_results(runner, items, manifest=manifest, submitted=submitted,
                                      state_dir=state_dir, losses=loss,
                                      metadata=batch_metadata(benchmark, "judge", "all"),
                                      wait=bool(runner.settings["wait"]),

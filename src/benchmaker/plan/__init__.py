@@ -17,13 +17,15 @@ import numpy as np
 import polars as pl
 
 from ..columnar import read_copy
-from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, iter_table_columns, write_table
+from ..formats import CANDIDATE, POOLS, SHORTFALL, FacetModel, empty_table, write_table
 from ..logs import get_logger, progress
 from ..losses import Losses
 from ..settings_schema import filled
+from ..table_blocks import iter_table_columns
+from .candidates import PlannedQuery
 from .duplicates import group_members, one_per_group
 from .index import Index, build_index
-from .planner import DEFAULTS, SAMPLE_CAP, PlannedQuery, Planner, use_compiled
+from .planner import DEFAULTS, SAMPLE_CAP, Planner, use_compiled
 from .pools import IMPORTED, read_pools_file
 from .seeds import query_ids, read_seeds_file, sample_seeds
 
@@ -206,7 +208,7 @@ def _read_columns(kind: str, path: str, keep: list[str], columns, fm: FacetModel
                   optional: tuple[str, ...] = (), categorical: tuple[str, ...] = ()) -> pl.DataFrame:
     """The columns the planner's index needs, parsed and validated block by block (only those: the
     other columns (summaries, confidences, licenses, ...) are neither parsed nor held in memory;
-    ``formats.iter_table_columns``). ``optional`` columns are kept where the file has them;
+    ``table_blocks.iter_table_columns``). ``optional`` columns are kept where the file has them;
     ``categorical`` ones are read as (lists of) Categorical."""
     frames = list(iter_table_columns(kind, path, keep, optional=optional, columns=columns, facets=fm,
                                      categorical=categorical))

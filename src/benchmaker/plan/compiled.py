@@ -11,7 +11,7 @@ runs both):
 * ``n_differ``: in how many facets each candidate differs from the profile (``Planner._differ``);
 * ``pick_lookup``: walk a lookup's candidates best first (Jaccard descending, then image position),
   sorting and checking eligibility (not in the query, under the reuse cap, no duplicate of a seed)
-  one chunk at a time as ``planner._Lookup`` does, and take them as ``Planner._pick`` does (diversity
+  one chunk at a time as ``candidates._Lookup`` does, and take them as ``Planner._pick`` does (diversity
   cap, reuse counts, images in the query);
 * ``pick_order``: ``Planner._pick`` over an explicit order (the easy pool's tiers).
 

@@ -26,21 +26,20 @@ query are never candidates. Each pool keeps at most ``diversity_cap`` candidates
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..settings_schema import filled
+from .candidates import PlannedQuery, _CompiledLookup, _Lookup, _Stats
 from .index import Index
+from .pool_rules import PoolRules
 from .seeds import SeedQuery
 
-__all__ = ["Planner", "PlannedQuery", "SAMPLE_CAP", "DEFAULTS", "COMPILE_MIN_QUERIES", "use_compiled"]
+__all__ = ["Planner", "SAMPLE_CAP", "DEFAULTS", "COMPILE_MIN_QUERIES", "use_compiled"]
 
 SAMPLE_CAP = 2048  # random images of the core bucket scored per query (the whole bucket when smaller);
 #                   as many again come from the inverted index, and 2x as many are shared by the near-miss lookups
-NEUTRAL_MIN_FACTOR = 8  # fewer one-off core candidates than 8x the neutral quota: search per facet too
-FIRST_CHUNK = 256  # best-ranked candidates checked for eligibility first (then 4x more at a time)
 
 # from this many queries on, the search runs compiled (plan.compiled): importing numba and loading the
 # compiled functions from its cache costs 0.7-1.6 s per process (2 cores), the search saves ~0.5-0.9 ms a query
@@ -59,77 +58,7 @@ def use_compiled(n_queries: int) -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-@dataclass
-class PlannedQuery:
-    query_id: str
-    seeds: list[int]
-    picks: list[tuple[int, str, str]] = field(default_factory=list)  # (image, pool, reason)
-    shortfall: list[dict[str, Any]] = field(default_factory=list)
-    profile: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Stats:
-    """What one pool searched (for the shortfall reason) and how many picks the diversity cap refused."""
-
-    searched: list[np.ndarray] = field(default_factory=list)
-    divcap: int = 0
-
-
-class _Lookup:
-    """The candidates of one lookup, visited best first: tag Jaccard descending, then image id.
-
-    Only the best-ranked part is sorted and checked for eligibility (``FIRST_CHUNK`` candidates, then
-    four times more each time a pool needs more), so a large lookup costs one vectorized Jaccard pass
-    plus a partial sort. Eligibility (reuse cap, duplicates of a seed) is fixed per query once
-    checked: the only thing that changes while pools are filled is which images are in the query,
-    and ``Planner._pick`` checks that itself.
-    """
-
-    def __init__(self, planner: "Planner", idx: np.ndarray, j: np.ndarray, seeds: np.ndarray, st: _Stats):
-        self.p, self.idx, self.j, self.seeds = planner, idx, j, seeds
-        self.rest = np.arange(idx.size)
-        self.chunks: list[np.ndarray] = []
-        self.size = FIRST_CHUNK
-        st.searched.append(idx)
-
-    def _more(self) -> bool:
-        rest = self.rest
-        if rest.size == 0:
-            return False
-        if rest.size <= self.size:
-            take, self.rest = rest, rest[:0]
-        else:
-            jr = self.j[rest]
-            cut = np.partition(jr, rest.size - self.size)[rest.size - self.size]
-            top = jr >= cut  # every tie of the cut value goes in, so the order never depends on chunking
-            take, self.rest = rest[top], rest[~top]
-            self.size *= 4
-        take = take[np.lexsort((self.idx[take], -self.j[take]))]
-        self.chunks.append(take[self.p._ok(self.idx[take], self.seeds)])
-        return True
-
-    def order(self) -> Iterator[int]:
-        """Positions into ``idx`` of eligible candidates, best first."""
-        i = 0
-        while i < len(self.chunks) or self._more():
-            c = self.chunks[i]
-            i += 1
-            yield from c.tolist()
-
-
-class _CompiledLookup:
-    """A :class:`_Lookup` whose ordering, eligibility and picking run compiled (``plan.compiled``)."""
-
-    def __init__(self, idx: np.ndarray, j: np.ndarray, seeds: np.ndarray, st: _Stats):
-        from .compiled import new_lookup
-
-        self.state = new_lookup(idx, j)
-        self.seeds = seeds
-        st.searched.append(idx)
-
-
-class Planner:
+class Planner(PoolRules):
     def __init__(self, index: Index, settings: Mapping[str, Any], rng: np.random.Generator,
                  sample_cap: int = SAMPLE_CAP, compiled: bool = False):
         s = filled("plan", settings)
@@ -370,163 +299,3 @@ class Planner:
             if q.picks:
                 self.in_query[np.fromiter((p[0] for p in q.picks), dtype=np.int64)] = False
         return q
-
-    def _pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> None:
-        """The query's pools in order: positive, neutral and hard from the core bucket, near-miss, then
-        easy (which also pads the negatives the hard and near-miss pools could not supply)."""
-        got_hard = self._core_pools(q, seeds, prof, seed_set)
-        got_near = self._nearmiss_pool(q, seeds, prof, seed_set)
-        self._easy_pool(q, seeds, prof, seed_set, got_hard, got_near)
-
-    def _core_pools(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> int:
-        """Positive, neutral and hard negatives: the core bucket (relaxed for hard negatives); returns
-        how many hard negatives were picked."""
-        ix, s = self.ix, self.s
-
-        # positive, neutral, hard: the core bucket
-        st_core = _Stats()
-        cand, sampled = self._core_candidates(prof, seed_set)
-        nc = self.noncore
-        nd_core = None
-        if self.compiled and nc and ix.tag_bits is not None:  # one pass over the candidates' records
-            j, nd_core = self._c.jaccard_differ(self._rec, self._nw, self._small, self._coff, cand, *seed_set,
-                                                np.asarray(nc, dtype=np.int64), prof)
-            look = self._new_lookup(cand, j, seeds, st_core)
-        else:
-            look, j = self._lookup(cand, seeds, seed_set, st_core)
-        ncore = len(self.core)
-        core_txt = f"core match ({ncore}/{ncore})" if ncore else "no core facets"
-        why_core = lambda: self._explain(st_core, seeds)  # noqa: E731
-
-        dc = self._divcount()
-        got = self._pick(q, cand, look, s["pos_total"], "positive",
-                         lambda k: f"{core_txt}; jaccard={j[k]:.2f}", st_core, dc)
-        self._short(q, "positive", s["pos_total"], got, lambda: "too few core-matching images: " + why_core())
-
-        dc = self._divcount()
-        if nc:
-            # the core candidates one non-core facet away; when the core bucket was too large to score
-            # whole and those are few, also windows of the buckets "every facet but f equal" (f non-core)
-            one = (nd_core if nd_core is not None else self._differ(cand, nc, prof)) == 1
-            cn, jn = cand[one], j[one]
-            if sampled and cn.size < NEUTRAL_MIN_FACTOR * s["neutral_total"]:
-                self.coverage["neutral per-facet search"] += 1
-                parts = [cn]
-                allf = range(len(ix.facet_names))
-                for f in nc:
-                    w = self._window(ix.buckets([c for c in allf if c != f]).get(prof), self.cap_neutral)
-                    parts.append(self._differ_in(w, f, prof))
-                cn = np.sort(np.concatenate(parts))
-                cn = cn[np.append(True, cn[1:] != cn[:-1])] if cn.size else cn
-                jn = self._jaccard(cn, seed_set)
-            st_neutral = _Stats()
-            ln = self._new_lookup(cn, jn, seeds, st_neutral)
-
-            def why_neutral(k: int) -> str:
-                f = next(f for f in nc if ix.codes[cn[k], f] != prof[f])
-                return f"{core_txt}, {self._fname(f)}={self._fval(f, ix.codes[cn[k], f])} differs; jaccard={jn[k]:.2f}"
-
-            got = self._pick(q, cn, ln, s["neutral_total"], "neutral", why_neutral, st_neutral, dc)
-            why = lambda: ("too few core-matching images with exactly one other facet different: "  # noqa: E731
-                           + self._explain(st_neutral, seeds))
-        else:
-            got, why = 0, "no non-core facets to differ"
-        self._short(q, "neutral", s["neutral_total"], got, why)
-
-        dc = self._divcount()
-        got_hard = self._pick(q, cand, look, s["neg_hard"], "hard",
-                              lambda k: f"{core_txt}; jaccard={j[k]:.2f}", st_core, dc)
-        level = ncore
-        for k_core in range(ncore - 1, 0, -1):
-            if got_hard >= s["neg_hard"]:
-                break
-            level = k_core
-            c2 = self._window(ix.buckets(self.core[:k_core]).get(prof))
-            l2, j2 = self._lookup(c2, seeds, seed_set, st_core)
-            names = ",".join(self._fname(f) for f in self.core[:k_core])
-            got_hard += self._pick(q, c2, l2, s["neg_hard"] - got_hard, "hard",
-                                   lambda k, j2=j2, kc=k_core, nm=names:
-                                   f"relaxed to {kc}/{ncore} core facets ({nm}); jaccard={j2[k]:.2f}",
-                                   st_core, dc)
-        relaxed = f" even after relaxing to {level}/{ncore} core facets" if level < ncore else ""
-        self._short(q, "hard", s["neg_hard"], got_hard,
-                    lambda: f"too few core-matching images{relaxed}: " + why_core())
-        return got_hard
-
-    def _nearmiss_pool(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set) -> int:
-        """Near-miss negatives; returns how many were picked."""
-        ix, s = self.ix, self.s
-        # near-miss: exactly one off facet differs (every facet when neither off nor core facets are set)
-        st_near = _Stats()
-        dc = self._divcount()
-        got_near = 0
-        if self.off:
-            parts, facet_of = [], []
-            for f in self.off:
-                others = [c for c in self.both if c != f]
-                w = self._window(ix.buckets(others).get(prof), self.cap_near)
-                w = self._differ_in(w, f, prof)
-                parts.append(w)
-                facet_of.append(np.full(w.size, f, dtype=np.int64))
-            c3, f3 = np.concatenate(parts), np.concatenate(facet_of)
-            l3, j3 = self._lookup(c3, seeds, seed_set, st_near)
-            got_near = self._pick(
-                q, c3, l3, s["neg_nearmiss"], "nearmiss",
-                lambda k: (f"{self._fname(f3[k])} differs ({self._fval(f3[k], ix.codes[c3[k], f3[k]])} vs "
-                           f"{self._fval(f3[k], prof[f3[k]])}); jaccard={j3[k]:.2f}"),
-                st_near, dc)
-            if got_near < s["neg_nearmiss"] and self.core:
-                f0 = self.core[0]
-                c4 = self._window(ix.buckets([f0]).get(prof), self.cap_near)
-                c4 = c4[self._differ(c4, self.both, prof) > 0]
-                l4, j4 = self._lookup(c4, seeds, seed_set, st_near)
-                got_near += self._pick(q, c4, l4, s["neg_nearmiss"] - got_near, "nearmiss",
-                                       lambda k: f"relaxed: matches {self._fname(f0)} only; jaccard={j4[k]:.2f}",
-                                       st_near, dc)
-            scope = "facet" if self.off_default_all else "off facet"
-            why = lambda: (f"too few images with exactly one {scope} different: "  # noqa: E731
-                           + self._explain(st_near, seeds))
-        else:
-            why = "no facets configured"
-        self._short(q, "nearmiss", s["neg_nearmiss"], got_near, why)
-        return got_near
-
-    def _easy_pool(self, q: PlannedQuery, seeds: np.ndarray, prof: np.ndarray, seed_set, got_hard: int,
-                   got_near: int) -> None:
-        """Easy negatives, plus the hard and near-miss negatives those pools fell short of."""
-        ix, s = self.ix, self.s
-        # easy (+ padding of the negatives the other pools could not supply)
-        quota = s["neg_easy"] + (s["neg_hard"] - got_hard) + (s["neg_nearmiss"] - got_near)
-        st_easy = _Stats()
-        dc = self._divcount()
-        c5 = self._window(ix.global_order, self.cap_easy)
-        st_easy.searched.append(c5)
-        c5 = c5[self._ok(c5, seeds)]
-        j5 = self._jaccard(c5, seed_set)
-        if self.easy_cols:
-            nd = self._differ(c5, self.easy_cols, prof)
-        else:
-            nd = np.zeros(c5.size, dtype=np.int64)
-        low = j5 <= s["easy_max_jaccard"]
-        ne = len(self.easy_cols)
-        got_easy = 0
-        n_easy = [0]
-
-        def why_easy(k: int, tier: str) -> str:
-            pad = "padding for short hard/nearmiss pools; " if n_easy[0] >= s["neg_easy"] else ""
-            n_easy[0] += 1
-            return f"{pad}{tier}: {nd[k]}/{ne} facets differ; jaccard={j5[k]:.2f}"
-
-        tiers = [  # each order computed only when the tiers before it did not fill the pool
-            ("many facets differ, low tag overlap", lambda: np.flatnonzero(low & (nd >= self.easy_min))),
-            ("low tag overlap", lambda: np.flatnonzero(low)),
-            ("fill, lowest tag overlap left", lambda: np.lexsort((c5, j5))),
-        ]
-        for tier, order5 in tiers:
-            if got_easy >= quota:
-                break
-            got_easy += self._pick(q, c5, order5(), quota - got_easy, "easy",
-                                   lambda kk, t=tier: why_easy(kk, t), st_easy, dc)
-        easy_for_easy = min(got_easy, s["neg_easy"])
-        self._short(q, "easy", s["neg_easy"], easy_for_easy,
-                    lambda: "too few eligible images left: " + self._explain(st_easy, seeds))

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..formats import FormatError, iter_json_objects
 from ..losses import Losses
+from .candidates import PlannedQuery
 from .index import Index
-from .planner import PlannedQuery
 from .seeds import file_queries
 
 __all__ = ["read_pools_file", "pool_names", "seed_profile", "IMPORTED"]

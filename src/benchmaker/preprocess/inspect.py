@@ -130,13 +130,18 @@ def _phash_of(im: Image.Image) -> str:
     import imagehash
 
     small = im if im.mode == "L" else flatten(im, "L", orient=False)   # 16-bit scaled, alpha on white
-    factor = min(small.size) // PHASH_DRAFT_SIZE
+    return str(imagehash.phash(_reduced_upright(small, im)))
+
+
+def _reduced_upright(copy: Image.Image, im: Image.Image) -> Image.Image:
+    """``copy`` (``im`` in another mode) box-reduced by an integer factor to about PHASH_DRAFT_SIZE px on
+    its short side, then turned upright by ``im``'s EXIF orientation: what the pHash and the colour
+    signature are computed from."""
+    factor = min(copy.size) // PHASH_DRAFT_SIZE
     if factor > 1:
-        small = small.reduce(factor)
+        copy = copy.reduce(factor)
     method = _TRANSPOSE.get(_orientation(im))
-    if method is not None:
-        small = small.transpose(method)
-    return str(imagehash.phash(small))
+    return copy if method is None else copy.transpose(method)
 
 
 SIGNATURE_GRID = 4  # the colour signature's cells per side
@@ -152,13 +157,7 @@ def color_signature_of(im: Image.Image) -> str:
     upright)."""
     import numpy as np
 
-    rgb = flatten(im, "RGB", orient=False)
-    factor = min(rgb.size) // PHASH_DRAFT_SIZE
-    if factor > 1:
-        rgb = rgb.reduce(factor)
-    method = _TRANSPOSE.get(_orientation(im))
-    if method is not None:
-        rgb = rgb.transpose(method)
+    rgb = _reduced_upright(flatten(im, "RGB", orient=False), im)
     lab = rgb.convert("LAB")
     cells = lab.resize((SIGNATURE_GRID, SIGNATURE_GRID), Image.Resampling.BOX).tobytes()
     spread = min(255, round(float(np.asarray(lab.getchannel(0), dtype=np.float64).std())))

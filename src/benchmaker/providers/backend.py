@@ -21,17 +21,18 @@ provider adds a subclass of :class:`BatchBackend` and a runner whose ``batch_bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .fastjson import loads
 from .parse import Outcome
 
 if TYPE_CHECKING:
     from .engine import Item, Runner
 
-__all__ = ["TERMINAL", "BatchBackend", "BatchInfo"]
+__all__ = ["TERMINAL", "BatchBackend", "BatchInfo", "result_rows"]
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
@@ -95,3 +96,17 @@ class BatchBackend(ABC):
 
     @abstractmethod
     def cancel(self, batch_id: str) -> None: ...
+
+
+def result_rows(lines: Iterable[bytes], path: Path) -> Iterator[dict]:
+    """The JSON objects of a downloaded results file (``lines``: the open file, one object a line; blank
+    lines skipped), for :meth:`BatchBackend.rows`; a line that is not JSON raises naming ``path`` and
+    the line."""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = loads(line)
+        except ValueError:
+            raise ValueError(f"{path}:{lineno}: not valid JSON") from None
+        yield row

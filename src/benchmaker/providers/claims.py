@@ -27,7 +27,7 @@ lost, so a waiting shard then sends what was lost itself). A batch claim names i
 folder instead of a process (build and collect are different processes; a resumed step re-takes its
 own claims) and expires after ``BATCH_CLAIM_SECONDS`` (the Batch API's 24 h completion window plus two
 hours). A collect waiting on a shard whose collect is not running takes its work over (reads the
-answers from that shard's batches, providers/batch.py ``_take_over``); :meth:`Claims.holder` tells a
+answers from that shard's batches, providers/batch_wait.py ``_take_over``); :meth:`Claims.holder` tells a
 waiting collect whom it waits for and until when.
 
 Exclusive create is atomic on local file systems and on NFS v3+, so jobs on several hosts sharing the

@@ -132,7 +132,7 @@ class Runner:
     def accept(self, item: Item, outcome: Outcome) -> dict | None:
         """Validate an answer and cache it if good (under the item's key and its request bytes'),
         recording no cost: :meth:`settle` without the bill (a batch row another shard paid for, read
-        by a collect that takes its work over, providers/batch.py)."""
+        by a collect that takes its work over, providers/batch_wait.py)."""
         if not outcome.ok:
             return None
         problem = validate_answer(outcome.obj, item.spec.schema, item.check)

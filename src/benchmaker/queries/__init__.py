@@ -20,9 +20,10 @@ from typing import Any, Mapping
 
 import polars as pl
 
-from ..formats import FacetModel, read_table, read_table_where, write_table
+from ..formats import FacetModel, read_table, write_table
 from ..logs import get_logger
 from ..losses import Losses
+from ..table_blocks import read_table_where
 from .base import get_writer
 
 __all__ = ["run", "to_write", "finish"]

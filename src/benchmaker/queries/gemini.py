@@ -3,10 +3,7 @@ provider (seeds at ``MEDIA_RESOLUTION_LOW``), sync or batch."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..losses import Losses
-from ..providers.gemini import GeminiRunner
 from .openai import OpenAIWriter
 
 __all__ = ["GeminiWriter"]
@@ -14,9 +11,6 @@ __all__ = ["GeminiWriter"]
 
 class GeminiWriter(OpenAIWriter):
     provider = "gemini"
-
-    def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return GeminiRunner(stage="queries", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run(items, losses)

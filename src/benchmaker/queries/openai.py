@@ -18,9 +18,10 @@ import polars as pl
 from ..formats import FacetModel
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers import batch as pb
+from ..providers.batch_build import build_requests
+from ..providers.batch_collect import collect_results
+from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
-from ..providers.openai.runner import OpenAIRunner
 from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef
 from .prompts import WRITER_IMAGE, check_answer, query_spec
@@ -64,10 +65,11 @@ def answers_to_frame(answers: Mapping[str, dict], order: list[str], writer: str)
 
 
 class OpenAIWriter:
-    """Sync mode (the plain ``queries`` rule). :class:`.gemini.GeminiWriter` overrides ``make_runner``
+    """Sync mode (the plain ``queries`` rule). :class:`.gemini.GeminiWriter` overrides ``provider``
     and ``answers``."""
 
     provider = "openai"
+    stage, item_type = "queries", "query"   # the runner's (sync here, batch in _runner)
 
     def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
                  threads: int = 1, client: Any = None):
@@ -77,7 +79,8 @@ class OpenAIWriter:
         self.name = f"{self.provider}:{self.runner.llm.model}"
 
     def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return OpenAIRunner(stage="queries", item_type="query", settings=settings, cache_dir=cache_dir, client=client)
+        return provider_runner(self.provider, stage=self.stage, item_type=self.item_type, settings=settings,
+                               cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run_sync(items, losses)
@@ -95,8 +98,8 @@ class OpenAIWriter:
 
 # -- batch mode ---------------------------------------------------------------------------------------
 def _runner(settings, cache_dir, adapter: str) -> Runner:
-    return provider_runner(adapter, stage="queries", item_type="query", settings=writer_settings(settings),
-                           cache_dir=cache_dir)
+    return provider_runner(adapter, stage=OpenAIWriter.stage, item_type=OpenAIWriter.item_type,
+                           settings=writer_settings(settings), cache_dir=cache_dir)
 
 
 def build(*, plan: str, annotations: str, images: str, requests: str, manifest: str, settings: Mapping[str, Any],
@@ -108,14 +111,14 @@ def build(*, plan: str, annotations: str, images: str, requests: str, manifest: 
     fm, _, todo, _, ann, imgs = to_write(plan, annotations, images, columns, facets, reuse, reuse_labels)
     runner = _runner(settings, cache_dir, adapter)
     items = query_items(todo, ann, imgs, fm, runner.settings, image_root, Losses("queries"))
-    pb.build_requests(runner, items, requests=requests, manifest=manifest, threads=threads)
+    build_requests(runner, items, requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            cache_dir: str | None = None, adapter: str = "openai") -> None:
     from ..providers.records import batch_metadata
 
-    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
+    submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "queries", "all"))
 
 
@@ -141,7 +144,7 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
                                loss if calls == 1 else Losses("queries"))
 
     with runner.ledger:
-        answers = pb.collect_results(runner, items, manifest=manifest, submitted=submitted,
+        answers = collect_results(runner, items, manifest=manifest, submitted=submitted,
                                      state_dir=state_dir, losses=loss,
                                      metadata=batch_metadata(benchmark, "queries", "all"),
                                      wait=bool(runner.settings["wait"]),

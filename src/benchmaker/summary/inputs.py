@@ -12,9 +12,10 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
-from ..formats import FacetModel, empty_table, read_table, read_table_where
+from ..formats import FacetModel, empty_table, read_table
 from ..io import as_paths
 from ..losses import Losses, read_losses
+from ..table_blocks import read_table_where
 
 __all__ = ["Corpus", "Inputs", "corpus_profile", "facet_counts", "load_inputs", "as_paths", "read_costs", "scan_corpus",
            "tag_counts"]
@@ -88,7 +89,7 @@ def scan_corpus(*, images: str, annotations: str, facets: FacetModel, columns: M
                 block_bytes: int = 64 << 20) -> tuple[Corpus, pl.DataFrame, pl.DataFrame]:
     """One pass over each of the two files, block by block: the corpus counts, and the images and
     annotations rows of the ``keep`` image ids (empty frames without ``keep``)."""
-    from ..formats import concat_blocks, iter_table_blocks
+    from ..table_blocks import concat_blocks, iter_table_blocks
 
     want = keep.cast(pl.String).unique() if keep is not None else pl.Series([], dtype=pl.String)
     n_images, img_rows, dup_groups, n_copies = 0, [], set(), 0

@@ -11,11 +11,8 @@ with resumable state under ``<cache_dir>/gemini-batches``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers.gemini import GeminiRunner
 from .openai import OpenAIAnnotator
 
 __all__ = ["GeminiAnnotator"]
@@ -27,9 +24,6 @@ class GeminiAnnotator(OpenAIAnnotator):
     """The OpenAI annotator's items and answer checks on the Gemini provider, sync or batch."""
 
     provider = "gemini"
-
-    def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return GeminiRunner(stage="vision", item_type="image", settings=settings, cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         return self.runner.run(items, losses)

@@ -17,10 +17,11 @@ from ..formats import FacetModel, empty_table, read_table
 from ..io import iter_jsonl
 from ..logs import get_logger
 from ..losses import Losses
-from ..providers import batch as pb
+from ..providers.batch_build import build_requests
+from ..providers.batch_collect import collect_results
+from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
 from ..providers.fastjson import dumps as fast_dumps
-from ..providers.openai.runner import OpenAIRunner
 from ..providers.records import attach_ledger, batch_metadata, write_costs  # noqa: F401 - also re-exported
 from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
@@ -182,9 +183,10 @@ class AnswerSpill:
 
 class OpenAIAnnotator:
     """Sync mode (the plain ``vision`` rule): bounded concurrency, cache, retries, costs. Other providers
-    subclass it and override ``make_runner`` / ``answers`` (see vision/gemini.py)."""
+    subclass it and override ``provider`` and ``answers`` (see vision/gemini.py)."""
 
     provider = "openai"
+    stage, item_type = "vision", "image"   # the runner's (sync here, batch in _runner)
 
     def __init__(self, *, facets: FacetModel, settings: dict[str, Any], image_root: str, cache_dir: str | None,
                  threads: int = 1, client: Any = None):
@@ -194,8 +196,8 @@ class OpenAIAnnotator:
         self.name = f"{self.provider}:{self.runner.llm.model}"
 
     def make_runner(self, settings: dict[str, Any], cache_dir: str | None, client: Any):
-        return OpenAIRunner(stage="vision", item_type="image", settings=settings, cache_dir=cache_dir,
-                            client=client)
+        return provider_runner(self.provider, stage=self.stage, item_type=self.item_type, settings=settings,
+                               cache_dir=cache_dir, client=client)
 
     def answers(self, items: list, losses: Losses) -> dict[str, dict]:
         if self.settings["mode"] == "batch":
@@ -214,7 +216,8 @@ class OpenAIAnnotator:
 
 # -- batch mode: the three rules ----------------------------------------------------------------------
 def _runner(settings, cache_dir, adapter: str = "openai") -> Runner:
-    return provider_runner(adapter, stage="vision", item_type="image", settings=dict(settings), cache_dir=cache_dir)
+    return provider_runner(adapter, stage=OpenAIAnnotator.stage, item_type=OpenAIAnnotator.item_type,
+                           settings=dict(settings), cache_dir=cache_dir)
 
 
 def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, Any], facets: Mapping[str, Any],
@@ -222,13 +225,13 @@ def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, A
           adapter: str = "openai") -> None:
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
-    pb.build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
+    build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
                       requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            shard: str = "all", cache_dir: str | None = None, adapter: str = "openai") -> None:
-    pb.submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
+    submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
                        state_dir=state_dir, metadata=batch_metadata(benchmark, "vision", shard))
 
 
@@ -249,7 +252,7 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
     try:
         with open(cached_rows, "w", encoding="utf-8") as cost_fh, runner.ledger:
             runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
-            pb.collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
+            collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
                                losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
                                wait=bool(runner.settings["wait"]),
                                poll_seconds=float(runner.settings["poll_seconds"]), on_answer=spill, ids=ids)

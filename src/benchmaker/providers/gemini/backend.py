@@ -16,9 +16,8 @@ from pathlib import Path
 
 from ...io import atomic_path, iter_jsonl
 from ...logs import get_logger
-from ..backend import BatchBackend, BatchInfo
+from ..backend import BatchBackend, BatchInfo, result_rows
 from ..fastjson import dumps as fast_dumps
-from ..fastjson import loads
 from ..parse import Outcome
 from .client import INLINE_BATCH_BYTES, TERMINAL_STATES
 from .wire import parse_response, render_request, request_to_sdk, response_dict
@@ -127,13 +126,7 @@ class GeminiBatchBackend(BatchBackend):
 
     def rows(self, path: Path) -> Iterator[tuple[str, Outcome]]:
         with open(path, "rb") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = loads(line)
-                except ValueError:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON") from None
+            for row in result_rows(fh, path):
                 if "response" in row:
                     yield row["custom_id"], parse_response(row["response"])
                 else:

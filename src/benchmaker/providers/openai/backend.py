@@ -8,8 +8,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ...logs import get_logger
-from ..backend import TERMINAL, BatchBackend, BatchInfo
-from ..fastjson import loads
+from ..backend import TERMINAL, BatchBackend, BatchInfo, result_rows
 from ..parse import Outcome, parse_body
 from ..spec import render_line
 from . import (
@@ -109,13 +108,7 @@ class OpenAIBatchBackend(BatchBackend):
     def rows(self, path: Path) -> Iterator[tuple[str, Outcome]]:
         api = self.runner.llm.api
         with open_result(path) as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = loads(line)
-                except ValueError:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON") from None
+            for row in result_rows(fh, path):
                 yield row["custom_id"], line_outcome(row, api)
 
     def cancel(self, batch_id: str) -> None:
