@@ -88,6 +88,23 @@ def test_deepen_systems_checked_when_the_config_is_validated():
     assert validate_config(cfg)["deepen"]["enabled"] is True
 
 
+def test_compare_metrics_checked_when_the_config_is_validated():
+    # evaluate.compare.metrics took any name: a typo or a cutoff evaluate.k does not compute compared and
+    # gated nothing (no column of per_query.csv has that name) and the comparison said "no regression"
+    cfg = minimal()
+    cfg["evaluate"] = {"k": [10, 20], "compare": {"metrics": ["ndcg@10", "mapp", "ndcg@5", "judged@20", "ndcg@010",
+                                                              "diversity@10", "mrr", "recall@20"]}}
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg)
+    bad = [line for line in str(e.value).splitlines() if "evaluate.compare.metrics" in line]
+    assert len(bad) == 3, bad
+    assert "'mapp' is not a metric" in bad[0] and "diversity@k, judged@k" in bad[0]
+    assert "'ndcg@5'" in bad[1] and "evaluate.k is [10, 20]" in bad[1] and "add 5 to evaluate.k" in bad[1]
+    assert "'ndcg@010'" in bad[2] and "ndcg@10" in bad[2]
+    cfg["evaluate"]["compare"]["metrics"] = ["ndcg@10", "judged@20", "diversity@10", "map", "hit_rate@20"]
+    assert validate_config(cfg)["evaluate"]["compare"]["metrics"][1] == "judged@20"
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]

@@ -174,6 +174,7 @@ NEW_VALUE = {
     "audit.second_judge.name": "other",
     "evaluate.k": [5, 10],
     "evaluate.power.deltas": [0.03],
+    "evaluate.compare.metrics": ["map"],
     "evaluate.facets": ["color"],
     "evaluate.systems.0.pretrained": "openai",
     "evaluate.systems.0.model": "ViT-B-16",

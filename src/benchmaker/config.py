@@ -192,7 +192,9 @@ def _cross_checks(cfg: dict) -> None:
         for f in cfg["evaluate"].get("facets") or []:
             if f not in all_facets:
                 problems.append(f"evaluate.facets: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
-    from .evaluate_settings import deepen_systems  # the workflow's own check (rules/deepen_common.smk)
+    from .evaluate_settings import compare_problems, deepen_systems  # deepen: the workflow's own check
+
+    problems += compare_problems(cfg.get("evaluate") or {})  # the metrics per_query.csv holds (docs/evaluate.md)
 
     try:
         deepen_systems(cfg.get("deepen") or {}, (cfg.get("evaluate") or {}).get("systems") or [])

@@ -18,9 +18,10 @@ from .settings_schema import default, filled, kind_defaults
 from .triggers import runtime_keys
 
 __all__ = ["COLLECTION_KINDS", "COMMON", "CUTOFF_METRICS", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS",
-           "LIVE_KINDS", "LIVE_RUNTIME", "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS",
-           "WHOLE_METRICS", "check_http", "check_milvus", "check_systems", "deepen_systems", "has_corpus_scope",
-           "metric_problem", "render", "reuses_similarity_embeddings", "runs_model", "system_settings"]
+           "LIVE_KINDS", "LIVE_RUNTIME", "MAX_LIMIT", "MEASURES", "MILVUS_DEFAULTS", "MODEL_KINDS",
+           "PLACEHOLDERS", "WHOLE_METRICS", "check_http", "check_milvus", "check_systems", "compare_problems",
+           "deepen_systems", "evaluation_metric_problem", "has_corpus_scope", "metric_problem", "render",
+           "reuses_similarity_embeddings", "runs_model", "system_settings"]
 
 
 # ranx's metrics as the evaluate stage computes them (benchmaker.evaluate.metrics.ranx_metrics): these at each
@@ -38,6 +39,35 @@ def metric_problem(name: Any) -> str | None:
     return (f"{s!r} is not a metric benchmaker computes (ranx's names: "
             + ", ".join(f"{m}@k" for m in CUTOFF_METRICS) + ", " + ", ".join(WHOLE_METRICS)
             + "; k a positive integer, e.g. ndcg@10)")
+
+
+# the measures per_query.csv holds beside ranx's metrics, at each cutoff k (benchmaker.evaluate.stage): not
+# ranx's, never gated by default
+MEASURES = ("diversity", "judged")
+
+
+def evaluation_metric_problem(name: Any, ks: Sequence[int]) -> str | None:
+    """Why ``name`` is not a column of the evaluate stage's ``per_query.csv`` at cutoffs ``ks``
+    (``evaluate.k``), the metrics an evaluation comparison can compare and gate (None when it is one)."""
+    s = str(name)
+    base, at, k = s.partition("@")
+    known = ", ".join([f"{m}@k" for m in CUTOFF_METRICS] + list(WHOLE_METRICS) + [f"{m}@k" for m in MEASURES])
+    if metric_problem(s) is not None and not (at and base in MEASURES and k.isdigit() and int(k) > 0):
+        return f"{s!r} is not a metric the evaluate stage writes ({known}; k one of evaluate.k, e.g. ndcg@{ks[0]})"
+    if at and str(int(k)) != k:
+        return f"{s!r} is not a column of per_query.csv: write {base}@{int(k)}"
+    if at and int(k) not in ks:
+        return (f"{s!r}: evaluate.k is {list(ks)}, so no evaluation has {base}@{k} to compare (add {k} to "
+                f"evaluate.k, or name {base}@{ks[0]})")
+    return None
+
+
+def compare_problems(evaluate: Mapping[str, Any]) -> list[str]:
+    """Messages naming the key, for ``evaluate.compare.metrics`` that the evaluate stage does not write (a name
+    no column of ``per_query.csv`` has would be compared and gated nowhere, silently)."""
+    ks = [int(k) for k in filled("evaluate", evaluate)["k"]]
+    metrics = filled("evaluate.compare", (evaluate or {}).get("compare"))["metrics"] or []
+    return [f"evaluate.compare.metrics: {why}" for m in metrics if (why := evaluation_metric_problem(m, ks))]
 
 
 # an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
