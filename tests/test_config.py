@@ -105,6 +105,26 @@ def test_compare_metrics_checked_when_the_config_is_validated():
     assert validate_config(cfg)["evaluate"]["compare"]["metrics"][1] == "judged@20"
 
 
+@pytest.mark.parametrize("hybrid, needle", [
+    ({"method": "rrff"}, r"systems\[2\].method: 'rrff' is not a ranx fusion method .*rrf, .*wsum"),
+    ({"method": "probfuse"}, r"systems\[2\].method: 'probfuse' needs parameters trained on judged queries"),
+    ({"method": "wsum"}, r"systems\[2\].weights: method 'wsum' needs one weight per fused system"),
+    ({"method": "rrf", "weights": [0.3, 0.7]}, r"systems\[2\].weights: method 'rrf' takes no weights .*wsum"),
+    ({"norm": "minmax"}, r"systems\[2\].norm: 'minmax' is not a ranx normalisation .*min-max"),
+])
+def test_hybrid_fusion_checked_when_the_config_is_validated(hybrid, needle):
+    # validate-config passed these and the hybrid's evaluate job failed in ranx.fuse (ValueError: not supported,
+    # TypeError: missing 'weights' / unexpected 'weights'), after every system it fuses had run
+    cfg = minimal()
+    fused = {"name": "fused", "kind": "hybrid", "systems": ["a", "b"], **hybrid}
+    cfg["evaluate"] = {"systems": [{"name": "a", "kind": "bm25"}, {"name": "b", "kind": "bm25", "k1": 1.0}, fused]}
+    with pytest.raises(ConfigError, match=needle):
+        validate_config(cfg)
+    for ok in ({}, {"method": "wsum", "norm": "min-max", "weights": [0.3, 0.7]}, {"method": "sum", "norm": "zmuv"}):
+        cfg["evaluate"]["systems"][2] = {"name": "fused", "kind": "hybrid", "systems": ["a", "b"], **ok}
+        assert validate_config(cfg)["evaluate"]["systems"][2]["kind"] == "hybrid"
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]

@@ -19,7 +19,8 @@ from .triggers import runtime_keys
 
 __all__ = ["COLLECTION_KINDS", "COMMON", "CUTOFF_METRICS", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS",
            "LIVE_KINDS", "LIVE_RUNTIME", "MAX_LIMIT", "MEASURES", "MILVUS_DEFAULTS", "MODEL_KINDS",
-           "PLACEHOLDERS", "WHOLE_METRICS", "check_http", "check_milvus", "check_systems", "compare_problems",
+           "FUSION_METHODS", "FUSION_NORMS", "PLACEHOLDERS", "TRAINED_FUSION_METHODS", "WEIGHTED_FUSION_METHODS",
+           "WHOLE_METRICS", "check_http", "check_hybrid", "check_milvus", "check_systems", "compare_problems",
            "deepen_systems", "evaluation_metric_problem", "has_corpus_scope", "metric_problem", "render",
            "reuses_similarity_embeddings", "runs_model", "system_settings"]
 
@@ -164,6 +165,39 @@ def check_milvus(s: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
 
 
+# a hybrid system's ranx.fuse methods and normalisations (ranx.fusion.fusion_switch, ranx.normalization.norm_switch)
+# as the hybrid's job calls them, with weights at most (benchmaker.evaluate.systems.hybrid_run): these take none,
+FUSION_METHODS = ("rrf", "sum", "max", "min", "med", "anz", "mnz", "isr", "log_isr", "logn_isr", "bordafuse",
+                  "condorcet")
+# these need one weight per fused system,
+WEIGHTED_FUSION_METHODS = ("wsum", "wmnz", "mixed", "w_bordafuse", "w_condorcet")
+# and these parameters that ranx.optimize_fusion trains on judged queries (or gmnz's gamma, rbc's phi)
+TRAINED_FUSION_METHODS = ("bayesfuse", "mapfuse", "posfuse", "probfuse", "segfuse", "slidefuse", "gmnz", "rbc")
+FUSION_NORMS = ("min-max", "min_max", "max", "sum", "zmuv", "rank", "borda", "min-max-inverted", "min_max_inverted")
+
+
+def check_hybrid(s: Mapping[str, Any], where: str) -> None:
+    """Config errors of a hybrid system's ``method``, ``norm`` and ``weights`` (what ranx.fuse would refuse in
+    the job, after every fused system ran), naming the key."""
+    method, norm, weights = s.get("method"), s.get("norm"), s.get("weights")
+    if method in TRAINED_FUSION_METHODS:
+        raise ConfigError(f"{where}.method: {method!r} needs parameters trained on judged queries "
+                          f"(ranx.optimize_fusion), which a hybrid system does not take; use one of "
+                          f"{', '.join(FUSION_METHODS + WEIGHTED_FUSION_METHODS)}")
+    if method not in FUSION_METHODS + WEIGHTED_FUSION_METHODS:
+        raise ConfigError(f"{where}.method: {method!r} is not a ranx fusion method ({', '.join(FUSION_METHODS)}; "
+                          f"with weights: {', '.join(WEIGHTED_FUSION_METHODS)})")
+    if method in WEIGHTED_FUSION_METHODS and weights is None:
+        raise ConfigError(f"{where}.weights: method {method!r} needs one weight per fused system "
+                          f"(e.g. weights: [0.5, 0.5] for two)")
+    if method in FUSION_METHODS and weights is not None:
+        raise ConfigError(f"{where}.weights: method {method!r} takes no weights (weighted methods: "
+                          f"{', '.join(WEIGHTED_FUSION_METHODS)}; or drop weights)")
+    if norm is not None and norm not in FUSION_NORMS:
+        raise ConfigError(f"{where}.norm: {norm!r} is not a ranx normalisation ({', '.join(FUSION_NORMS)}; "
+                          f"null = none)")
+
+
 KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run", "http", "milvus")
 MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
 # kinds that query a running service: their jobs run where the credentials and the network are (local
@@ -249,6 +283,8 @@ def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise ConfigError(f"{where}.path: a trec_run system needs the run file's path")
         if s["kind"] == "http":
             check_http(s, where)
+        if s["kind"] == "hybrid":
+            check_hybrid(s, where)
         if s["kind"] == "milvus":
             check_milvus(s, where)
         refs = s.get("systems") if s["kind"] == "hybrid" else ([s.get("base")] if s["kind"] == "rerank" else [])
