@@ -125,6 +125,18 @@ def test_hybrid_fusion_checked_when_the_config_is_validated(hybrid, needle):
         assert validate_config(cfg)["evaluate"]["systems"][2]["kind"] == "hybrid"
 
 
+def test_bm25_fields_checked_when_the_config_is_validated():
+    # a bm25 field that is no annotations column passed validate-config and failed the bm25 evaluate job
+    # (FormatError), after upstream and the other systems ran
+    cfg = minimal()
+    cfg["evaluate"] = {"systems": [{"name": "b", "kind": "bm25", "fields": ["summary", "caption", "kind"]}]}
+    with pytest.raises(ConfigError, match=r"evaluate.systems\[0\].fields: 'caption' is not a text column of "
+                                          r"annotations.jsonl \(summary, tags, annotator, kind\)"):
+        validate_config(cfg)
+    cfg["evaluate"]["systems"][0]["fields"] = ["summary", "tags", "kind"]
+    assert validate_config(cfg)["evaluate"]["systems"][0]["fields"] == ["summary", "tags", "kind"]
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]
