@@ -137,6 +137,17 @@ def test_bm25_fields_checked_when_the_config_is_validated():
     assert validate_config(cfg)["evaluate"]["systems"][0]["fields"] == ["summary", "tags", "kind"]
 
 
+def test_metadata_facet_columns_checked_when_the_config_is_validated():
+    # a facet_columns key that is no facet passed validate-config and failed every vision job of the metadata
+    # adapter (benchmaker.vision.metadata's ValueError), after preprocess
+    cfg = minimal()
+    cfg["vision"] = {"adapter": "metadata", "metadata": {"facet_columns": {"kinds": "label_kind"}}}
+    with pytest.raises(ConfigError, match=r"vision.metadata.facet_columns: 'kinds' is not a facet \(facets: kind\)"):
+        validate_config(cfg)
+    cfg["vision"]["metadata"]["facet_columns"] = {"kind": "label_kind"}
+    assert validate_config(cfg)["vision"]["metadata"]["facet_columns"] == {"kind": "label_kind"}
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]

@@ -193,6 +193,10 @@ def _cross_checks(cfg: dict) -> None:
             if f not in all_facets:
                 problems.append(f"evaluate.facets: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
         problems += _bm25_field_problems(cfg["evaluate"]["systems"], list(taxonomy) + list(booleans))
+    for f in meta.get("facet_columns") or {}:  # the metadata adapter refuses them (benchmaker.vision.metadata)
+        if f not in all_facets:
+            problems.append(f"vision.metadata.facet_columns: '{f}' is not a facet (facets: "
+                            f"{', '.join(list(taxonomy) + list(booleans))})")
     from .evaluate_settings import compare_problems, deepen_systems  # deepen: the workflow's own check
 
     problems += compare_problems(cfg.get("evaluate") or {})  # the metrics per_query.csv holds (docs/evaluate.md)
