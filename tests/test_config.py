@@ -148,6 +148,18 @@ def test_metadata_facet_columns_checked_when_the_config_is_validated():
     assert validate_config(cfg)["vision"]["metadata"]["facet_columns"] == {"kind": "label_kind"}
 
 
+@pytest.mark.parametrize("split", ["val-1", "my split", "../test", ""])
+def test_export_split_is_a_name_datasets_loads(split):
+    # any string passed: the dataset was published with data/<split>-*.parquet and a card whose split
+    # datasets.load_dataset refuses ("Split name should match '^\\w+(\\.\\w+)*$'"), ../x written outside data/
+    cfg = minimal()
+    cfg["export"] = {"split": split}
+    with pytest.raises(ConfigError, match=r"export.split: .* does not match .*Hugging Face datasets split name"):
+        validate_config(cfg)
+    cfg["export"] = {"split": "dev.v2"}
+    assert validate_config(cfg)["export"]["split"] == "dev.v2"
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]

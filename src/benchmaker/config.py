@@ -73,6 +73,8 @@ def _format_error(error) -> str:
         return f"unknown key {keys} (allowed here: {allowed})"
     if error.validator == "required":
         return f"missing key at {where}: {error.message}"
+    if error.validator == "pattern" and error.schema.get("description"):  # what the pattern is for
+        return f"{where}: {error.message} ({error.schema['description']})"
     return f"{where}: {error.message}"
 
 
