@@ -160,6 +160,22 @@ def test_export_split_is_a_name_datasets_loads(split):
     assert validate_config(cfg)["export"]["split"] == "dev.v2"
 
 
+@pytest.mark.parametrize("where", ["similarity", "vision.clip", "evaluate.systems.0"])
+def test_device_is_a_torch_device_name(where):
+    # any string passed (the schema said "auto | cuda | mps | cpu | cuda:N" in words only): device: gpu failed the
+    # first model job in torch ("Expected one of cpu, cuda, ...") after preprocess and decode_images ran
+    cfg = minimal()
+    cfg["evaluate"] = {"systems": [{"name": "c", "kind": "clip", "model": "ViT-B-32"}]}
+    node = {"similarity": cfg.setdefault("similarity", {}), "vision.clip": cfg.setdefault("vision", {}).setdefault(
+        "clip", {}), "evaluate.systems.0": cfg["evaluate"]["systems"][0]}[where]
+    node["device"] = "gpu"
+    with pytest.raises(ConfigError, match=rf"{where}.device: 'gpu' does not match .*auto, cpu, mps, cuda or cuda:N"):
+        validate_config(cfg)
+    for ok in ("auto", "cpu", "cuda", "cuda:1", "mps", "CUDA:0"):
+        node["device"] = ok
+        validate_config(cfg)
+
+
 def test_plan_facets_must_exist():
     cfg = minimal()
     cfg["plan"]["core_facets"] = ["nope"]
