@@ -246,6 +246,81 @@ def test_label_studio_csv_export(bench, tmp_path):
         import_labels([{"path": str(tmp_path / "noid.csv")}], s, scale)
 
 
+def _json_min(tasks: list[dict]) -> str:
+    """Label Studio's JSON-MIN export of ``tasks`` (the full JSON export's shape), written as label-studio-sdk's
+    converter writes it (``Converter.convert_to_json_min``, src/label_studio_sdk/converter/converter.py): per
+    task, one record per annotation not cancelled (newest first), a task without annotations one record
+    without a choice; a record is the task's data, ``id``, the Choices value made plain (``prettify_result``:
+    the one choice as a string, else ``{"choices": [...]}``), ``annotator`` (``get_annotator``: the email of
+    a user object, else the id), ``annotation_id``, ``created_at``, ``updated_at``, ``lead_time``."""
+    records = []
+    for task in tasks:
+        anns = [a for a in task.get("annotations") or [] if not (a.get("skipped") or a.get("was_cancelled"))]
+        for ann in (sorted(anns, key=lambda a: a.get("created_at", 0), reverse=True) if task["annotations"]
+                    else [{}]):
+            rec = json.loads(json.dumps(task["data"]))
+            rec["id"] = task["id"]
+            for r in ann.get("result") or []:
+                picked = r["value"]["choices"]
+                rec[r["from_name"]] = picked[0] if len(picked) == 1 else {"choices": picked}
+            who = ann.get("completed_by", {})
+            rec["annotator"] = who.get("email") if isinstance(who, dict) else who
+            for k in ("annotation_id", "created_at", "updated_at", "lead_time"):
+                rec[k] = ann.get("id" if k == "annotation_id" else k)
+            records.append(rec)
+    return "[\n" + ",\n".join(json.dumps(r, indent=2, ensure_ascii=False) for r in records) + "\n]"
+
+
+def test_label_studio_json_min_export(bench, tmp_path):
+    """Label Studio's JSON-MIN export (Export → JSON-MIN): one flat record per annotation, read as the full JSON
+    export is (one rater per annotator, cancelled annotations absent, an unlabelled task not a label), validated."""
+    sample_p, meta_p = audit_support.draw(bench, tmp_path / "audit", sample_size=10)
+    s = read_sample(sample_p)
+    scale = Scale("binary")
+
+    def ann(n, who, lab, cancelled=False):
+        return {"id": n, "completed_by": who, "was_cancelled": cancelled, "lead_time": 4.2,
+                "created_at": f"2026-11-28T10:{n:02d}:00Z", "updated_at": f"2026-11-28T10:{n:02d}:00Z",
+                "result": [{"from_name": L.LS_FROM, "to_name": L.LS_TO, "type": "choices",
+                            "value": {"choices": [scale.choice(lab)]}}]}
+
+    tasks = []
+    for k, r in enumerate(s.iter_rows(named=True)):
+        data = {"image": "/data/local-files/?d=" + r["image_id"], "query_text": r["query_text"],
+                "item_id": r["item_id"], "query_id": r["query_id"], "image_id": r["image_id"], "sample_id": "x"}
+        tasks.append({"id": k + 1, "data": data, "annotations": [
+            ann(3 * k + 1, {"id": 1, "email": "x@lab"}, k % 2), ann(3 * k + 2, 7, 1),
+            ann(3 * k + 3, 7, 0, cancelled=True)]})
+    path = tmp_path / "project-1-at-2026-11-28-json-min.json"
+    path.write_text(_json_min(tasks), encoding="utf-8")
+    assert json.loads(path.read_text())[0]["relevance"] == scale.choice(1)  # the newest annotation first
+    got = import_labels([{"path": str(path), "rater": "lab"}], s, scale)
+    assert sorted(got["rater"].unique().to_list()) == ["lab:7", "lab:x@lab"] and got.height == 20
+    x = dict(got.filter(pl.col("rater") == "lab:x@lab").select("item_id", "label").iter_rows())
+    assert x == {r["item_id"]: k % 2 for k, r in enumerate(s.iter_rows(named=True))}
+    # one annotator, one task not labelled yet: a record without a choice is no label
+    one = [{**t, "annotations": t["annotations"][:1] if k else []} for k, t in enumerate(tasks)]
+    path.write_text(_json_min(one), encoding="utf-8")
+    got = import_labels([{"path": str(path)}], s, scale, require_complete=False)
+    assert got["rater"].unique().to_list() == ["labelstudio:x@lab"] and got.height == 9
+    with pytest.raises(LabelImportError, match="rater 'labelstudio:x@lab' has no label for 1 of 10"):
+        import_labels([{"path": str(path)}], s, scale)
+
+    def refused(recs, match):
+        (tmp_path / "bad.json").write_text(json.dumps(recs))
+        with pytest.raises(LabelImportError, match=match):
+            import_labels([{"path": str(tmp_path / "bad.json")}], s, scale)
+
+    rec = json.loads(_json_min(tasks[:1]))[0]
+    refused([rec, {**rec, "relevance": {"choices": ["a", "b"]}}], r"bad.json: record \[1\]: expected one choice")
+    refused([{k: v for k, v in rec.items() if k not in ("item_id", "query_id")}],
+            r"record \[0\]: needs the task's item_id .*label_studio_tasks")
+    refused([{k: v for k, v in rec.items() if k != "relevance"}],
+            r"record \[0\]: annotation 2 has no 'relevance' choice .*label_studio_config.xml")
+    refused([rec, "x"], r"record \[1\] is not an object")
+    refused([{**rec, "relevance": "very relevant"}], r"record \[0\]: label 'very relevant' is not on the binary")
+
+
 # ---- statistics ------------------------------------------------------------------------------------------------
 
 A_LAB = [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]

@@ -174,6 +174,39 @@ def test_local_path_check_reads_parquet_values_and_refuses(tmp_path):
                       local) == {"p": ["./results/x", "local-dir:<local>/photos", "https://h.org/app/x"], "n": 3}
 
 
+def test_config_paths_are_published_the_same_from_any_build_folder(tmp_path, monkeypatch):
+    """A path the config writes absolutely is published in one form whatever folder the build runs from: it
+    was ./images from the folder holding it and ~/bench/images from another (two byte-different configs)."""
+    from benchmaker.export.scrub import find_local_paths, hide_paths, local_paths, scrub_config
+
+    home = tmp_path / "home"
+    bench, other = home / "bench", tmp_path / "elsewhere"
+    for d in (bench / "images", bench / "models" / "clip", other, tmp_path / "photos"):
+        d.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "photos")
+    monkeypatch.setenv("HOME", str(home))
+    cfg = {"paths": {"image_root": str(bench / "images"), "results": "results", "rights_map": str(tmp_path / "link"),
+                     "metadata_jsonl": "~/bench/meta.jsonl"},
+           "similarity": {"model": f"local-dir:{bench / 'models' / 'clip'}"}}
+
+    def published(cwd: Path) -> tuple[dict, str]:
+        monkeypatch.chdir(cwd)
+        local = local_paths(cfg, [cfg["paths"]["image_root"], cwd / "results" / "b" / "hf_dataset"])
+        text = (f"read {bench / 'images'}/a.jpg, {tmp_path / 'photos'}/r.json and {bench / 'meta.jsonl'} into "
+                f"{cwd}/results/b")
+        (cwd / "out").mkdir()
+        (cwd / "out" / "log.txt").write_text(hide_paths(text, local))
+        assert find_local_paths(cwd / "out", local) == []
+        return hide_paths(scrub_config(cfg), local), (cwd / "out" / "log.txt").read_text()
+
+    here, there = published(bench), published(other)
+    assert here == there
+    assert here[0]["paths"] == {"image_root": "<local>/images", "results": "results", "rights_map": "<local>/link",
+                                "metadata_jsonl": "~/bench/meta.jsonl"}  # the config's text decides, not HOME
+    assert here[0]["similarity"]["model"] == "local-dir:<local>/clip"
+    assert here[1] == "read <local>/images/a.jpg, <local>/link/r.json and ~/bench/meta.jsonl into ./results/b"
+
+
 # ------------------------------------------------------------------------- the workflow, built twice
 def _build(base: Path, numba: Path) -> Path:
     base.mkdir(parents=True)
@@ -248,7 +281,9 @@ def test_nothing_published_names_the_machine(builds):
         names = _machine_names([str(base), str(base.parent), USER, f"home-{USER}"])
         assert scan(res / "hf_dataset", names) == []
     cfg = (builds[0] / "hf_dataset" / "config.yaml").read_text()
-    assert "image_root: ./images" in cfg and "local-dir:./tiny-clip" in cfg
+    # the config's absolute paths (each build's own folder) in the form its text alone decides, whatever the
+    # folder the build ran from (they were ./images here only because each build ran from its own folder)
+    assert "image_root: <local>/images" in cfg and "local-dir:<local>/tiny-clip" in cfg
 
 
 def _trec_eval(qrels: dict, lines: list[str]) -> dict:

@@ -174,6 +174,7 @@ NEW_VALUE = {
     "audit.second_judge.name": "other",
     "evaluate.k": [5, 10],
     "evaluate.power.deltas": [0.03],
+    "evaluate.compare.metrics": ["map"],
     "evaluate.facets": ["color"],
     "evaluate.systems.0.pretrained": "openai",
     "evaluate.systems.0.model": "ViT-B-16",
@@ -186,7 +187,6 @@ NEW_VALUE = {
     "evaluate.systems.1.depth": 50,
     "evaluate.systems.2.method": "sum",
     "evaluate.systems.2.norm": "min-max",
-    "evaluate.systems.2.weights": [0.3, 0.7],
     "evaluate.systems.2.depth": 50,
     "evaluate.systems.3.pretrained": "openai",
     "evaluate.systems.3.model": "ViT-B-16",
@@ -205,7 +205,10 @@ TOGETHER = {"plan.neg_easy": {"plan.neg_easy": 2, "plan.neg_total": 4},
             **{f"audit.rank_bands.{i}.{k}": {"audit.rank_bands": [
                 {"max_rank": 3 + ((i, k) == (0, "max_rank")), "weight": 4 + ((i, k) == (0, "weight"))},
                 {"max_rank": 10 + ((i, k) == (1, "max_rank")), "weight": 2 + ((i, k) == (1, "weight"))}]}
-               for i in (0, 1) for k in ("max_rank", "weight")}}
+               for i in (0, 1) for k in ("max_rank", "weight")},
+            # weights only with a weighted method (evaluate_settings.check_hybrid)
+            "evaluate.systems.2.weights": {"evaluate.systems.2.method": "wsum",
+                                           "evaluate.systems.2.weights": [0.3, 0.7]}}
 
 # settings this test does not change, and why
 SKIP = {

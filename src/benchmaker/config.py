@@ -73,6 +73,8 @@ def _format_error(error) -> str:
         return f"unknown key {keys} (allowed here: {allowed})"
     if error.validator == "required":
         return f"missing key at {where}: {error.message}"
+    if error.validator == "pattern" and error.schema.get("description"):  # what the pattern is for
+        return f"{where}: {error.message} ({error.schema['description']})"
     return f"{where}: {error.message}"
 
 
@@ -192,7 +194,14 @@ def _cross_checks(cfg: dict) -> None:
         for f in cfg["evaluate"].get("facets") or []:
             if f not in all_facets:
                 problems.append(f"evaluate.facets: '{f}' is not a facet (known: {', '.join(sorted(all_facets))})")
-    from .evaluate_settings import deepen_systems  # the workflow's own check (rules/deepen_common.smk)
+        problems += _bm25_field_problems(cfg["evaluate"]["systems"], list(taxonomy) + list(booleans))
+    for f in meta.get("facet_columns") or {}:  # the metadata adapter refuses them (benchmaker.vision.metadata)
+        if f not in all_facets:
+            problems.append(f"vision.metadata.facet_columns: '{f}' is not a facet (facets: "
+                            f"{', '.join(list(taxonomy) + list(booleans))})")
+    from .evaluate_settings import compare_problems, deepen_systems  # deepen: the workflow's own check
+
+    problems += compare_problems(cfg.get("evaluate") or {})  # the metrics per_query.csv holds (docs/evaluate.md)
 
     try:
         deepen_systems(cfg.get("deepen") or {}, (cfg.get("evaluate") or {}).get("systems") or [])
@@ -200,6 +209,20 @@ def _cross_checks(cfg: dict) -> None:
         problems.append(str(exc))
     if problems:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def _bm25_field_problems(systems: list, facets: list[str]) -> list[str]:
+    """Messages for bm25 ``fields`` that are not columns of annotations.jsonl (the bm25 job reads them there)."""
+    from .formats import KINDS
+
+    known = [c for c, dtype in KINDS["annotations"].required.items() if dtype is not None and c != "image_id"] + facets
+    out = []
+    for i, s in enumerate(systems):
+        if isinstance(s, Mapping) and s.get("kind") == "bm25":
+            out += [f"evaluate.systems[{i}].fields: '{f}' is not a text column of annotations.jsonl "
+                    f"({', '.join(known)})"
+                    for f in s.get("fields") or [] if f not in known]
+    return out
 
 
 def yaml_error_message(path: str | Path, exc: yaml.YAMLError) -> str:

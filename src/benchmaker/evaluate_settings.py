@@ -18,9 +18,11 @@ from .settings_schema import default, filled, kind_defaults
 from .triggers import runtime_keys
 
 __all__ = ["COLLECTION_KINDS", "COMMON", "CUTOFF_METRICS", "DEFAULTS", "EMBEDDING_KEYS", "HTTP_DEFAULTS", "KINDS",
-           "LIVE_KINDS", "LIVE_RUNTIME", "MAX_LIMIT", "MILVUS_DEFAULTS", "MODEL_KINDS", "PLACEHOLDERS",
-           "WHOLE_METRICS", "check_http", "check_milvus", "check_systems", "deepen_systems", "has_corpus_scope",
-           "metric_problem", "render", "reuses_similarity_embeddings", "runs_model", "system_settings"]
+           "LIVE_KINDS", "LIVE_RUNTIME", "MAX_LIMIT", "MEASURES", "MILVUS_DEFAULTS", "MODEL_KINDS",
+           "FUSION_METHODS", "FUSION_NORMS", "PLACEHOLDERS", "TRAINED_FUSION_METHODS", "WEIGHTED_FUSION_METHODS",
+           "WHOLE_METRICS", "check_http", "check_hybrid", "check_milvus", "check_systems", "compare_problems",
+           "deepen_systems", "evaluation_metric_problem", "has_corpus_scope", "metric_problem", "render",
+           "reuses_similarity_embeddings", "runs_model", "system_settings"]
 
 
 # ranx's metrics as the evaluate stage computes them (benchmaker.evaluate.metrics.ranx_metrics): these at each
@@ -38,6 +40,35 @@ def metric_problem(name: Any) -> str | None:
     return (f"{s!r} is not a metric benchmaker computes (ranx's names: "
             + ", ".join(f"{m}@k" for m in CUTOFF_METRICS) + ", " + ", ".join(WHOLE_METRICS)
             + "; k a positive integer, e.g. ndcg@10)")
+
+
+# the measures per_query.csv holds beside ranx's metrics, at each cutoff k (benchmaker.evaluate.stage): not
+# ranx's, never gated by default
+MEASURES = ("diversity", "judged")
+
+
+def evaluation_metric_problem(name: Any, ks: Sequence[int]) -> str | None:
+    """Why ``name`` is not a column of the evaluate stage's ``per_query.csv`` at cutoffs ``ks``
+    (``evaluate.k``), the metrics an evaluation comparison can compare and gate (None when it is one)."""
+    s = str(name)
+    base, at, k = s.partition("@")
+    known = ", ".join([f"{m}@k" for m in CUTOFF_METRICS] + list(WHOLE_METRICS) + [f"{m}@k" for m in MEASURES])
+    if metric_problem(s) is not None and not (at and base in MEASURES and k.isdigit() and int(k) > 0):
+        return f"{s!r} is not a metric the evaluate stage writes ({known}; k one of evaluate.k, e.g. ndcg@{ks[0]})"
+    if at and str(int(k)) != k:
+        return f"{s!r} is not a column of per_query.csv: write {base}@{int(k)}"
+    if at and int(k) not in ks:
+        return (f"{s!r}: evaluate.k is {list(ks)}, so no evaluation has {base}@{k} to compare (add {k} to "
+                f"evaluate.k, or name {base}@{ks[0]})")
+    return None
+
+
+def compare_problems(evaluate: Mapping[str, Any]) -> list[str]:
+    """Messages naming the key, for ``evaluate.compare.metrics`` that the evaluate stage does not write (a name
+    no column of ``per_query.csv`` has would be compared and gated nowhere, silently)."""
+    ks = [int(k) for k in filled("evaluate", evaluate)["k"]]
+    metrics = filled("evaluate.compare", (evaluate or {}).get("compare"))["metrics"] or []
+    return [f"evaluate.compare.metrics: {why}" for m in metrics if (why := evaluation_metric_problem(m, ks))]
 
 
 # an http system's settings and defaults: the schema's (evaluate.systems x-kind-defaults)
@@ -134,6 +165,39 @@ def check_milvus(s: Mapping[str, Any], where: str) -> None:
         raise ConfigError(f"{where}.depth: Milvus returns at most {MAX_LIMIT} hits per search")
 
 
+# a hybrid system's ranx.fuse methods and normalisations (ranx.fusion.fusion_switch, ranx.normalization.norm_switch)
+# as the hybrid's job calls them, with weights at most (benchmaker.evaluate.systems.hybrid_run): these take none,
+FUSION_METHODS = ("rrf", "sum", "max", "min", "med", "anz", "mnz", "isr", "log_isr", "logn_isr", "bordafuse",
+                  "condorcet")
+# these need one weight per fused system,
+WEIGHTED_FUSION_METHODS = ("wsum", "wmnz", "mixed", "w_bordafuse", "w_condorcet")
+# and these parameters that ranx.optimize_fusion trains on judged queries (or gmnz's gamma, rbc's phi)
+TRAINED_FUSION_METHODS = ("bayesfuse", "mapfuse", "posfuse", "probfuse", "segfuse", "slidefuse", "gmnz", "rbc")
+FUSION_NORMS = ("min-max", "min_max", "max", "sum", "zmuv", "rank", "borda", "min-max-inverted", "min_max_inverted")
+
+
+def check_hybrid(s: Mapping[str, Any], where: str) -> None:
+    """Config errors of a hybrid system's ``method``, ``norm`` and ``weights`` (what ranx.fuse would refuse in
+    the job, after every fused system ran), naming the key."""
+    method, norm, weights = s.get("method"), s.get("norm"), s.get("weights")
+    if method in TRAINED_FUSION_METHODS:
+        raise ConfigError(f"{where}.method: {method!r} needs parameters trained on judged queries "
+                          f"(ranx.optimize_fusion), which a hybrid system does not take; use one of "
+                          f"{', '.join(FUSION_METHODS + WEIGHTED_FUSION_METHODS)}")
+    if method not in FUSION_METHODS + WEIGHTED_FUSION_METHODS:
+        raise ConfigError(f"{where}.method: {method!r} is not a ranx fusion method ({', '.join(FUSION_METHODS)}; "
+                          f"with weights: {', '.join(WEIGHTED_FUSION_METHODS)})")
+    if method in WEIGHTED_FUSION_METHODS and weights is None:
+        raise ConfigError(f"{where}.weights: method {method!r} needs one weight per fused system "
+                          f"(e.g. weights: [0.5, 0.5] for two)")
+    if method in FUSION_METHODS and weights is not None:
+        raise ConfigError(f"{where}.weights: method {method!r} takes no weights (weighted methods: "
+                          f"{', '.join(WEIGHTED_FUSION_METHODS)}; or drop weights)")
+    if norm is not None and norm not in FUSION_NORMS:
+        raise ConfigError(f"{where}.norm: {norm!r} is not a ranx normalisation ({', '.join(FUSION_NORMS)}; "
+                          f"null = none)")
+
+
 KINDS = ("clip", "bm25", "hybrid", "rerank", "trec_run", "http", "milvus")
 MODEL_KINDS = ("clip",)  # kinds that run a model in the job itself (GPU resources)
 # kinds that query a running service: their jobs run where the credentials and the network are (local
@@ -219,6 +283,8 @@ def check_systems(evaluate: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise ConfigError(f"{where}.path: a trec_run system needs the run file's path")
         if s["kind"] == "http":
             check_http(s, where)
+        if s["kind"] == "hybrid":
+            check_hybrid(s, where)
         if s["kind"] == "milvus":
             check_milvus(s, where)
         refs = s.get("systems") if s["kind"] == "hybrid" else ([s.get("base")] if s["kind"] == "rerank" else [])

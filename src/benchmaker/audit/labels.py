@@ -1,5 +1,5 @@
-"""Import of human labels: the page's JSON or CSV export, a filled-in ``sample.csv``, a Label Studio JSON or
-CSV export.
+"""Import of human labels: the page's JSON or CSV export, a filled-in ``sample.csv``, a Label Studio JSON,
+JSON-MIN or CSV export.
 
 Every file is checked against the audit sample; a problem raises :class:`LabelImportError` naming the
 file, the row (1-based; CSV rows count the header as row 1) and what to do:
@@ -58,7 +58,8 @@ def _records_label_studio(path: Path, tasks: list) -> Iterable[tuple[str, dict]]
 
     for t_i, task in enumerate(tasks):
         if not isinstance(task, Mapping) or not isinstance(task.get("data"), Mapping):
-            raise LabelImportError(f"{path}: task [{t_i}] has no 'data' object (not a Label Studio JSON export)")
+            raise LabelImportError(f"{path}: task [{t_i}] has no 'data' object (not a Label Studio JSON export; "
+                                   "a JSON-MIN export's records each have 'annotator')")
         data = task["data"]
         for a_i, ann in enumerate(task.get("annotations") or []):
             if ann.get("was_cancelled"):
@@ -73,6 +74,35 @@ def _records_label_studio(path: Path, tasks: list) -> Iterable[tuple[str, dict]]
             yield f"task [{t_i}] annotation [{a_i}]", {
                 "item_id": data.get("item_id"), "query_id": data.get("query_id"), "image_id": data.get("image_id"),
                 "query_text": data.get("query_text"), "label": picked[0], "rater_ls": _completed_by(ann)}
+
+
+def _records_label_studio_min(path: Path, records: list) -> Iterable[tuple[str, dict]]:
+    """Label Studio's JSON-MIN export (label-studio-sdk's ``Converter.convert_to_json_min``): one flat object
+    per annotation that was not cancelled: the task's data fields, ``id`` (the task's), the choice under the
+    Choices name (a string; an object ``{"choices": [...]}`` when several were picked), ``annotator`` (the
+    user's email or id), ``annotation_id``, ``created_at``, ``updated_at``, ``lead_time``; a task without
+    annotations is one object without a choice (not labelled)."""
+    from .labelling import LS_FROM
+
+    for i, r in enumerate(records):
+        where = f"record [{i}]"
+        if not isinstance(r, Mapping):
+            raise LabelImportError(f"{path}: {where} is not an object (a Label Studio JSON-MIN export is a list of "
+                                   "objects)")
+        if _clean(r.get("item_id")) is None and not (_clean(r.get("query_id")) and _clean(r.get("image_id"))):
+            raise LabelImportError(f"{path}: {where}: needs the task's item_id (or query_id and image_id): import "
+                                   "the tasks from audit/labelling/label_studio_tasks*.json into Label Studio")
+        choice = r.get(LS_FROM)
+        if choice is None:
+            if r.get("annotation_id") is not None:
+                raise LabelImportError(f"{path}: {where}: annotation {r['annotation_id']} has no '{LS_FROM}' choice "
+                                       "(label with the project's interface audit/labelling/label_studio_config.xml)")
+            continue  # a task not labelled yet
+        if not isinstance(choice, (str, int)) or isinstance(choice, bool):
+            raise LabelImportError(f"{path}: {where}: expected one choice under '{LS_FROM}', got {choice!r}")
+        who = r.get("annotator")
+        yield where, {"item_id": r.get("item_id"), "query_id": r.get("query_id"), "image_id": r.get("image_id"),
+                      "query_text": r.get("query_text"), "label": choice, "rater_ls": "" if who is None else str(who)}
 
 
 def _records_csv(path: Path) -> tuple[str, list[tuple[str, dict]]]:
@@ -117,10 +147,13 @@ def read_label_file(path: str | Path) -> tuple[str, list[tuple[str, dict]]]:
         raise LabelImportError(f"{path}: neither CSV (by its name) nor valid JSON: {exc}") from None
     if isinstance(doc, Mapping) and doc.get("format") == "benchmaker-audit-labels":
         return "page", list(_records_page(path, doc))
+    if isinstance(doc, list) and doc and isinstance(doc[0], Mapping) and "data" not in doc[0] \
+            and "annotator" in doc[0]:  # JSON-MIN: flat records, each with its annotator; full JSON: tasks
+        return "label-studio-json-min", list(_records_label_studio_min(path, doc))
     if isinstance(doc, list):
         return "label-studio", list(_records_label_studio(path, doc))
     raise LabelImportError(f"{path}: unknown JSON label file (expected the labelling page's export, "
-                           "format 'benchmaker-audit-labels', or a Label Studio JSON export, a list of tasks)")
+                           "format 'benchmaker-audit-labels', or a Label Studio JSON or JSON-MIN export, a list)")
 
 
 def _clean(v: Any) -> str | None:

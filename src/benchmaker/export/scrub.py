@@ -100,44 +100,46 @@ def _path_strings(obj: Any) -> Iterable[str]:
             yield s
 
 
+def _public(f: Path, bases: Iterable[tuple[Path, str]]) -> str:
+    """``f`` relative to the first of ``bases`` (folder, its public name) that holds it, else ``<local>/<name>``."""
+    for base, public in bases:
+        try:
+            rel = f.relative_to(base)
+        except ValueError:
+            continue
+        return public if str(rel) == "." else f"{public}/{rel}"
+    return f"{LOCAL}/{f.name}"
+
+
+def _forms(path: str, cwd: Path) -> set[str]:
+    """The absolute forms of ``path`` (as given, ``~`` expanded, relative to ``cwd``; and resolved), less ``/``."""
+    p = Path(os.path.expanduser(path))
+    if not p.is_absolute():
+        p = cwd / p
+    return {form for form in (os.path.abspath(p), os.path.realpath(p)) if form not in ("/", "")}
+
+
 def local_paths(config: Any = None, extra: Iterable[str | os.PathLike | None] = ()) -> dict[str, str]:
     """Absolute paths of this machine that may appear in the export, each with its public form.
 
     The paths named in the (public) config (also ``local-dir:`` model folders), the working folder,
     the home folder and ``extra`` (the image folder, the results folder), each as given and resolved.
-    Public forms do not depend on where the build ran: a path under the working folder becomes
-    relative (``./images``), one under the home folder ``~/...``, any other ``<local>/<its name>``,
-    so two builds of the same benchmark from different folders publish the same bytes."""
+    Public forms do not depend on where the build ran: a path the config writes absolutely is
+    ``<local>/<its name>`` (and one written ``~/...`` stays so), resolved or not, whatever the working
+    and home folders (the text of the config decides it); any other path under the working folder
+    becomes relative (``./results/...``: relative config paths resolve there), one under the home
+    folder ``~/...``, any other ``<local>/<its name>``. So two builds of the same benchmark from
+    different folders, or on different executors, publish the same bytes."""
     cwd = Path.cwd().resolve()
     home = Path.home().resolve()
-    raw = set(_path_strings(config)) | {str(p) for p in extra if p} | {str(cwd), str(home)}
+    homes = ((home, "~"), (Path(os.path.realpath(home)), "~"))
     out: dict[str, str] = {}
-    for r in raw:
-        p = Path(os.path.expanduser(r))
-        if not p.is_absolute():
-            p = cwd / p
-        for form in {os.path.abspath(p), os.path.realpath(p)}:
-            if form in ("/", ""):
-                continue
-            f = Path(form)
-            try:
-                rel = f.relative_to(cwd)
-                out[form] = "." if str(rel) == "." else f"./{rel}"
-                continue
-            except ValueError:
-                pass
-            for base, public in ((Path(os.path.realpath(cwd)), "."), (home, "~"), (Path(os.path.realpath(home)), "~")):
-                try:
-                    rel = f.relative_to(base)
-                    out[form] = public if str(rel) == "." else f"{public}/{rel}"
-                    break
-                except ValueError:
-                    continue
-            else:
-                out[form] = f"{LOCAL}/{f.name}"
-    for r in raw:  # "~/x" as written in a config is already public
-        if r.startswith("~"):
-            out.pop(r, None)
+    for r in {str(p) for p in extra if p} | {str(cwd), str(home)}:
+        for form in _forms(r, cwd):
+            out[form] = _public(Path(form), ((cwd, "."), (Path(os.path.realpath(cwd)), "."), *homes))
+    for r in set(_path_strings(config)):  # from the config's text alone: never relative to where the build ran
+        p = Path(os.path.abspath(os.path.expanduser(r)))
+        out.update(dict.fromkeys(_forms(r, cwd), _public(p, homes) if r.startswith("~") else f"{LOCAL}/{p.name}"))
     return out
 
 
