@@ -789,6 +789,26 @@ def test_rank_stratum_bands_weights_and_over_sampling(bench):
         draw_sample(q, p, a, fm, **(kw | {"ranks": None, "strata": ["judge_label"]})))
 
 
+def test_pool_stratum_of_one_pool_draws_the_pairs_without_it(bench):
+    """docs/trust.md's 1-pool row of the pool-strata comparison: with every pair in one pool, the strata
+    [pool, judge_label, rank] draw the same pairs with the same weights as [judge_label, rank]; with
+    several pools they do not (the floor per stratum moves pairs)."""
+    from benchmaker.audit.sample import rank_strata
+
+    q, p, a, fm = _tables(bench)
+    ranks = rank_strata(q, _runs_of(q), [{"max_rank": 2, "weight": 4}, {"max_rank": 5, "weight": 2}])
+    kw = dict(sample_size=40, seed=7, min_per_stratum=2, ranks=ranks)
+
+    def drawn(qr, strata):
+        return draw_sample(qr, p, a, fm, strata=strata, **kw).select("query_id", "image_id", "weight").sort(
+            "query_id", "image_id")
+
+    one = q.with_columns(pl.lit("random").alias("pool"))
+    assert drawn(one, ["pool", "judge_label", "rank"]).equals(drawn(one, ["judge_label", "rank"]))
+    assert q["pool"].n_unique() > 1
+    assert not drawn(q, ["pool", "judge_label", "rank"]).equals(drawn(q, ["judge_label", "rank"]))
+
+
 def test_sample_run_without_systems_is_the_sample_without_the_rank_stratum(bench, tmp_path):
     s_new, m_new = audit_support.draw(bench, tmp_path / "new", strata=["pool", "judge_label", "rank"])
     s_old, m_old = audit_support.draw(bench, tmp_path / "old")  # strata [pool, judge_label]
