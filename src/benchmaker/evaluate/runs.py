@@ -38,6 +38,7 @@ __all__ = [
     "sort_run",
     "strict_scores",
     "to_ranx_run",
+    "trec_eval_ties",
     "write_run",
 ]
 
@@ -90,6 +91,25 @@ def strict_scores(run: pl.DataFrame) -> pl.DataFrame:
                .select(pl.col("u").cum_min().over("q"))["u"].to_numpy() - pos)
     lowered = np.maximum(lowered, np.where(key == _NEG_INF_KEY32, key, _NEG_INF_KEY32 + 1))
     return run.with_columns(pl.Series("score", _key_floats(lowered), dtype=pl.Float32))
+
+
+def trec_eval_ties(run: pl.DataFrame) -> pl.DataFrame:
+    """A run read from someone else's file with its ties broken as trec_eval breaks them.
+
+    trec_eval (and pytrec_eval, its code) orders a query's documents by score descending and tied
+    scores by document id **descending** (the id as written in the file, byte order:
+    ``form_res_rels.c``, ``comp_sim_docno``); our canonical order breaks ties by image id ascending
+    (:func:`sort_run`). So that the leaderboard gives trec_eval's numbers on the user's own file, the
+    run's scores are made strictly decreasing in trec_eval's order (float32, as :func:`strict_scores`
+    writes them): tied scores move by a few units in the last place, no other order changes."""
+    if not run.height:
+        return run
+    d = run["image_id"].unique().to_list()
+    docno = dict(zip(d, (trec_id(x) for x in d)))
+    r = (run.with_columns(pl.col("image_id").replace_strict(docno, return_dtype=pl.String).alias("_docno"))
+         .sort(["query_id", "score", "_docno"], descending=[False, True, True])
+         .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id").alias("rank")))
+    return strict_scores(r).select("query_id", "image_id", pl.col("score").cast(pl.Float64))
 
 
 def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:

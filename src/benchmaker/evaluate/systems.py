@@ -58,7 +58,7 @@ from .data import Bench, load_bench
 from .live import http_run
 from .milvus import milvus_run
 from .rerank import rerank_run
-from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, write_run
+from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, trec_eval_ties, write_run
 
 __all__ = [
     "KINDS",
@@ -306,7 +306,8 @@ def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tup
         log.warning("evaluate %s: %d lines with unknown query ids and %d with unknown image ids dropped "
                     "(losses file)", system["name"], bad_q.height, bad_d.height)
     run = run.filter(pl.col("query_id").is_in(list(known_q)) & pl.col("image_id").is_in(list(known_d)))
-    return run, {}
+    # ties as trec_eval breaks them in the user's file, so the leaderboard is trec_eval's number on it
+    return trec_eval_ties(run), {}
 
 
 # ------------------------------------------------------------------------------------------------ stage

@@ -1,0 +1,87 @@
+"""What a user of another system brings to the evaluate stage (a TREC run file) and what the tools that read
+the published benchmark report on it: the leaderboard must give trec_eval's numbers on the user's own file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from openai_helpers import images_frame
+
+from benchmaker.evaluate import systems
+from benchmaker.evaluate.runs import read_run
+from benchmaker.formats import write_table
+from benchmaker.ids import trec_id
+
+
+@pytest.fixture()
+def bench(tmp_path, tiny_corpus) -> Path:
+    """The tiny corpus's images, two queries whose pools hold half of them (every third relevant)."""
+    imgs = images_frame(tiny_corpus).drop("caption")
+    write_table(imgs, "images", tmp_path / "images.jsonl")
+    ids = imgs["image_id"].to_list()
+    rows = []
+    for n in range(2):
+        for j, iid in enumerate(ids[n::2]):
+            rows.append({"query_id": f"q{n}", "query_text": f"query {n}", "image_id": iid,
+                         "relevance_label": int(j % 3 == 0), "pool": "seed" if j == 0 else "hard",
+                         "is_seed": j == 0, "seed_not_relevant": False, "judge": "test"})
+    write_table(pl.DataFrame(rows), "qrels", tmp_path / "qrels.jsonl")
+    return tmp_path
+
+
+def _external(bench: Path, path: Path, name: str = "other") -> dict:
+    out = bench / "evaluate" / "runs"
+    out.mkdir(parents=True, exist_ok=True)
+    system = {"name": name, "kind": "trec_run", "path": str(path)}
+    systems.run(system=system, systems=[system], qrels=str(bench / "qrels.jsonl"), images=str(bench / "images.jsonl"),
+                run_file=str(out / f"{name}.trec"), meta=str(out / f"{name}.json"),
+                losses=str(bench / "losses" / f"{name}.jsonl"), costs=str(bench / "costs" / f"{name}.jsonl"))
+    return out / f"{name}.trec"
+
+
+def _qrels_dict(bench: Path) -> dict:
+    q = pl.read_ndjson(bench / "qrels.jsonl")
+    out: dict = {}
+    for a, b, c in q.select("query_id", "image_id", "relevance_label").iter_rows():
+        out.setdefault(trec_id(a), {})[trec_id(b)] = int(c)
+    return out
+
+
+def _trec_eval(qrels: dict, run_file: Path) -> dict:
+    """trec_eval's numbers (pytrec_eval is trec_eval's code: its tie rule is trec_eval's) on a run file."""
+    import pytrec_eval
+
+    run: dict = {}
+    for line in run_file.read_text().splitlines():
+        q, _, d, _, s, _ = line.split()
+        run.setdefault(q, {})[d] = float(s)
+    per = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "map", "recip_rank", "P.5"}).evaluate(run)
+    return {m: float(np.mean([per[q][m] for q in per])) for m in ("ndcg_cut_10", "map", "recip_rank", "P_5")}
+
+
+def test_ties_in_a_users_run_are_broken_as_trec_eval_breaks_them(bench):
+    """A user's run with tied scores (4 score levels over the whole corpus): the run the evaluate stage
+    writes, and so the leaderboard, rank the tied images as trec_eval ranks the user's own file (by
+    document id, descending), not by image id ascending."""
+    ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    rng = random.Random(7)
+    user = bench / "user.trec"
+    with open(user, "w") as fh:
+        for q in ("q0", "q1"):
+            scored = sorted(((round(rng.random() * 3) / 3, d) for d in ids), key=lambda x: -x[0])
+            fh.writelines(f"{q} Q0 {trec_id(d)} {i} {s:.4f} user\n" for i, (s, d) in enumerate(scored, 1))
+    ours = _external(bench, user)
+    qrels = _qrels_dict(bench)
+    want, got = _trec_eval(qrels, user), _trec_eval(qrels, ours)
+    assert got == pytest.approx(want, abs=1e-9)
+    # the order itself: within a tie, the larger document id first
+    first = read_run(ours).filter(pl.col("query_id") == "q0").sort("score", descending=True)
+    user_q0 = [ln.split() for ln in user.read_text().splitlines() if ln.startswith("q0 ")]
+    top = max(float(x[4]) for x in user_q0)
+    tied = sorted((x[2] for x in user_q0 if float(x[4]) == top), reverse=True)
+    assert [trec_id(x) for x in first["image_id"].to_list()[:len(tied)]] == tied
+
