@@ -13,7 +13,7 @@ from openai_helpers import images_frame
 
 from benchmaker.evaluate import systems
 from benchmaker.evaluate.runs import read_run
-from benchmaker.formats import write_table
+from benchmaker.formats import FormatError, write_table
 from benchmaker.ids import trec_id
 
 
@@ -85,3 +85,28 @@ def test_ties_in_a_users_run_are_broken_as_trec_eval_breaks_them(bench):
     tied = sorted((x[2] for x in user_q0 if float(x[4]) == top), reverse=True)
     assert [trec_id(x) for x in first["image_id"].to_list()[:len(tied)]] == tied
 
+
+def _user_run(bench: Path, path: Path, qmap=lambda q: q, dmap=trec_id) -> Path:
+    ids = pl.read_ndjson(bench / "images.jsonl")["image_id"].to_list()
+    with open(path, "w") as fh:
+        for q in ("q0", "q1"):
+            fh.writelines(f"{qmap(q)} Q0 {dmap(d)} {i} {1 - i / 100} user\n" for i, d in enumerate(ids, 1))
+    return path
+
+
+@pytest.mark.parametrize(("what", "qmap", "dmap", "match"), [
+    ("query", lambda q: f"oldbench_{q}", trec_id, r"none of the 2 query ids .*'oldbench_q0'.*'q0'"),
+    ("image", lambda q: q, lambda d: f"other/{d}", r"none of the \d+ image ids .*'other/"),
+])
+def test_a_run_for_another_benchmark_is_an_error_naming_the_ids(bench, what, qmap, dmap, match):
+    """A run none of whose query (or image) ids is the benchmark's (made for another benchmark or version)
+    would score 0 everywhere with a warning only: it is an error that shows both kinds of ids."""
+    run = _user_run(bench, bench / "old.trec", qmap, dmap)
+    with pytest.raises(FormatError, match=match):
+        _external(bench, run)
+    # a run with some unknown lines is a documented treatment: those lines are dropped and listed
+    with open(run, "a") as fh:
+        fh.write(_user_run(bench, bench / "ok.trec").read_text())
+    _external(bench, bench / "old.trec", name="mixed")
+    lost = pl.read_ndjson(bench / "losses" / "mixed.jsonl")
+    assert lost.height and set(lost["reason"]) == {f"unknown_{what}"}
