@@ -110,3 +110,14 @@ def test_a_run_for_another_benchmark_is_an_error_naming_the_ids(bench, what, qma
     _external(bench, bench / "old.trec", name="mixed")
     lost = pl.read_ndjson(bench / "losses" / "mixed.jsonl")
     assert lost.height and set(lost["reason"]) == {f"unknown_{what}"}
+
+
+@pytest.mark.parametrize("sep", [" ", "\t"])  # the fast reader (single spaces) and the careful one
+def test_a_nan_score_is_an_error_naming_the_line(tmp_path, sep):
+    """A NaN score orders nothing (trec_eval's qsort then gives an arbitrary ranking, polars sorts NaN
+    first): it is an error naming the file and line, never a document at rank 1."""
+    path = tmp_path / "nan.trec"
+    lines = ["q1 Q0 a 1 0.9 x", "q1 Q0 b 2 nan x", "q1 Q0 c 3 0.1 x"]
+    path.write_text("".join(sep.join(x.split()) + "\n" for x in lines))
+    with pytest.raises(FormatError, match=r"nan\.trec:2: .*score.*NaN"):
+        read_run(path)

@@ -156,6 +156,8 @@ def _read_fast(path: Path) -> pl.DataFrame | None:
         score = raw["score"].cast(pl.Float64, strict=True)
     except pl.exceptions.PolarsError:
         return None
+    if score.is_nan().any():  # the careful reader names the line
+        return None
     decode = {}
     for col in ("qid", "docid"):
         u = raw[col].unique().to_list()
@@ -190,6 +192,9 @@ def read_run(path: str | os.PathLike) -> pl.DataFrame:
             except ValueError:
                 raise FormatError(
                     f"{path}:{n}: rank must be an integer and score a number: {line.strip()[:120]!r}") from None
+            if score != score:  # NaN orders nothing: trec_eval's sort gives an arbitrary ranking, polars puts it first
+                raise FormatError(f"{path}:{n}: score is NaN: a run's scores must be numbers that order its "
+                                  f"documents; give this line a number: {line.strip()[:120]!r}")
             qs.append(from_trec_id(parts[0]))
             ds.append(from_trec_id(parts[2]))
             ss.append(score)
