@@ -121,3 +121,12 @@ def test_a_nan_score_is_an_error_naming_the_line(tmp_path, sep):
     path.write_text("".join(sep.join(x.split()) + "\n" for x in lines))
     with pytest.raises(FormatError, match=r"nan\.trec:2: .*score.*NaN"):
         read_run(path)
+
+
+def test_a_duplicate_image_is_an_error_naming_the_fix(tmp_path):
+    """trec_eval refuses a run that lists an image twice for a query ("duplicate docs"); so do we, saying
+    which image, which query and what to do."""
+    path = tmp_path / "dup.trec"
+    path.write_text("q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.5 x\nq1 Q0 a 3 0.4 x\n")
+    with pytest.raises(FormatError, match=r"'a' appears twice for query 'q1'.*keep one line per \(query, image\)"):
+        read_run(path)

@@ -204,7 +204,9 @@ def read_run(path: str | os.PathLike) -> pl.DataFrame:
 def _check_unique(run: pl.DataFrame, path: Path) -> pl.DataFrame:
     dup = run.group_by("query_id", "image_id").len().filter(pl.col("len") > 1)
     if dup.height:
-        raise FormatError(f"{path}: image {dup['image_id'][0]!r} appears twice for query {dup['query_id'][0]!r}")
+        raise FormatError(f"{path}: image {dup['image_id'][0]!r} appears twice for query {dup['query_id'][0]!r} "
+                          f"({dup.height} such pairs): a run ranks each image at most once per query (trec_eval "
+                          "refuses duplicates too); keep one line per (query, image), e.g. the best-scored one")
     return run
 
 
