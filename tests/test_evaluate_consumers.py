@@ -130,3 +130,73 @@ def test_a_duplicate_image_is_an_error_naming_the_fix(tmp_path):
     path.write_text("q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.5 x\nq1 Q0 a 3 0.4 x\n")
     with pytest.raises(FormatError, match=r"'a' appears twice for query 'q1'.*keep one line per \(query, image\)"):
         read_run(path)
+
+
+def test_significance_gives_the_difference_and_its_interval_as_scipy_does(numba_cache):
+    """significance.csv says by how much (delta = mean_a - mean_b) and how sure: the paired-t interval of
+    the difference at 1 - max_p and the number of queries, equal to scipy's on per-query nDCG@3 that
+    pytrec_eval (trec_eval's code) computes independently."""
+    import pytrec_eval
+
+    from benchmaker.evaluate.runs import set_numba_cache
+
+    set_numba_cache(str(numba_cache))  # ranx loads its compiled functions (before it is first imported)
+    from ranx import Qrels, Run
+    from scipy import stats
+
+    from benchmaker.evaluate.metrics import significance
+
+    rng = np.random.default_rng(3)
+    docs = [f"d{i}" for i in range(8)]
+    qrels = {f"q{j}": {d: int(rng.random() < 0.4) for d in docs} for j in range(12)}
+    for q in qrels.values():
+        q["d0"] = 1
+    runs = {n: {q: {d: float(rng.random() + bias * (qrels[q][d])) for d in docs} for q in qrels}
+            for n, bias in (("good", 0.6), ("poor", 0.1), ("mid", 0.3))}
+    sig = significance(Qrels(qrels), {n: Run(r, name=n) for n, r in runs.items()}, ["ndcg@3"], "student", "holm", 0.1)
+    per = {n: pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.3"}).evaluate(r) for n, r in runs.items()}
+    assert sig.height == 3
+    for row in sig.iter_rows(named=True):
+        a = np.array([per[row["system_a"]][q]["ndcg_cut_3"] for q in sorted(qrels)])
+        b = np.array([per[row["system_b"]][q]["ndcg_cut_3"] for q in sorted(qrels)])
+        t = stats.ttest_rel(a, b)
+        ci = t.confidence_interval(0.9)
+        assert row["queries"] == 12 and row["delta"] == pytest.approx(a.mean() - b.mean(), abs=1e-12)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high), abs=1e-9)
+        assert row["p_value"] == pytest.approx(t.pvalue, abs=1e-9)
+
+
+def test_card_and_report_say_which_system_is_better_by_how_much_and_how_sure(tmp_path):
+    """The card and the report answer the benchmark's question in words: per scope and pair, which system
+    is better, by how much (with its interval) and how sure (p corrected over the pairs), and that a system
+    reading the judge's text is not comparable."""
+    from benchmaker.evaluate.report import card_markdown, verdict_section
+
+    ev = tmp_path / "evaluate"
+    ev.mkdir()
+    board = (("bm25", "bm25", True, 0.97), ("clip", "clip", False, 0.72), ("clip2", "clip", False, 0.70))
+    pl.DataFrame([{"system": s, "kind": k, "scope": "pool", "sees_judge_text": sees, "queries": 8, "ndcg@10": v,
+                   "map": v, "mrr": v} for s, k, sees, v in board]).write_csv(ev / "leaderboard.csv")
+    rows = [("ndcg@10", "bm25", "clip", 0.97, 0.72, 0.25, 0.10, 0.40, 0.0059, 0.0118, True),
+            ("ndcg@10", "clip", "clip2", 0.72, 0.70, 0.02, -0.05, 0.09, 0.51, 0.51, False),
+            ("ndcg@10", "bm25", "clip2", 0.97, 0.70, 0.27, 0.12, 0.42, 0.004, 0.012, True),
+            ("map", "bm25", "clip", 0.9, 0.6, 0.3, 0.1, 0.5, 0.01, 0.01, True)]
+    cols = ["metric", "system_a", "system_b", "mean_a", "mean_b", "delta", "ci_low", "ci_high", "p_value",
+            "p_adjusted", "significant"]
+    sig = pl.DataFrame([dict(zip(cols, r)) for r in rows]).with_columns(
+        queries=pl.lit(8), test=pl.lit("student"), correction=pl.lit("holm"), scope=pl.lit("pool"))
+    sig.write_csv(ev / "significance.csv")
+    (ev / "leaderboard.json").write_text('{"max_p": 0.05}')
+    for f in ("drilldown.csv", "sage_leaderboard.csv"):
+        (ev / f).write_text("")
+    md = card_markdown(ev / "leaderboard.csv")
+    assert "### Which system is better" in md
+    line = next(x for x in md.splitlines() if x.startswith("| pool | ndcg@10 | bm25 | clip |"))
+    assert "0.25" in line and "0.1" in line and "0.4" in line and "0.0118" in line and "bm25 is better" in line
+    assert "bm25 sees what the judge saw" in line
+    tie = next(x for x in md.splitlines() if x.startswith("| pool | ndcg@10 | clip | clip2 |"))
+    assert "no significant difference" in tie and "sees" not in tie
+    assert not any(x.startswith("| pool | map |") for x in md.splitlines())  # the main metric only; all in the file
+    verdict = verdict_section(ev / "leaderboard.csv")  # the report's section (summary_sections, after the board)
+    assert verdict.title == "Which system is better" and "95% paired-t confidence interval" in verdict.text
+    assert verdict.table.height == 3 and "bm25 is better" in verdict.table["verdict"].to_list()[0]
