@@ -200,3 +200,30 @@ def test_card_and_report_say_which_system_is_better_by_how_much_and_how_sure(tmp
     verdict = verdict_section(ev / "leaderboard.csv")  # the report's section (summary_sections, after the board)
     assert verdict.title == "Which system is better" and "95% paired-t confidence interval" in verdict.text
     assert verdict.table.height == 3 and "bm25 is better" in verdict.table["verdict"].to_list()[0]
+
+
+@pytest.mark.parametrize(("labels", "scale"), [
+    ("binary", "1 = relevant, 0 = not relevant"),
+    ("graded", "0 = not relevant, 1 = partially relevant, 2 = relevant, 3 = highly relevant")])
+def test_card_says_what_a_relevance_label_means_and_how_the_tools_count_it(labels, scale):
+    """A reader of the card (who sees neither the config schema nor docs/judge-rules.md) learns the scale of
+    this benchmark's labels and that ranx / trec_eval / BEIR / mteb count every label >= 1 as relevant."""
+    from benchmaker.export.card import render_card
+    from benchmaker.formats import FacetModel
+
+    fm = FacetModel.from_config({"taxonomy": {}, "boolean": [], "tags": {"min": 0, "max": 3, "vocabulary": []}})
+    counts = {"rows": 5, "queries": 2, "images": 5, "positive_pairs": 2,
+              "positives_per_query": {"mean": 1.0, "min": 1, "max": 1}, "queries_without_positives": 0,
+              "relevance_distribution": {"0": 3, "1": 2}, "seed_not_relevant_queries": 0, "pairs_without_clip_score": 0}
+    from datasets import Features, Value
+
+    no_losses = pl.DataFrame(schema={"stage": pl.String, "item_type": pl.String, "reason": pl.String})
+    md = render_card(meta={"name": "x", "title": "X"}, features=Features({"relevance_label": Value("int64")}),
+                     files=[], split="test", counts=counts, checks={}, losses=no_losses,
+                     quarantine=pl.DataFrame(schema={"reason": pl.String}), costs=None,
+                     config={"judge": {"adapter": "rules", "labels": labels}}, similarity={}, summary={}, columns={},
+                     image_col="image", facets=fm, repo_id=None, config_digest="0" * 64, version="v")
+    counts_part = md[md.index("Relevance labels"):md.index("## How it was built")]
+    assert scale in counts_part and "every label of 1 or more as relevant" in counts_part
+    column = next(x for x in md.splitlines() if x.startswith("| `relevance_label` |"))
+    assert scale in column and f"judge.labels: {labels}" in column
