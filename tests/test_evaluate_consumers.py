@@ -4,6 +4,7 @@ the published benchmark report on it: the leaderboard must give trec_eval's numb
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +228,47 @@ def test_card_says_what_a_relevance_label_means_and_how_the_tools_count_it(label
     assert scale in counts_part and "every label of 1 or more as relevant" in counts_part
     column = next(x for x in md.splitlines() if x.startswith("| `relevance_label` |"))
     assert scale in column and f"judge.labels: {labels}" in column
+
+
+def _mteb_folder(root: Path, split: str = "test") -> Path:
+    """The mteb view of an export (docs/export.md), two images and one query, written as the export does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = {"corpus": pa.table({"id": ["a.jpg", "b.jpg"], "image": [{"bytes": b"x", "path": "a.jpg"},
+                                                                     {"bytes": b"y", "path": "b.jpg"}]}),
+              "queries": pa.table({"id": ["q1"], "text": ["red"]}),
+              "qrels": pa.table({"query-id": ["q1", "q1"], "corpus-id": ["a.jpg", "b.jpg"],
+                                 "score": pa.array([1, 0], pa.int64())})}
+    for name, t in tables.items():
+        (root / "mteb" / name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(t, root / "mteb" / name / f"{split}-00000-of-00001.parquet")
+    return root
+
+
+def test_benchmaker_mteb_checks_the_exported_folder_and_names_the_fix(tmp_path):
+    """`benchmaker mteb` on a folder without the mteb view (an export from before it, a copy that lost a
+    file) said mteb's "The split names could not be parsed from the dataset config."; it now checks the
+    documented files, columns and ids first and says what is wrong and what to do."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmaker.evaluate.mteb_task import check_export, run
+
+    folder = _mteb_folder(tmp_path / "ok")
+    check_export(folder, "test")  # the documented layout passes
+    with pytest.raises(ValueError, match=r"split 'train'.*has 'test'"):
+        check_export(folder, "train")
+    gone = _mteb_folder(tmp_path / "gone")
+    shutil.rmtree(gone / "mteb" / "qrels")
+    with pytest.raises(ValueError, match=r"mteb/qrels/test-\*\.parquet.*missing.*snakemake .*export"):
+        run(dataset=str(gone), model="unused")
+    bad = _mteb_folder(tmp_path / "bad")
+    pq.write_table(pa.table({"query-id": ["q1"], "corpus-id": ["c.jpg"], "score": ["1"]}),
+                   bad / "mteb" / "qrels" / "test-00000-of-00001.parquet")
+    with pytest.raises(ValueError, match=r"mteb/qrels.*score.*int"):
+        check_export(bad, "test")
+    pq.write_table(pa.table({"query-id": ["q1"], "corpus-id": ["c.jpg"], "score": pa.array([1], pa.int64())}),
+                   bad / "mteb" / "qrels" / "test-00000-of-00001.parquet")
+    with pytest.raises(ValueError, match=r"'c\.jpg'.*not in mteb/corpus"):
+        check_export(bad, "test")
