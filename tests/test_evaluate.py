@@ -303,9 +303,9 @@ def test_leaderboard_in_report_and_card(bench, tmp_path):
     from benchmaker.evaluate.report import copy_results, summary_sections
 
     secs = summary_sections(board, out, 0.5)
-    assert [s.title for s in secs] == ["Retrieval leaderboard",
+    assert [s.title for s in secs] == ["Retrieval leaderboard", "Which system is better",
                                        "Retrieval leaderboard as the Sage evaluator reports it"]
-    assert set(secs[1].table["system"]) == {"fwd", "rev"} and "score_reciprocal_rank" in secs[1].table.columns
+    assert set(secs[2].table["system"]) == {"fwd", "rev"} and "score_reciprocal_rank" in secs[2].table.columns
     assert "### As the Sage evaluator reports it" in md and "| fwd | trec_run | 4 |" in md
     assert (out / "evaluate" / "sage" / "fwd.csv").is_file()
     assert "sage/rev.csv" in copy_results(board, tmp_path / "card")

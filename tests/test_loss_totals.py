@@ -14,6 +14,8 @@ import pytest
 import support
 import support_runs
 
+from benchmaker.ids import trec_id
+
 
 @pytest.fixture()
 def fake():
@@ -27,9 +29,7 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_up
     """With the leaderboard left out of the report (evaluate.report: false) the systems still run (rule
     `all`), so their losses and spend are in the totals all the same: two rerankers on one model are two
     rows of the cost table, and the totals name every stage they count."""
-    ext = tmp_path / "ext.trec"
-    # a run that names a query and an image the benchmark does not have: the system's losses
-    ext.write_text("nope Q0 nope.png 1 1.0 ext\n")
+    ext = tmp_path / "ext.trec"  # written below, from the copied benchmark's qrels
     llm = {"base_url": fake.base_url, "image_max_side": 64, "model": "gpt-5-mini", "mode": "sync",
            "concurrency": 1, "max_attempts": 2}
     rerankers = ("rr-a", "rr-b")      # the same model: their cost rows (stage "evaluate") would merge
@@ -43,6 +43,11 @@ def test_system_and_second_judge_losses_reach_the_totals(fake, tmp_path, tiny_up
                               *({"name": n, "kind": "rerank", "base": "bm25", "k": 2, "llm": llm} for n in rerankers)]},
         audit={"sample_size": 12, "bootstrap": 20,
                "second_judge": {"name": "j2", "judge": {"adapter": "openai", "openai": llm}}})
+    # a run that names a query and an image the benchmark does not have (the system's losses), beside a line
+    # of the benchmark's own (a run that matches nothing is an error: tests/test_evaluate_consumers.py)
+    first = json.loads((tmp_path / "results/tiny/qrels.jsonl").read_text().splitlines()[0])
+    ext.write_text(f"{trec_id(first['query_id'])} Q0 {trec_id(first['image_id'])} 1 1.0 ext\n"
+                   "nope Q0 nope.png 1 1.0 ext\n")
     refused: list[str] = []
 
     def ranking(schema):

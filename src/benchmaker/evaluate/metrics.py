@@ -148,11 +148,14 @@ def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: 
                  max_p: float) -> pl.DataFrame:
     """Paired tests between every pair of systems (``ranx.compare`` on ranx Qrels ``q`` and ranx Runs of
     the same queries), p-values corrected across all pairs of a metric (statsmodels ``multipletests``;
-    ``tukey`` is already a multiple-comparison procedure and is left as it is)."""
+    ``tukey`` is already a multiple-comparison procedure and is left as it is). Beside them, by how
+    much: ``delta`` (mean_a - mean_b) and its paired-t confidence interval at ``1 - max_p``
+    (``scipy.stats.ttest_rel(...).confidence_interval``, per pair, not adjusted) over ``queries``."""
     from ranx import compare
 
     schema = {"metric": pl.String, "system_a": pl.String, "system_b": pl.String, "mean_a": pl.Float64,
-              "mean_b": pl.Float64, "p_value": pl.Float64, "p_adjusted": pl.Float64, "significant": pl.Boolean,
+              "mean_b": pl.Float64, "delta": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
+              "queries": pl.Int64, "p_value": pl.Float64, "p_adjusted": pl.Float64, "significant": pl.Boolean,
               "test": pl.String, "correction": pl.String}
     names = sorted(n for n, r in runs.items() if r is not None)
     if len(names) < 2:
@@ -168,6 +171,31 @@ def significance(q, runs: Mapping[str, Any], metrics: Sequence[str], stat_test: 
             adj, method = adjusted_p(pv, alpha=max_p, method=correction), correction
         for (a, b), p, pa in zip(pairs, pv, adj):
             rows.append({"metric": m, "system_a": a, "system_b": b, "mean_a": report.results[a][m],
-                         "mean_b": report.results[b][m], "p_value": p, "p_adjusted": float(pa),
+                         "mean_b": report.results[b][m], **_difference(runs[a], runs[b], m, 1 - max_p),
+                         "p_value": p, "p_adjusted": float(pa),
                          "significant": bool(pa <= max_p), "test": stat_test, "correction": method})
     return pl.DataFrame(rows, schema=schema)
+
+
+def _difference(run_a: Any, run_b: Any, metric: str, confidence: float) -> dict[str, float | int | None]:
+    """mean_a - mean_b over the queries both runs scored (ranx keeps the per-query values of ``compare``
+    in ``run.scores``) and its paired-t confidence interval (scipy); no interval below two queries or
+    when every per-query difference is the same (then the interval is that difference)."""
+    from scipy import stats
+
+    sa, sb = run_a.scores[metric], run_b.scores[metric]
+    qs = sorted(set(sa) & set(sb))
+    a = np.array([float(sa[x]) for x in qs])
+    b = np.array([float(sb[x]) for x in qs])
+    if not qs:
+        return {"delta": None, "ci_low": None, "ci_high": None, "queries": 0}
+    d = a - b
+    delta = float(d.mean())
+    if len(qs) < 2:
+        lo = hi = None
+    elif np.ptp(d) == 0:
+        lo = hi = delta
+    else:
+        ci = stats.ttest_rel(a, b).confidence_interval(confidence)
+        lo, hi = float(ci.low), float(ci.high)
+    return {"delta": delta, "ci_low": lo, "ci_high": hi, "queries": len(qs)}

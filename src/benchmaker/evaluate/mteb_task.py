@@ -21,7 +21,7 @@ from typing import Any
 
 from ..settings_schema import default
 
-__all__ = ["ClipEncoder", "clip_encoder", "make_task", "run", "write_trec_run"]
+__all__ = ["ClipEncoder", "check_export", "clip_encoder", "make_task", "run", "write_trec_run"]
 
 TASK_NAME = "BenchmakerT2IRetrieval"
 
@@ -144,6 +144,49 @@ def write_trec_run(predictions: dict[str, dict[str, float]], path: str | Path, n
     return len(lines)
 
 
+# the mteb view of an export (docs/export.md): per config, its columns and their kinds
+MTEB_VIEW = {"corpus": {"id": "string", "image": "struct"}, "queries": {"id": "string", "text": "string"},
+             "qrels": {"query-id": "string", "corpus-id": "string", "score": "integer"}}
+_KIND = {"string": ("is_string", "is_large_string"), "integer": ("is_integer",), "struct": ("is_struct",)}
+
+
+def check_export(folder: str | Path, split: str = default("export.split")) -> None:
+    """Check a local export's mteb view before mteb reads it (mteb's own errors do not say what is wrong):
+    ``mteb/{corpus,queries,qrels}/<split>-*.parquet`` present with the documented columns and kinds, and
+    every qrels id a query and an image of the view. ValueError naming the file and the fix."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+    import pyarrow.types as pat
+
+    folder = Path(folder)
+    fix = ("benchmaker's export writes it (docs/export.md); run `snakemake --configfile <your config> export` "
+           "with this benchmaker, or give a folder or Hub revision that has it")
+    tables = {}
+    for name, cols in MTEB_VIEW.items():
+        files = sorted((folder / "mteb" / name).glob(f"{split}-*.parquet"))
+        if not files:
+            have = sorted({f.name.split("-")[0] for f in (folder / "mteb" / name).glob("*.parquet")})
+            if have:
+                raise ValueError(f"{folder}: mteb/{name} has no split {split!r} (it has {', '.join(map(repr, have))})"
+                                 f": give --split {have[0]}")
+            raise ValueError(f"{folder}: mteb/{name}/{split}-*.parquet is missing, so mteb cannot read the "
+                             f"benchmark: {fix}")
+        data = pads.dataset([str(f) for f in files], format="parquet")
+        for col, kind in cols.items():
+            field = data.schema.field(col) if col in data.schema.names else None
+            if field is None or not any(getattr(pat, t)(field.type) for t in _KIND[kind]):
+                got = "absent" if field is None else f"of type {field.type}"
+                raise ValueError(f"{folder}: mteb/{name} column {col!r} is {got}; the mteb view has {col!r} as "
+                                 f"{kind} (docs/export.md): {fix}")
+        tables[name] = data.to_table(columns=[c for c in cols if c != "image"])
+    for col, name in (("query-id", "queries"), ("corpus-id", "corpus")):
+        unknown = pc.filter(tables["qrels"][col], pc.invert(pc.is_in(tables["qrels"][col],
+                                                                        value_set=tables[name]["id"])))
+        if len(unknown):
+            raise ValueError(f"{folder}: mteb/qrels names {unknown[0].as_py()!r}, which is not in mteb/{name} "
+                             f"({len(unknown)} such rows): the view's files come from different exports; {fix}")
+
+
 def _predictions(folder: Path, task: str, split: str) -> dict[str, dict[str, float]]:
     doc = json.loads((folder / f"{task}_predictions.json").read_text(encoding="utf-8"))
     return doc["mteb"][split]
@@ -159,13 +202,15 @@ def run(*, dataset: str, model: str | None = None, pretrained: str | None = None
     ``trec_eval hf_dataset/trec/qrels.txt FILE`` (or pytrec_eval) gives the unrounded values."""
     import tempfile
 
-    import mteb
-
     if bool(model) == bool(mteb_model):
         raise ValueError("give either an open_clip model (--model, as an evaluate system's `model`) or an mteb "
                          "model name (--mteb-model)")
     if not revision and not Path(dataset).is_dir():
         raise ValueError(f"{dataset}: not a folder; for a Hub dataset give --revision (a commit sha)")
+    if Path(dataset).is_dir():
+        check_export(dataset, split)
+    import mteb
+
     task = make_task(dataset, split, revision)
     encoder = mteb.get_model(mteb_model) if mteb_model else clip_encoder(
         model, pretrained, device=device, precision=precision, batch_size=batch_size)

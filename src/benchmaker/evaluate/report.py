@@ -32,6 +32,9 @@ __all__ = [
     "sage_table",
     "summary_section",
     "summary_sections",
+    "verdict_note",
+    "verdict_section",
+    "verdict_table",
     "write_charts",
 ]
 
@@ -106,6 +109,62 @@ def sage_table(sage_board: pl.DataFrame) -> pl.DataFrame:
         pl.when(sage_board["sees_judge_text"].cast(pl.Boolean)).then(pl.lit("yes")).otherwise(pl.lit(""))
         .alias("sees what the judge saw"))
     return out.with_columns(pl.col(pl.Float64).round(4))
+
+
+def _max_p(leaderboard_csv: Path) -> float:
+    doc = leaderboard_csv.parent / "leaderboard.json"
+    if doc.is_file():
+        v = json.loads(doc.read_text()).get("max_p")
+        if v is not None:
+            return float(v)
+    return float(default("evaluate.max_p"))
+
+
+def _main_metric(sig: pl.DataFrame) -> str:
+    metrics = sig["metric"].unique(maintain_order=True).to_list()
+    return next((m for m in metrics if m.startswith("ndcg@")), metrics[0])
+
+
+def verdict_table(sig: pl.DataFrame, board: pl.DataFrame, level: float) -> pl.DataFrame:
+    """Which system is better, by how much and how sure: per scope and pair of ``significance.csv``, on
+    the main metric (the first nDCG@k), the system with the higher mean first, the difference, its
+    ``level`` confidence interval, the corrected p-value and the verdict in words."""
+    if not sig.height or "delta" not in sig.columns:
+        return pl.DataFrame()
+    sees = {r["system"]: bool(r["sees_judge_text"]) for r in board.iter_rows(named=True)} if board.height else {}
+    ci_col = f"{100 * level:.4g}% CI"
+    rows = []
+    for r in sig.filter(pl.col("metric") == _main_metric(sig)).iter_rows(named=True):
+        a, b, d, lo, hi = r["system_a"], r["system_b"], r["delta"], r["ci_low"], r["ci_high"]
+        if d is not None and d < 0:
+            a, b, d = b, a, -d
+            lo, hi = (None if hi is None else -hi), (None if lo is None else -lo)
+        verdict = f"{a} is better" if r["significant"] else "no significant difference"
+        judged = [x for x in (a, b) if sees.get(x)]
+        if len(judged) == 1:
+            verdict += f"; {judged[0]} sees what the judge saw: not comparable"
+        rows.append({"scope": r["scope"], "metric": r["metric"], "higher": a, "lower": b, "difference": d,
+                     ci_col: "" if lo is None else f"[{lo:.4g}, {hi:.4g}]", "queries": r["queries"],
+                     "p adjusted": r["p_adjusted"], "verdict": verdict})
+    return pl.DataFrame(rows)
+
+
+def verdict_note(sig: pl.DataFrame, level: float) -> str:
+    first = sig.row(0, named=True)
+    return (f"Each pair of systems per scope on {_main_metric(sig)} (the leaderboard's first metric; MAP and MRR "
+            "are in `evaluate/significance.csv`): the higher mean first, the difference of the means, its "
+            f"{100 * level:.4g}% paired-t confidence interval over the queries both systems were scored on (not "
+            f"adjusted for the number of pairs) and the paired {first['test']} test's p-value, "
+            f"{first['correction']}-corrected across the pairs; \"better\" when that is at most {1 - level:.4g}. "
+            "A smaller true difference than the power block's minimum detectable difference may go unseen "
+            "(\"How far to trust this benchmark\"; docs/evaluate.md, \"Drill-downs, significance, cost\").")
+
+
+def _verdict(leaderboard_csv: Path, board: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    sig = _read(leaderboard_csv.parent / "significance.csv")
+    level = 1 - _max_p(leaderboard_csv)
+    table = verdict_table(sig, board, level)
+    return table, (verdict_note(sig, level) if table.height else "")
 
 
 def write_charts(board: pl.DataFrame, out_dir: Path,
@@ -235,6 +294,17 @@ def sage_section(leaderboard_csv: str | Path):
                    table=sage_table(board), files=["evaluate/sage_leaderboard.csv"], max_rows=60)
 
 
+def verdict_section(leaderboard_csv: str | Path):
+    """The report's "Which system is better" section, or None with fewer than two systems."""
+    from ..pages.report import Section
+
+    path = Path(leaderboard_csv)
+    table, note = _verdict(path, _read(path))
+    if not table.height:
+        return None
+    return Section("Which system is better", text=note, table=table, files=["evaluate/significance.csv"], max_rows=60)
+
+
 def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
                      scale_factor: float = default("summary.scale_factor"), png=None) -> list:
     """The report's evaluate sections: the leaderboard, then (when written) its sage view."""
@@ -242,6 +312,8 @@ def summary_sections(leaderboard_csv: str | Path, out_dir: Path,
 
     check_results(leaderboard_csv)
     sections = [summary_section(leaderboard_csv, out_dir, scale_factor, png)]
+    verdict = verdict_section(leaderboard_csv)
+    sections += [verdict] if verdict is not None else []
     sage = sage_section(leaderboard_csv)
     changes = compare_section(leaderboard_csv, out_dir)  # with evaluate.compare.baseline: regressions flagged
     return sections + ([sage] if sage is not None else []) + ([changes] if changes is not None else [])
@@ -258,7 +330,16 @@ def card_markdown(leaderboard_csv: str | Path) -> str:
     return ("## Leaderboard\n\nRetrieval systems evaluated on this benchmark with ranx. " + scopes_note() + " "
             + JUDGE_NOTE + " Per-facet, per-pool and per-difficulty results and paired significance tests are in "
             "`evaluate/` (drilldown.csv, significance.csv); charts in `summary/evaluate/`.\n\n"
-            + md_table(leaderboard_table(board), max_rows=60) + _card_sage(path))
+            + md_table(leaderboard_table(board), max_rows=60) + _card_verdict(path, board) + _card_sage(path))
+
+
+def _card_verdict(leaderboard_csv: Path, board: pl.DataFrame) -> str:
+    from ..pages.report import md_table
+
+    table, note = _verdict(leaderboard_csv, board)
+    if not table.height:
+        return ""
+    return "\n### Which system is better\n\n" + note + "\n\n" + md_table(table, max_rows=60)
 
 
 def _card_sage(leaderboard_csv: Path) -> str:

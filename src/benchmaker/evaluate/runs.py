@@ -38,6 +38,7 @@ __all__ = [
     "sort_run",
     "strict_scores",
     "to_ranx_run",
+    "trec_eval_ties",
     "write_run",
 ]
 
@@ -92,6 +93,25 @@ def strict_scores(run: pl.DataFrame) -> pl.DataFrame:
     return run.with_columns(pl.Series("score", _key_floats(lowered), dtype=pl.Float32))
 
 
+def trec_eval_ties(run: pl.DataFrame) -> pl.DataFrame:
+    """A run read from someone else's file with its ties broken as trec_eval breaks them.
+
+    trec_eval (and pytrec_eval, its code) orders a query's documents by score descending and tied
+    scores by document id **descending** (the id as written in the file, byte order:
+    ``form_res_rels.c``, ``comp_sim_docno``); our canonical order breaks ties by image id ascending
+    (:func:`sort_run`). So that the leaderboard gives trec_eval's numbers on the user's own file, the
+    run's scores are made strictly decreasing in trec_eval's order (float32, as :func:`strict_scores`
+    writes them): tied scores move by a few units in the last place, no other order changes."""
+    if not run.height:
+        return run
+    d = run["image_id"].unique().to_list()
+    docno = dict(zip(d, (trec_id(x) for x in d)))
+    r = (run.with_columns(pl.col("image_id").replace_strict(docno, return_dtype=pl.String).alias("_docno"))
+         .sort(["query_id", "score", "_docno"], descending=[False, True, True])
+         .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("query_id").alias("rank")))
+    return strict_scores(r).select("query_id", "image_id", pl.col("score").cast(pl.Float64))
+
+
 def write_run(run: pl.DataFrame, path: str | os.PathLike, tag: str) -> int:
     """Write ``query_id, image_id, score`` as a TREC run (``qid Q0 docid rank score tag``); returns lines.
 
@@ -136,6 +156,8 @@ def _read_fast(path: Path) -> pl.DataFrame | None:
         score = raw["score"].cast(pl.Float64, strict=True)
     except pl.exceptions.PolarsError:
         return None
+    if score.is_nan().any():  # the careful reader names the line
+        return None
     decode = {}
     for col in ("qid", "docid"):
         u = raw[col].unique().to_list()
@@ -170,6 +192,9 @@ def read_run(path: str | os.PathLike) -> pl.DataFrame:
             except ValueError:
                 raise FormatError(
                     f"{path}:{n}: rank must be an integer and score a number: {line.strip()[:120]!r}") from None
+            if score != score:  # NaN orders nothing: trec_eval's sort gives an arbitrary ranking, polars puts it first
+                raise FormatError(f"{path}:{n}: score is NaN: a run's scores must be numbers that order its "
+                                  f"documents; give this line a number: {line.strip()[:120]!r}")
             qs.append(from_trec_id(parts[0]))
             ds.append(from_trec_id(parts[2]))
             ss.append(score)
@@ -179,7 +204,9 @@ def read_run(path: str | os.PathLike) -> pl.DataFrame:
 def _check_unique(run: pl.DataFrame, path: Path) -> pl.DataFrame:
     dup = run.group_by("query_id", "image_id").len().filter(pl.col("len") > 1)
     if dup.height:
-        raise FormatError(f"{path}: image {dup['image_id'][0]!r} appears twice for query {dup['query_id'][0]!r}")
+        raise FormatError(f"{path}: image {dup['image_id'][0]!r} appears twice for query {dup['query_id'][0]!r} "
+                          f"({dup.height} such pairs): a run ranks each image at most once per query (trec_eval "
+                          "refuses duplicates too); keep one line per (query, image), e.g. the best-scored one")
     return run
 
 

@@ -51,6 +51,7 @@ from ..evaluate_settings import (  # noqa: F401 - re-exported: the kinds and the
     system_settings,
 )
 from ..formats import FormatError, read_table
+from ..ids import trec_id
 from ..io import as_paths, atomic_write_text
 from ..logs import get_logger
 from ..losses import Losses
@@ -58,7 +59,7 @@ from .data import Bench, load_bench
 from .live import http_run
 from .milvus import milvus_run
 from .rerank import rerank_run
-from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, write_run
+from .runs import empty_run, rank_dense, rank_scored, read_run, set_numba_cache, trec_eval_ties, write_run
 
 __all__ = [
     "KINDS",
@@ -296,6 +297,8 @@ def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tup
     run = read_run(system["path"])
     known_q = set(bench.query_ids)
     known_d = set(bench.images["image_id"].to_list())
+    _check_matches(run, "query_id", known_q, system["path"], "query")
+    _check_matches(run, "image_id", known_d, system["path"], "image")
     bad_q = run.filter(~pl.col("query_id").is_in(list(known_q)))
     bad_d = run.filter(~pl.col("image_id").is_in(list(known_d)))
     for q in bad_q["query_id"].unique().sort().to_list():
@@ -306,7 +309,23 @@ def external_run(system: Mapping[str, Any], bench: Bench, losses: Losses) -> tup
         log.warning("evaluate %s: %d lines with unknown query ids and %d with unknown image ids dropped "
                     "(losses file)", system["name"], bad_q.height, bad_d.height)
     run = run.filter(pl.col("query_id").is_in(list(known_q)) & pl.col("image_id").is_in(list(known_d)))
-    return run, {}
+    # ties as trec_eval breaks them in the user's file, so the leaderboard is trec_eval's number on it
+    return trec_eval_ties(run), {}
+
+
+def _check_matches(run: pl.DataFrame, col: str, known: set[str], path: str, what: str) -> None:
+    """A run none of whose query (or image) ids is the benchmark's was made for another benchmark or
+    version: scoring it would give 0 everywhere, so it is an error showing both kinds of ids."""
+    ids = run[col].unique().sort().to_list()
+    if not ids or not known.isdisjoint(ids):
+        return
+    where = ("this benchmark's queries (hf_dataset/trec/qrels.txt, beir/queries.jsonl)" if what == "query"
+             else "this benchmark's images (image paths under paths.image_root, hf_dataset/beir/corpus.jsonl)")
+    raise FormatError(
+        f"{path}: none of the {len(ids)} {what} ids of the run is one of this benchmark's (the run has "
+        f"{', '.join(repr(trec_id(x)) for x in ids[:3])}; the benchmark has "
+        f"{', '.join(repr(trec_id(x)) for x in sorted(known)[:3])}): the run was made for another benchmark "
+        f"or version. Run the system on {where}, ids written with benchmaker.ids.trec_id.")
 
 
 # ------------------------------------------------------------------------------------------------ stage

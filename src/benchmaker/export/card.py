@@ -46,6 +46,22 @@ COLUMN_DOCS = {
     "sha256": "SHA-256 of the image file.",
 }
 
+# what a relevance label means, per judge.labels (docs/judge-rules.md: binary 1 = graded 2 or 3)
+RELEVANCE_SCALES = {"binary": "1 = relevant, 0 = not relevant",
+                    "graded": "0 = not relevant, 1 = partially relevant, 2 = relevant, 3 = highly relevant"}
+
+
+def relevance_note(labels: str) -> str:
+    """The card's sentence on the labels: this benchmark's scale and how the tools that read it count it."""
+    note = (f"{RELEVANCE_SCALES[labels]} (`judge.labels: {labels}`). nDCG takes the label as its gain (linear: ranx "
+            "`ndcg`, trec_eval `ndcg_cut`, pytrec_eval, BEIR, mteb); MAP, MRR, precision, recall, hit rate and the "
+            "positives counted here take every label of 1 or more as relevant (trec_eval's default relevance level)")
+    if labels == "graded":
+        note += ("; so partially relevant images count as relevant there (`trec_eval -l 2` counts relevant and "
+                 "above only, as the binary scale would)")
+    return note + "."
+
+
 SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
 
@@ -154,7 +170,8 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
         title = f"SMOKE TEST - {title}"
     col = lambda k: columns.get(k, k)  # noqa: E731
     out = _card_head(meta, title, features, files, split, counts, extra_configs, trust_md, repo_id, image_col, col)
-    out += _card_counts(meta, files, counts, checks, examples, summary, col)
+    labels = filled("judge", (config or {}).get("judge"))["labels"]
+    out += _card_counts(meta, files, counts, checks, examples, summary, col, labels)
     if evaluation_md:
         out.append(evaluation_md)
     out.append(card_markdown(audit))
@@ -162,7 +179,7 @@ def render_card(*, meta: Mapping[str, Any], features, files: list[dict], split: 
     out += _card_losses(losses, quarantine, checks, outside_stages)
     out += _card_sources(sources, col)
     out += _card_costs(costs, cost_stages)
-    out += _card_columns(features, columns, image_col, facets)
+    out += _card_columns(features, columns, image_col, facets, labels)
     out += _card_files(split, files)
     out += _card_credits(meta, name, title, col)
     return "\n".join(out)
@@ -206,7 +223,8 @@ def _card_head(meta: Mapping[str, Any], title: str, features, files: list[dict],
 
 
 def _card_counts(meta: Mapping[str, Any], files: list[dict], c: dict[str, Any], checks: dict[str, Any],
-                 examples: pl.DataFrame | None, summary: Mapping[str, Any], col: Callable[[str], str]) -> list[str]:
+                 examples: pl.DataFrame | None, summary: Mapping[str, Any], col: Callable[[str], str],
+                 labels: str = default("judge.labels")) -> list[str]:
     """The counts, the relevance labels, example queries and the CLIP baseline."""
     ppq = c["positives_per_query"]
     numbers = pl.DataFrame({
@@ -221,7 +239,7 @@ def _card_counts(meta: Mapping[str, Any], files: list[dict], c: dict[str, Any], 
     out.append(md_table(numbers))
     rel = pl.DataFrame({"relevance_label": list(c["relevance_distribution"]),
                         "pairs": list(c["relevance_distribution"].values())})
-    out.append("\nRelevance labels:\n\n" + md_table(rel))
+    out.append(f"\nRelevance labels: {relevance_note(labels)}\n\n" + md_table(rel))
     if checks.get("duplicate_query_texts"):
         out.append(f"\nWarning: {len(checks['duplicate_query_texts'])} query texts are shared by several "
                    f"query ids: {checks['duplicate_query_texts'][:10]}.\n")
@@ -327,7 +345,8 @@ def _card_costs(costs: pl.DataFrame | None, cost_stages: Sequence[str]) -> list[
     return out
 
 
-def _card_columns(features, columns: Mapping[str, str], image_col: str, facets: FacetModel) -> list[str]:
+def _card_columns(features, columns: Mapping[str, str], image_col: str, facets: FacetModel,
+                  labels: str = default("judge.labels")) -> list[str]:
     """One row per exported column: its name, type and meaning."""
     docs = []
     for f_name, feat in features.items():
@@ -338,6 +357,9 @@ def _card_columns(features, columns: Mapping[str, str], image_col: str, facets: 
             desc = f"Facet `{canonical}`: one of {', '.join(f'`{v}`' for v in facets.taxonomy[canonical])}."
         elif canonical in facets.boolean:
             desc = f"Boolean facet `{canonical}`."
+        elif canonical == "relevance_label":
+            desc = (f"Judged relevance of the image to the query: {RELEVANCE_SCALES[labels]} "
+                    f"(`judge.labels: {labels}`). Never null.")
         else:
             desc = COLUMN_DOCS.get(canonical, "Image metadata from metadata.jsonl.")
         docs.append((f"`{f_name}`", feature_type(feat), desc))
