@@ -70,17 +70,36 @@ def _run(code: str, pythonpath: str) -> str:
     return r.stdout
 
 
-def test_open_clip_is_imported_without_torch_dynamo_and_leaves_nothing_behind():
-    """torchvision's roi_align imports torch._dynamo (~1.2 s of CPU per model job) for a name it
-    calls only when run; a model job imports open_clip (so torchvision) without it, roi_align's
+def test_a_clip_vision_job_imports_neither_torch_dynamo_nor_the_request_engine(tmp_path, tiny_corpus, tiny_clip):
+    """A model job (here the clip annotator's, which also writes an empty cost file) imports neither
+    torch._dynamo (~1.2 s of CPU: torchvision's roi_align imports it for a name it calls only when
+    run) nor the LLM request engine (benchmaker.providers.engine and its tables); roi_align's
     stand-in answers as the real function and then is it, and dynamo works as usual afterwards."""
-    code = """
+    import hashlib
+
+    import polars as pl
+    import support
+
+    from benchmaker.formats import write_table
+
+    files = sorted(p for p in (tiny_corpus / "red").iterdir() if p.is_file())[:3]
+    rows = [{"image_id": f"red/{p.name}", "image_url": None, "mime_type": "image/png", "width": 1, "height": 1,
+             "file_size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "phash": None,
+             "license": "CC0-1.0", "doi": None, "original_dataset_name": "tiny"} for p in files]
+    write_table(pl.DataFrame(rows), "images", tmp_path / "shard.jsonl")
+    settings = {"model": f"local-dir:{tiny_clip}", "pretrained": None, "device": "cpu", "batch_size": 8,
+                "prompt_template": "a photo of {}.", "tag_threshold": 0.0, "num_workers": 0}
+    code = f"""
 import builtins, sys
 hook, finders = builtins.__import__, list(sys.meta_path)
-from benchmaker.similarity import model
-model._open_clip(hf_text=False, timm_vision=False, hf_hub=False)
-assert "torchvision" in sys.modules and "open_clip" in sys.modules
+from benchmaker.vision import run
+run(images={str(tmp_path / "shard.jsonl")!r}, annotations={str(tmp_path / "a.jsonl")!r},
+    losses={str(tmp_path / "l.jsonl")!r}, costs={str(tmp_path / "c.jsonl")!r}, adapter="clip",
+    settings={settings!r}, facets={support.TINY_FACETS!r}, image_root={str(tiny_corpus)!r}, columns={{}})
+assert "open_clip" in sys.modules and "torchvision" in sys.modules
 assert not [m for m in sys.modules if m.startswith("torch._dynamo")], "torch._dynamo imported"
+assert "benchmaker.providers.engine" not in sys.modules, "the request engine imported"
+assert open({str(tmp_path / "c.jsonl")!r}).read() == ""
 assert builtins.__import__ is hook and sys.meta_path == finders
 ra = sys.modules["torchvision.ops.roi_align"]
 assert type(ra.__loader__).__name__ == "SourceFileLoader" and ra.__spec__.loader is ra.__loader__
