@@ -4,9 +4,10 @@ judge stages (and any new paid stage) alike, so that no stage imports another st
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .engine import Runner
+if TYPE_CHECKING:  # the engine only for its type: writing a cost file needs none of it
+    from .engine import Runner
 
 __all__ = ["write_costs", "attach_ledger", "batch_metadata"]
 

@@ -85,7 +85,9 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = Tr
     and ``hf_hub=False`` (weights from a local file or folder: nothing to download) its optional
     ``from huggingface_hub import hf_hub_download`` (~0.13 s of CPU in a job). Each is an optional
     dependency that open_clip imports in a ``try``/``except ImportError`` and works without; if a
-    model of this process needs one later, :func:`_enable_tower` imports it then."""
+    model of this process needs one later, :func:`_enable_tower` imports it then. The first import
+    of torchvision (open_clip imports it) does not import torch._dynamo (~1.2 s of CPU), which no
+    eager model needs: see :func:`benchmaker._tvshim.dynamo_deferred`."""
     import sys
 
     from .. import _tvshim
@@ -93,7 +95,19 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = Tr
     _tvshim.install()
     skip = [name for name, needed in (("transformers", hf_text), ("timm", timm_vision),
                                       ("huggingface_hub", hf_hub)) if not needed]
-    if "open_clip" in sys.modules or not skip:
+    if "open_clip" in sys.modules:
+        import open_clip
+
+        return open_clip
+    with _tvshim.dynamo_deferred():
+        return _import_open_clip_without(skip)
+
+
+def _import_open_clip_without(skip: list[str]):
+    """``import open_clip`` with the optional libraries ``skip`` hidden (see :func:`_open_clip`)."""
+    import sys
+
+    if not skip:
         import open_clip
 
         return open_clip

@@ -82,7 +82,7 @@ def run(
     n = write_table(ann, "annotations", annotations, columns=columns, facets=fm)
     loss.write(losses)
     if costs:  # API adapters report one row per paid request; the others write an empty file
-        from .openai import write_costs
+        from ..providers.records import write_costs  # not .openai: the clip job needs no request engine
 
         write_costs(list(getattr(annotator, "costs", []) or []), costs, getattr(runner, "ledger", None))
     log.info("vision[%s]: wrote %d annotations, %d losses", adapter, n, len(loss))
