@@ -127,6 +127,11 @@ def test_compare_refuses_a_metric_both_evaluations_lack(big, tmp_path, capsys):
         assert f"--metric {typo}" in err and why in err and "ndcg@5" in err, err
     with pytest.raises(UserError, match="mapp"):
         compare(load_evaluation(old), load_evaluation(new), metrics=["mapp"])
+    # an evaluation without the column (an older baseline), named as the workflow's setting
+    o = load_evaluation(old)
+    o.per_query = o.per_query.drop("mrr")
+    with pytest.raises(UserError, match=r"evaluate.compare.metrics: mrr: 'mrr' is a column of .*new's per_query"):
+        compare(o, load_evaluation(new), metrics=["mrr"], metrics_key="evaluate.compare.metrics:")
     assert main(["compare", str(old), str(new), "--fail-on-regression", "--metric", "ndcg@5"]) == 1
 
 
