@@ -18,6 +18,7 @@ from benchmaker.snakemake_compat import (
     CompatError,
     check_snakemake,
     configfiles_given,
+    ignore_unawaited_input_sizes,
     is_main_process,
 )
 
@@ -25,6 +26,8 @@ try:  # the supported Snakemake, its internals as the workflow uses them: one cl
     check_snakemake()
 except CompatError as exc:
     raise WorkflowError(str(exc))
+# an upstream warning, harmless (snakemake/snakemake#4280): filtered exactly (benchmaker.snakemake_compat)
+ignore_unawaited_input_sizes()
 
 
 # the example config, unless config files are given on the command line: `--configfile my.yaml`

@@ -13,6 +13,7 @@ import pytest
 from test_evaluate import _aggregate, _run_system, bench  # noqa: F401 - the shared fixture
 
 from benchmaker.cli import main
+from benchmaker.errors import UserError
 from benchmaker.evaluate.compare import compare, load_evaluation, paired_p
 from benchmaker.formats import write_table
 from benchmaker.ids import trec_id
@@ -106,6 +107,32 @@ def test_compare_flags_a_regression_and_gates_the_exit(big, tmp_path, capsys):
     assert main(["compare", str(hist), str(new), "--fail-on-regression", "--min-delta", "0.9"]) == 0
     res = compare(load_evaluation(new), load_evaluation(old))
     assert res["regressions"] == 0 and res["improvements"] >= 1
+
+
+def test_compare_refuses_a_metric_both_evaluations_lack(big, tmp_path, capsys):
+    """--metric with a typo (or a cutoff evaluate.k did not compute) compared and gated nothing, so
+    --fail-on-regression passed silently: it is a usage error naming the columns both have."""
+    from benchmaker.errors import EXIT_USAGE
+    from benchmaker.evaluate.compare import RANX_PREFIXES
+    from benchmaker.evaluate_settings import CUTOFF_METRICS, WHOLE_METRICS
+
+    assert set(RANX_PREFIXES) == {f"{m}@" for m in CUTOFF_METRICS} | set(WHOLE_METRICS)
+    old = _evaluate(big, 1.0, "v1", tmp_path / "old")
+    new = _evaluate(big, 0.25, "v2", tmp_path / "new")
+    capsys.readouterr()
+    for typo, why in [("ndgc@5", "not a metric the evaluate stage writes"), ("ndcg@7", "evaluate.k is"),
+                      ("ndcg@05", "write ndcg@5")]:
+        assert main(["compare", str(old), str(new), "--fail-on-regression", "--metric", typo]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert f"--metric {typo}" in err and why in err and "ndcg@5" in err, err
+    with pytest.raises(UserError, match="mapp"):
+        compare(load_evaluation(old), load_evaluation(new), metrics=["mapp"])
+    # an evaluation without the column (an older baseline), named as the workflow's setting
+    o = load_evaluation(old)
+    o.per_query = o.per_query.drop("mrr")
+    with pytest.raises(UserError, match=r"evaluate.compare.metrics: mrr: 'mrr' is a column of .*new's per_query"):
+        compare(o, load_evaluation(new), metrics=["mrr"], metrics_key="evaluate.compare.metrics:")
+    assert main(["compare", str(old), str(new), "--fail-on-regression", "--metric", "ndcg@5"]) == 1
 
 
 def test_compare_refuses_other_judgments_and_names_missing_folders(big, tmp_path, capsys):

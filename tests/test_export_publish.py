@@ -29,12 +29,21 @@ SYSTEMS = ("tiny-clip", "bm25", "fused")
 # ------------------------------------------------------------------------------------------ fast checks
 @pytest.fixture(scope="module")
 def unit_export(tmp_path_factory, tiny_corpus):
-    from test_export import OPENAI, TOKEN, _export
+    from test_export import OPENAI, TOKEN, _export, _public_config
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_TOKEN", TOKEN)
         mp.setenv("OPENAI_API_KEY", OPENAI)
-        return _export(tmp_path_factory.mktemp("publish"), tiny_corpus)
+        return _export(tmp_path_factory.mktemp("publish"), tiny_corpus,
+                       public_config={**_public_config(tiny_corpus), **ENDPOINTS})
+
+
+# endpoint URLs as a config writes them (llm.base_url, export.endpoint, an http system's url), published as
+# test_endpoint_urls_publish_the_provider_only says
+ENDPOINTS = {"llm": {"base_url": "http://bench:pa55word@127.0.0.1:8123/v1?key=k3y-in-the-query"},
+             "export": {"split": "test", "token_env": "HF_TOKEN", "endpoint": "https://hub.example.org"},
+             "evaluate": {"systems": [{"name": "search", "kind": "http",
+                                       "url": "https://search.example.org/api?api_key=k3y-in-the-query&q=$query_url"}]}}
 
 
 def _features_types(obj, out: set) -> set:
@@ -156,6 +165,47 @@ def test_unit_export_names_no_local_path(unit_export, tiny_corpus):
     assert not (out / "dataset_metadata.json").read_text().count("created_utc")
     facts = json.loads((out / "run_facts.json").read_text())
     assert facts["created_utc"] and facts["machine"]["cpu_count"] and socket.gethostname() not in json.dumps(facts)
+
+
+@pytest.mark.parametrize(("url", "published"), [
+    ("http://127.0.0.1:8000/v1", "http://<local>:8000/v1"),
+    ("http://localhost/v1", "http://<local>/v1"),
+    ("http://10.1.2.3:80", "http://<local>:80"),
+    ("https://192.168.1.5/x", "https://<local>/x"),
+    ("http://172.16.0.1", "http://<local>"),
+    ("http://172.31.255.1:1", "http://<local>:1"),
+    ("http://172.32.0.1", "http://172.32.0.1"),                    # public: outside 172.16/12
+    ("http://[::1]:8000/v1", "http://<local>:8000/v1"),
+    ("http://[fe80::1%25eth0]:8000/", "http://<local>:8000/"),      # link-local
+    ("http://169.254.169.254/latest", "http://<local>/latest"),
+    ("http://box.local:8000", "http://<local>:8000"),
+    ("https://vllm.ns.svc.cluster.local:8000/v1", "https://<local>:8000/v1"),
+    ("http://vllm:8000/v1", "http://<local>:8000/v1"),               # a name without a dot: a search domain's
+    ("https://me:s3cret@api.openai.com/v1", "https://<redacted>@api.openai.com/v1"),
+    ("https://generativelanguage.googleapis.com/v1beta?key=AIzaNOTREAL#frag",
+     "https://generativelanguage.googleapis.com/v1beta?<redacted>#<redacted>"),
+    ("https://llm.nrp-nautilus.io/v1", "https://llm.nrp-nautilus.io/v1"),
+    ("https://8.8.8.8/a", "https://8.8.8.8/a"),
+    ("s3://bucket/build", "s3://bucket/build"),                      # a bucket, not a host
+    ("see http://127.0.0.1/", "see http://127.0.0.1/"),              # not a URL value: left alone
+])
+def test_endpoint_urls_publish_the_provider_only(url, published):
+    """An endpoint URL of the config is published without credentials (userinfo, query string, fragment) and
+    without this machine's, its network's or its cluster's host, from the text alone (same bytes anywhere)."""
+    from benchmaker.export.scrub import scrub_config, scrub_url
+
+    assert scrub_url(url) == published
+    assert scrub_config({"llm": {"base_url": url}}, secrets=[]) == {"llm": {"base_url": published}}
+
+
+def test_unit_export_publishes_endpoint_urls_scrubbed(unit_export):
+    out = unit_export[0]
+    cfg, values = (out / "config.yaml").read_text(), (out / "summary" / "config_values.csv").read_text()
+    for text in (cfg, values):
+        assert "http://<redacted>@<local>:8123/v1?<redacted>" in text and "https://hub.example.org" in text
+        assert "https://search.example.org/api?<redacted>" in text
+        for leak in ("pa55word", "bench:", "127.0.0.1", "k3y-in-the-query"):
+            assert leak not in text, leak
 
 
 def test_local_path_check_reads_parquet_values_and_refuses(tmp_path):

@@ -10,7 +10,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_FAILURE, EXIT_OK
+from ..errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UserError
 
 
 def add_compare(add) -> None:
@@ -136,9 +136,15 @@ def cmd_power(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare, load_evaluation, report_markdown, write_comparison
+    from .compare import check_metrics, compare, load_evaluation, report_markdown, write_comparison
 
-    res = compare(load_evaluation(args.old), load_evaluation(args.new), test=args.test, correction=args.correction,
+    old, new = load_evaluation(args.old), load_evaluation(args.new)
+    try:
+        check_metrics(old, new, args.metric)
+    except UserError as exc:  # a bad argument, not a regression: the usage status
+        print(f"benchmaker compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    res = compare(old, new, test=args.test, correction=args.correction,
                   max_p=args.max_p, min_delta=args.min_delta, metrics=args.metric, scopes=args.scope,
                   systems=args.system, allow_different_judgments=args.allow_different_judgments)
     if args.out:

@@ -26,11 +26,12 @@ import numpy as np
 import polars as pl
 
 from ..errors import UserError
+from ..evaluate_settings import CUTOFF_METRICS, WHOLE_METRICS, evaluation_metric_problem
 from ..io import atomic_write_text
 from ..settings_schema import default
 
-__all__ = ["COMPARISON_COLUMNS", "COMPARISON_FILES", "Evaluation", "baseline_files", "compare", "compare_section",
-           "compare_with_baseline", "keep", "load_evaluation", "paired_p", "report_markdown",
+__all__ = ["COMPARISON_COLUMNS", "COMPARISON_FILES", "Evaluation", "baseline_files", "check_metrics", "compare",
+           "compare_section", "compare_with_baseline", "keep", "load_evaluation", "paired_p", "report_markdown",
            "write_comparison"]
 
 HISTORY_INDEX = "history.jsonl"
@@ -38,7 +39,7 @@ COMPARISON_FILES = ("comparison.csv", "comparison.md", "comparison.json")
 SNAPSHOT_FILES = ("leaderboard.json", "leaderboard.csv", "per_query.csv", "drilldown.csv", "significance.csv",
                   "sage_leaderboard.csv")
 # higher is better for every ranx metric; diversity and judged@k describe a ranking, they are not gated
-RANX_PREFIXES = ("ndcg@", "precision@", "recall@", "hit_rate@", "map", "mrr")
+RANX_PREFIXES = tuple(f"{m}@" for m in CUTOFF_METRICS) + WHOLE_METRICS
 COMPARISON_COLUMNS = ("system", "scope", "metric", "old_version", "new_version", "queries", "old_mean", "new_mean",
                       "delta", "p_value", "p_adjusted", "significant", "gated", "regression", "improvement")
 
@@ -128,13 +129,33 @@ def _gated(metric: str, gate: Sequence[str] | None) -> bool:
     return metric.startswith(RANX_PREFIXES)
 
 
+def check_metrics(old: Evaluation, new: Evaluation, metrics: Sequence[str] | None, key: str = "--metric") -> None:
+    """Raise UserError unless every name of ``metrics`` (given as ``key``) is a metric column of both evaluations'
+    ``per_query.csv``: a name one lacks (a typo, a cutoff evaluate.k did not compute) would be compared and gated
+    nowhere, and ``--fail-on-regression`` would pass silently."""
+    cols = [set(e.per_query.columns) - {"query_id", "system", "scope"} for e in (old, new)]
+    both = cols[0] & cols[1]
+    ks = sorted({int(k) for c in both for k in [c.partition("@")[2]] if k.isdigit()}) or [10]
+    for m in metrics or []:
+        if m in both:
+            continue
+        why = evaluation_metric_problem(m, ks)
+        if why is None:
+            only = old.label if m in cols[0] else new.label if m in cols[1] else None
+            why = (f"{m!r} is a column of {only}'s per_query.csv only" if only else
+                   f"{m!r} is not a column of either evaluation's per_query.csv")
+        raise UserError(f"{key} {m}: {why}; name a metric both evaluations have ({', '.join(sorted(both))})")
+
+
 def compare(old: Evaluation, new: Evaluation, *, test: str = default("evaluate.compare.test"),
             correction: str = default("evaluate.compare.correction"),
             max_p: float = default("evaluate.compare.max_p"),
             min_delta: float = default("evaluate.compare.min_delta"), metrics: Sequence[str] | None = None,
             scopes: Sequence[str] | None = None, systems: Sequence[str] | None = None,
-            allow_different_judgments: bool = False) -> dict[str, Any]:
-    """Per (system, scope, metric): means, difference, paired p-value on the shared queries, verdicts."""
+            allow_different_judgments: bool = False, metrics_key: str = "--metric") -> dict[str, Any]:
+    """Per (system, scope, metric): means, difference, paired p-value on the shared queries, verdicts
+    (``metrics_key``: where ``metrics`` came from, named by the error when one is not in both)."""
+    check_metrics(old, new, metrics, metrics_key)
     oq, nq = old.doc.get("qrels_sha256"), new.doc.get("qrels_sha256")
     notes = []
     if oq and nq and oq != nq:
@@ -321,7 +342,8 @@ def compare_with_baseline(baseline: Sequence[str], leaderboard_json: str, compar
     new.source, new.tag = "this evaluation", None
     res = compare(old, new, test=str(s["test"]), correction=str(s["correction"]),
                   max_p=float(s["max_p"]), min_delta=float(s["min_delta"]),
-                  metrics=list(s["metrics"] or []) or None, allow_different_judgments=True)
+                  metrics=list(s["metrics"] or []) or None, allow_different_judgments=True,
+                  metrics_key="evaluate.compare.metrics:")
     out = Path(comparison).parent
     write_comparison(res, out)
     return res

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-__all__ = ["scrub_config", "secret_values", "find_secrets", "REDACTED", "local_paths", "hide_paths",
+__all__ = ["scrub_config", "scrub_url", "secret_values", "find_secrets", "REDACTED", "local_paths", "hide_paths",
            "hide_paths_in_folder", "find_local_paths", "parquet_strings"]
 
 REDACTED = "<redacted>"
+LOCAL = "<local>"
 SECRET_KEY = re.compile(r"(^|_)(token|secret|password|passwd|api_?key|access_key|secret_key|credentials?|auth)$",
                         re.IGNORECASE)
 TOKEN_LIKE = re.compile(
@@ -45,8 +47,53 @@ def _scrub_str(s: str, secrets: list[str]) -> str:
     return TOKEN_LIKE.sub(REDACTED, s)
 
 
+# -- endpoint URLs: the provider is published, not its credentials nor the machine (docs/export.md) -----------
+
+URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<authority>[^/?#\s]*)(?P<path>[^?#\s]*)"
+                 r"(?P<query>\?[^#\s]*)?(?P<fragment>#\S*)?")
+# schemes whose authority names a network host (s3://bucket, hf://org/repo name no host of this machine)
+NETWORK_SCHEMES = {"http", "https", "ws", "wss", "grpc", "grpcs", "tcp", "redis", "rediss", "mongodb", "postgres",
+                   "postgresql", "mysql", "amqp", "amqps", "nats", "ftp", "sftp"}
+# host names that only resolve inside a machine, a LAN or a cluster (a name without a dot: a search domain's)
+LOCAL_SUFFIXES = (".localhost", ".local", ".localdomain", ".internal", ".lan", ".home.arpa", ".svc",
+                  ".cluster.local", ".svc.cluster.local")
+CGNAT = ipaddress.ip_network("100.64.0.0/10")
+HOST_PORT = re.compile(r"(?P<host>\[[^\]]*\]|[^:\[\]]*)(?P<port>:\d*)?")
+
+
+def _local_host(host: str) -> bool:
+    """Whether ``host`` (a URL's host, lower case, IPv6 without brackets) names this machine, a private network or
+    a cluster-internal service; decided from the text alone (no DNS), so every machine decides alike."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host == "localhost" or "." not in host or host.endswith(LOCAL_SUFFIXES)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_reserved or (
+        ip.version == 4 and ip in CGNAT)
+
+
+def scrub_url(url: str) -> str:
+    """A URL (the whole string) as published: its userinfo (``user:password@``), query string and fragment
+    (``?key=...``, ``#access_token=...``) replaced by ``<redacted>``, a host of this machine, a private network
+    or a cluster (127.0.0.1, localhost, 10.x, 192.168.x, 172.16-31.x, ::1, *.local, *.svc.cluster.local, a
+    name without a dot) by ``<local>``, scheme, port and path kept; a public host stays. Any other string is
+    returned unchanged."""
+    m = URL.fullmatch(url)
+    if m is None:
+        return url
+    _, at, hostport = m["authority"].rpartition("@")
+    hp = HOST_PORT.fullmatch(hostport)
+    if m["scheme"].lower() in NETWORK_SCHEMES and hp and hp["host"] and _local_host(hp["host"].strip("[]").lower()):
+        hostport = LOCAL + (hp["port"] or "")
+    return "".join([m["scheme"], "://", f"{REDACTED}@" if at else "", hostport, m["path"],
+                    f"?{REDACTED}" if m["query"] else "", f"#{REDACTED}" if m["fragment"] else ""])
+
+
 def scrub_config(obj: Any, secrets: list[str] | None = None) -> Any:
-    """Drop private keys (leading ``_``), redact secret-named keys and token-looking or secret values."""
+    """Drop private keys (leading ``_``), redact secret-named keys and token-looking or secret values, publish
+    endpoint URLs without credentials nor local hosts (:func:`scrub_url`)."""
     secrets = secrets if secrets is not None else secret_values(obj)
     if isinstance(obj, Mapping):
         out = {}
@@ -62,7 +109,7 @@ def scrub_config(obj: Any, secrets: list[str] | None = None) -> Any:
     if isinstance(obj, list):
         return [scrub_config(v, secrets) for v in obj]
     if isinstance(obj, str):
-        return _scrub_str(obj, secrets)
+        return _scrub_str(scrub_url(obj), secrets)
     return obj
 
 
@@ -84,7 +131,6 @@ def find_secrets(folder: str | Path, secrets: list[str]) -> list[str]:
 
 # -- local paths: nothing published names a folder of the machine that built it (docs/export.md) ----------
 
-LOCAL = "<local>"
 
 
 def _path_strings(obj: Any) -> Iterable[str]:
