@@ -2,10 +2,11 @@
 # pixels/{pixels}/{shard}.npy + .parquet, the model's input pixels; {pixels}: the key of the model
 # that decides them, shared with the clip vision adapter's job when its model decides them alike),
 # embed them on the model jobs (embed_images, one per group of
-# consecutive shards: similarity.gpu_jobs; no image file opened there), embed the query texts, score
-# every qrels pair. decode_images and embed_images depend only on the image shards and the similarity
-# model (model, pretrained, precision) plus their code version: changing the judge or the queries never
-# re-embeds images; changing the model does. Across runs and benchmarks, images are also reused through
+# consecutive shards: similarity.gpu_jobs; no image file opened there), embed the query texts (of
+# queries.jsonl: changing the judge never re-embeds them), score every qrels pair. decode_images and
+# embed_images depend only on the image shards and the similarity model (model, pretrained, precision)
+# plus their code version: changing the judge or the queries never re-embeds images; changing the
+# model does. Across runs and benchmarks, images are also reused through
 # the embedding cache (<cache_dir>/<model key>/part-*.{emb,keys}.npy + a sorted key index, keyed by
 # image sha256 + model identity; docs/similarity.md).
 
@@ -99,18 +100,20 @@ if not CLIP_SHARED:
             "../scripts/embed_images.py"
 
 
+# the written queries (queries.jsonl, before the judge): relabelling never reruns this model load
 rule embed_queries:
     input:
         unpack(similarity_weight_inputs),
-        qrels=f"{RESULTS}/qrels.jsonl",
+        queries=f"{RESULTS}/queries.jsonl",
     output:
         embeddings=f"{RESULTS}/embeddings/queries.parquet",
     log:
         f"{LOGS}/embed_queries.log",
     benchmark:
         f"{BENCH}/embed_queries.tsv"
-    # a model load at the head of two chains after the judge (score, and the evaluate aggregate through
-    # a clip system that ranks these embeddings): it starts before the audit jobs when cores are scarce
+    # a model load at the head of two chains (score, and the evaluate aggregate through a clip system
+    # that ranks these embeddings), ready beside the judge: it starts before the audit jobs when cores
+    # are scarce
     priority: 1
     conda:
         "../envs/benchmaker.yaml"

@@ -465,7 +465,14 @@ def test_clip_system_with_the_similarity_model_ranks_its_embeddings_without_a_mo
         embed.run_images(images=str(shards[-1]), embeddings=emb[-1], losses=lost[-1], model=model, device="cpu",
                          runtime=similarity, image_root=str(bench / "images"))
     queries = str(bench / "embeddings" / "queries.parquet")
-    embed.run_queries(qrels=str(bench / "qrels.jsonl"), embeddings=queries, model=model, device="cpu")
+    # embed_queries reads the written queries, here with one the judge lost (not in qrels.jsonl):
+    # embedded, never ranked (the runs below are the same bytes as the model's, which reads qrels only)
+    written = (pl.read_ndjson(bench / "qrels.jsonl").select("query_id", "query_text").unique(maintain_order=True)
+               .vstack(pl.DataFrame({"query_id": ["q lost"], "query_text": ["a yellow thing"]}))
+               .with_columns(pl.lit(None, pl.String).alias("narrative"), pl.lit("rules").alias("writer")))
+    write_table(written, "queries", bench / "queries.jsonl")
+    embed.run_queries(queries=str(bench / "queries.jsonl"), embeddings=queries, model=model, device="cpu")
+    assert "q lost" in pl.read_parquet(queries)["query_id"].to_list()
 
     def paths(tag: str) -> dict:
         d = bench / tag

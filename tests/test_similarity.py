@@ -47,6 +47,12 @@ def qrels_table(queries: dict[str, str], image_ids: list[str]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def queries_table(queries: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame([{"query_id": qid, "query_text": text, "narrative": None, "writer": "rules"}
+                         for qid, text in queries.items()], schema={"query_id": pl.String, "query_text": pl.String,
+                                                                    "narrative": pl.String, "writer": pl.String})
+
+
 def direct(clip_dir: Path, paths: list[Path], texts: list[str]):
     """Reference: plain open_clip, one image per forward, no project code."""
     import open_clip
@@ -79,10 +85,13 @@ def setup(tmp_path, tiny_corpus, tiny_clip):
     queries = {"q1": "a red circle", "q2": "blue square pattern", "q3": long_text}
     qrels = tmp_path / "qrels.jsonl"
     write_table(qrels_table(queries, ids), "qrels", qrels)
+    # what embed_queries reads: the written queries (the judge's labels never)
+    queries_file = tmp_path / "queries.jsonl"
+    write_table(queries_table(queries), "queries", queries_file)
     model = {"model": f"local-dir:{tiny_clip}", "pretrained": None, "precision": "auto"}
     runtime = {"device": "cpu", "batch_size": 4, "num_workers": 0}
     return dict(tmp=tmp_path, ids=ids, shards=[shard_a, shard_b], qrels=qrels, queries=queries, model=model,
-                runtime=runtime, corpus=tiny_corpus, clip=tiny_clip)
+                runtime=runtime, corpus=tiny_corpus, clip=tiny_clip, queries_file=queries_file)
 
 
 def run_all(s, *, cache_dir, columns=None, logit_column=None, rank_column="clip_rank"):
@@ -95,7 +104,7 @@ def run_all(s, *, cache_dir, columns=None, logit_column=None, rank_column="clip_
                          columns=columns)
         embs.append(str(e))
         losses.append(str(lo))
-    embed.run_queries(qrels=str(s["qrels"]), embeddings=str(t / "q.parquet"), model=s["model"],
+    embed.run_queries(queries=str(s["queries_file"]), embeddings=str(t / "q.parquet"), model=s["model"],
                       runtime=s["runtime"], columns=columns)
     score.run(qrels=str(s["qrels"]), query_embeddings=str(t / "q.parquet"), image_embeddings=embs,
               embed_losses=losses, scored=str(t / "scored.jsonl"), losses=str(t / "sim_losses.jsonl"),

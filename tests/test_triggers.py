@@ -479,6 +479,13 @@ def test_every_output_setting_plans_exactly_its_stages_and_no_runtime_knob_plans
             wrong.append(f"{path}: planned {sorted(planned)}; missing {sorted(want - planned)}, "
                          f"unexpected {extra}")
     assert not wrong, "\n".join(wrong)
+    # beside the rule graph it is read from: a labelling change never embeds the query texts again
+    # (embed_queries reads queries.jsonl); a change of the written queries does
+    labelling = [p for p in got if p.startswith(("judge.rules.", "judge.labels", "judge.rationale"))]
+    writing = [p for p in got if p.startswith("queries.rules.")]
+    assert labelling and writing, sorted(got)
+    assert not [p for p in labelling if "embed_queries" in got[p]["planned"]], labelling
+    assert all("embed_queries" in got[p]["planned"] for p in writing), writing
 
 
 def test_runtime_knobs_are_declared_in_the_schema():
@@ -544,5 +551,11 @@ def test_api_judge_a_labelling_change_relabels_only_and_a_writer_change_rewrites
              f"{got[p].get('error', '')[:300]}" for p in requests
              if "error" in got[p] or set(got[p]["planned"]) - {"all"} != expected[p]]
     assert not wrong, "\n".join(wrong)
+    # the query texts are embedded from queries.jsonl, never from the labels: a labelling change plans
+    # no query embedding (a model load); a change of the written queries does
+    assert "queries" in edges["embed_queries"] and "judge" not in edges["embed_queries"], edges["embed_queries"]
     for path in ("judge.openai.prompts.system", "judge.openai.send_thumbnails", "judge.labels"):
         assert "queries" not in got[path]["planned"]
+        assert "embed_queries" not in got[path]["planned"] and "score" in got[path]["planned"], got[path]
+    for path in ("queries.prompts.system", "queries.model", "judge.openai.model"):
+        assert "embed_queries" in got[path]["planned"], got[path]

@@ -182,14 +182,16 @@ def test_judge_change_reruns_only_judge_and_downstream(full_run):
     r = full_run.dry_run(full_run.variant("config_judge.yaml", **{"judge.rules": {"relevant_min_jaccard": 0.6}}))
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)
-    assert set(stats) == {"judge", "embed_queries", "score", "summary", "export", "all",
+    # embed_queries reads the written queries (queries.jsonl), never the labels: no model load again
+    assert set(stats) == {"judge", "score", "summary", "export", "all",
                           "audit_sample", "audit_labelling", "audit_report"}, stats  # the audit reads qrels
 
 
 @pytest.mark.slow
 def test_query_writer_change_rewrites_the_queries_and_relabels(full_run):
     """A change of the query writer's settings writes the queries again and labels again (the judge
-    reads queries.jsonl), and nothing before them; a labelling change (above) never rewrites a query."""
+    reads queries.jsonl) and embeds them again, and nothing before them; a labelling change (above) never
+    rewrites or re-embeds a query."""
     r = full_run.dry_run(full_run.variant("config_queries.yaml", **{"queries.rules": {"query_tags": 3}}))
     assert r.returncode == 0, r.stderr[-3000:]
     stats = job_stats(r.stdout + r.stderr)

@@ -173,7 +173,7 @@ STAGES: dict[str, Stage] = {
                    # decode_images: the image decoding loader (batches of 64 in flight), no model
                    memory={"decode_images": Memory(0, {"images": 8.0}, model="decode"),
                            "embed_images": Memory(0, {"images": 8.0}, model="images"),
-                           "embed_queries": Memory(0, {"qrels": 8.0}, model="texts")},
+                           "embed_queries": Memory(0, {"queries": 8.0}, model="texts")},
                    gpu={"embed_images": True},
                    # decode_images runs on CPUs only (no GPU is asked for: needs_gpu)
                    pace={"decode_images": Pace({"cpu": CPU_IMAGES_PER_S}),

@@ -470,15 +470,12 @@ def run_images(*, images: str | Sequence[str], embeddings: str, losses: str, mod
     return n
 
 
-def run_queries(*, qrels: str, embeddings: str, model: Mapping[str, Any], runtime: Mapping[str, Any] | None = None,
+def run_queries(*, queries: str, embeddings: str, model: Mapping[str, Any], runtime: Mapping[str, Any] | None = None,
                 columns: Mapping[str, str] | None = None, device: str | None = None, threads: int = 1) -> int:
-    """Stage ``embed_queries``: unique query texts of qrels.jsonl → query embeddings parquet."""
-    q = read_table("qrels", qrels, columns=columns)
-    queries = q.select("query_id", "query_text").unique(maintain_order=True)
-    dup = queries.group_by("query_id").len().filter(pl.col("len") > 1)
-    if dup.height:
-        raise FormatError(f"{qrels}: query {dup['query_id'][0]!r} has more than one query_text")
-    queries = queries.sort("query_id")
+    """Stage ``embed_queries``: every written query of queries.jsonl (the texts qrels.jsonl repeats; one
+    row per query id, checked when read) → query embeddings parquet, sorted by id. It never reads the
+    judge's labels, so relabelling never reruns it; a query the judge lost is embedded and never used."""
+    queries = read_table("queries", queries, columns=columns).select("query_id", "query_text").sort("query_id")
     clip, _ = _load_from_params(model, runtime, threads, device, purpose="embed_queries")
     t0, c0 = time.perf_counter(), time.process_time()
     emb, truncated = clip.encode_texts(queries["query_text"].to_list())
