@@ -197,3 +197,17 @@ def test_every_imported_name_exists():
             missing = [a.name for a in node.names if a.name != "*" and a.name not in _defined(files[target])]
             bad += [f"{mod}:{node.lineno}: {target} has no {n}" for n in missing]
     assert not bad, bad
+
+
+def test_the_providers_package_lists_its_lazy_names_alike():
+    """providers/__init__ loads its shared names on first use (PEP 562): ``__all__`` (which ruff checks
+    against the TYPE_CHECKING imports) and ``_HOMES`` (which ``__getattr__`` reads) list the same names, and
+    each resolves to the object of the module ``_HOMES`` names."""
+    import importlib
+
+    import benchmaker.providers as providers
+
+    assert sorted(providers.__all__) == sorted(providers._HOME)
+    for name, module in providers._HOME.items():
+        home = importlib.import_module(f"benchmaker.providers.{module}")
+        assert getattr(providers, name) is getattr(home, name), name
