@@ -99,7 +99,6 @@ def add_power(add) -> None:
 
 
 def cmd_power(args) -> int:
-    from ..errors import UserError
     from .power import check_levels, mdd, pair_alpha, queries_needed, sd_from
 
     if args.systems < 2:
@@ -172,10 +171,6 @@ def cmd_keep_evaluation(args) -> int:
 
 
 def cmd_mteb(args) -> int:
-    import json
-
-    from ..errors import UserError
-
     try:
         from .mteb_task import run
     except ImportError as exc:  # pragma: no cover - the extra is missing
