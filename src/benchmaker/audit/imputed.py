@@ -60,6 +60,8 @@ def rank_buckets(rank: np.ndarray) -> np.ndarray:
     """The bucket of each pair's rank (0 = unranked -> the last bucket)."""
     b = np.searchsorted(np.asarray(BUCKETS), rank, side="right") - 1
     return np.where(rank > 0, b, len(BUCKETS) - 1)
+
+
 FIRST_PAIR_METRICS = ("mrr",)  # metrics of each query's first relevant pair: residuals at the posterior mean
 INFLUENCE_DRAWS = 100  # imputations of a query's other pairs behind each audited pair's influence
 _BLOCK_CELLS = 1_000_000  # replicates x pairs per vectorised block

@@ -132,7 +132,6 @@ def find_secrets(folder: str | Path, secrets: list[str]) -> list[str]:
 # -- local paths: nothing published names a folder of the machine that built it (docs/export.md) ----------
 
 
-
 def _path_strings(obj: Any) -> Iterable[str]:
     if isinstance(obj, Mapping):
         for v in obj.values():
