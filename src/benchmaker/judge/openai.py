@@ -158,7 +158,7 @@ def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_
     from ..providers.records import batch_metadata
 
     submit_requests(_runner(merged_settings(settings), cache_dir, adapter), requests=requests, submitted=submitted,
-                       state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
+                    state_dir=state_dir, metadata=batch_metadata(benchmark, "judge", "all"))
 
 
 def collect(*, plan: str, queries: str, annotations: str, images: str, manifest: str, submitted: str, qrels: str,
@@ -194,10 +194,10 @@ def collect(*, plan: str, queries: str, annotations: str, images: str, manifest:
 
     with runner.ledger:
         answers = collect_results(runner, items, manifest=manifest, submitted=submitted,
-                                     state_dir=state_dir, losses=loss,
-                                     metadata=batch_metadata(benchmark, "judge", "all"),
-                                     wait=bool(runner.settings["wait"]),
-                                     poll_seconds=float(runner.settings["poll_seconds"]))
+                                  state_dir=state_dir, losses=loss,
+                                  metadata=batch_metadata(benchmark, "judge", "all"),
+                                  wait=bool(runner.settings["wait"]),
+                                  poll_seconds=float(runner.settings["poll_seconds"]))
     name = f"{adapter}:{runner.llm.model}"
     judged = answers_to_frame(answers, keys_of, name, bool(s.get("rationale")))
     if reused.height:

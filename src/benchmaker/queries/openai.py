@@ -119,7 +119,7 @@ def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_
     from ..providers.records import batch_metadata
 
     submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
-                       state_dir=state_dir, metadata=batch_metadata(benchmark, "queries", "all"))
+                    state_dir=state_dir, metadata=batch_metadata(benchmark, "queries", "all"))
 
 
 def collect(*, plan: str, annotations: str, images: str, manifest: str, submitted: str, queries: str, losses: str,
@@ -145,10 +145,10 @@ def collect(*, plan: str, annotations: str, images: str, manifest: str, submitte
 
     with runner.ledger:
         answers = collect_results(runner, items, manifest=manifest, submitted=submitted,
-                                     state_dir=state_dir, losses=loss,
-                                     metadata=batch_metadata(benchmark, "queries", "all"),
-                                     wait=bool(runner.settings["wait"]),
-                                     poll_seconds=float(runner.settings["poll_seconds"]))
+                                  state_dir=state_dir, losses=loss,
+                                  metadata=batch_metadata(benchmark, "queries", "all"),
+                                  wait=bool(runner.settings["wait"]),
+                                  poll_seconds=float(runner.settings["poll_seconds"]))
     written = answers_to_frame(answers, todo["query_id"].to_list(), f"{adapter}:{runner.llm.model}")
     finish(plan=plan_df, written=written, imported=imported, loss=loss, queries=queries, losses=losses,
            costs=costs, cost_rows=runner.cost_rows, ledger=runner.ledger, columns=columns)

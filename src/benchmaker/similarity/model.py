@@ -84,8 +84,9 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = Tr
     ``timm_vision=False`` (no timm vision tower) skips its optional ``import timm`` (~0.3 s of CPU),
     and ``hf_hub=False`` (weights from a local file or folder: nothing to download) its optional
     ``from huggingface_hub import hf_hub_download`` (~0.13 s of CPU in a job). Each is an optional
-    dependency that open_clip imports in a ``try``/``except ImportError`` and works without; if a
-    model of this process needs one later, :func:`_enable_tower` imports it then. The first import
+    dependency that open_clip imports in a ``try``/``except ImportError`` and works without; when
+    open_clip was imported earlier in this process without a part asked for now, :func:`_enable_tower`
+    gives it that part (the flags hold on every call, not only the first). The first import
     of torchvision (open_clip imports it) does not import torch._dynamo (~1.2 s of CPU), which no
     eager model needs: see :func:`benchmaker._tvshim.dynamo_deferred`."""
     import sys
@@ -93,14 +94,16 @@ def _open_clip(hf_text: bool = True, timm_vision: bool = True, hf_hub: bool = Tr
     from .. import _tvshim
 
     _tvshim.install()
-    skip = [name for name, needed in (("transformers", hf_text), ("timm", timm_vision),
-                                      ("huggingface_hub", hf_hub)) if not needed]
+    parts = (("hf_text", "transformers", hf_text), ("timm", "timm", timm_vision),
+             ("hf_hub", "huggingface_hub", hf_hub))
     if "open_clip" in sys.modules:
-        import open_clip
-
-        return open_clip
-    with _tvshim.dynamo_deferred():
-        return _import_open_clip_without(skip)
+        import open_clip as oc
+    else:
+        with _tvshim.dynamo_deferred():
+            oc = _import_open_clip_without([library for _, library, needed in parts if not needed])
+    for tower in (tower for tower, _, needed in parts if needed):
+        _enable_tower(tower)
+    return oc
 
 
 def _import_open_clip_without(skip: list[str]):
@@ -394,7 +397,7 @@ def _describe_preprocess(cfg: dict) -> str:
 
 def _hf_weights(repo: str) -> str:
     """Resolve (download or find in the HF cache) the weights of an hf-hub repo; name its snapshot."""
-    _open_clip()
+    _open_clip(hf_text=False, timm_vision=False)  # the Hub client (a model's towers: its _load's call)
     from open_clip.pretrained import download_pretrained_from_hf
 
     path = download_pretrained_from_hf(repo)
@@ -530,10 +533,7 @@ def _load(model: str, pretrained: str | None, *, device: str, precision: str | N
         raise ModelLoadError("similarity.model is empty: name an open_clip architecture, hf-hub:org/repo or "
                              "local-dir:/path")
     pretrained = pretrained or None
-    needs = {"hf_text": _needs_hf_text(model), "timm": _needs_timm(model), "hf_hub": _needs_hf_hub(model, pretrained)}
-    oc = _open_clip(needs["hf_text"], needs["timm"], needs["hf_hub"])
-    for tower in (t for t, needed in needs.items() if needed):
-        _enable_tower(tower)
+    oc = _open_clip(_needs_hf_text(model), _needs_timm(model), _needs_hf_hub(model, pretrained))
     try:
         arch, weights_of, model_arg, pretrained_arg = _resolve(oc, model, pretrained, seed)
         random_init = pretrained_arg is None and not model.startswith((_LOCAL_DIR, _HF_HUB))

@@ -75,7 +75,7 @@ class PixelSpec:
 
 def _model_configs(model: str, pretrained: str | None) -> tuple[dict, dict]:
     """(model_cfg, preprocess overlay) as open_clip's create_model reads them (factory.py)."""
-    from .model import _HF_HUB, _LOCAL_DIR, _enable_tower, _open_clip
+    from .model import _HF_HUB, _LOCAL_DIR, _open_clip
 
     if model.startswith(_LOCAL_DIR):
         cfg = json.loads((Path(model[len(_LOCAL_DIR):]).expanduser() / "open_clip_config.json").read_text())
@@ -83,7 +83,6 @@ def _model_configs(model: str, pretrained: str | None) -> tuple[dict, dict]:
     # the Hub client only for a hub model's config (a pretrained tag's is in open_clip's tables)
     oc = _open_clip(hf_text=False, timm_vision=False, hf_hub=model.startswith(_HF_HUB))
     if model.startswith(_HF_HUB):
-        _enable_tower("hf_hub")
         from open_clip.factory import _get_hf_config
 
         cfg = _get_hf_config(model[len(_HF_HUB):])

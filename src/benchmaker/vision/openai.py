@@ -226,13 +226,13 @@ def build(*, images: str, requests: str, manifest: str, settings: Mapping[str, A
     fm = FacetModel.from_config(facets)
     imgs = read_table("images", images, columns=columns)
     build_requests(_runner(settings, cache_dir, adapter), vision_items(imgs, fm, settings, image_root),
-                      requests=requests, manifest=manifest, threads=threads)
+                   requests=requests, manifest=manifest, threads=threads)
 
 
 def submit(*, requests: str, submitted: str, settings: Mapping[str, Any], state_dir: str, benchmark: str,
            shard: str = "all", cache_dir: str | None = None, adapter: str = "openai") -> None:
     submit_requests(_runner(settings, cache_dir, adapter), requests=requests, submitted=submitted,
-                       state_dir=state_dir, metadata=batch_metadata(benchmark, "vision", shard))
+                    state_dir=state_dir, metadata=batch_metadata(benchmark, "vision", shard))
 
 
 def collect(*, images: str, manifest: str, submitted: str, annotations: str, losses: str, costs: str,
@@ -253,9 +253,9 @@ def collect(*, images: str, manifest: str, submitted: str, annotations: str, los
         with open(cached_rows, "w", encoding="utf-8") as cost_fh, runner.ledger:
             runner.cost_sink = lambda row: cost_fh.write(fast_dumps(row) + "\n")   # streamed, not held
             collect_results(runner, items, manifest=manifest, submitted=submitted, state_dir=state_dir,
-                               losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
-                               wait=bool(runner.settings["wait"]),
-                               poll_seconds=float(runner.settings["poll_seconds"]), on_answer=spill, ids=ids)
+                            losses=loss, metadata=batch_metadata(benchmark, "vision", shard),
+                            wait=bool(runner.settings["wait"]),
+                            poll_seconds=float(runner.settings["poll_seconds"]), on_answer=spill, ids=ids)
         # written part by part in item order: the whole annotations table is never in memory
         n_ann = spill.write(annotations, columns=columns)
         loss.write(losses)
