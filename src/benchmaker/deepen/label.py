@@ -103,7 +103,7 @@ def _judge(adapter: str, plan: pl.DataFrame, ann: pl.DataFrame, imgs: pl.DataFra
         return (judge.judge(plan, ann, imgs, losses) if plan.height else pl.DataFrame()), name, None
     runner.stage = "deepen"                  # its cost rows count as deepening in the totals
     if ledger:
-        from ..vision.openai import attach_ledger
+        from ..providers.records import attach_ledger
 
         attach_ledger(runner, ledger)
     try:
@@ -184,7 +184,7 @@ def run(*, qrels: str, plan: str, annotations: str, images: str, runs: Sequence[
     out = out.select(*LABEL_COLUMNS, *keep).sort(["query_id", "depth", "image_id"])
     write_table(out, "deepen_labels", labels, columns=columns)
     loss.write(losses)
-    from ..vision.openai import write_costs
+    from ..providers.records import write_costs
 
     write_costs(list(getattr(runner, "cost_rows", []) or []), costs, getattr(runner, "ledger", None))
     log.info("deepen[%s]: %d labels (%d relevant), %d losses", system, out.height,

@@ -71,7 +71,7 @@ def run(
                    pixels=pixels, pixel_index=pixel_index)
     runner = getattr(annotator, "runner", None)
     if runner is not None and ledger:      # API adapters: each paid row on record as it arrives
-        from .openai import attach_ledger
+        from ..providers.records import attach_ledger
 
         attach_ledger(runner, ledger)
     try:

@@ -22,13 +22,12 @@ from ..providers.batch_collect import collect_results
 from ..providers.batch_submit import submit_requests
 from ..providers.engine import Item, Runner
 from ..providers.fastjson import dumps as fast_dumps
-from ..providers.records import attach_ledger, batch_metadata, write_costs  # noqa: F401 - also re-exported
+from ..providers.records import attach_ledger, batch_metadata, write_costs
 from ..providers.runners import provider_runner
 from ..providers.spec import ImageRef, RequestSpec, Text, fill_metadata, with_own_instructions
 from .prompts import SCHEMA_NAME, check_answer, confidence_of, default_system_prompt, default_user_prompt, vision_schema
 
-__all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect", "write_costs",
-           "attach_ledger"]
+__all__ = ["OpenAIAnnotator", "vision_items", "answers_to_frame", "build", "submit", "collect"]
 
 log = get_logger("vision.openai")
 
