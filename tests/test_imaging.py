@@ -207,3 +207,16 @@ def test_accepted_huge_images_open_whatever_pils_default_limit(tmp_path, monkeyp
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)                        # set on purpose: kept
     with pytest.raises(Image.DecompressionBombError):
         decode(_save(Image.new("RGB", (32, 32)), tmp_path / "small.png"))
+
+
+def test_pils_own_default_limit_is_the_one_lifted(tmp_path):
+    """In a fresh process PIL's limit is whatever this Pillow sets, not a value a test patched in: the
+    first decode lifts it (imaging's copy of Pillow's default still matches the installed Pillow)."""
+    import subprocess
+    import sys
+
+    path = _save(Image.new("RGB", (8, 8)), tmp_path / "small.png")
+    code = ("import sys; from PIL import Image; from benchmaker.imaging import decode; "
+            "before = Image.MAX_IMAGE_PIXELS; decode(sys.argv[1]); print(before is not None, Image.MAX_IMAGE_PIXELS)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "None"]

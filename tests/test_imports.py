@@ -201,8 +201,8 @@ def test_every_imported_name_exists():
 
 def test_the_providers_package_lists_its_lazy_names_alike():
     """providers/__init__ loads its shared names on first use (PEP 562): ``__all__`` (which ruff checks
-    against the TYPE_CHECKING imports) and ``_HOMES`` (which ``__getattr__`` reads) list the same names, and
-    each resolves to the object of the module ``_HOMES`` names."""
+    against the TYPE_CHECKING imports) and ``_HOMES`` (``_HOME``, name -> module, is what ``__getattr__`` reads)
+    list the same names, and each resolves to the object of the module ``_HOMES`` names."""
     import importlib
 
     import benchmaker.providers as providers

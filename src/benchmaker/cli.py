@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from .evaluate.commands import add_compare, add_mteb, add_power, cmd_keep_evaluation
+from .evaluate.commands import add_compare, add_keep_evaluation, add_mteb, add_power
 
 __all__ = ["main"]
 
@@ -331,14 +331,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="paths.results of the new config; converted files go to DIR/<name>/imported")
     p.add_argument("--force", action="store_true", help="overwrite FILE and converted outputs that exist")
     add_compare(add)
-    p = add("keep-evaluation", "keep an evaluation in a history folder (compare later ones with it)",
-            cmd_keep_evaluation,
-            "Copy RESULTS' evaluation (leaderboard, per-query values, drill-downs) into HISTORY/<tag>/ and "
-            "append it to HISTORY/history.jsonl with each system's version; `benchmaker compare HISTORY NEW` "
-            "then compares NEW with the latest kept evaluation, `compare HISTORY/<tag> NEW` with a given one.")
-    p.add_argument("results", metavar="RESULTS", help="a results folder (or its evaluate/ folder)")
-    p.add_argument("history", metavar="HISTORY", help="the history folder (created if missing)")
-    p.add_argument("--tag", default=None, help="snapshot name (default: UTC time, plus the version if all agree)")
+    add_keep_evaluation(add)
     add_mteb(add)
     add_power(add)
     return ap

@@ -30,6 +30,7 @@ __all__ = [
     "write_table",
     "empty_table",
     "validate_table",
+    "spec_for",
     "to_disk_names",
     "to_canonical_names",
     "FORMAT_VERSION",
@@ -229,7 +230,9 @@ def to_canonical_names(df: pl.DataFrame, columns: Mapping[str, str] | None) -> p
     return df.rename(m) if m else df
 
 
-def _spec_for(kind: str, facets: FacetModel | None) -> tuple[dict[str, Any], frozenset[str], Spec]:
+def spec_for(kind: str, facets: FacetModel | None) -> tuple[dict[str, Any], frozenset[str], Spec]:
+    """A kind's contract: its required columns with their dtypes (an annotations file's facets and
+    confidence from ``facets``), its nullable columns and its :class:`Spec` (read by ``table_blocks`` too)."""
     if kind not in KINDS:
         raise KeyError(f"unknown file kind {kind!r}; known: {', '.join(KINDS)}")
     spec = KINDS[kind]
@@ -245,7 +248,7 @@ def _spec_for(kind: str, facets: FacetModel | None) -> tuple[dict[str, Any], fro
 
 
 def empty_table(kind: str, facets: FacetModel | None = None, extra: Mapping[str, Any] | None = None) -> pl.DataFrame:
-    req, _, spec = _spec_for(kind, facets)
+    req, _, spec = spec_for(kind, facets)
     schema = {k: (v if v is not None else pl.Struct({})) for k, v in req.items()}
     for k, v in (extra or {}).items():
         schema[k] = v
@@ -256,7 +259,7 @@ def validate_table(
     df: pl.DataFrame, kind: str, *, facets: FacetModel | None = None, source: str = "<table>"
 ) -> pl.DataFrame:
     """Check a canonical-named table against its spec; cast compatible dtypes; raise FormatError."""
-    req, nullable, spec = _spec_for(kind, facets)
+    req, nullable, spec = spec_for(kind, facets)
     missing = [c for c in req if c not in df.columns]
     if missing:
         raise FormatError(f"{source}: missing column(s) {missing} for a {kind} file (has {df.columns})")

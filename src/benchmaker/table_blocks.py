@@ -18,8 +18,8 @@ from .formats import (
     Str,
     StrList,
     _rename_map,
-    _spec_for,
     empty_table,
+    spec_for,
     to_canonical_names,
     validate_table,
 )
@@ -117,7 +117,7 @@ def _projected_block(block: bytes, kind: str, keep: list[str], optional: tuple[s
     taxonomy): the caller then reads the block the general way, which validates it and raises."""
     import io
 
-    req, nullable, spec = _spec_for(kind, facets)
+    req, nullable, spec = spec_for(kind, facets)
     types = {**spec.optional, **req}
     want = [*keep, *optional]
     if any(types.get(c) not in (Str, StrList, Bool) for c in want):
@@ -180,7 +180,7 @@ def iter_table_columns(
         if df is None:  # the general way, for this block alone (validates every column)
             df = validate_table(to_canonical_names(_parse_block(block, kind, path, offset), columns), kind,
                                 facets=facets, source=str(path))
-            opt_types = _spec_for(kind, facets)[2].optional
+            opt_types = spec_for(kind, facets)[2].optional
             df = df.select(keep + [pl.col(c) if c in df.columns else pl.lit(None, opt_types[c]).alias(c)
                                    for c in has_opt])
             if categorical:

@@ -48,6 +48,18 @@ def add_compare(add) -> None:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of markdown")
 
 
+def add_keep_evaluation(add) -> None:
+    """The `keep-evaluation` command."""
+    p = add("keep-evaluation", "keep an evaluation in a history folder (compare later ones with it)",
+            cmd_keep_evaluation,
+            "Copy RESULTS' evaluation (leaderboard, per-query values, drill-downs) into HISTORY/<tag>/ and "
+            "append it to HISTORY/history.jsonl with each system's version; `benchmaker compare HISTORY NEW` "
+            "then compares NEW with the latest kept evaluation, `compare HISTORY/<tag> NEW` with a given one.")
+    p.add_argument("results", metavar="RESULTS", help="a results folder (or its evaluate/ folder)")
+    p.add_argument("history", metavar="HISTORY", help="the history folder (created if missing)")
+    p.add_argument("--tag", default=None, help="snapshot name (default: UTC time, plus the version if all agree)")
+
+
 def add_mteb(add) -> None:
     """The `mteb` command."""
     p = add("mteb", "evaluate a model on an exported benchmark with mteb (mteb.evaluate)", cmd_mteb,
