@@ -1,4 +1,4 @@
-"""The planner reads only the columns its index needs (formats.iter_table_columns): the same frame as
+"""The planner reads only the columns its index needs (table_blocks.iter_table_columns): the same frame as
 reading and validating the whole table, and the same error where the general way would raise."""
 
 from __future__ import annotations

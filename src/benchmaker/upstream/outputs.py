@@ -17,7 +17,6 @@ upstream labelled is answered from it, so the judge is not paid again; see
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,6 +26,7 @@ import yaml
 
 from ..config import validate_config
 from ..errors import UserError
+from ..io import file_sha256
 from .convert import COLUMN_KEYS, ImportReport, convert_config, read_toml
 
 __all__ = ["import_upstream"]
@@ -106,7 +106,7 @@ def _prefill_vision(cfg: dict, images_rows: list[dict], ann_rows: list[dict], re
         if not iid or not f.is_file():
             skipped["image file missing under image_root"] = skipped.get("image file missing under image_root", 0) + 1
             continue
-        sha = hashlib.sha256(f.read_bytes()).hexdigest()
+        sha = file_sha256(f)
         row = {**{k: v for k, v in meta.get(iid, {}).items() if not isinstance(v, (dict, list))}, "image_id": iid,
                "sha256": sha, "width": 0, "height": 0,
                "image_url": (base.rstrip("/") + "/" + quote(iid, safe="/")) if base else None}
